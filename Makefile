@@ -1,0 +1,32 @@
+# Two entry points a new user needs: `make demo` and `make test`. Both create .venv first.
+#
+# torch is installed before the package so that pip never resolves it on its own:
+#   CPU (default):  TORCH='torch==2.13.0'   (on the project machines this is a local CPU wheel)
+#   other CPU box:  make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu
+#   CUDA GPU:       make setup TORCH='torch' TORCH_INDEX=https://download.pytorch.org/whl/cu126
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+MINUTES ?= 15
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test]"
+	touch $@
+
+demo: setup
+	$(BIN)/aiayn demo --minutes $(MINUTES)
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"
+	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/decode_throughput.py

@@ -1,0 +1,415 @@
+"""The Transformer, in the order of section 3 of "Attention Is All You Need".
+
+Tensors are batch-first. Masks follow one convention, that of
+``F.scaled_dot_product_attention``: boolean ``True`` means "may attend".
+
+    src (B, S) -> embed * sqrt(d_model) + PE -> dropout -> N_enc x EncoderLayer -> memory
+    tgt_in (B, T) -> same embedding path -> N_dec x DecoderLayer(memory) -> W_emb^T -> logits
+
+Post-LN by default: every sub-layer is ``LayerNorm(x + Dropout(Sublayer(x)))`` (section 3.1,
+5.4). ``norm="pre"`` is a labelled deviation. This module imports only torch and the config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import ModelConfig
+
+AttentionImpl = Literal["fused", "reference"]
+
+
+# --- 3.2.1 Scaled dot-product attention -------------------------------------------------
+
+
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T * scale) V, written out so that the weights can be returned.
+
+    q: (B, h, T, d_k), k: (B, h, S, d_k), v: (B, h, S, d_v), mask: broadcastable to (B, h, T, S),
+    True = may attend. Returns (output (B, h, T, d_v), weights (B, h, T, S)).
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, h, T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # illegal connections -> -inf
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p:
+        weights = F.dropout(weights, dropout_p)
+    return torch.matmul(weights, v), weights
+
+
+# --- 3.2.2 Multi-head attention ---------------------------------------------------------
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O, head_i = Attention(Q W_Q^i, ...).
+
+    The h per-head projections are stored as one matrix per role (W_Q: d_model -> h*d_k, ...),
+    which is the same parameters as h separate ones. For self-attention W_Q, W_K and W_V are
+    stacked into ``W_QKV`` so that one matmul computes all three; for encoder-decoder attention
+    W_K and W_V are stacked into ``W_KV``, applied once per sentence to the encoder output.
+    """
+
+    def __init__(self, cfg: ModelConfig, self_attention: bool) -> None:
+        super().__init__()
+        self.h, self.d_k, self.d_v = cfg.h, cfg.dk, cfg.dv
+        self.scale = 1.0 / math.sqrt(self.d_k) if cfg.scale_attention else 1.0
+        self.dropout_p = cfg.attention_dropout
+        self.self_attention = self_attention
+        qk, v = self.h * self.d_k, self.h * self.d_v
+        if self_attention:
+            self.W_QKV = nn.Linear(cfg.d_model, 2 * qk + v)
+        else:
+            self.W_Q = nn.Linear(cfg.d_model, qk)
+            self.W_KV = nn.Linear(cfg.d_model, qk + v)
+        self.W_O = nn.Linear(v, cfg.d_model)
+        self.impl: AttentionImpl = "fused"
+        self.weights: Tensor | None = None  # last attention weights, reference path only
+
+    def _heads(self, x: Tensor, d: int) -> Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, self.h, d).transpose(1, 2)  # (B, L, h*d) -> (B, h, L, d)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder-decoder keys and values: (B, S, d_model) -> 2 x (B, h, S, d)."""
+        k, v = self.W_KV(memory).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
+        return self._heads(k, self.d_k), self._heads(v, self.d_v)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        past_kv: tuple[Tensor, Tensor] | None = None,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """x: (B, T, d_model) -> (B, T, d_model), plus the (k, v) used (for caching).
+
+        Self-attention: keys/values come from x, appended to ``past_kv`` when decoding.
+        Encoder-decoder attention: keys/values are ``memory_kv`` (see ``project_kv``).
+        """
+        qk = self.h * self.d_k
+        if self.self_attention:
+            q, k, v = self.W_QKV(x).split([qk, qk, self.h * self.d_v], dim=-1)
+            q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
+            if past_kv is not None:
+                k, v = torch.cat([past_kv[0], k], dim=2), torch.cat([past_kv[1], v], dim=2)
+        else:
+            assert memory_kv is not None, "encoder-decoder attention needs the memory's k, v"
+            q, (k, v) = self._heads(self.W_Q(x), self.d_k), memory_kv
+        dropout_p = self.dropout_p if self.training else 0.0
+        if self.impl == "reference":
+            if is_causal:
+                mask = causal_mask(q.size(2), k.size(2), q.device)
+            out, self.weights = reference_attention(q, k, v, mask, self.scale, dropout_p)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.scale
+            )
+        B, _, T, _ = out.shape
+        out = out.transpose(1, 2).reshape(B, T, self.h * self.d_v)  # concatenate the heads
+        return self.W_O(out), (k, v)
+
+
+def causal_mask(T: int, S: int, device: torch.device) -> Tensor:
+    """(T, S) bool, True where query i (the last T of S positions) may attend to key j <= i."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def window_mask(T: int, S: int, r: int, device: torch.device) -> Tensor:
+    """(T, S) bool for restricted self-attention (Table 1): |i - j| <= r."""
+    i = torch.arange(S - T, S, device=device)[:, None]
+    j = torch.arange(S, device=device)[None, :]
+    return (i - j).abs() <= r
+
+
+# --- 3.3 Position-wise feed-forward networks --------------------------------------------
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, inner size d_ff."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.W_1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.W_2 = nn.Linear(cfg.d_ff, cfg.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.W_2(F.relu(self.W_1(x)))
+
+
+# --- 3.1 Encoder and decoder stacks ------------------------------------------------------
+
+
+class SublayerConnection(nn.Module):
+    """LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper), or x + Dropout(Sublayer(LN(x)))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.P_drop)  # 5.4: residual dropout
+        self.pre_norm = cfg.norm == "pre"
+
+    def input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.pre_norm else x
+
+    def output(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
+        y = x + self.dropout(sublayer_out)
+        return y if self.pre_norm else self.norm(y)
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, then the feed-forward network, each a residual sub-layer."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
+        self.feed_forward = PositionwiseFeedForward(cfg)
+        self.sublayer = nn.ModuleList([SublayerConnection(cfg) for _ in range(2)])
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        attn, ffn = self.sublayer
+        x = attn.output(x, self.self_attn(attn.input(x), mask)[0])
+        return ffn.output(x, self.feed_forward(ffn.input(x)))
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's cached tensors: growing self-attention k/v, fixed memory k/v."""
+
+    self_kv: tuple[Tensor, Tensor] | None = None
+    memory_kv: tuple[Tensor, Tensor] | None = None
+
+
+@dataclass
+class DecoderCache:
+    """Key/value cache for incremental decoding; ``step`` = target positions already seen."""
+
+    layers: list[LayerCache] = field(default_factory=list)
+    step: int = 0
+
+    def select(self, index: Tensor) -> None:
+        """Keep/reorder batch rows (beam reordering, finished sentences leaving the batch)."""
+        for layer in self.layers:
+            if layer.self_kv is not None:
+                layer.self_kv = tuple(t.index_select(0, index) for t in layer.self_kv)  # type: ignore[assignment]
+            if layer.memory_kv is not None:
+                layer.memory_kv = tuple(t.index_select(0, index) for t in layer.memory_kv)  # type: ignore[assignment]
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
+        self.src_attn = MultiHeadAttention(cfg, self_attention=False)
+        self.feed_forward = PositionwiseFeedForward(cfg)
+        self.sublayer = nn.ModuleList([SublayerConnection(cfg) for _ in range(3)])
+
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: LayerCache | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        sa, ca, ffn = self.sublayer
+        past = cache.self_kv if cache is not None else None
+        out, kv = self.self_attn(sa.input(y), self_mask, past_kv=past, is_causal=is_causal)
+        y = sa.output(y, out)
+        if cache is not None and cache.memory_kv is not None:
+            memory_kv = cache.memory_kv
+        else:
+            memory_kv = self.src_attn.project_kv(memory)
+        y = ca.output(y, self.src_attn(ca.input(y), memory_mask, memory_kv=memory_kv)[0])
+        if cache is not None:
+            cache.self_kv, cache.memory_kv = kv, memory_kv
+        return ffn.output(y, self.feed_forward(ffn.input(y)))
+
+
+# --- 3.4 Embeddings and softmax, 3.5 Positional encoding ---------------------------------
+
+
+def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (max_len, d_model)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos / div)
+    pe[:, 1::2] = torch.cos(pos / div)[:, : d_model // 2]
+    return pe.float()
+
+
+class Embedding(nn.Module):
+    """Token embedding * sqrt(d_model) + positional encoding, then dropout (5.4)."""
+
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(cfg.d_model)
+        self.max_len = cfg.max_len
+        if cfg.positional == "learned":
+            self.learned = nn.Embedding(cfg.max_len, cfg.d_model)
+            nn.init.normal_(self.learned.weight, std=cfg.d_model**-0.5)
+        else:
+            self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
+        self.dropout = nn.Dropout(cfg.P_drop)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x: (B, L) token ids at positions start..start+L-1 -> (B, L, d_model)."""
+        end = start + x.size(1)
+        if end > self.max_len:
+            raise ValueError(f"sequence of length {end} exceeds max_len={self.max_len}")
+        pe = self.learned.weight[start:end] if hasattr(self, "learned") else self.pe[start:end]
+        return self.dropout(self.tokens(x) * self.scale + pe)
+
+
+# --- The model -----------------------------------------------------------------------------
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Figure 1).
+
+    ``forward`` is teacher-forced training; ``encode`` + ``decode_step`` is incremental decoding
+    with a key/value cache, the interface the beam search depends on.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        # 3.4: one weight matrix for the source embedding, target embedding and pre-softmax
+        # projection (shared source/target vocabulary).
+        src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_tokens = src_tokens if cfg.share_embeddings else nn.Embedding(
+            cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.src_embed = Embedding(cfg, src_tokens)
+        self.tgt_embed = Embedding(cfg, tgt_tokens)
+        self.encoder = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.N_enc)])
+        self.decoder = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.N_dec)])
+        # Pre-LN needs a final LayerNorm on each stack; the paper's post-LN has none.
+        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for projections (as tensor2tensor), N(0, d_model^-1/2) embeddings."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module is not self.generator:
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+        for emb in {id(e.tokens): e.tokens for e in (self.src_embed, self.tgt_embed)}.values():
+            nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                emb.weight[self.cfg.pad_id].zero_()
+
+    def set_attention_impl(self, impl: AttentionImpl) -> None:
+        """"fused" (scaled_dot_product_attention) or "reference" (records ``.weights``)."""
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.impl = impl
+
+    def src_mask(self, src: Tensor) -> Tensor:
+        """(B, S) -> (B, 1, 1, S): True for real source tokens (keys that may be attended)."""
+        return (src != self.cfg.pad_id)[:, None, None, :]
+
+    def _self_mask(self, key_mask: Tensor | None, T: int, S: int, device: torch.device) -> Tensor | None:
+        """Combine padding and the restricted-attention window into one self-attention mask."""
+        r = self.cfg.attention_window
+        if r is None:
+            return key_mask
+        mask = window_mask(T, S, r, device)
+        if key_mask is not None:
+            # A padded query may see no key inside its window; letting every query see itself
+            # keeps its softmax finite (its output is never read: it is padding).
+            mask = (mask & key_mask) | _diagonal(T, S, device)
+        return mask
+
+    def encode(self, src: Tensor) -> Tensor:
+        """src: (B, S) token ids -> memory (B, S, d_model)."""
+        key_mask = self.src_mask(src)
+        # With no padding the fused kernel runs faster without a mask.
+        mask = None if bool(key_mask.all()) else key_mask
+        mask = self._self_mask(mask, src.size(1), src.size(1), src.device)
+        x = self.src_embed(src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
+        """Teacher-forced decoder: tgt_in (B, T) -> states (B, T, d_model)."""
+        T = tgt_in.size(1)
+        self_mask = None
+        if self.cfg.attention_window is not None:
+            self_mask = self._self_mask(None, T, T, tgt_in.device) & causal_mask(T, T, tgt_in.device)
+        memory_mask = None if bool(src_mask.all()) else src_mask
+        y = self.tgt_embed(tgt_in)
+        for layer in self.decoder:
+            y = layer(y, memory, self_mask, memory_mask, is_causal=self_mask is None)
+        return self.dec_norm(y)
+
+    def forward(self, src: Tensor, tgt_in: Tensor, output_mask: Tensor | None = None) -> Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, vocab).
+
+        With ``output_mask`` (B, T) bool, only the selected positions are projected onto the
+        vocabulary and logits come back as (n_selected, vocab): the training loss skips the
+        largest matmul for padding positions.
+        """
+        memory = self.encode(src)
+        states = self.decode(tgt_in, memory, self.src_mask(src))
+        if output_mask is not None:
+            states = states[output_mask]
+        return self.generator(states)
+
+    def decode_step(
+        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None
+    ) -> tuple[Tensor, DecoderCache]:
+        """Feed the next target token(s) tgt_in (B, n) -> logits of the last one (B, vocab).
+
+        Earlier positions come from ``cache`` (None starts a new one), so each call costs one
+        position. ``src_mask`` is ``self.src_mask(src)``; memory k/v are projected once.
+        """
+        if cache is None:
+            cache = DecoderCache(layers=[LayerCache() for _ in self.decoder])
+        n, S = tgt_in.size(1), cache.step + tgt_in.size(1)
+        self_mask = causal_mask(n, S, tgt_in.device) if n > 1 else None
+        if self.cfg.attention_window is not None:
+            window = window_mask(n, S, self.cfg.attention_window, tgt_in.device)
+            self_mask = window if self_mask is None else self_mask & window
+        y = self.tgt_embed(tgt_in, start=cache.step)
+        for layer, layer_cache in zip(self.decoder, cache.layers):
+            y = layer(y, memory, self_mask, src_mask, cache=layer_cache)
+        cache.step = S
+        return self.generator(self.dec_norm(y[:, -1])), cache
+
+
+def _diagonal(T: int, S: int, device: torch.device) -> Tensor:
+    """(T, S) bool, True where key j is query i itself (queries are the last T positions)."""
+    return torch.arange(S - T, S, device=device)[:, None] == torch.arange(S, device=device)
+
+
+def count_parameters(cfg: ModelConfig) -> int:
+    """Trainable parameters of ``Transformer(cfg)``, counted analytically (tied matrix once)."""
+    d, v = cfg.d_model, cfg.vocab_size
+    qk, vv = cfg.h * cfg.dk, cfg.h * cfg.dv
+    self_attn = d * (2 * qk + vv) + (2 * qk + vv) + vv * d + d
+    src_attn = d * qk + qk + d * (qk + vv) + (qk + vv) + vv * d + d
+    ffn = d * cfg.d_ff + cfg.d_ff + cfg.d_ff * d + d
+    norm = 2 * d
+    encoder = cfg.N_enc * (self_attn + ffn + 2 * norm)
+    decoder = cfg.N_dec * (self_attn + src_attn + ffn + 3 * norm)
+    embeddings = v * d * (1 if cfg.share_embeddings else 2)
+    positions = 2 * cfg.max_len * d if cfg.positional == "learned" else 0
+    final_norms = 2 * norm if cfg.norm == "pre" else 0
+    return encoder + decoder + embeddings + positions + final_norms
