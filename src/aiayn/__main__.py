@@ -1,0 +1,5 @@
+"""``python -m aiayn``: the same command line as the ``aiayn`` script."""
+
+from .cli import main
+
+main()

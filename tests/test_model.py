@@ -1,0 +1,203 @@
+"""The model of section 3: masking, fused vs reference attention, KV cache, counts, tying."""
+
+import pytest
+import torch
+
+from aiayn import ModelConfig, Transformer, count_parameters
+from aiayn.model import sinusoidal_encoding
+
+PAD = 0
+
+
+def make(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig.preset("tiny", **overrides)).eval()
+
+
+VARIANTS = [
+    {},
+    {"norm": "pre"},
+    {"positional": "learned"},
+    {"scale_attention": False},
+    {"attention_window": 2},
+    {"share_embeddings": False},
+    {"h": 2, "d_k": 8, "d_v": 24},  # Table 3 row B: d_k != d_v
+]
+
+
+def batch(seed: int = 1, B: int = 3, S: int = 9, T: int = 8, vocab: int = 100):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (B, S), generator=g)
+    tgt = torch.randint(4, vocab, (B, T), generator=g)
+    src[1, 6:] = PAD  # one padded sentence
+    src[2, 4:] = PAD
+    return src, tgt
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_causality_future_targets_do_not_change_earlier_logits(overrides):
+    model = make(**overrides)
+    src, tgt = batch()
+    base = model(src, tgt)
+    for i in (1, 4, 7):
+        changed = tgt.clone()
+        changed[:, i:] = torch.randint(4, 100, changed[:, i:].shape)
+        out = model(src, changed)
+        assert torch.allclose(out[:, :i], base[:, :i], atol=1e-6)
+        assert not torch.allclose(out[:, i:], base[:, i:], atol=1e-3)  # the change is visible
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_source_padding_is_invisible(overrides):
+    model = make(**overrides)
+    src, tgt = batch()
+    base = model(src, tgt)
+    # Whatever lies under the padding (here: the vector the pad id embeds to) is never seen.
+    with torch.no_grad():
+        model.src_embed.tokens.weight[PAD].normal_()
+    # (the tied output layer's logit *for* the pad id changes with it; no other logit does)
+    assert torch.allclose(model(src, tgt)[..., 1:], base[..., 1:], atol=1e-5)
+    # The same sentences padded to a wider batch give the same outputs.
+    wider = torch.cat([src, torch.full((3, 5), PAD)], dim=1)
+    assert torch.allclose(model(wider, tgt)[..., 1:], base[..., 1:], atol=1e-5)
+    # Sentences in a batch do not see each other.
+    other = src.clone()
+    other[0, 7] = 5 if src[0, 7] != 5 else 6
+    out = model(other, tgt)[..., 1:]
+    base = base[..., 1:]
+    assert torch.allclose(out[1:], base[1:], atol=1e-5)
+    assert not torch.allclose(out[0], base[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_fused_attention_equals_reference(overrides):
+    model = make(**overrides)
+    src, tgt = batch()
+    fused = model(src, tgt)
+    model.set_attention_impl("reference")
+    reference = model(src, tgt)
+    assert torch.allclose(fused, reference, atol=1e-5)
+    weights = model.decoder[0].src_attn.weights  # (B, h, T, S)
+    assert weights is not None and weights.shape == (3, model.cfg.h, 8, 9)
+    assert torch.allclose(weights.sum(-1), torch.ones(3, model.cfg.h, 8), atol=1e-5)
+    assert torch.all(weights[2, :, :, 4:] == 0)  # padding gets no attention
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_cached_decode_step_reproduces_forward(overrides):
+    model = make(**overrides)
+    src, tgt = batch()
+    full = model(src, tgt)  # (B, T, V)
+    memory, mask = model.encode(src), model.src_mask(src)
+    cache = None
+    for t in range(tgt.size(1)):
+        logits, cache = model.decode_step(tgt[:, t : t + 1], memory, mask, cache)
+        assert torch.allclose(logits, full[:, t], atol=1e-5), f"step {t}"
+    # Several tokens at once from an existing cache agree too.
+    _, cache = model.decode_step(tgt[:, :3], memory, mask, None)
+    logits, _ = model.decode_step(tgt[:, 3:6], memory, mask, cache)
+    assert torch.allclose(logits, full[:, 5], atol=1e-5)
+
+
+def test_cache_select_reorders_rows():
+    model = make()
+    src, tgt = batch()
+    memory, mask = model.encode(src), model.src_mask(src)
+    _, cache = model.decode_step(tgt[:, :4], memory, mask, None)
+    order = torch.tensor([2, 0])
+    cache.select(order)
+    logits, _ = model.decode_step(tgt[order, 4:5], memory[order], mask[order], cache)
+    assert torch.allclose(logits, model(src, tgt)[order, 4], atol=1e-5)
+
+
+def test_output_mask_selects_positions():
+    model = make()
+    src, tgt = batch()
+    keep = torch.rand(tgt.shape) > 0.5
+    assert torch.allclose(model(src, tgt, output_mask=keep), model(src, tgt)[keep], atol=1e-6)
+
+
+# Hand counts. Per layer, with d = d_model, q = h*d_k, v = h*d_v:
+#   self-attention  = d(2q+v) + (2q+v) + v*d + d      (W_Q, W_K, W_V, W_O with biases)
+#   enc-dec attn    = the same numbers (W_Q, W_KV, W_O)
+#   FFN             = d*d_ff + d_ff + d_ff*d + d
+#   LayerNorm       = 2d each (2 per encoder layer, 3 per decoder layer)
+# base: attention 4*512*512 + 4*512 = 1,050,624; FFN 2*512*2048 + 2048 + 512 = 2,099,712
+#   encoder layer 1,050,624 + 2,099,712 + 2,048 = 3,152,384  x6 = 18,914,304
+#   decoder layer 2*1,050,624 + 2,099,712 + 3,072 = 4,204,032 x6 = 25,224,192
+#   shared embedding 37,000 * 512 = 18,944,000             total = 63,082,496
+# big: attention 4*1024^2 + 4*1024 = 4,198,400; FFN 2*1024*4096 + 4096 + 1024 = 8,393,728
+#   encoder 6*(4,198,400 + 8,393,728 + 4,096) = 75,577,344
+#   decoder 6*(2*4,198,400 + 8,393,728 + 6,144) = 100,780,032
+#   embedding 37,000 * 1024 = 37,888,000                   total = 214,245,376
+# tiny (d 32, d_ff 64, h 4, N 2, vocab 100): attention 4*32*32 + 4*32 = 4,224;
+#   FFN 2*32*64 + 64 + 32 = 4,192; encoder 2*(4,224 + 4,192 + 128) = 17,088;
+#   decoder 2*(8,448 + 4,192 + 192) = 25,664; embedding 3,200  total = 45,952
+@pytest.mark.parametrize("name, expected", [("base", 63_082_496), ("big", 214_245_376), ("tiny", 45_952)])
+def test_parameter_counts(name, expected):
+    cfg = ModelConfig.preset(name)
+    assert count_parameters(cfg) == expected
+    if name != "big":  # instantiating big is slow; the formula is checked on the others
+        model = Transformer(cfg)
+        assert sum(p.numel() for p in model.parameters()) == expected
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
+def test_count_parameters_matches_module(overrides):
+    cfg = ModelConfig.preset("tiny", **overrides)
+    assert count_parameters(cfg) == sum(p.numel() for p in Transformer(cfg).parameters())
+
+
+def test_shared_matrix_stays_tied_after_an_update():
+    model = make()
+    model.train()
+    emb = model.src_embed.tokens.weight
+    assert emb is model.tgt_embed.tokens.weight is model.generator.weight
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    src, tgt = batch()
+    before = emb.detach().clone()
+    model(src, tgt).sum().backward()
+    opt.step()
+    assert not torch.equal(before, emb)
+    assert model.generator.weight.data_ptr() == model.src_embed.tokens.weight.data_ptr()
+    assert torch.equal(model.generator.weight, model.tgt_embed.tokens.weight)
+
+
+def test_sinusoidal_encoding_values():
+    pe = sinusoidal_encoding(50, 8)
+    assert pe[0, 0] == 0 and pe[0, 1] == 1
+    # PE(pos, 2i) = sin(pos / 10000^(2i/d)): pos 3, i 1, d 8 -> sin(3 / 10)
+    assert pe[3, 2].item() == pytest.approx(torch.sin(torch.tensor(0.3)).item(), abs=1e-6)
+    assert pe[7, 5].item() == pytest.approx(torch.cos(torch.tensor(7 / 10000 ** 0.5)).item(), abs=1e-6)
+
+
+def test_embedding_scaled_by_sqrt_d_model():
+    model = make(P_drop=0.0)
+    ids = torch.tensor([[5]])
+    expected = model.src_embed.tokens.weight[5] * 32**0.5 + model.src_embed.pe[0]
+    assert torch.allclose(model.src_embed(ids)[0, 0], expected)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"d_model": 30, "h": 4}, "not divisible"),
+        ({"d_ff": -1}, "d_ff"),
+        ({"P_drop": 1.5}, "P_drop"),
+        ({"norm": "sandwich"}, "norm"),
+    ],
+)
+def test_invalid_configs_are_rejected(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**overrides)
+
+
+def test_unknown_preset_names_the_choices():
+    with pytest.raises(ValueError, match="unknown preset 'C-N3'.*base"):
+        ModelConfig.preset("C-N3")
+
+
+def test_row_b_sets_d_k_independently():
+    cfg = ModelConfig.preset("B-dk16")
+    assert (cfg.dk, cfg.dv) == (16, 64)
+    assert ModelConfig(d_model=30, h=4, d_k=7, d_v=9).dk == 7  # explicit widths lift divisibility
