@@ -8,7 +8,9 @@ English is the World English Bible (module engWEB2015eb), Spanish the Reina-Vale
 held out for valid/test (every 20th chapter in canonical order, offsets 7 and 17) so that
 evaluation verses are not the neighbours of training verses; held-out pairs whose English
 or Spanish side also occurs verbatim in training are dropped. The output is byte-identical
-across runs (sorted by canonical order, gzip with a zero timestamp).
+across runs (sorted by canonical order, gzip with a zero timestamp). The two modules number
+a few chapters differently, so chapters whose lengths fit better shifted by one verse, and
+pairs whose lengths differ more than 2.5x, are dropped.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import html
+import math
 import os
 import re
 import subprocess
@@ -70,6 +73,32 @@ def verses(entries: dict[str, str]) -> dict[tuple[str, int, int], str]:
     return out
 
 
+def _length_cost(en: dict, es: dict, chapter: tuple[str, int], verses: list[int], shift: int) -> float:
+    pairs = [(v, v + shift) for v in verses if (*chapter, v + shift) in es]
+    if len(pairs) < 0.6 * len(verses):
+        return math.inf
+    return sum(abs(math.log(len(en[(*chapter, a)]) / len(es[(*chapter, b)]))) for a, b in pairs) / len(pairs)
+
+
+def shifted_chapters(en: dict, es: dict, keys: list[tuple[str, int, int]]) -> set[tuple[str, int]]:
+    """Chapters whose verse numbering differs between the modules (Spanish follows the Hebrew
+    numbering in a few places, e.g. Numbers 13): pairing verse v with v+-1 fits the lengths
+    clearly better (mean |log length ratio| at least 20% lower) than pairing v with v."""
+    verses: dict[tuple[str, int], list[int]] = {}
+    for book, chapter, verse in keys:
+        verses.setdefault((book, chapter), []).append(verse)
+    return {
+        c for c, vs in verses.items()
+        if min(_length_cost(en, es, c, vs, s) for s in (-1, 1)) < 0.8 * _length_cost(en, es, c, vs, 0)
+    }
+
+
+def plausible(en: str, es: str) -> bool:
+    """False for pairs whose lengths differ more than 2.5x: colophons present on one side
+    only, verses merged by one module, and the glossary WEB appends to Revelation 22:21."""
+    return max(len(en), len(es)) <= 2.5 * min(len(en), len(es))
+
+
 def split_of(chapter_index: int) -> str:
     for split, offset in HELD_OUT_OFFSET.items():
         if chapter_index % HELD_OUT_EVERY == offset:
@@ -87,10 +116,13 @@ def build(sword_path: str) -> dict[str, list[tuple[str, str, str]]]:
         if m:
             book_order.setdefault(m[1], len(book_order))
     keys = sorted(en.keys() & es.keys(), key=lambda k: (book_order[k[0]], k[1], k[2]))
+    shifted = shifted_chapters(en, es, keys)
     chapters: dict[tuple[str, int], int] = {}
     splits: dict[str, list[tuple[str, str, str]]] = {"train": [], "valid": [], "test": []}
     for book, chapter, verse in keys:
         index = chapters.setdefault((book, chapter), len(chapters))
+        if (book, chapter) in shifted or not plausible(en[book, chapter, verse], es[book, chapter, verse]):
+            continue
         splits[split_of(index)].append((f"{book} {chapter}:{verse}", en[book, chapter, verse],
                                         es[book, chapter, verse]))
     seen = {text for _, e, s in splits["train"] for text in (e, s)}
