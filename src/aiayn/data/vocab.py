@@ -1,0 +1,117 @@
+"""A shared source/target BPE vocabulary (paper section 5.1: "a shared source-target
+vocabulary of about 37000 tokens"), wrapping SentencePiece.
+
+The special ids are fixed (pad=0, unk=1, bos=2, eos=3) because the model's padding mask and
+the decoders' start/stop logic rely on them; a model file with other ids is rejected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import sentencepiece as spm
+
+from .readers import DataError, iter_lines
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+def _sentences(texts_or_files: Iterable[str | os.PathLike]) -> Iterator[str]:
+    # A path object stands for the lines of that file; a str is a sentence.
+    for item in texts_or_files:
+        if isinstance(item, os.PathLike):
+            yield from (line for line in iter_lines(item) if line.strip())
+        else:
+            yield item
+
+
+class Vocab:
+    """A SentencePiece BPE model with the project's fixed special ids."""
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(self, processor: spm.SentencePieceProcessor, path: Path) -> None:
+        expected = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+        found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if found != expected:
+            raise DataError(f"{path}: special ids (pad, unk, bos, eos) are {found}, need {expected}")
+        self.sp = processor
+        self.path = path
+
+    @classmethod
+    def train(
+        cls,
+        texts_or_files: Iterable[str | os.PathLike],
+        out_prefix: str | os.PathLike,
+        vocab_size: int,
+        num_threads: int = 2,
+        input_sentence_size: int = 2_000_000,
+        character_coverage: float = 1.0,
+        byte_fallback: bool = False,
+    ) -> "Vocab":
+        """Train a BPE model on training text only and write ``{out_prefix}.model``/``.vocab``.
+
+        ``texts_or_files`` mixes sentences (``str``) and files (``Path``: one sentence a line).
+        Pass both languages so that the vocabulary is shared. At most
+        ``input_sentence_size`` sentences are sampled, which bounds training time on WMT.
+        """
+        prefix = Path(out_prefix)
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_sentences(texts_or_files),
+            model_prefix=str(prefix),
+            model_type="bpe",
+            vocab_size=vocab_size,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            character_coverage=character_coverage,
+            byte_fallback=byte_fallback,
+            num_threads=num_threads,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            max_sentence_length=1 << 14,
+            minloglevel=2,
+        )
+        return cls.load(prefix.with_name(prefix.name + ".model"))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Vocab":
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"vocabulary model {path} does not exist")
+        return cls(spm.SentencePieceProcessor(model_file=str(path)), path)
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        """Subword ids of ``text``, without bos/eos (those are added when batching)."""
+        return self.sp.encode(text, out_type=int)
+
+    def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
+        return self.sp.encode(texts, out_type=int, num_threads=num_threads)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first eos, ignoring pad and bos."""
+        kept: list[int] = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i not in (PAD_ID, BOS_ID):
+                kept.append(i)
+        return self.sp.decode(kept)
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the id -> (piece, score) table.
+
+        Hashing the table rather than the .model file means two byte-different files that
+        give every piece the same id (e.g. trained in different directories) still match.
+        """
+        h = hashlib.sha256()
+        for i in range(len(self)):
+            h.update(f"{i}\t{self.sp.id_to_piece(i)}\t{self.sp.get_score(i)}\n".encode())
+        return h.hexdigest()
