@@ -190,6 +190,8 @@ def _check(value: Any, tp: Any, where: str) -> Any:
             return value
         if typing.get_origin(option) is list and isinstance(value, list):
             return value
+        if typing.get_origin(option) is dict and isinstance(value, dict):
+            return value
     raise ValueError(f"{where}: expected {_name(tp)}, got {value!r}")
 
 

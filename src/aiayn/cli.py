@@ -1,0 +1,110 @@
+"""The ``aiayn`` command line. Each sub-command parses its arguments and calls the library.
+
+    aiayn demo                      # the bundled English->Spanish translator, end to end
+    aiayn info --presets            # parameter counts next to Table 3
+    aiayn prepare --bundled --out work/bible
+    aiayn train configs/demo.yaml --set max_minutes=15
+    torchrun --nproc_per_node 8 -m aiayn train configs/wmt14-base.yaml
+    aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
+    aiayn evaluate --checkpoint runs/demo/averaged --data work/bible --split test
+    echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _info(args: argparse.Namespace) -> None:
+    from .info import preset_table
+
+    print(preset_table())
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    from .data import bundled_corpus_paths, prepare_corpus
+
+    if args.bundled:
+        splits = bundled_corpus_paths()
+    else:
+        if not (args.train_src and args.train_tgt):
+            raise SystemExit("aiayn prepare: give --bundled, or --train-src and --train-tgt")
+        splits = {"train": (Path(args.train_src), Path(args.train_tgt))}
+        for name in ("valid", "test"):
+            src, tgt = getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")
+            if src and tgt:
+                splits[name] = (Path(src), Path(tgt))
+    summary = prepare_corpus(splits, args.out, vocab_size=args.vocab_size, max_len=args.max_len)
+    print(json.dumps(summary, indent=2))
+
+
+def _train(args: argparse.Namespace) -> None:
+    from .train import load_train_config
+    from .train.trainer import Trainer
+
+    cfg = load_train_config(args.config, args.set or [])
+    trainer = Trainer(cfg, device=args.device)
+    summary = trainer.run(resume=args.resume)
+    if trainer.dist.is_main:
+        print(json.dumps(summary, indent=2))
+    from .train import distributed
+
+    distributed.teardown()
+
+
+def _average(args: argparse.Namespace) -> None:
+    from .checkpoint import average_checkpoints, list_checkpoints
+
+    found = list_checkpoints(Path(args.checkpoints))
+    if not found:
+        raise SystemExit(f"aiayn average: no checkpoints under {args.checkpoints}")
+    chosen = found[-args.last:]
+    out = average_checkpoints(chosen, Path(args.out))
+    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aiayn", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="presets and their parameter counts")
+    p.add_argument("--presets", action="store_true", help="the Table 3 parameter-count table")
+    p.set_defaults(func=_info)
+
+    p = sub.add_parser("prepare", help="train the shared BPE vocabulary and binarise a corpus")
+    p.add_argument("--out", required=True, help="dataset directory to write")
+    p.add_argument("--bundled", action="store_true", help="the bundled English->Spanish Bible")
+    for split in ("train", "valid", "test"):
+        p.add_argument(f"--{split}-src")
+        p.add_argument(f"--{split}-tgt")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-len", type=int, default=256, help="skip pairs longer than this (subwords)")
+    p.set_defaults(func=_prepare)
+
+    p = sub.add_parser("train", help="train with the paper's recipe (torchrun for several processes)")
+    p.add_argument("config", nargs="?", help="YAML/TOML/JSON config (TrainConfig keys)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. model.d_ff=1024")
+    p.add_argument("--resume", default="auto",
+                   help="checkpoint directory to resume from (default: latest in OUT, if any)")
+    p.add_argument("--device", default="auto", help="cpu, cuda (default: cuda if available)")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("average", help="average the last N checkpoints (paper: 5 base, 20 big)")
+    p.add_argument("checkpoints", help="a run's checkpoints/ directory")
+    p.add_argument("--last", type=int, default=5)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_average)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
+        print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,109 @@
+"""The training configuration: plain data, every key typed, unknown keys rejected.
+
+A config file (YAML or TOML) holds TrainConfig's keys; ``model`` holds ModelConfig
+overrides on top of ``preset``. ``--set key=value`` overrides either (``model.d_ff=1024``).
+The resolved config is saved with every checkpoint, so runs can be diffed and reproduced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from ..config import PRESETS, ModelConfig, from_dict, with_overrides
+
+
+@dataclass
+class TrainConfig:
+    """Section 5 of the paper; defaults are the paper's base recipe."""
+
+    data: str = "work/bible"  # a directory written by `aiayn prepare`
+    out: str = "runs/base"  # checkpoints, logs, TensorBoard
+    preset: str = "base"
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig overrides
+    # 5.1: ~25,000 source + 25,000 target tokens per update = per-batch budget x update_freq x GPUs
+    max_src_tokens: int = 4096
+    max_tgt_tokens: int = 4096
+    update_freq: int = 1  # gradient accumulation: micro-batches per update
+    # 5.3: Adam(0.9, 0.98, 1e-9), warm-up 4000 then inverse square root
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    warmup: int = 4000
+    lr_scale: float = 1.0  # multiplies the paper's schedule; 1.0 = the paper
+    # 5.4
+    eps_ls: float = 0.1
+    # stopping, checkpoints (paper: every 10 minutes, average the last 5 / 20)
+    max_updates: int | None = 100_000
+    max_minutes: float | None = None
+    save_every_minutes: float | None = 10.0
+    save_every_updates: int | None = None
+    keep_last: int = 5
+    # machinery
+    seed: int = 1
+    amp: Literal["auto", "bf16", "fp16", "none"] = "auto"  # auto: bf16 on capable CUDA, fp32 on CPU
+    max_nonfinite: int = 5  # consecutive non-finite losses before aborting
+    num_threads: int | None = None  # CPU threads (None: torch's default)
+    log_every: int = 10
+    validate: bool = True  # validation loss/perplexity at every checkpoint
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+        for name in ("max_src_tokens", "max_tgt_tokens", "update_freq", "warmup", "keep_last",
+                     "max_nonfinite", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_updates is None and self.max_minutes is None:
+            raise ValueError("set max_updates or max_minutes (or both): training must stop")
+        if not 0.0 <= self.eps_ls < 1.0:
+            raise ValueError(f"eps_ls must be in [0, 1), got {self.eps_ls}")
+        self.model_config(vocab_size=None)  # type-checks the model overrides early
+
+    def model_config(self, vocab_size: int | None) -> ModelConfig:
+        """The preset, the overrides, and the dataset's vocabulary size."""
+        base = dataclasses.asdict(ModelConfig.preset(self.preset))
+        overrides = dict(self.model)
+        if vocab_size is not None:
+            overrides["vocab_size"] = vocab_size
+        return from_dict(ModelConfig, {**base, **overrides}, where="model")
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".toml":
+        data = tomllib.loads(text)
+    elif path.suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(text) or {}
+    elif path.suffix == ".json":
+        data = json.loads(text)
+    else:
+        raise ValueError(f"{path}: config files are .yaml, .yml, .toml or .json")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of keys to values at the top level")
+    return data
+
+
+def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults: Any) -> TrainConfig:
+    """Defaults < the preset's training overrides (e.g. Table 3 row D's eps_ls) < file < --set."""
+    data = read_config_file(path) if path else {}
+    where = str(path) if path else "config"
+    preset = data.get("preset", defaults.get("preset", TrainConfig.preset))
+    preset_train = PRESETS[preset].train if preset in PRESETS else {}
+    cfg = from_dict(TrainConfig, {**defaults, **preset_train, **data}, where=where)
+    model_sets = [s[len("model."):] for s in sets if s.startswith("model.")]
+    train_sets = [s for s in sets if not s.startswith("model.")]
+    cfg = with_overrides(cfg, train_sets)
+    if model_sets:
+        resolved = with_overrides(cfg.model_config(None), model_sets, where="--set model")
+        changed = {k: v for k, v in dataclasses.asdict(resolved).items()
+                   if v != dataclasses.asdict(ModelConfig.preset(cfg.preset)).get(k)}
+        cfg = dataclasses.replace(cfg, model={**cfg.model, **changed})
+    return cfg

@@ -1,0 +1,357 @@
+"""The training loop of section 5: token-budget batches, Adam with the warm-up schedule,
+label smoothing, gradient accumulation, DDP, mixed precision, atomic checkpoints, exact resume.
+
+    trainer = Trainer(load_train_config("configs/demo.yaml"))
+    summary = trainer.run()
+
+The gradient of one update does not depend on how its batch was split across micro-batches
+and processes: every micro-batch back-propagates its *summed* loss, and before the optimizer
+step the gradients are divided by the number of target tokens in the whole update (summed
+over processes; DDP has already averaged over them, hence the factor world_size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from .. import checkpoint as ckpt
+from ..data import TokenBudgetSampler, TokenDataset, Vocab, collate, read_meta
+from ..flops import measure_matmul_peak, paper_cost, training_flops
+from ..model import Transformer
+from . import distributed
+from .config import TrainConfig
+from .loss import label_smoothed_loss, perplexity
+from .schedule import noam_rate
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """bf16 where the GPU supports it, else fp16 (with a grad scaler); fp32 on CPU by default."""
+    if amp == "none" or (amp == "auto" and device.type != "cuda"):
+        return None
+    if amp == "fp16":
+        return torch.float16
+    if amp == "bf16":
+        return torch.bfloat16
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, device: str = "auto") -> None:
+        self.cfg = cfg
+        self.dist = distributed.setup(device)
+        self.device = self.dist.device
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        self.out = Path(cfg.out)
+        self.ckpt_root = self.out / "checkpoints"
+        self.vocab_file = Path(cfg.data) / "spm.model"
+        self.data_meta = read_meta(cfg.data)
+        self.vocab = Vocab.load(self.vocab_file)
+        self.model_cfg = cfg.model_config(vocab_size=len(self.vocab))
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.model = Transformer(self.model_cfg).to(self.device)
+        torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
+        self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale)
+        )
+        self.amp_dtype = autocast_dtype(cfg.amp, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.train_data = TokenDataset(cfg.data, "train")
+        self.sampler = TokenBudgetSampler(
+            self.train_data.src_lens, self.train_data.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens,
+            seed=cfg.seed, rank=self.dist.rank, world_size=self.dist.world_size,
+        )
+        self.update = 0
+        self.elapsed = 0.0  # training seconds, carried across resumes
+        self.tokens = {"src": 0, "tgt": 0}
+        self.flops = 0.0
+        self.valid: dict[str, float] = {}
+
+    # --- one update ---------------------------------------------------------------------
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def train_update(self, batches: Iterator[list[int]]) -> dict[str, float]:
+        """Forward/backward ``update_freq`` micro-batches, then one optimizer step."""
+        self.ddp.train()
+        pad = self.model_cfg.pad_id
+        losses = torch.zeros(2, device=self.device)  # summed loss, summed nll: no sync per step
+        tgt_tokens = src_tokens = 0
+        flops = 0.0
+        for micro in range(self.cfg.update_freq):
+            batch = collate(self.train_data, next(batches)).to(self.device)
+            last = micro == self.cfg.update_freq - 1
+            sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
+            with sync:
+                mask = batch.tgt_out != pad
+                with self._autocast():
+                    logits = self.ddp(batch.src, batch.tgt_in, output_mask=mask)
+                loss, nll = label_smoothed_loss(logits, batch.tgt_out[mask], self.cfg.eps_ls)
+                self.scaler.scale(loss).backward()
+            losses += torch.stack([loss.detach(), nll])
+            tgt_tokens += batch.n_tgt_tokens
+            src_tokens += batch.n_src_tokens
+            flops += training_flops(self.model_cfg, *batch.src.shape, batch.tgt_in.size(1), batch.n_tgt_tokens)
+        sums = torch.cat([losses.double().cpu(), torch.tensor([tgt_tokens, src_tokens], dtype=torch.float64)])
+        if self.dist.enabled:  # on the device: nccl reduces CUDA tensors only
+            sums = sums.to(self.device)
+            dist.all_reduce(sums)
+            sums = sums.cpu()
+        loss_sum, nll_sum, tgt_tokens, src_tokens = sums.tolist()
+        if not math.isfinite(loss_sum):
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"finite": 0.0}
+        self.scaler.unscale_(self.optimizer)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        torch._foreach_mul_(grads, self.dist.world_size / tgt_tokens)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.update += 1
+        self.tokens["src"] += int(src_tokens)
+        self.tokens["tgt"] += int(tgt_tokens)
+        self.flops += flops * self.dist.world_size  # every rank does about the same work
+        return {"finite": 1.0, "loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens,
+                "tokens": src_tokens + tgt_tokens}
+
+    # --- validation -----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Loss and perplexity per subword on the valid split (no smoothing in the perplexity)."""
+        data = TokenDataset(self.cfg.data, "valid")
+        sampler = TokenBudgetSampler(data.src_lens, data.tgt_lens, self.cfg.max_src_tokens,
+                                     self.cfg.max_tgt_tokens, shuffle=False)
+        self.model.eval()
+        loss_sum = nll_sum = tokens = 0.0
+        for indices in sampler.epoch_batches(0):
+            batch = collate(data, indices).to(self.device)
+            mask = batch.tgt_out != self.model_cfg.pad_id
+            with self._autocast():
+                logits = self.model(batch.src, batch.tgt_in, output_mask=mask)
+            loss, nll = label_smoothed_loss(logits, batch.tgt_out[mask], self.cfg.eps_ls)
+            loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.n_tgt_tokens
+        return {"valid_loss": loss_sum / tokens, "valid_nll": nll_sum / tokens,
+                "valid_ppl": perplexity(nll_sum, int(tokens))}
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def _rng_states(self) -> list[torch.Tensor]:
+        state = torch.get_rng_state()
+        if not self.dist.enabled:
+            return [state]
+        gathered: list[Any] = [None] * self.dist.world_size
+        dist.all_gather_object(gathered, state)
+        return gathered
+
+    def save(self) -> Path | None:
+        rng = self._rng_states()  # collective: every rank takes part
+        path = None
+        if self.dist.is_main:
+            if self.cfg.validate:
+                self.valid = self.validate()
+            meta = {
+                "update": self.update,
+                "sampler": self.sampler.state_dict(),
+                "elapsed_s": self.elapsed,
+                "tokens": self.tokens,
+                "flops": self.flops,
+                "valid": self.valid,
+                "world_size": self.dist.world_size,
+                "model_config": dataclasses.asdict(self.model_cfg),
+                "train_config": dataclasses.asdict(self.cfg),
+                "vocab_fingerprint": self.vocab.fingerprint,
+            }
+            state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": rng,
+                "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+            }
+            path = ckpt.save_checkpoint(self.ckpt_root, self.update, self.model, meta, state,
+                                        self.vocab_file, keep_last=self.cfg.keep_last)
+        if self.dist.enabled:
+            dist.barrier()
+        return path
+
+    def resume(self, path: Path) -> None:
+        """Restore weights, optimizer, schedule, RNG and data position from checkpoint ``path``."""
+        meta = ckpt.read_meta(path)
+        if meta["vocab_fingerprint"] != self.vocab.fingerprint:
+            raise ValueError(
+                f"{path} was trained with a different vocabulary than {self.vocab_file}; "
+                "resume with the dataset it was trained on, or start a new run directory"
+            )
+        if meta["model_config"] != dataclasses.asdict(self.model_cfg):
+            raise ValueError(f"{path}: the model config differs from the current one; "
+                             f"saved {meta['model_config']}, now {dataclasses.asdict(self.model_cfg)}")
+        if meta["world_size"] != self.dist.world_size:
+            warnings.warn(f"{path} was written by {meta['world_size']} processes, now "
+                          f"{self.dist.world_size}: the data order will differ from an uninterrupted run")
+        ckpt.load_weights(self.model, path)
+        state = ckpt.load_trainer_state(path)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        rng = state["rng"]
+        torch.set_rng_state(rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0])
+        if state.get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"])
+        self.sampler.load_state_dict(meta["sampler"])
+        self.update, self.elapsed = meta["update"], meta["elapsed_s"]
+        self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _agree(self, flag: bool) -> bool:
+        """Rank 0's decision, shared so that every rank stops and saves at the same update."""
+        if not self.dist.enabled:
+            return flag
+        t = torch.tensor([int(flag)], device=self.device)
+        dist.broadcast(t, src=0)
+        return bool(t.item())
+
+    def _done(self) -> bool:
+        cfg = self.cfg
+        return (cfg.max_updates is not None and self.update >= cfg.max_updates) or (
+            cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60)
+
+    def run(self, resume: str | Path | None = "auto") -> dict[str, Any]:
+        """Train until max_updates or max_minutes; returns the summary (also in summary.json)."""
+        cfg = self.cfg
+        start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
+        if start_path:
+            self.resume(Path(start_path))
+        main = self.dist.is_main
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            ckpt.write_text_atomic(self.out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
+        log = _Log(self.out, enabled=main)
+        bar = _progress(cfg, self.update, self.elapsed, enabled=main)
+        batches = iter(self.sampler)
+        last_save, nonfinite = time.monotonic(), 0
+        t0 = time.monotonic() - self.elapsed
+        window_tokens, window_t = 0.0, time.monotonic()
+        while not self._agree(self._done()):
+            stats = self.train_update(batches)
+            self.elapsed = time.monotonic() - t0
+            if not stats["finite"]:
+                nonfinite += 1
+                warnings.warn(f"non-finite loss at update {self.update + 1}: update skipped "
+                              f"({nonfinite} in a row, limit {cfg.max_nonfinite})")
+                if nonfinite >= cfg.max_nonfinite:
+                    raise NonFiniteLossError(
+                        f"{nonfinite} non-finite losses in a row at update {self.update + 1}: "
+                        "lower lr_scale, raise warmup, or use amp=bf16/none")
+                continue
+            nonfinite = 0
+            window_tokens += stats["tokens"]
+            if self.update % cfg.log_every == 0:
+                now = time.monotonic()
+                record = {"update": self.update, "loss": stats["loss"], "nll": stats["nll"],
+                          "lr": self.scheduler.get_last_lr()[0], "tok_s": window_tokens / (now - window_t),
+                          "elapsed_s": self.elapsed}
+                window_tokens, window_t = 0.0, now
+                log.write(record)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
+                                tok_s=f"{record['tok_s']:.0f}", refresh=False)
+            _advance(bar, self.update, self.elapsed, cfg)
+            due = (cfg.save_every_updates and self.update % cfg.save_every_updates == 0) or (
+                cfg.save_every_minutes and time.monotonic() - last_save >= cfg.save_every_minutes * 60)
+            if self._agree(bool(due)):
+                self.save()
+                last_save = time.monotonic()
+                log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+        bar.close()
+        latest = ckpt.latest_checkpoint(self.ckpt_root)
+        if latest is None or ckpt.read_meta(latest)["update"] != self.update:
+            self.save()
+            log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+        summary = self.summary() if main else {}
+        if main:
+            ckpt.write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
+        log.close()
+        return summary
+
+    def summary(self) -> dict[str, Any]:
+        peak = measure_matmul_peak(self.device, seconds=0.5)
+        flops_per_s = self.flops / max(self.elapsed, 1e-9) / self.dist.world_size
+        return {
+            "updates": self.update,
+            "elapsed_s": self.elapsed,
+            "devices": self.dist.world_size,
+            "device": str(self.device),
+            "tokens": self.tokens,
+            "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
+            "counted_flops": self.flops,
+            "paper_cost_flops": paper_cost(self.elapsed, self.dist.world_size, peak),
+            "matmul_peak_flops": peak,
+            "mfu": flops_per_s / peak,
+            **self.valid,
+            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root)),
+        }
+
+
+class _Log:
+    """JSONL log and TensorBoard scalars, written by rank 0 only."""
+
+    def __init__(self, out: Path, enabled: bool) -> None:
+        self.enabled = enabled
+        if enabled:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.jsonl = open(out / "log.jsonl", "a", encoding="utf-8")
+            self.tb = SummaryWriter(str(out / "tensorboard"))
+
+    def write(self, record: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        self.jsonl.write(json.dumps(record) + "\n")
+        self.jsonl.flush()
+        for key, value in record.items():
+            if key != "update" and isinstance(value, (int, float)):
+                self.tb.add_scalar(key, value, record["update"])
+
+    def close(self) -> None:
+        if self.enabled:
+            self.jsonl.close()
+            self.tb.close()
+
+
+def _advance(bar: tqdm, update: int, elapsed: float, cfg: TrainConfig) -> None:
+    bar.n = min(int(elapsed), bar.total) if cfg.max_minutes else update
+    bar.refresh()
+
+
+def _progress(cfg: TrainConfig, update: int, elapsed: float, enabled: bool) -> tqdm:
+    """Updates out of max_updates, or seconds out of the time budget when one is set."""
+    if cfg.max_minutes:
+        return tqdm(total=int(cfg.max_minutes * 60), initial=int(elapsed), unit="s", desc="train",
+                    disable=not enabled, dynamic_ncols=True)
+    return tqdm(total=cfg.max_updates, initial=update, unit="upd", desc="train",
+                disable=not enabled, dynamic_ncols=True)
