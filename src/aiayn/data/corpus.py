@@ -8,8 +8,8 @@ and writes ``meta.json`` with the counts of everything skipped.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
