@@ -94,7 +94,7 @@ class TokenBudgetSampler:
         return self._cache[1]
 
     def __len__(self) -> int:
-        """Batches per epoch on this rank (epoch 0; other epochs differ by a few at most)."""
+        """Batches per epoch on this rank (of the current epoch; epochs differ by a few at most)."""
         return len(self.epoch_batches(self.epoch))
 
     def __iter__(self) -> Iterator[list[int]]:

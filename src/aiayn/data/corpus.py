@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def prepare_corpus(
     return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
 
 
-def _nonempty(*paths: Path):
+def _nonempty(*paths: Path) -> Iterator[str]:
     # Both languages feed one shared vocabulary (paper section 5.1).
     for path in paths:
         yield from (line for line in iter_lines(path) if line.strip())

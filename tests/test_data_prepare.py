@@ -1,0 +1,139 @@
+"""Vocabulary, binarised round trip, vocabulary-mismatch detection, collate, bundled corpus."""
+
+import gzip
+import re
+from itertools import islice
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+
+from aiayn.data import (
+    DataError, TokenBudgetSampler, TokenDataset, Vocab, bundled_corpus_paths, check_vocab,
+    collate, prepare_corpus, read_parallel,
+)
+
+SPLIT_PAIRS = {"train": 27959, "valid": 1403, "test": 1523}
+
+
+def lines(path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A 1,500-pair slice of the bundled corpus (plus one empty pair), prepared with 200 pieces."""
+    root = tmp_path_factory.mktemp("small")
+    paths = bundled_corpus_paths()
+    files = {}
+    for split, n in (("train", 1500), ("valid", 50)):
+        src, tgt = (lines(p)[:n] for p in paths[split])
+        src.append("")  # an empty source line: skipped and counted, not fatal
+        tgt.append("vacía")
+        for side, text in (("en", src), ("es", tgt)):
+            (root / f"{split}.{side}").write_text("\n".join(text) + "\n", encoding="utf-8")
+        files[split] = (root / f"{split}.en", root / f"{split}.es")
+    summary = prepare_corpus(files, root / "bin", vocab_size=200, max_len=60)
+    return root, files, summary
+
+
+def test_vocab_special_ids_and_decode_stops_at_eos(small):
+    root, _, _ = small
+    vocab = Vocab.load(root / "bin" / "spm.model")
+    assert len(vocab) == 200
+    assert (vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id) == (0, 1, 2, 3)
+    ids = vocab.encode("In the beginning God created the heavens.")
+    assert min(ids) > 3
+    assert vocab.decode(ids) == "In the beginning God created the heavens."
+    assert vocab.decode([2, *ids, 3, *vocab.encode("garbage"), 0]) == vocab.decode(ids)
+
+
+def test_model_with_other_special_ids_is_rejected(tmp_path):
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["a b c d e f g h"] * 20), model_prefix=str(tmp_path / "d"),
+        vocab_size=20, model_type="bpe", minloglevel=2,
+    )  # sentencepiece defaults: unk=0, bos=1, eos=2, no pad
+    with pytest.raises(DataError, match=r"special ids \(pad, unk, bos, eos\) are \(-1, 0, 1, 2\)"):
+        Vocab.load(tmp_path / "d.model")
+
+
+def test_prepare_counts_skips_and_dtype(small):
+    _, _, summary = small
+    train, valid = summary["splits"]["train"], summary["splits"]["valid"]
+    assert (train["read"], train["skipped_empty"]) == (1501, 1)
+    assert train["pairs"] + train["skipped_too_long_tokens"] == 1500
+    assert train["skipped_too_long_tokens"] > 0  # max_len=60 with 200 pieces cuts long verses
+    assert (valid["read"], valid["skipped_empty"]) == (51, 1)
+    assert summary["dtype"] == "uint16" and summary["vocab_size"] == 200
+
+
+def test_binarised_round_trip_equals_encoding(small):
+    root, files, summary = small
+    vocab = Vocab.load(root / "bin" / "spm.model")
+    ds = TokenDataset(root / "bin", "train")
+    assert len(ds) == summary["splits"]["train"]["pairs"]
+    pairs, _ = read_parallel(*files["train"])
+    kept = [(s, t) for s, t in pairs if max(len(vocab.encode(s)), len(vocab.encode(t))) <= 60]
+    assert len(kept) == len(ds)
+    for i in (0, 1, len(ds) // 2, len(ds) - 1):
+        assert ds.src(i).tolist() == vocab.encode(kept[i][0])
+        assert ds.tgt(i).tolist() == vocab.encode(kept[i][1])
+    assert ds.src_lens[: 3].tolist() == [len(vocab.encode(s)) for s, _ in kept[:3]]
+    assert isinstance(ds._tokens["src"], np.memmap)  # mapped, not read: O(1) loading
+
+
+def test_vocab_mismatch_is_detected(small, tmp_path):
+    root, files, _ = small
+    check_vocab(root / "bin", Vocab.load(root / "bin" / "spm.model"))  # its own: fine
+    other = Vocab.train([files["train"][0]], tmp_path / "other", vocab_size=150)
+    with pytest.raises(DataError, match=r"vocabulary mismatch: .* 200 pieces .* has 150 pieces"):
+        check_vocab(root / "bin", other)
+
+
+class FakeDataset:
+    def __init__(self, src, tgt):
+        self._src, self._tgt = src, tgt
+
+    def src(self, i):
+        return np.array(self._src[i])
+
+    def tgt(self, i):
+        return np.array(self._tgt[i])
+
+
+def test_collate_pins_exact_tensors():
+    ds = FakeDataset(src=[[10, 11, 12], [20], [30, 31]], tgt=[[40], [50, 51, 52, 53], [60, 61]])
+    b = collate(ds, [2, 0, 1])
+    assert b.src.tolist() == [[30, 31, 3, 0], [10, 11, 12, 3], [20, 3, 0, 0]]
+    assert b.tgt_in.tolist() == [[2, 60, 61, 0, 0], [2, 40, 0, 0, 0], [2, 50, 51, 52, 53]]
+    assert b.tgt_out.tolist() == [[60, 61, 3, 0, 0], [40, 3, 0, 0, 0], [50, 51, 52, 53, 3]]
+    assert b.src.dtype == torch.int64
+    assert (b.n_src_tokens, b.n_tgt_tokens, b.indices) == (9, 10, [2, 0, 1])
+    moved = b.to("cpu")
+    assert torch.equal(moved.tgt_out, b.tgt_out) and moved.indices == [2, 0, 1]
+
+
+def test_sampler_and_collate_on_prepared_data_respect_budget(small):
+    root, _, _ = small
+    ds = TokenDataset(root / "bin", "train")
+    sampler = TokenBudgetSampler(ds.src_lens, ds.tgt_lens, 300, 300, seed=0)
+    for indices in islice(iter(sampler), 20):
+        b = collate(ds, indices)
+        assert b.src.numel() <= 300 and b.tgt_in.numel() <= 300
+        assert b.n_tgt_tokens == int((b.tgt_out != 0).sum())
+
+
+def test_bundled_corpus_counts_and_disjoint_chapters():
+    paths = bundled_corpus_paths()
+    refs = {}
+    for split, (en, es) in paths.items():
+        ref = lines(en.with_name(f"{split}.ref.gz"))
+        assert len(lines(en)) == len(lines(es)) == len(ref) == SPLIT_PAIRS[split]
+        refs[split] = ref
+    chapters = {s: {re.sub(r":\d+$", "", r) for r in rs} for s, rs in refs.items()}
+    assert not chapters["train"] & chapters["valid"]
+    assert not chapters["train"] & chapters["test"]
+    assert not chapters["valid"] & chapters["test"]
+    assert refs["train"][0] == "Genesis 1:1" and lines(paths["train"][1])[0].startswith("EN el principio")
