@@ -14,7 +14,7 @@ elements are removed together with every constituent left empty; the outer unlab
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
