@@ -1,0 +1,16 @@
+"""Constituency parsing as sequence transduction (the paper's Table 4): Penn Treebank trees,
+their linearisation for the Transformer, and EVALB scoring. Pure Python, no torch."""
+
+from .corpus import WsjSplit, split_wsj, split_wsj_sample, write_parallel
+from .evalb import COLLINS, EvalbAborted, EvalbParams, EvalbResult, evalb_score
+from .linearize import delinearize, linearize, source_text
+from .trees import (Leaf, Tree, TreeSyntaxError, parse_trees, preprocess, read_lines,
+                    read_mrg, read_treebank, to_bracketed, write_lines)
+
+__all__ = [
+    "WsjSplit", "split_wsj", "split_wsj_sample", "write_parallel",
+    "COLLINS", "EvalbAborted", "EvalbParams", "EvalbResult", "evalb_score",
+    "delinearize", "linearize", "source_text",
+    "Leaf", "Tree", "TreeSyntaxError", "parse_trees", "preprocess", "read_lines",
+    "read_mrg", "read_treebank", "to_bracketed", "write_lines",
+]

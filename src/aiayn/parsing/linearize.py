@@ -1,0 +1,169 @@
+"""Trees as token sequences, after Vinyals, Kaiser et al. (2015), "Grammar as a Foreign Language".
+
+The source is the sentence's words joined by spaces. The target is the tree read depth-first:
+an opening bracket carries its label (``(NP``), so does the closing one (``)NP``), and every
+preterminal, tag and word together, becomes the one token ``XX``. POS tags are not scored by
+EVALB and the words are already on the source side, so as in the paper the model predicts only
+the bracketing; ``delinearize`` puts the words (and, for scoring, the gold tags) back::
+
+    (S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))
+    ->  (S (NP XX XX )NP (VP XX )VP XX )S
+
+``delinearize`` accepts any token sequence a model may emit and repairs it deterministically,
+so every hypothesis can be scored (rules in its docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .trees import Leaf, Tree
+
+__all__ = ["LEAF", "PLACEHOLDER_TAG", "linearize", "source_text", "delinearize"]
+
+LEAF = "XX"
+# The tag of a reconstructed preterminal when no tags are supplied.
+PLACEHOLDER_TAG = "XX"
+# The label of the root wrapped around output that is not a single constituent.
+FALLBACK_ROOT = "S"
+
+
+def linearize(tree: Tree) -> list[str]:
+    """The target tokens of ``tree``: ``(LABEL``, ``XX`` per preterminal, ``)LABEL``."""
+    tokens = [f"({tree.label}"]
+    for child in tree.children:
+        if isinstance(child, Leaf):
+            tokens.append(LEAF)
+        else:
+            tokens.extend(linearize(child))
+    tokens.append(f"){tree.label}")
+    return tokens
+
+
+def source_text(tree: Tree) -> str:
+    """The source side: the words joined by single spaces."""
+    return " ".join(tree.words())
+
+
+# A subtree being rebuilt: [label, children]; a leaf is the LEAF string until words go in.
+_Node = list
+
+
+def _parse(tokens: Sequence[str]) -> tuple[list, bool]:
+    """Bracket structure of ``tokens`` as nested [label, children] lists under a virtual root.
+
+    Returns (top-level items, repaired). Implements repair rules 1-4 of ``delinearize``.
+    """
+    repaired = False
+    root: _Node = [None, []]
+    stack: list[_Node] = [root]
+    for tok in tokens:
+        if tok == LEAF:
+            stack[-1][1].append(LEAF)
+        elif tok.startswith("(") and len(tok) > 1:
+            node: _Node = [tok[1:], []]
+            stack[-1][1].append(node)
+            stack.append(node)
+        elif tok.startswith(")"):
+            if len(stack) == 1:
+                repaired = True  # rule 2: nothing is open
+                continue
+            node = stack.pop()
+            repaired |= tok not in (")", f"){node[0]}")  # rule 2: label mismatch
+        else:
+            repaired = True  # rule 1: unknown token
+    repaired |= len(stack) > 1  # rule 3: brackets left open are closed at the end
+    return root[1], repaired
+
+
+def _prune(items: list) -> list:
+    """Drop constituents with no leaves, recursively (rule 4)."""
+    out = []
+    for item in items:
+        if item == LEAF:
+            out.append(item)
+        else:
+            children = _prune(item[1])
+            if children:
+                out.append([item[0], children])
+    return out
+
+
+def _count_leaves(items: list) -> int:
+    return sum(1 if item == LEAF else _count_leaves(item[1]) for item in items)
+
+
+def _truncate(items: list, keep: int) -> tuple[list, int]:
+    """Keep the first ``keep`` leaves in order; returns (items, leaves still to keep)."""
+    out = []
+    for item in items:
+        if keep == 0:
+            break
+        if item == LEAF:
+            out.append(item)
+            keep -= 1
+        else:
+            children, keep_after = _truncate(item[1], keep)
+            out.append([item[0], children])
+            keep = keep_after
+    return out, keep
+
+
+def _build(node: _Node, words: Sequence[str], tags: Sequence[str], i: list[int]) -> Tree:
+    """Turn [label, children] into a Tree, filling leaves with words and tags in order."""
+    children: list[Tree | Leaf] = []
+    for item in node[1]:
+        if item == LEAF:
+            children.append(Leaf(tags[i[0]], words[i[0]]))
+            i[0] += 1
+        else:
+            children.append(_build(item, words, tags, i))
+    return Tree(node[0], tuple(children))
+
+
+def delinearize(
+    tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None
+) -> tuple[Tree, bool]:
+    """Rebuild a Tree from a model's target ``tokens`` and the source ``words``.
+
+    ``tags`` fill the preterminals (default ``XX``). To score with EVALB pass the gold tags:
+    EVALB removes punctuation by its tag, so test trees need the gold tags to line up with
+    the gold trees; the paper does not score tags either.
+
+    Ill-formed output is repaired, deterministically, and ``repaired`` is True:
+
+    1. A token that is neither ``XX``, ``(LABEL`` nor ``)`` / ``)LABEL`` is dropped.
+    2. A closing bracket closes the innermost open bracket whatever its label (the opening
+       label wins); one with nothing open is dropped.
+    3. Brackets still open at the end are closed there.
+    4. Constituents with no ``XX`` inside are dropped.
+    5. Too many ``XX``: the surplus at the end is cut, then rule 4 again. Too few: the
+       missing leaves are appended as the last children of the root.
+    6. If what remains is not one constituent (several, a bare ``XX``, or nothing), it is
+       wrapped in an ``S`` root.
+
+    Well-formed output (matching labels, one root, as many ``XX`` as words) is returned
+    unchanged with ``repaired`` False, so ``delinearize(linearize(t), t.words(), t.tags())``
+    is ``t``.
+    """
+    if not words:
+        raise ValueError("cannot build a tree over no words")
+    if tags is None:
+        tags = [PLACEHOLDER_TAG] * len(words)
+    if len(tags) != len(words):
+        raise ValueError(f"{len(tags)} tags for {len(words)} words")
+    items, repaired = _parse(tokens)
+    pruned = _prune(items)
+    repaired |= pruned != items
+    n_leaves = _count_leaves(pruned)
+    if n_leaves > len(words):
+        pruned = _prune(_truncate(pruned, len(words))[0])
+    if len(pruned) == 1 and pruned[0] != LEAF:
+        root = pruned[0]
+    else:
+        root = [FALLBACK_ROOT, pruned]
+        repaired = True
+    if n_leaves < len(words):
+        root[1].extend([LEAF] * (len(words) - n_leaves))
+    repaired |= n_leaves != len(words)
+    return _build(root, words, tags, [0]), repaired
