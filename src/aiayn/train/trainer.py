@@ -284,8 +284,10 @@ class Trainer:
             due = (cfg.save_every_updates and self.update % cfg.save_every_updates == 0) or (
                 cfg.save_every_minutes and time.monotonic() - last_save >= cfg.save_every_minutes * 60)
             if self._agree(bool(due)):
+                paused = time.monotonic()
                 self.save()
                 last_save = time.monotonic()
+                t0 += last_save - paused  # validation and I/O do not count as training time
                 log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
         bar.close()
         latest = ckpt.latest_checkpoint(self.ckpt_root)

@@ -1,0 +1,27 @@
+"""Shared fixtures: a small prepared slice of the bundled corpus for training tests."""
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from aiayn.data import bundled_corpus_paths, prepare_corpus
+
+
+def _head(path: Path, n: int) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for _, line in zip(range(n), f)]
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    """400 training pairs (and 40 valid/test) of the Bible, 300-piece vocabulary, prepared."""
+    root = tmp_path_factory.mktemp("tiny_corpus")
+    files = {}
+    for split, n in (("train", 400), ("valid", 40), ("test", 40)):
+        src_path, tgt_path = bundled_corpus_paths()[split]
+        for side, path in (("en", src_path), ("es", tgt_path)):
+            (root / f"{split}.{side}").write_text("\n".join(_head(path, n)) + "\n", encoding="utf-8")
+        files[split] = (root / f"{split}.en", root / f"{split}.es")
+    prepare_corpus(files, root / "data", vocab_size=300, max_len=48)
+    return root / "data"

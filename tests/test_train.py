@@ -1,0 +1,280 @@
+"""Section 5: schedule, loss, split-invariant updates, exact resume, DDP, averaging, configs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from aiayn import ModelConfig, Transformer
+from aiayn.checkpoint import (
+    average_checkpoints, latest_checkpoint, list_checkpoints, load_transformer, save_checkpoint,
+)
+from aiayn.train import TrainConfig, load_train_config, noam_rate
+from aiayn.train import trainer as trainer_module
+from aiayn.train.loss import label_smoothed_loss
+from aiayn.train.trainer import NonFiniteLossError, Trainer
+
+TINY = {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}
+
+
+def config(data: Path, out: Path, **overrides) -> TrainConfig:
+    base = dict(data=str(data), out=str(out), preset="tiny", model=dict(TINY), max_src_tokens=400,
+                max_tgt_tokens=400, warmup=10, max_updates=6, save_every_minutes=None,
+                validate=False, num_threads=1, log_every=1)
+    return TrainConfig(**{**base, **overrides})
+
+
+# --- 5.3 schedule and 5.4 loss -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (1, 512**-0.5 * 4000**-1.5),  # 1.7469e-07: first warm-up step
+        (2000, 512**-0.5 * 2000 * 4000**-1.5),  # halfway up: 3.4939e-04
+        (4000, 512**-0.5 * 4000**-0.5),  # the peak: 6.9877e-04
+        (16000, 512**-0.5 * 16000**-0.5),  # decay: half the peak at 4x warm-up
+    ],
+)
+def test_noam_schedule(step, expected):
+    assert noam_rate(step, 512, 4000) == pytest.approx(expected, rel=1e-12)
+    assert noam_rate(4000, 512, 4000) == pytest.approx(6.98771e-4, rel=1e-5)
+
+
+def test_label_smoothed_loss_matches_pytorch_definition():
+    g = torch.Generator().manual_seed(0)
+    logits, target = torch.randn(50, 11, generator=g), torch.randint(0, 11, (50,), generator=g)
+    loss, nll = label_smoothed_loss(logits, target, eps_ls=0.1)
+    assert loss.item() == pytest.approx(F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum").item(), rel=1e-5)
+    assert nll.item() == pytest.approx(F.cross_entropy(logits, target, reduction="sum").item(), rel=1e-5)
+    assert label_smoothed_loss(logits, target, 0.0)[0].item() == pytest.approx(nll.item(), rel=1e-6)
+
+
+# --- an update does not depend on how its batch is split ------------------------------------
+
+
+def _capture_gradients(trainer: Trainer) -> list[list[torch.Tensor]]:
+    """Record the gradients the optimizer is about to apply, at every step."""
+    seen, step = [], trainer.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        seen.append([p.grad.clone() for p in trainer.model.parameters()])
+        return step(*args, **kwargs)
+
+    trainer.optimizer.step = recording_step
+    return seen
+
+
+def test_gradient_accumulation_equals_one_big_batch(tiny_corpus, tmp_path):
+    split = Trainer(config(tiny_corpus, tmp_path / "a", update_freq=2, model={**TINY, "P_drop": 0.0}))
+    whole = Trainer(config(tiny_corpus, tmp_path / "b", update_freq=1, model={**TINY, "P_drop": 0.0}))
+    b0, b1 = split.sampler.epoch_batches(0)[:2]
+    assert len(b0) > 1 and len(b1) > 1
+    # The gradient of the first update is that of the mean token loss of the whole batch.
+    from aiayn.data import collate
+
+    reference = Transformer(whole.model_cfg)
+    reference.load_state_dict(whole.model.state_dict())
+    batch = collate(whole.train_data, b0 + b1)
+    mask = batch.tgt_out != 0
+    loss, _ = label_smoothed_loss(reference(batch.src, batch.tgt_in, mask), batch.tgt_out[mask], 0.1)
+    (loss / batch.n_tgt_tokens).backward()
+
+    split_grads, whole_grads = _capture_gradients(split), _capture_gradients(whole)
+    for _ in range(3):  # three updates: Adam's state must agree too
+        split.train_update(iter([b0, b1]))
+        whole.train_update(iter([b0 + b1]))
+    for p, g in zip(reference.parameters(), whole_grads[0]):
+        assert torch.allclose(p.grad, g, atol=1e-7, rtol=1e-5)
+    for step in range(3):
+        for g, h in zip(split_grads[step], whole_grads[step]):
+            assert torch.allclose(g, h, atol=1e-7, rtol=1e-4)
+    assert_same_weights(dict(split.model.state_dict()), dict(whole.model.state_dict()))
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    """allclose on every weight but the key bias of self-attention.
+
+    softmax(q (k_j + b)) = softmax(q k_j): the key bias's gradient is exactly zero in exact
+    arithmetic, so in floats it is rounding noise, which Adam divides by its own magnitude
+    and turns into steps of size lr with a random sign. Its value never changes an output.
+    """
+    assert a.keys() == b.keys()
+    for name in a:
+        x, y = a[name], b[name]
+        if name.endswith("self_attn.W_QKV.bias"):
+            d = x.numel() // 3  # [q | k | v] for d_k = d_v
+            x, y = torch.cat([x[:d], x[2 * d:]]), torch.cat([y[:d], y[2 * d:]])
+        elif name.endswith("src_attn.W_KV.bias"):
+            x, y = x[x.numel() // 2:], y[y.numel() // 2:]
+        assert torch.allclose(x, y, atol=1e-5, rtol=1e-4), name
+
+
+# --- exact resume after SIGKILL --------------------------------------------------------------
+
+
+def _train_cmd(cfg_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "aiayn", "train", str(cfg_path), "--device", "cpu", *extra]
+
+
+def _write(cfg: TrainConfig, path: Path) -> Path:
+    import dataclasses
+
+    path.write_text(json.dumps(dataclasses.asdict(cfg)))
+    return path
+
+
+def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
+    n = 3
+    straight = _write(config(tiny_corpus, tmp_path / "straight", max_updates=2 * n), tmp_path / "a.json")
+    subprocess.run(_train_cmd(straight), check=True, capture_output=True)
+
+    # The same run, saving every n updates, killed (no clean-up at all) once update n is saved.
+    killed_cfg = config(tiny_corpus, tmp_path / "killed", max_updates=10_000, save_every_updates=n)
+    proc = subprocess.Popen(_train_cmd(_write(killed_cfg, tmp_path / "b.json")),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = tmp_path / "killed" / "checkpoints" / f"update_{n:07d}"
+    deadline = time.monotonic() + 120
+    while not (first / "meta.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "training died before update n"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    resumed = _write(config(tiny_corpus, tmp_path / "killed", max_updates=2 * n), tmp_path / "c.json")
+    subprocess.run(_train_cmd(resumed, "--resume", str(first)), check=True, capture_output=True)
+
+    a = load_file(str(tmp_path / "straight/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors"))
+    b = load_file(str(tmp_path / "killed/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_refuses_another_vocabulary(tiny_corpus, tmp_path):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=1)
+    Trainer(cfg).run()
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["vocab_fingerprint"] = "0" * 64
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="different vocabulary"):
+        Trainer(cfg).run(resume=ckpt)
+
+
+# --- data parallel with torchrun (gloo) equals one process on the same global batches --------
+
+
+def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
+    common = dict(model={**TINY, "P_drop": 0.0}, max_updates=3)
+    single = Trainer(config(tiny_corpus, tmp_path / "single", update_freq=2, **common))
+    single.run(resume=None)
+    ddp_cfg = _write(config(tiny_corpus, tmp_path / "ddp", **common), tmp_path / "ddp.json")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+           "-m", "aiayn", "train", str(ddp_cfg), "--device", "cpu"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = load_file(str(tmp_path / "single/checkpoints/update_0000003/model.safetensors"))
+    b = load_file(str(tmp_path / "ddp/checkpoints/update_0000003/model.safetensors"))
+    assert_same_weights(a, b)
+    meta = json.loads((tmp_path / "ddp/checkpoints/update_0000003/meta.json").read_text())
+    assert meta["world_size"] == 2
+    assert meta["tokens"] == json.loads((tmp_path / "single/checkpoints/update_0000003/meta.json").read_text())["tokens"]
+
+
+# --- non-finite losses ----------------------------------------------------------------------
+
+
+def test_non_finite_losses_skip_then_abort(tiny_corpus, tmp_path, monkeypatch):
+    real = trainer_module.label_smoothed_loss
+    calls = {"n": 0}
+
+    def flaky(logits, target, eps):
+        loss, nll = real(logits, target, eps)
+        calls["n"] += 1
+        return (loss * float("nan") if calls["n"] >= 3 else loss), nll
+
+    monkeypatch.setattr(trainer_module, "label_smoothed_loss", flaky)
+    trainer = Trainer(config(tiny_corpus, tmp_path / "run", max_nonfinite=3, max_updates=50))
+    with pytest.warns(UserWarning, match="non-finite loss"), pytest.raises(NonFiniteLossError, match="3 non-finite"):
+        trainer.run(resume=None)
+    assert trainer.update == 2  # two good updates; the skipped ones did not count
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+
+def test_average_is_the_mean_and_keeps_ties(tmp_path):
+    cfg = ModelConfig.preset("tiny")
+    models = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        model = Transformer(cfg)
+        models.append(model)
+        meta = {"update": seed + 1, "model_config": __import__("dataclasses").asdict(cfg)}
+        save_checkpoint(tmp_path / "ckpts", seed + 1, model, meta, None, None)
+    out = average_checkpoints(list_checkpoints(tmp_path / "ckpts"), tmp_path / "avg")
+    averaged, _ = load_transformer(out)
+    for name, p in averaged.named_parameters():
+        expected = sum(dict(m.named_parameters())[name] for m in models) / 3
+        assert torch.allclose(p, expected, atol=1e-7), name
+    assert averaged.generator.weight is averaged.src_embed.tokens.weight
+    stored = load_file(str(out / "model.safetensors"))
+    assert sum(t.shape == (cfg.vocab_size, cfg.d_model) for t in stored.values()) == 1  # tied, once
+
+
+def test_keep_last_and_latest_ignore_partial_writes(tmp_path):
+    model = Transformer(ModelConfig.preset("tiny"))
+    for update in range(1, 5):
+        save_checkpoint(tmp_path, update, model, {"update": update}, {"x": torch.ones(1)}, None, keep_last=2)
+    (tmp_path / ".update_0000005.tmp").mkdir()  # a crash mid-write leaves only a temp dir
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["update_0000003", "update_0000004"]
+    assert latest_checkpoint(tmp_path).name == "update_0000004"
+
+
+def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
+    summary = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=4, validate=True)).run()
+    assert summary["updates"] == 4 and summary["valid_ppl"] > 1
+    assert 0 < summary["mfu"] < 1
+    records = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in records if "loss" in r] == [1, 2, 3, 4]
+    assert records[-1]["valid_ppl"] == summary["valid_ppl"]
+    assert any((tmp_path / "run/tensorboard").iterdir())
+    saved = json.loads((latest_checkpoint(tmp_path / "run/checkpoints") / "meta.json").read_text())
+    assert saved["train_config"]["max_updates"] == 4 and saved["model_config"]["d_model"] == 32
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_config_rejects_unknown_and_mistyped_keys(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("preset: tiny\nwarmpu: 10\n")
+    with pytest.raises(ValueError, match="unknown key.*warmpu"):
+        load_train_config(bad)
+    bad.write_text("preset: tiny\nwarmup: ten\n")
+    with pytest.raises(ValueError, match="warmup: expected int"):
+        load_train_config(bad)
+    bad.write_text("preset: tiny\nmodel: {d_modle: 8}\n")
+    with pytest.raises(ValueError, match="d_modle"):
+        load_train_config(bad)
+
+
+def test_config_layers_preset_file_and_sets(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('preset = "D-ls0.2"\nwarmup = 100\n')
+    cfg = load_train_config(path, ["lr_scale=2", "model.d_ff=1024"])
+    assert (cfg.eps_ls, cfg.warmup, cfg.lr_scale) == (0.2, 100, 2.0)  # row D's eps_ls from the preset
+    assert cfg.model_config(None).d_ff == 1024
+    with pytest.raises(ValueError, match="cannot read 'x' as int"):
+        load_train_config(path, ["max_updates=x"])
