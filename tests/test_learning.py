@@ -24,15 +24,28 @@ def greedy(model: Transformer, src: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
+def exact_match(model: Transformer, task: str, seed: int) -> float:
+    seq = sample(200, torch.Generator().manual_seed(seed))
+    target = seq if task == "copy" else seq.flip(1)
+    model.eval()
+    with torch.no_grad():
+        out = greedy(model, torch.cat([seq, torch.full((200, 1), EOS)], 1), steps=7)
+    model.train()
+    hit = (out[:, :6] == target).all(1) & (out[:, 6] == EOS)
+    return hit.float().mean().item()
+
+
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_tiny_model_learns_task_exactly(task):
+    """Train until a validation sample is decoded perfectly (at most 1,000 updates, usually
+    150-300), then require 100% exact match on a separate test sample."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     cfg = ModelConfig(N_enc=2, N_dec=2, d_model=64, d_ff=128, h=4, P_drop=0.0, vocab_size=VOCAB, max_len=32)
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     eos = torch.full((64, 1), EOS)
-    for step in range(300):
+    for step in range(1000):
         seq = sample(64, g)
         target = seq if task == "copy" else seq.flip(1)
         src = torch.cat([seq, eos], 1)
@@ -44,10 +57,6 @@ def test_tiny_model_learns_task_exactly(task):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    model.eval()
-    with torch.no_grad():
-        seq = sample(200, torch.Generator().manual_seed(123))
-        target = seq if task == "copy" else seq.flip(1)
-        out = greedy(model, torch.cat([seq, torch.full((200, 1), EOS)], 1), steps=7)
-    assert torch.equal(out[:, :6], target), f"exact match {(out[:, :6] == target).all(1).float().mean():.2%}"
-    assert torch.all(out[:, 6] == EOS)
+        if step % 50 == 49 and exact_match(model, task, seed=7) == 1.0:
+            break
+    assert exact_match(model, task, seed=123) == 1.0
