@@ -202,14 +202,18 @@ def run_ct2(translator, vocab, srcs, size):
         assert len(res[0].hypotheses[0]) >= OUT_LEN - 1
 
 
-def tokens_per_second(fn, srcs, size, repeats: int) -> float:
-    fn(srcs[:size], size)  # warm-up
-    best = float("inf")
+def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, float]:
+    """Best-of-``repeats`` rate per system, the systems interleaved within each repeat so that
+    load from other processes on a shared machine hits them alike."""
+    for fn in systems.values():
+        fn(srcs[:size], size)  # warm-up
+    best = {name: float("inf") for name in systems}
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn(srcs, size)
-        best = min(best, time.perf_counter() - start)
-    return OUT_LEN * len(srcs) / best
+        for name, fn in systems.items():
+            start = time.perf_counter()
+            fn(srcs, size)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: OUT_LEN * len(srcs) / t for name, t in best.items()}
 
 
 def main() -> None:
@@ -217,7 +221,7 @@ def main() -> None:
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--n1", type=int, default=8, help="sentences decoded one at a time")
     parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2"])
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -237,7 +241,7 @@ def main() -> None:
                     translator, vocab = ct2_from_marian(hf, tmp)
                     systems["ct2"] = lambda s, b: run_ct2(translator, vocab, s, b)
             for size, n in ((1, args.n1), (32, args.n32)):
-                rates = {k: tokens_per_second(fn, srcs[:n], size, args.repeats) for k, fn in systems.items()}
+                rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
                 ratios = "  ".join(f"ours/{k} {rates['aiayn'] / v:.2f}" for k, v in rates.items() if k != "aiayn")
                 print(f"[{name}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
