@@ -1,0 +1,251 @@
+"""Decoding throughput on CPU: aiayn beam search vs Hugging Face Marian vs CTranslate2.
+
+Same weights in all three (ours copied into a ``MarianMTModel`` configured as the paper's
+post-LN Transformer, and that model converted with CTranslate2's ``TransformersConverter``),
+same random source sentences, beam 4, exactly 40 output tokens (eos forbidden before 40 on every
+side), fp32, 2 threads. Before timing, our logits are checked against Hugging Face's.
+
+Cost: about 2 minutes on 2 CPU cores for both configurations. Needs the peers (never the
+package's own venv):
+
+    python3 -m venv /work/benchvenv-decode
+    /work/benchvenv-decode/bin/pip install torch==2.13.0
+    /work/benchvenv-decode/bin/pip install transformers ctranslate2 sentencepiece sacrebleu
+    /work/benchvenv-decode/bin/python benchmarks/decode_throughput.py
+
+Prints target tokens/s (40 x sentences / seconds) per system and batch size, and our ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+from aiayn import ModelConfig, Transformer  # noqa: E402
+from aiayn.decode import DecodeConfig, beam_search  # noqa: E402
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+OUT_LEN, BEAM = 40, 4
+CONFIGS = {
+    "d256": dict(N_enc=3, N_dec=3, d_model=256, h=4, d_ff=1024, vocab_size=8000),
+    "base": dict(N_enc=6, N_dec=6, d_model=512, h=8, d_ff=2048, vocab_size=8000),
+}
+
+
+def our_model(fields: dict) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(P_drop=0.0, **fields)).eval()
+
+
+def marian_from_ours(model: Transformer):
+    """A MarianMTModel with the paper's architecture and our weights."""
+    from transformers import MarianConfig, MarianMTModel
+
+    c = model.cfg
+    config = MarianConfig(
+        vocab_size=c.vocab_size, decoder_vocab_size=c.vocab_size, d_model=c.d_model,
+        encoder_layers=c.N_enc, decoder_layers=c.N_dec, encoder_attention_heads=c.h,
+        decoder_attention_heads=c.h, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
+        activation_function="relu", max_position_embeddings=c.max_len, scale_embedding=True,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD,
+        eos_token_id=EOS, bos_token_id=BOS, decoder_start_token_id=BOS, forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, normalize_before=False,
+    )
+    hf = MarianMTModel(config).eval()
+    d = c.d_model
+    with torch.no_grad():
+        hf.model.shared.weight.copy_(model.src_embed.tokens.weight)
+        for stack in (hf.model.encoder, hf.model.decoder):
+            stack.embed_tokens.weight = hf.model.shared.weight
+            stack.embed_positions.weight.copy_(model.src_embed.pe[: c.max_len])
+        hf.lm_head.weight = hf.model.shared.weight
+        hf.final_logits_bias.zero_()
+
+        def copy(dst, src_w, src_b):
+            dst.weight.copy_(src_w)
+            dst.bias.copy_(src_b)
+
+        def self_attn(dst, mha):
+            for name, w, b in zip("qkv", mha.W_QKV.weight.split(d), mha.W_QKV.bias.split(d)):
+                copy(getattr(dst, f"{name}_proj"), w, b)
+            copy(dst.out_proj, mha.W_O.weight, mha.W_O.bias)
+
+        def ffn(dst, ff):
+            copy(dst.fc1, ff.W_1.weight, ff.W_1.bias)
+            copy(dst.fc2, ff.W_2.weight, ff.W_2.bias)
+
+        def norm(dst, sub):
+            copy(dst, sub.norm.weight, sub.norm.bias)
+
+        for ours, theirs in zip(model.encoder, hf.model.encoder.layers):
+            self_attn(theirs.self_attn, ours.self_attn)
+            norm(theirs.self_attn_layer_norm, ours.sublayer[0])
+            ffn(theirs, ours.feed_forward)
+            norm(theirs.final_layer_norm, ours.sublayer[1])
+        for ours, theirs in zip(model.decoder, hf.model.decoder.layers):
+            self_attn(theirs.self_attn, ours.self_attn)
+            norm(theirs.self_attn_layer_norm, ours.sublayer[0])
+            ca, mha = theirs.encoder_attn, ours.src_attn
+            copy(ca.q_proj, mha.W_Q.weight, mha.W_Q.bias)
+            (kw, vw), (kb, vb) = mha.W_KV.weight.split(d), mha.W_KV.bias.split(d)
+            copy(ca.k_proj, kw, kb)
+            copy(ca.v_proj, vw, vb)
+            copy(ca.out_proj, mha.W_O.weight, mha.W_O.bias)
+            norm(theirs.encoder_attn_layer_norm, ours.sublayer[1])
+            ffn(theirs, ours.feed_forward)
+            norm(theirs.final_layer_norm, ours.sublayer[2])
+    return hf
+
+
+def check_logits(model: Transformer, hf, src: torch.Tensor) -> float:
+    tgt_in = torch.cat([torch.full((src.size(0), 1), BOS), src[:, :7].clamp(min=4)], dim=1)
+    mask = (src != PAD).long()
+    with torch.no_grad():
+        ours = model(src, tgt_in)
+        theirs = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt_in).logits
+    diff = (ours - theirs).abs().max().item()
+    assert torch.allclose(ours, theirs, atol=1e-4, rtol=1e-4), f"logits differ by {diff}"
+    return diff
+
+
+class _Vocab:
+    """The little a tokenizer must offer the converter: the token strings by id."""
+
+    eos_token, unk_token, pad_token, bos_token = "</s>", "<unk>", "<pad>", "<s>"
+
+    def __init__(self, size: int) -> None:
+        self.tokens = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, size)]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {t: i for i, t in enumerate(self.tokens)}
+
+
+def ct2_from_marian(hf, out_dir: str):
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+    from ctranslate2.converters import transformers as ct2_hf
+
+    # The Marian loader assumes Marian's vocabulary (pad appended last, decoder started from a
+    # zero vector). Ours has pad = 0 and starts from the bos embedding, like Bart.
+    loader = ct2_hf.MarianMTLoader
+    loader._remove_pad_weights = lambda self, spec: None
+    loader.set_decoder = ct2_hf.BartLoader.set_decoder
+
+    def set_config(self, config, model, tokenizer):
+        config.eos_token, config.unk_token = tokenizer.eos_token, tokenizer.unk_token
+        config.bos_token = config.decoder_start_token = tokenizer.bos_token
+
+    loader.set_config = set_config
+
+    hf_dir = os.path.join(out_dir, "hf")
+    hf.config.save_pretrained(hf_dir)
+    vocab = _Vocab(hf.config.vocab_size)
+
+    class Converter(TransformersConverter):  # the model in memory, no tokenizer files
+        def load_model(self, *args, **kwargs):
+            return hf
+
+        def load_tokenizer(self, *args, **kwargs):
+            return vocab
+
+    ct2_dir = os.path.join(out_dir, "ct2")
+    Converter(hf_dir).convert(ct2_dir, force=True)
+    return ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32",
+                                  intra_threads=2, inter_threads=1), vocab
+
+
+def sources(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(15, 31, (n,), generator=g).tolist()
+    return [torch.randint(4, vocab, (L - 1,), generator=g).tolist() + [EOS] for L in lengths]
+
+
+def batches(srcs: list[list[int]], size: int):
+    for i in range(0, len(srcs), size):
+        chunk = srcs[i : i + size]
+        src = torch.full((len(chunk), max(map(len, chunk))), PAD)
+        for r, s in enumerate(chunk):
+            src[r, : len(s)] = torch.tensor(s)
+        yield chunk, src
+
+
+def run_ours(model, srcs, size):
+    config = DecodeConfig(beam=BEAM, alpha=0.6, max_len_a=0, max_len_b=OUT_LEN)
+    with torch.inference_mode():
+        for _, src in batches(srcs, size):
+            hyps = beam_search(model, src, config, min_len=OUT_LEN)
+            assert all(len(h[0].tokens) >= OUT_LEN - 1 for h in hyps)
+
+
+def run_hf(hf, srcs, size):
+    with torch.inference_mode():
+        for _, src in batches(srcs, size):
+            out = hf.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=BEAM,
+                              max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN, do_sample=False,
+                              length_penalty=0.6, early_stopping=False)
+            assert out.size(1) >= OUT_LEN
+
+
+def run_ct2(translator, vocab, srcs, size):
+    for chunk, _ in batches(srcs, size):
+        tokens = [[vocab.tokens[i] for i in s] for s in chunk]
+        res = translator.translate_batch(tokens, beam_size=BEAM, max_batch_size=size,
+                                         min_decoding_length=OUT_LEN, max_decoding_length=OUT_LEN,
+                                         length_penalty=0.6)
+        assert len(res[0].hypotheses[0]) >= OUT_LEN - 1
+
+
+def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, float]:
+    """Best-of-``repeats`` rate per system, the systems interleaved within each repeat so that
+    load from other processes on a shared machine hits them alike."""
+    for fn in systems.values():
+        fn(srcs[:size], size)  # warm-up
+    best = {name: float("inf") for name in systems}
+    for _ in range(repeats):
+        for name, fn in systems.items():
+            start = time.perf_counter()
+            fn(srcs, size)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: OUT_LEN * len(srcs) / t for name, t in best.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--n1", type=int, default=8, help="sentences decoded one at a time")
+    parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2"])
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, beam {BEAM}, {OUT_LEN} tokens, fp32")
+    for name in args.configs:
+        model = our_model(CONFIGS[name])
+        srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
+        systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
+        with tempfile.TemporaryDirectory() as tmp:
+            if "hf" in args.peers or "ct2" in args.peers:
+                hf = marian_from_ours(model)
+                diff = check_logits(model, hf, next(batches(srcs[:4], 4))[1])
+                print(f"[{name}] logits ours vs HF Marian: max |diff| = {diff:.2e}")
+                if "hf" in args.peers:
+                    systems["hf"] = lambda s, b: run_hf(hf, s, b)
+                if "ct2" in args.peers:
+                    translator, vocab = ct2_from_marian(hf, tmp)
+                    systems["ct2"] = lambda s, b: run_ct2(translator, vocab, s, b)
+            for size, n in ((1, args.n1), (32, args.n32)):
+                rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
+                line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
+                ratios = "  ".join(f"ours/{k} {rates['aiayn'] / v:.2f}" for k, v in rates.items() if k != "aiayn")
+                print(f"[{name}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

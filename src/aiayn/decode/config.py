@@ -1,0 +1,54 @@
+"""Decoding hyper-parameters as typed data, with the paper's two settings as presets (section 6).
+
+    translation: beam 4, alpha 0.6, max output length = input length + 50   (section 6.1)
+    parsing:     beam 21, alpha 0.3, max output length = input length + 300 (section 6.3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Beam size, GNMT length penalty alpha, ``max_len = max_len_a * src_len + max_len_b``.
+
+    ``src_len`` is the number of non-pad source tokens as given to the model (including the
+    source eos when the data pipeline appends one). ``nbest`` hypotheses are returned per input.
+    """
+
+    beam: int = 4
+    alpha: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    nbest: int = 1
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise ValueError(f"beam must be >= 1, got {self.beam}")
+        if not 1 <= self.nbest <= self.beam:
+            raise ValueError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
+        if self.max_len_a < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
+            raise ValueError(f"max_len_a={self.max_len_a}, max_len_b={self.max_len_b} allow no output")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "DecodeConfig":
+        """"translation" or "parsing", with optional field overrides."""
+        if name not in DECODE_PRESETS:
+            raise ValueError(f"unknown decode preset {name!r}; choose one of: {', '.join(DECODE_PRESETS)}")
+        return replace(DECODE_PRESETS[name], **overrides)
+
+    def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:
+        """(B,) source lengths -> (B,) long maximum output lengths |Y| (eos included), >= 1."""
+        limit = (self.max_len_a * src_len.to(torch.float64) + self.max_len_b).floor().long()
+        return limit.clamp(min=1, max=cap) if cap is not None else limit.clamp(min=1)
+
+
+DECODE_PRESETS: dict[str, DecodeConfig] = {
+    "translation": DecodeConfig(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=50),
+    "parsing": DecodeConfig(beam=21, alpha=0.3, max_len_a=1.0, max_len_b=300),
+}

@@ -1,0 +1,150 @@
+"""Translate a list of sentences: tokenise, batch by length, beam search, restore input order.
+
+    from aiayn.decode import DecodeConfig, translate
+    outputs = translate(model, lines, tokenizer, DecodeConfig.preset("translation"), max_tokens=4000)
+
+``tokenizer`` is anything with ``encode(str) -> list[int]`` and ``decode(list[int]) -> str``.
+Sentences are sorted by length so that a batch wastes little on padding; a batch holds at most
+``batch_size`` sentences and at most ``max_tokens`` padded source tokens. Empty lines give empty
+outputs without touching the model; over-long inputs are truncated to the model's positions
+with a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterator, Protocol, Sequence
+
+import torch
+
+from .beam import Hypothesis, beam_search
+from .config import DecodeConfig
+from .greedy import greedy_search
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def length_batches(lengths: Sequence[int], batch_size: int | None, max_tokens: int | None) -> Iterator[list[int]]:
+    """Indices grouped into batches of similar length, longest first (so that a batch too
+    large for memory fails at once). A batch has <= batch_size sentences and
+    <= max_tokens padded tokens (a single longer sentence still forms its own batch)."""
+    if batch_size is None and max_tokens is None:
+        raise ValueError("give batch_size, max_tokens or both")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch: list[int] = []
+    for i in order:
+        width = lengths[batch[0]] if batch else lengths[i]  # the first is the longest
+        full = (batch_size is not None and len(batch) >= batch_size) or (
+            max_tokens is not None and (len(batch) + 1) * width > max_tokens)
+        if batch and full:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def decode_ids(
+    model: Any,
+    sources: Sequence[Sequence[int]],
+    config: DecodeConfig = DecodeConfig(),
+    *,
+    batch_size: int | None = 64,
+    max_tokens: int | None = None,
+    max_src_len: int | None = None,
+    min_len: int = 0,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+    pad_id: int = 0,
+    bos_id: int = 2,
+    eos_id: int = 3,
+) -> list[list[Hypothesis]]:
+    """Token-id sources -> n-best hypotheses per source, in input order.
+
+    Empty sources get no hypotheses (``[]``). Sources longer than ``max_src_len`` (default: the
+    model's ``cfg.max_len`` when it has one) are truncated, keeping a final eos, with a warning.
+    Output lengths are capped at the model's positions as well. ``config.beam == 1`` decodes
+    greedily.
+    """
+    cap = max_src_len if max_src_len is not None else getattr(getattr(model, "cfg", None), "max_len", None)
+    device = torch.device(device) if device is not None else _model_device(model)
+    sources = [list(s) for s in sources]
+    if cap is not None:
+        too_long = [i for i, s in enumerate(sources) if len(s) > cap]
+        if too_long:
+            warnings.warn(f"{len(too_long)} source(s) longer than {cap} tokens truncated "
+                          f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)")
+            for i in too_long:
+                s = sources[i]
+                sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    nonempty = [i for i, s in enumerate(sources) if s]
+    batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
+    bar = _progress(len(nonempty), progress)
+    ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+    for batch in batches:
+        members = [nonempty[j] for j in batch]
+        width = max(len(sources[i]) for i in members)
+        src = torch.full((len(members), width), pad_id, dtype=torch.long)
+        for row, i in enumerate(members):
+            src[row, : len(sources[i])] = torch.tensor(sources[i])
+        src = src.to(device)
+        if config.beam == 1:
+            hyps = [[h] for h in greedy_search(model, src, config, min_len=min_len, max_len_cap=cap, **ids)]
+        else:
+            hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap, **ids)
+        for i, h in zip(members, hyps):
+            results[i] = h
+        if bar is not None:
+            bar.update(len(members))
+    if bar is not None:
+        bar.close()
+    return results
+
+
+def translate(
+    model: Any,
+    lines: Sequence[str],
+    tokenizer: Tokenizer,
+    config: DecodeConfig = DecodeConfig(),
+    *,
+    append_eos: bool = True,
+    **kwargs: Any,
+) -> list[str]:
+    """Sentences -> best translations, in input order; empty (blank) lines give "".
+
+    ``append_eos`` ends each source with eos, as the training data does. Other keyword
+    arguments are those of ``decode_ids`` (batch_size, max_tokens, device, progress, ...).
+    """
+    eos_id = kwargs.get("eos_id", 3)
+    sources = []
+    for line in lines:
+        ids = tokenizer.encode(line) if line.strip() else []
+        sources.append(ids + [eos_id] if ids and append_eos else ids)
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    try:
+        nbest = decode_ids(model, sources, config, **kwargs)
+    finally:
+        if was_training:
+            model.train()
+    return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
+
+
+def _model_device(model: Any) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration, TypeError):
+        return torch.device("cpu")
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="sent", desc="decoding")

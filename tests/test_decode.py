@@ -1,0 +1,272 @@
+"""Beam search, greedy search and translate, against hand-computed and exhaustive answers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.decode import DecodeConfig, beam_search, decode_ids, gnmt_length_penalty, greedy_search, translate
+from aiayn.decode.translate import length_batches
+
+PAD, UNK, BOS, EOS, A, B_ = 0, 1, 2, 3, 4, 5
+
+
+# --- a scripted fake model: next-token probabilities are a table keyed by the prefix -----------
+
+
+class PrefixCache:
+    """Holds each row's generated prefix; ``select`` reorders rows like ``DecoderCache``."""
+
+    def __init__(self, rows: list[tuple[int, ...]]) -> None:
+        self.rows = rows
+
+    def select(self, index: torch.Tensor) -> None:
+        self.rows = [self.rows[i] for i in index.tolist()]
+
+
+class ScriptedModel:
+    """P(next | prefix) from ``table`` (prefix = tokens after bos); counts decode steps."""
+
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], vocab: int = 6) -> None:
+        self.table, self.vocab, self.steps = table, vocab, 0
+
+    def encode(self, src):
+        return torch.zeros(src.size(0), src.size(1), 1)
+
+    def src_mask(self, src):
+        return (src != PAD)[:, None, None, :]
+
+    def decode_step(self, tgt_in, memory, src_mask, cache=None):
+        assert memory.size(0) == src_mask.size(0) == tgt_in.size(0)
+        self.steps += 1
+        if cache is None:
+            cache = PrefixCache([() for _ in range(tgt_in.size(0))])
+        assert len(cache.rows) == tgt_in.size(0)
+        cache.rows = [p + tuple(x for x in row if x != BOS) for p, row in zip(cache.rows, tgt_in.tolist())]
+        logits = torch.full((tgt_in.size(0), self.vocab), float("-inf"))
+        for r, prefix in enumerate(cache.rows):
+            for tok, p in self.table[prefix].items():
+                logits[r, tok] = math.log(p)
+        return logits, cache
+
+
+# P(a)=.6 P(b)=.4; after a: eos .7, a .2, b .1; after b: a .9, eos .1; then eos for sure.
+TABLE = {
+    (): {A: 0.6, B_: 0.4},
+    (A,): {EOS: 0.7, A: 0.2, B_: 0.1},
+    (B_,): {A: 0.9, EOS: 0.1},
+    (A, A): {EOS: 1.0}, (A, B_): {EOS: 1.0}, (B_, A): {EOS: 1.0},
+}
+SRC = torch.tensor([[7, 8, 9]])
+
+
+def run(config: DecodeConfig, **kw):
+    model = ScriptedModel(TABLE)
+    return beam_search(model, SRC, config, **kw)[0], model.steps
+
+
+def test_scripted_alpha0_stops_early():
+    # Beam 2. Step 1 candidates: a .6, b .4 -> live [a, b].
+    # Step 2 candidates by probability: a-eos .42, ba .36, aa .12, ab .06, b-eos .04. Rank 1 is
+    # eos: "a" finishes with log .42 = -0.8675. Live: ba (.36), aa (.12).
+    # alpha = 0: best live bound log .36 = -1.0217 <= -0.8675: stop after 2 steps.
+    hyps, steps = run(DecodeConfig(beam=2, alpha=0.0, max_len_a=0, max_len_b=3, nbest=1))
+    assert steps == 2
+    assert [h.tokens for h in hyps] == [[A]]
+    assert hyps[0].score == pytest.approx(math.log(0.42), abs=1e-6)
+    assert hyps[0].length == 2
+
+
+def test_scripted_alpha2_prefers_longer():
+    # alpha = 2, max_len 3: lp(2) = (7/6)^2 = 1.3611, lp(3) = (8/6)^2 = 1.7778.
+    # After step 2: "a" scores log .42 / lp(2) = -0.867501 / 1.361111 = -0.637348; bound for
+    # ba: log .36 / lp(3) = -1.021651 / 1.777778 = -0.574679 > -0.637348, so decoding goes on.
+    # Step 3: ba-eos (log .36) and aa-eos (log .12) rank 1 and 2, both finish: ba -0.574679,
+    # aa -2.120264 / 1.777778 = -1.192648.
+    hyps, steps = run(DecodeConfig(beam=2, alpha=2.0, max_len_a=0, max_len_b=3, nbest=2))
+    assert steps == 3
+    assert [h.tokens for h in hyps] == [[B_, A], [A]]
+    assert [h.score for h in hyps] == pytest.approx([-0.574679, -0.637348], abs=1e-6)
+    assert [h.log_prob for h in hyps] == pytest.approx([math.log(0.36), math.log(0.42)], abs=1e-6)
+    assert [h.length for h in hyps] == [3, 2]
+
+
+def test_scripted_max_len_truncates():
+    # max_len 2, alpha 0: at step 2 every top-2 candidate finishes: a-eos (.42, |Y|=2) and
+    # the truncated "b a" (.36, |Y|=2, no eos).
+    hyps, steps = run(DecodeConfig(beam=2, alpha=0.0, max_len_a=0, max_len_b=2, nbest=2))
+    assert steps == 2
+    assert [(h.tokens, h.length) for h in hyps] == [([A], 2), ([B_, A], 2)]
+    assert [h.log_prob for h in hyps] == pytest.approx([math.log(0.42), math.log(0.36)], abs=1e-6)
+
+
+def test_scripted_min_len_forbids_early_eos():
+    # min_len 3: eos impossible at step 2 (not renormalised). Step 2 live: ba .36, aa .12;
+    # step 3: ba-eos .36 is best.
+    hyps, _ = run(DecodeConfig(beam=2, alpha=0.0, max_len_a=0, max_len_b=3), min_len=3)
+    assert [h.tokens for h in hyps] == [[B_, A]]
+    assert hyps[0].log_prob == pytest.approx(math.log(0.36), abs=1e-6)
+
+
+def test_scripted_greedy():
+    # Greedy: a (.6), then eos (.7): log .42; lp(2) with alpha .6 = (7/6)^.6.
+    hyp = greedy_search(ScriptedModel(TABLE), SRC, DecodeConfig(alpha=0.6))[0]
+    assert (hyp.tokens, hyp.length) == ([A], 2)
+    assert hyp.score == pytest.approx(math.log(0.42) / (7 / 6) ** 0.6, abs=1e-6)
+
+
+def test_gnmt_penalty_values():
+    assert gnmt_length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert gnmt_length_penalty(torch.tensor([1, 7]), 1.0).tolist() == pytest.approx([1.0, 2.0])
+
+
+def test_presets():
+    assert DecodeConfig.preset("translation") == DecodeConfig(4, 0.6, 1.0, 50, 1)
+    assert DecodeConfig.preset("parsing") == DecodeConfig(21, 0.3, 1.0, 300, 1)
+    assert DecodeConfig().max_len(torch.tensor([3, 10]), cap=55).tolist() == [53, 55]
+
+
+# --- a tiny random Transformer -------------------------------------------------------------------
+
+
+def tiny_model(vocab: int = 100, seed: int = 0) -> aiayn.Transformer:
+    torch.manual_seed(seed)
+    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", vocab_size=vocab)).eval()
+    with torch.no_grad():  # make eos likely enough that sentences finish at different steps
+        model.src_embed.tokens.weight[EOS] *= 6.0
+    return model
+
+
+def random_src(batch: int = 5, seed: int = 1, vocab: int = 100) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab, (batch, 9), generator=g)
+    for i in range(batch):
+        src[i, 9 - i:] = PAD  # different lengths
+    return src
+
+
+SHORT = DecodeConfig(beam=4, alpha=0.6, max_len_a=0.5, max_len_b=8, nbest=4)
+
+
+def as_tuples(nbest):
+    return [[(tuple(h.tokens), round(h.score, 4)) for h in hyps] for hyps in nbest]
+
+
+def test_eos_is_reached():
+    lengths = [h[0].length for h in beam_search(tiny_model(), random_src(), SHORT)]
+    assert any(n < 8 for n in lengths)  # the tests below exercise sentences leaving the batch
+
+
+def test_beam1_alpha0_equals_greedy():
+    # With k = 1 and alpha = 0 a live hypothesis can never beat a finished one (scores only
+    # drop), so beam search stops at the first eos, as greedy does. (With alpha > 0 beam 1 may
+    # rightly continue past an eos that a longer, better-normalised hypothesis beats.)
+    model, src = tiny_model(), random_src()
+    config = DecodeConfig(beam=1, alpha=0.0, max_len_a=1.0, max_len_b=6)
+    beam = [h[0] for h in beam_search(model, src, config)]
+    greedy = greedy_search(model, src, config)
+    assert [h.tokens for h in beam] == [h.tokens for h in greedy]
+    assert [h.log_prob for h in beam] == pytest.approx([h.log_prob for h in greedy], abs=1e-5)
+
+
+class Uncached:
+    """Wraps a model: every step recomputes the whole prefix with a fresh cache."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def src_mask(self, src):
+        return self.model.src_mask(src)
+
+    def decode_step(self, tgt_in, memory, src_mask, cache=None):
+        prefix = tgt_in if cache is None else torch.cat([cache.rows, tgt_in], dim=1)
+        logits, _ = self.model.decode_step(prefix, memory, src_mask, None)
+        cache = cache or PrefixCache([])
+        cache.rows = prefix
+        return logits, cache
+
+
+def _select_tensor_rows(self, index):
+    self.rows = self.rows.index_select(0, index)
+
+
+def test_cached_equals_uncached(monkeypatch):
+    monkeypatch.setattr(PrefixCache, "select", _select_tensor_rows)
+    model, src = tiny_model(), random_src()
+    assert as_tuples(beam_search(model, src, SHORT)) == as_tuples(beam_search(Uncached(model), src, SHORT))
+
+
+def test_batched_equals_one_by_one():
+    model, src = tiny_model(), random_src()
+    batched = beam_search(model, src, SHORT)
+    single = [beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], SHORT)[0] for i in range(len(src))]
+    assert as_tuples(batched) == as_tuples(single)
+
+
+def test_large_beam_finds_exhaustive_optimum():
+    # Vocabulary: pad, unk, bos, eos, a, b. Outputs use unk, a, b, eos (pad/bos impossible).
+    # Enumerate every Y with |Y| <= 4: w eos (|w| <= 3) or 4 tokens cut at the limit.
+    alpha, max_len = 0.6, 4
+    model, src = tiny_model(vocab=6, seed=3), torch.tensor([[4, 5, 4, EOS]])
+    words = [UNK, A, B_]
+    outputs = [list(w) + [EOS] for n in range(max_len) for w in itertools.product(words, repeat=n)]
+    outputs += [list(w) for w in itertools.product(words, repeat=max_len)]
+    with torch.no_grad():
+        def log_prob(y):
+            tgt = torch.tensor([[BOS] + y])
+            lp = torch.log_softmax(model(src, tgt[:, :-1]), -1)[0]
+            return float(lp.gather(1, tgt[0, 1:, None]).sum())
+        exhaustive = sorted(((log_prob(y) / gnmt_length_penalty(len(y), alpha), y) for y in outputs), reverse=True)
+    config = DecodeConfig(beam=len(outputs), alpha=alpha, max_len_a=0, max_len_b=max_len, nbest=3)
+    hyps = beam_search(model, src, config)[0]
+    for (score, y), hyp in zip(exhaustive[:3], hyps):
+        assert hyp.tokens == [t for t in y if t != EOS]
+        assert hyp.score == pytest.approx(score, abs=1e-5)
+
+
+# --- translate ----------------------------------------------------------------------------------
+
+
+class CharTokenizer:
+    """'a'..'z' <-> 4..29."""
+
+    def encode(self, text: str) -> list[int]:
+        return [4 + ord(c) - ord("a") for c in text if c.isalpha()]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(ord("a") + i - 4) if 4 <= i < 30 else "?" for i in ids)
+
+
+def test_translate_restores_order_and_empty_lines():
+    model = tiny_model()
+    lines = ["abc", "", "hello world", "   ", "xy", "abcdefghij"]
+    config = DecodeConfig(beam=2, max_len_a=0, max_len_b=5)
+    out = translate(model, lines, CharTokenizer(), config, max_tokens=12)
+    singles = [translate(model, [line], CharTokenizer(), config, batch_size=1)[0] for line in lines]
+    assert out == singles
+    assert out[1] == "" and out[3] == ""
+    assert all(out[i] for i in (0, 2, 4, 5))
+
+
+def test_overlong_source_truncated_with_warning():
+    model = tiny_model()  # tiny: max_len 256 positions
+    with pytest.warns(UserWarning, match="truncated"):
+        hyps = decode_ids(model, [[5] * 300 + [EOS]], DecodeConfig(beam=2, max_len_a=0, max_len_b=3))
+    assert len(hyps[0]) == 1
+
+
+@pytest.mark.parametrize("batch_size,max_tokens,expected", [
+    (2, None, [[1, 3], [0, 2], [4]]),
+    (None, 10, [[1], [3, 0], [2, 4]]),
+])
+def test_length_batches(batch_size, max_tokens, expected):
+    # lengths 4, 6, 3, 5, 1: sorted longest first = 1, 3, 0, 2, 4.
+    assert list(length_batches([4, 6, 3, 5, 1], batch_size, max_tokens)) == expected
