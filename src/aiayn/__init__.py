@@ -1,7 +1,24 @@
-"""aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), complete."""
+"""aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), complete.
 
-from .config import ModelConfig, PRESETS
-from .model import Transformer, count_parameters
+The top-level names are imported lazily, so that torch-free parts (``aiayn.metrics``,
+``aiayn.parsing``, ``aiayn.data.readers``) can be used without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["ModelConfig", "PRESETS", "Transformer", "count_parameters"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ModelConfig", "PRESETS"):
+        from . import config
+
+        return getattr(config, name)
+    if name in ("Transformer", "count_parameters"):
+        from . import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'aiayn' has no attribute {name!r}")

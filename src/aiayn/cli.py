@@ -66,6 +66,46 @@ def _average(args: argparse.Namespace) -> None:
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
 
 
+def _decode_config(args: argparse.Namespace):
+    from .decode import DecodeConfig
+
+    overrides = {k: v for k, v in (("beam", args.beam), ("alpha", args.alpha)) if v is not None}
+    return DecodeConfig.preset(args.decode_preset, **overrides)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from .evaluate import evaluate_checkpoint
+
+    result = evaluate_checkpoint(args.checkpoint, args.src, args.ref, args.output,
+                                 _decode_config(args), lang=args.lang, device=args.device)
+    print(json.dumps(result.as_dict(), indent=2))
+
+
+def _translate(args: argparse.Namespace) -> None:
+    from .translate_cli import translate_stream
+
+    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    interactive = args.interactive or (args.input is None and sys.stdin.isatty())
+    translate_stream(args.checkpoint, source, sys.stdout, _decode_config(args), device=args.device,
+                     chunk=1 if interactive else args.chunk, prompt=interactive)
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from .demo import format_report, run_demo
+
+    report = run_demo(minutes=args.minutes, work=Path(args.work), out=Path(args.out), sets=args.set or [],
+                      test_limit=args.test_limit, fresh=args.fresh)
+    print(format_report(report))
+
+
+def _add_decode_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    p.add_argument("--decode-preset", default="translation", choices=["translation", "parsing"])
+    p.add_argument("--beam", type=int, help="beam size (translation preset: 4)")
+    p.add_argument("--alpha", type=float, help="GNMT length penalty alpha (translation preset: 0.6)")
+    p.add_argument("--device", default="cpu")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aiayn", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,6 +138,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=5)
     p.add_argument("--out", required=True)
     p.set_defaults(func=_average)
+
+    p = sub.add_parser("evaluate", help="translate a test set; SacreBLEU, paper BLEU, perplexity")
+    _add_decode_args(p)
+    p.add_argument("--src", required=True, help="source text (.gz allowed)")
+    p.add_argument("--ref", required=True, help="reference text (.gz allowed)")
+    p.add_argument("--output", help="file to write the hypotheses to")
+    p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
+    p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("translate", help="translate raw text, one line in -> one line out")
+    _add_decode_args(p)
+    p.add_argument("--input", help="a text file (default: stdin)")
+    p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
+    p.add_argument("--chunk", type=int, default=64, help="lines decoded together when reading a file")
+    p.set_defaults(func=_translate)
+
+    p = sub.add_parser("demo", help="train + evaluate an English->Spanish translator on the bundled corpus")
+    p.add_argument("--minutes", type=float, default=15.0, help="training budget (wall clock)")
+    p.add_argument("--work", default="work/bible", help="where the prepared corpus goes")
+    p.add_argument("--out", default="runs/demo", help="run directory")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="TrainConfig override")
+    p.add_argument("--test-limit", type=int, help="evaluate on the first N test sentences only")
+    p.add_argument("--fresh", action="store_true", help="delete the run directory first")
+    p.set_defaults(func=_demo)
     return parser
 
 

@@ -93,6 +93,10 @@ class Vocab:
     def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
         return self.sp.encode(texts, out_type=int, num_threads=num_threads)
 
+    def id_to_piece(self, i: int) -> str:
+        """The subword string of id ``i`` (for attention-map axes)."""
+        return self.sp.id_to_piece(int(i))
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first eos, ignoring pad and bos."""
         kept: list[int] = []

@@ -1,0 +1,115 @@
+"""Evaluation as the paper reports it: translate a test set with beam search and score it with
+SacreBLEU (detokenised, with its signature) and the paper's tokenised, compound-split BLEU,
+plus the perplexity per subword of the references."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .checkpoint import VOCAB, load_transformer
+from .data import Vocab
+from .decode import DecodeConfig, translate
+from .metrics import paper_bleu, sacre_bleu
+from .model import Transformer
+from .train.loss import perplexity
+
+
+@dataclass
+class Evaluation:
+    sacrebleu: float
+    signature: str
+    paper_bleu: float
+    ppl: float
+    n: int
+    hypotheses: list[str] = field(repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sacrebleu": self.sacrebleu, "signature": self.signature,
+                "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n}
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 text file (``.gz`` read transparently), without newlines."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def write_lines_atomic(path: str | Path, lines: Sequence[str]) -> None:
+    """Write lines so that a crash leaves the previous file, never half of the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@torch.no_grad()
+def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str], references: Sequence[str],
+                         batch_size: int = 64) -> float:
+    """exp(mean NLL per subword) of the references (eos included), teacher-forced."""
+    model.eval()
+    device = next(model.parameters()).device
+    nll_sum, tokens = 0.0, 0
+    pairs = [(vocab.encode(s) + [vocab.eos_id], vocab.encode(r)) for s, r in zip(sources, references) if s.strip()]
+    pairs.sort(key=lambda p: len(p[0]))
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        src = _pad([s[: model.cfg.max_len] for s, _ in chunk], vocab.pad_id).to(device)
+        tgt_in = _pad([[vocab.bos_id] + r[: model.cfg.max_len - 1] for _, r in chunk], vocab.pad_id).to(device)
+        tgt_out = _pad([r[: model.cfg.max_len - 1] + [vocab.eos_id] for _, r in chunk], vocab.pad_id).to(device)
+        mask = tgt_out != vocab.pad_id
+        logits = model(src, tgt_in, output_mask=mask)
+        nll_sum += torch.nn.functional.cross_entropy(logits.float(), tgt_out[mask], reduction="sum").item()
+        tokens += int(mask.sum())
+    return perplexity(nll_sum, tokens)
+
+
+def _pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def evaluate_model(
+    model: Transformer, vocab: Vocab, sources: Sequence[str], references: Sequence[str],
+    decode: DecodeConfig = DecodeConfig(), lang: str = "de", max_tokens: int = 4000,
+    progress: bool = False,
+) -> Evaluation:
+    if len(sources) != len(references):
+        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    hyps = translate(model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress)
+    score, signature = sacre_bleu(hyps, [list(references)])
+    return Evaluation(
+        sacrebleu=score, signature=signature,
+        paper_bleu=paper_bleu(hyps, [list(references)], lang=lang),
+        ppl=reference_perplexity(model, vocab, sources, references),
+        n=len(sources), hypotheses=hyps,
+    )
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path, src_path: str | Path, ref_path: str | Path, hyp_path: str | Path | None,
+    decode: DecodeConfig = DecodeConfig(), lang: str = "de", device: str = "cpu", progress: bool = True,
+) -> Evaluation:
+    """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses."""
+    model, _ = load_transformer(checkpoint, device)
+    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    sources, references = read_lines(src_path), read_lines(ref_path)
+    if len(sources) != len(references):
+        raise ValueError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
+    result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)
+    if hyp_path is not None:
+        write_lines_atomic(hyp_path, result.hypotheses)
+    return result

@@ -1,0 +1,105 @@
+"""Pictures: training curves, and attention maps in the style of the paper's Figures 3-5
+(one panel per head, one figure per layer, source/target tokens on the axes)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from .model import Transformer  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    """Render to a temporary file, then rename: a crash never leaves a half-written PNG."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def plot_training(log_path: Path, out: Path, bleu_points: Sequence[tuple[float, float]] = ()) -> Path:
+    """Training loss and validation perplexity against minutes; BLEU per checkpoint if given."""
+    records = [json.loads(line) for line in Path(log_path).read_text(encoding="utf-8").splitlines() if line]
+    train = [(r["elapsed_s"] / 60, r["loss"]) for r in records if "loss" in r]
+    valid = [(r["elapsed_s"] / 60, r["valid_ppl"]) for r in records if "valid_ppl" in r]
+    panels = 3 if bleu_points else 2
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
+    axes[0].plot(*zip(*train), lw=1) if train else None
+    axes[0].set(xlabel="training minutes", ylabel="label-smoothed loss / token", title="training loss")
+    if valid:
+        axes[1].plot(*zip(*valid), marker="o")
+        axes[1].set_yscale("log")
+    axes[1].set(xlabel="training minutes", ylabel="perplexity / subword", title="validation perplexity")
+    if bleu_points:
+        axes[2].plot(*zip(*bleu_points), marker="o", color="tab:green")
+        axes[2].set(xlabel="training minutes", ylabel="SacreBLEU", title="BLEU per checkpoint (valid subset)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    return _save(fig, out)
+
+
+@torch.no_grad()
+def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+    """Per layer, the (h, T, S) weights of encoder self-, decoder self- and enc-dec attention
+    for one sentence pair, computed with the reference attention path."""
+    model.eval()
+    model.set_attention_impl("reference")
+    try:
+        model(src, tgt_in)
+        return {
+            "encoder self-attention": [layer.self_attn.weights[0] for layer in model.encoder],
+            "decoder self-attention": [layer.self_attn.weights[0] for layer in model.decoder],
+            "encoder-decoder attention": [layer.src_attn.weights[0] for layer in model.decoder],
+        }
+    finally:
+        model.set_attention_impl("fused")
+
+
+def plot_attention(weights: torch.Tensor, queries: Sequence[str], keys: Sequence[str], title: str,
+                   out: Path) -> Path:
+    """One layer's heads side by side: rows are queries, columns keys (Figures 3-5)."""
+    h = weights.size(0)
+    cols = min(h, 4)
+    rows = (h + cols - 1) // cols
+    size = min(8.0, max(2.5, 0.22 * max(len(queries), len(keys))))
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[i].cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
+        ax.set_title(f"head {i + 1}", fontsize=9)
+        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(queries)), queries, fontsize=7)
+    fig.suptitle(title)
+    return _save(fig, out)
+
+
+def attention_maps(model: Transformer, vocab, source: str, target: str, out_dir: Path, name: str) -> list[Path]:
+    """PNG per attention kind and layer for one sentence pair (e.g. a source and its translation)."""
+    src_ids = vocab.encode(source)[: model.cfg.max_len - 1] + [vocab.eos_id]
+    tgt_ids = [vocab.bos_id] + vocab.encode(target)[: model.cfg.max_len - 1]
+    src_tokens = [vocab.id_to_piece(i) for i in src_ids]
+    tgt_tokens = [vocab.id_to_piece(i) for i in tgt_ids]
+    device = next(model.parameters()).device
+    weights = attention_weights(model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device))
+    axes = {"encoder self-attention": ("enc_self", src_tokens, src_tokens),
+            "decoder self-attention": ("dec_self", tgt_tokens, tgt_tokens),
+            "encoder-decoder attention": ("enc_dec", tgt_tokens, src_tokens)}
+    paths = []
+    for kind, layers in weights.items():
+        slug, queries, keys = axes[kind]
+        for layer, w in enumerate(layers, start=1):
+            paths.append(plot_attention(w, queries, keys, f"{kind}, layer {layer}: {name}",
+                                        out_dir / f"{name}_{slug}_layer{layer}.png"))
+    return paths
