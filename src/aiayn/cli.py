@@ -162,6 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-limit", type=int, help="evaluate on the first N test sentences only")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first")
     p.set_defaults(func=_demo)
+
+    from .parse_cli import add_parse_commands  # light: heavy imports happen inside handlers
+
+    add_parse_commands(sub)
     return parser
 
 
