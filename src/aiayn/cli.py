@@ -29,6 +29,11 @@ def _prepare(args: argparse.Namespace) -> None:
 
     if args.bundled:
         splits = bundled_corpus_paths()
+    elif args.wmt14:
+        from .data.wmt import download_wmt14
+
+        src, tgt = args.wmt14.split("-")[1], args.wmt14.split("-")[0]  # "de-en" -> en->de
+        splits = download_wmt14(args.wmt14, src, tgt, Path(args.out) / "raw")
     else:
         if not (args.train_src and args.train_tgt):
             raise SystemExit("aiayn prepare: give --bundled, or --train-src and --train-tgt")
@@ -118,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="train the shared BPE vocabulary and binarise a corpus")
     p.add_argument("--out", required=True, help="dataset directory to write")
     p.add_argument("--bundled", action="store_true", help="the bundled English->Spanish Bible")
+    p.add_argument("--wmt14", choices=["de-en", "fr-en"],
+                   help="download WMT14 (English->German/French) with Hugging Face datasets (pip install -e '.[wmt]')")
     for split in ("train", "valid", "test"):
         p.add_argument(f"--{split}-src")
         p.add_argument(f"--{split}-tgt")

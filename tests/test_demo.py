@@ -1,0 +1,90 @@
+"""The main job end to end on a budget of seconds, and the CLI on what it leaves behind."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+
+from aiayn.data import bundled_corpus_paths
+from aiayn.demo import format_report, run_demo
+from aiayn.evaluate import read_lines
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demo")
+    sets = ["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600", "save_every_minutes=0.02"]
+    report = run_demo(minutes=0.1, work=root / "work", out=root / "run", sets=sets, test_limit=6,
+                      curve_sentences=3, progress=lambda message: None)
+    return root, report
+
+
+def test_demo_writes_every_artefact(demo):
+    root, report = demo
+    run = root / "run"
+    for name in ("averaged/model.safetensors", "averaged/spm.model", "averaged/meta.json",
+                 "test.hyp.es", "training.png", "report.json", "log.jsonl", "summary.json"):
+        assert (run / name).is_file(), name
+    maps = sorted((run / "attention").glob("*.png"))
+    assert len(maps) == report["artefacts"]["n_attention_maps"] == 3 * 3 * 2  # 3 sentences, 3 kinds, 2 layers
+    assert len(json.loads((run / "report.json").read_text())["samples"]) == 6
+    assert len(report["bleu_per_checkpoint"]) >= 2
+    assert report["training"]["updates"] >= 1 and report["training"]["elapsed_s"] >= 6
+
+
+def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
+    root, report = demo
+    hyps = read_lines(root / "run/test.hyp.es")
+    refs = read_lines(bundled_corpus_paths()["test"][1])[:6]
+    assert len(hyps) == 6
+    assert report["test"]["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+    text = format_report(report)
+    assert f"SacreBLEU   {report['test']['sacrebleu']:.2f}" in text and "MFU" in text
+
+
+def test_demo_rerun_reuses_data_and_training(demo):
+    root, report = demo
+    vocab = root / "work/spm.model"
+    stamp = vocab.stat().st_mtime_ns
+    again = run_demo(minutes=0.1, work=root / "work", out=root / "run",
+                     sets=["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600"], test_limit=6,
+                     curve_sentences=3, progress=lambda message: None)
+    assert vocab.stat().st_mtime_ns == stamp  # the prepared corpus was reused
+    assert again["training"]["updates"] == report["training"]["updates"]  # budget already spent
+    assert again["test"]["sacrebleu"] == report["test"]["sacrebleu"]
+
+
+def test_translate_cli_keeps_lines_and_order(demo):
+    root, _ = demo
+    text = "In the beginning God created the heavens and the earth.\n\nAnd God said.\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(root / "run/averaged"), "--beam", "2"],
+        input=text, capture_output=True, text=True, check=True)
+    lines = result.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines in, 3 lines out
+    assert lines[0] and lines[2]
+
+
+def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
+    root, _ = demo
+    src, ref = tmp_path / "src.en", tmp_path / "ref.es"
+    src.write_text("And God said.\nLet there be light.\n")
+    ref.write_text("Y dijo Dios.\nSea la luz.\n")
+    out = tmp_path / "hyp.es"
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "evaluate", "--checkpoint", str(root / "run/averaged"), "--src", str(src),
+         "--ref", str(ref), "--output", str(out), "--lang", "es"], capture_output=True, text=True, check=True)
+    scores = json.loads(result.stdout)
+    assert scores["sentences"] == 2 and scores["signature"].startswith("nrefs:1")
+    hyps = read_lines(out)
+    assert scores["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [read_lines(ref)]).score)
+
+
+def test_bad_config_key_is_one_clear_line(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("preset: tiny\nlearning_rate: 3\n")
+    result = subprocess.run([sys.executable, "-m", "aiayn", "train", str(cfg)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "unknown key(s) ['learning_rate']" in result.stderr and "Traceback" not in result.stderr
