@@ -50,6 +50,21 @@ def test_vocab_special_ids_and_decode_stops_at_eos(small):
     assert vocab.decode([2, *ids, 3, *vocab.encode("garbage"), 0]) == vocab.decode(ids)
 
 
+def test_user_defined_symbols_are_single_pieces(tmp_path):
+    # "(NP" and ")NP" recur thousands of times: plain BPE learns pieces that span them and the
+    # neighbouring text; declared as symbols (with the word-boundary mark they carry after
+    # normalisation) each stays exactly one piece, with ids right after the specials.
+    text = ["(S (NP XX XX )NP (VP XX (NP XX )NP )VP )S the dog barks"] * 200
+    symbols = ["\u2581(S", "\u2581)S", "\u2581(NP", "\u2581)NP", "\u2581(VP", "\u2581)VP", "\u2581XX"]
+    plain = Vocab.train(text, tmp_path / "plain", vocab_size=40)
+    atomic = Vocab.train(text, tmp_path / "atomic", vocab_size=40, user_defined_symbols=symbols)
+    line = "(S (NP XX XX )NP (VP XX )VP )S"
+    assert [atomic.id_to_piece(i) for i in atomic.encode(line)] == ["\u2581" + t for t in line.split()]
+    assert [atomic.id_to_piece(i) for i in range(4, 11)] == symbols
+    assert [plain.id_to_piece(i) for i in plain.encode(line)] != ["\u2581" + t for t in line.split()]
+    assert atomic.decode(atomic.encode(line)) == line
+
+
 def test_model_with_other_special_ids_is_rejected(tmp_path):
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(["a b c d e f g h"] * 20), model_prefix=str(tmp_path / "d"),

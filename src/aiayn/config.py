@@ -129,6 +129,11 @@ PRESETS: dict[str, Preset] = {
         None, N_enc=4, N_dec=4, d_model=1024, d_ff=4096, h=16, vocab_size=16000,
         attention_dropout=0.1,
     ),
+    # "parsing" sized for a 2-core CPU and the 3,700-tree WSJ sample (configs/parsing-sample.yaml).
+    "parsing-cpu": _row(
+        None, N_enc=4, N_dec=4, d_model=256, d_ff=1024, h=4, vocab_size=4000,
+        attention_dropout=0.1,
+    ),
     # Small presets for a 2-core CPU: "demo" for the bundled corpus, "tiny" for tests.
     "demo": _row(None, N_enc=3, N_dec=3, d_model=256, d_ff=1024, h=4, vocab_size=8000),
     "tiny": _row(None, N_enc=2, N_dec=2, d_model=32, d_ff=64, h=4, vocab_size=100, max_len=256),

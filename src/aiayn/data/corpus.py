@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +44,13 @@ def prepare_corpus(
     max_len: int | None = 256,
     max_words: int | None = None,
     num_threads: int = 2,
+    user_defined_symbols: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Train the vocabulary on ``splits["train"]`` and binarise every split into ``out_dir``.
 
     ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
-    bounds whitespace words while reading. Returns the ``meta.json`` contents plus timings.
+    bounds whitespace words while reading. ``user_defined_symbols`` become atomic
+    vocabulary pieces (see ``Vocab.train``). Returns the ``meta.json`` contents plus timings.
     """
     if "train" not in splits:
         raise DataError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
@@ -56,7 +58,8 @@ def prepare_corpus(
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
-    vocab = Vocab.train(_nonempty(train_src, train_tgt), out / "spm", vocab_size, num_threads=num_threads)
+    vocab = Vocab.train(_nonempty(train_src, train_tgt), out / "spm", vocab_size, num_threads=num_threads,
+                        user_defined_symbols=user_defined_symbols)
     vocab_s = time.perf_counter() - start
     summary: dict[str, dict[str, int]] = {}
     for split, (src_path, tgt_path) in splits.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -51,6 +51,7 @@ class Vocab:
         input_sentence_size: int = 2_000_000,
         character_coverage: float = 1.0,
         byte_fallback: bool = False,
+        user_defined_symbols: Sequence[str] = (),
     ) -> "Vocab":
         """Train a BPE model on training text only and write ``{out_prefix}.model``/``.vocab``.
 
@@ -73,6 +74,7 @@ class Vocab:
             shuffle_input_sentence=True,
             max_sentence_length=1 << 14,
             minloglevel=2,
+            user_defined_symbols=list(user_defined_symbols),
         )
         return cls.load(prefix.with_name(prefix.name + ".model"))
 

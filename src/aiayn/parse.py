@@ -1,0 +1,192 @@
+"""Constituency parsing as translation (paper section 6.3, Table 4): treebank -> dataset,
+checkpoint -> EVALB F1, raw sentences -> trees.
+
+    prepare_parsing(split.train, split.dev, split.test, "work/ptb-sample", vocab_size=4000)
+    # ... train with the ordinary trainer on "work/ptb-sample", average the last checkpoints ...
+    evaluate_parser("runs/parsing-sample/averaged", "work/ptb-sample", "test")
+    parse_lines("runs/parsing-sample/averaged", ["The dog barks ."])
+
+A prepared directory holds what ``prepare_corpus`` writes (``spm.model``, ``meta.json`` and
+the binarised ``train``/``valid``/``test`` splits; ``valid`` is the dev set, the name the
+trainer validates on) plus ``text/{train,dev,test}.{src,tgt}`` (words / linearised trees,
+one sentence a line) and ``{dev,test}.gold`` (the preprocessed gold trees, one a line, with
+their POS tags: ``delinearize`` puts them on the predicted trees so that EVALB removes the
+same punctuation from both sides).
+
+The bracket tokens (``(NP``, ``)NP``, ``XX``, ...) are declared to SentencePiece as
+user-defined symbols *with* the word-boundary mark ``▁`` they carry after normalisation, so
+each is exactly one vocabulary piece: one decoder step per bracket, never split, never merged
+with a neighbour. Without the mark a bracket costs two pieces (``▁`` and ``(NP``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import VOCAB, load_transformer
+from .data import Vocab, check_vocab, prepare_corpus
+from .decode import DecodeConfig, decode_ids
+from .evaluate import write_lines_atomic
+from .parsing import (Tree, delinearize, evalb_score, linearize, read_lines as read_tree_lines,
+                      read_treebank, to_bracketed, write_lines, write_parallel)
+
+WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
+PARSING_SPLITS = ("train", "dev", "test")
+# The trainer validates on "valid"; the treebank calls that split "dev".
+BINARISED_NAME = {"train": "train", "dev": "valid", "test": "test"}
+
+
+def text_paths(data_dir: str | Path, split: str) -> tuple[Path, Path]:
+    """(words file, linearised-tree file) of ``split`` in a prepared directory."""
+    text = Path(data_dir) / "text"
+    return text / f"{split}.src", text / f"{split}.tgt"
+
+
+def gold_path(data_dir: str | Path, split: str) -> Path:
+    return Path(data_dir) / f"{split}.gold"
+
+
+def bracket_symbols(trees: Iterable[Tree]) -> list[str]:
+    """The target tokens of ``trees`` as SentencePiece user-defined symbols (``▁(NP``...),
+    sorted so that the vocabulary does not depend on the order of the trees."""
+    return sorted({WORD_BOUNDARY + tok for tree in trees for tok in linearize(tree)})
+
+
+def prepare_parsing(
+    train_files: Sequence[str | Path],
+    dev_files: Sequence[str | Path],
+    test_files: Sequence[str | Path],
+    out_dir: str | Path,
+    vocab_size: int = 4000,
+    max_len: int | None = None,
+) -> dict[str, Any]:
+    """Read and preprocess the ``.mrg`` files of each split, write the parallel text and the
+    gold trees, then build the shared vocabulary (brackets atomic) and the binarised dataset.
+
+    ``max_len`` (subwords per side) is off by default: the longest WSJ sample tree is 573
+    target tokens, and dropping long sentences from dev/test would bias the F1.
+    Returns ``prepare_corpus``'s summary plus the sentence counts and the number of symbols.
+    """
+    out = Path(out_dir)
+    (out / "text").mkdir(parents=True, exist_ok=True)
+    trees = {"train": read_treebank(train_files), "dev": read_treebank(dev_files),
+             "test": read_treebank(test_files)}
+    for split, split_trees in trees.items():
+        if not split_trees:
+            raise ValueError(f"the {split} split has no trees")
+        write_parallel(split_trees, *text_paths(out, split))
+        if split != "train":
+            write_lines(split_trees, gold_path(out, split))
+    symbols = bracket_symbols(trees["train"])
+    summary = prepare_corpus(
+        {BINARISED_NAME[s]: text_paths(out, s) for s in PARSING_SPLITS}, out,
+        vocab_size=vocab_size, max_len=max_len, user_defined_symbols=symbols)
+    info = {"sentences": {s: len(t) for s, t in trees.items()}, "bracket_symbols": len(symbols),
+            "files": {s: len(f) for s, f in zip(PARSING_SPLITS, (train_files, dev_files, test_files))}}
+    (out / "parsing.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return {**summary, **info}
+
+
+def ids_to_tokens(vocab: Vocab, ids: Iterable[int]) -> list[str]:
+    """Decoded ids -> target tokens: up to the first eos, pieces joined as SentencePiece
+    joins them (``▁`` starts a token). Brackets are single pieces, so this is mostly one
+    token per id; a stray subword piece merges into its neighbour and is then dropped by
+    ``delinearize``'s repair rule 1."""
+    pieces: list[str] = []
+    for i in ids:
+        i = int(i)
+        if i == vocab.eos_id:
+            break
+        if i not in (vocab.pad_id, vocab.bos_id):
+            pieces.append(vocab.id_to_piece(i))
+    return "".join(pieces).replace(WORD_BOUNDARY, " ").split()
+
+
+def _parse_words(
+    model: Any, vocab: Vocab, sentences: Sequence[Sequence[str]], decode: DecodeConfig,
+    tags: Sequence[Sequence[str]] | None = None, progress: bool = False,
+) -> list[tuple[Tree, bool]]:
+    """Beam-decode word lists (none empty) -> (tree, repaired) each, in input order."""
+    sources = [vocab.encode(" ".join(words)) + [vocab.eos_id] for words in sentences]
+    # A parsing beam is wide (21) and outputs long (+300): keep batches small.
+    nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress)
+    out = []
+    for i, (words, hyps) in enumerate(zip(sentences, nbest)):
+        tokens = ids_to_tokens(vocab, hyps[0].tokens) if hyps else []
+        out.append(delinearize(tokens, list(words), None if tags is None else list(tags[i])))
+    return out
+
+
+def evaluate_parser(
+    checkpoint: str | Path,
+    data_dir: str | Path,
+    split: str,
+    decode: DecodeConfig = DecodeConfig.preset("parsing"),
+    limit: int | None = None,
+    out_dir: str | Path | None = None,
+    device: str = "cpu",
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Parse the ``split`` ("dev" or "test") sentences of ``data_dir`` with ``checkpoint`` and
+    score them with EVALB (COLLINS.prm) against the gold trees.
+
+    Writes ``{split}.parsed`` (predicted trees with the gold tags, one a line, as EVALB reads
+    them) and ``{split}.evalb`` (EVALB's summary and the repair count) to ``out_dir`` (default:
+    the checkpoint directory), each atomically. Returns P/R/F1 and complete match for all
+    sentences and for len<=40, the repair rate and the paths.
+    """
+    if split not in ("dev", "test"):
+        raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
+    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    check_vocab(data_dir, vocab)
+    gold = read_tree_lines(gold_path(data_dir, split))
+    if limit is not None:
+        gold = gold[:limit]
+    if any(tree is None for tree in gold):
+        raise ValueError(f"{gold_path(data_dir, split)} has a blank line")
+    model, _ = load_transformer(checkpoint, device)
+    parsed = _parse_words(model, vocab, [g.words() for g in gold], decode,
+                          tags=[g.tags() for g in gold], progress=progress)
+    predicted = [tree for tree, _ in parsed]
+    repaired = sum(flag for _, flag in parsed)
+    result = evalb_score(gold, predicted)
+    out = Path(out_dir) if out_dir is not None else Path(checkpoint)
+    trees_path, report_path = out / f"{split}.parsed", out / f"{split}.evalb"
+    write_lines_atomic(trees_path, [to_bracketed(t) for t in predicted])
+    header = (f"checkpoint {checkpoint}\nsplit {split}: {len(gold)} sentences\n"
+              f"decode beam={decode.beam} alpha={decode.alpha} "
+              f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}\n"
+              f"repaired outputs {repaired} of {len(gold)}\n\n")
+    write_lines_atomic(report_path, (header + result.format_report()).splitlines())
+    summary = {"split": split, "sentences": len(gold),
+               "repaired": repaired, "repair_rate": repaired / len(gold) if gold else 0.0,
+               "errors": result.n_errors, "skipped": result.n_skipped,
+               "predictions": str(trees_path), "report": str(report_path)}
+    for name, totals in (("", result.all), ("_le40", result.short)):
+        summary.update({f"precision{name}": totals.precision, f"recall{name}": totals.recall,
+                        f"f1{name}": totals.f1, f"complete_match{name}": totals.complete_match})
+    return summary
+
+
+def parse_lines(
+    checkpoint: str | Path, lines: Sequence[str],
+    decode: DecodeConfig = DecodeConfig.preset("parsing"), device: str = "cpu",
+) -> list[str]:
+    """Tokenised sentences (PTB tokens split by spaces) -> one-line bracketed trees whose
+    preterminals are tagged ``XX`` (the model predicts no tags); a blank line gives ""."""
+    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    model, _ = load_transformer(checkpoint, device)
+    words = [line.split() for line in lines]
+    index = [i for i, w in enumerate(words) if w]
+    parsed = _parse_words(model, vocab, [words[i] for i in index], decode)
+    out = [""] * len(lines)
+    for i, (tree, _) in zip(index, parsed):
+        out[i] = to_bracketed(tree)
+    return out
+
+
+__all__ = ["prepare_parsing", "evaluate_parser", "parse_lines", "ids_to_tokens",
+           "bracket_symbols", "text_paths", "gold_path"]

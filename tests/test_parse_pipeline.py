@@ -1,0 +1,121 @@
+"""Parsing pipeline on a few files of the WSJ sample: prepare, atomic brackets, decoded pieces
+back to trees, and evaluate/parse with a tiny model trained for a few updates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _ptb_sample import require_ptb_dir
+from aiayn.data import TokenDataset, Vocab
+from aiayn.decode import DecodeConfig
+from aiayn.parse import evaluate_parser, ids_to_tokens, parse_lines, prepare_parsing, text_paths
+from aiayn.parsing import (delinearize, evalb_score, linearize, parse_trees, read_lines,
+                           split_wsj_sample, to_bracketed)
+from aiayn.train import TrainConfig
+from aiayn.train.trainer import Trainer
+
+BOUNDARY = "\u2581"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    split = split_wsj_sample(require_ptb_dir())
+    out = tmp_path_factory.mktemp("ptb") / "data"
+    summary = prepare_parsing(split.train[:12], split.dev[:2], split.test[:2], out, vocab_size=600)
+    return out, summary
+
+
+def _lines(path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_prepare_writes_aligned_text_and_gold_trees(prepared, split):
+    out, summary = prepared
+    src, tgt = (_lines(p) for p in text_paths(out, split))
+    gold = read_lines(out / f"{split}.gold")
+    assert len(src) == len(tgt) == len(gold) == summary["sentences"][split] > 0
+    for words, target, tree in zip(src, tgt, gold):
+        assert words.split() == tree.words()
+        assert target.split() == linearize(tree)
+        assert target.split().count("XX") == len(tree.words())
+        assert all(tag != "XX" for tag in tree.tags())  # gold keeps its POS tags
+    binarised = TokenDataset(out, {"dev": "valid", "test": "test"}[split])
+    assert len(binarised) == len(src)  # nothing dropped: evaluation lines up with the gold
+
+
+def test_bracket_tokens_are_single_pieces(prepared):
+    out, summary = prepared
+    vocab = Vocab.load(out / "spm.model")
+    targets = _lines(text_paths(out, "train")[1])
+    symbols = {tok for line in targets for tok in line.split()}
+    assert summary["bracket_symbols"] == len(symbols) and "XX" in symbols and "(NP" in symbols
+    for line in targets[:200]:
+        pieces = [vocab.id_to_piece(i) for i in vocab.encode(line)]
+        assert pieces == [BOUNDARY + tok for tok in line.split()]
+    # ... while the words of the source side are still split into subwords.
+    assert summary["splits"]["train"]["src_tokens"] > sum(len(s.split()) for s in _lines(text_paths(out, "train")[0]))
+
+
+def test_decoded_pieces_delinearize_to_the_gold_tree(prepared):
+    out, _ = prepared
+    vocab = Vocab.load(out / "spm.model")
+    for tree in read_lines(out / "dev.gold")[:10]:
+        ids = vocab.encode(" ".join(linearize(tree)))
+        tokens = ids_to_tokens(vocab, [vocab.bos_id, *ids, vocab.eos_id, *ids[:3], vocab.pad_id])
+        assert tokens == linearize(tree)
+        assert delinearize(tokens, tree.words(), tree.tags()) == (tree, False)
+        # A hypothesis cut off early (no closing brackets) is repaired over the same words.
+        cut, repaired = delinearize(ids_to_tokens(vocab, ids[: len(ids) // 2]), tree.words(), tree.tags())
+        assert repaired and cut.words() == tree.words() and cut.tags() == tree.tags()
+    # A word piece among the brackets merges into its neighbour and becomes one unknown token.
+    mixed = [vocab.encode("(NP")[0], *vocab.encode("XX")] + vocab.encode("dog")[-1:]
+    assert len(ids_to_tokens(vocab, mixed)) == 2
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(prepared, tmp_path_factory):
+    data, _ = prepared
+    run = tmp_path_factory.mktemp("run")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops: a second thread only adds waiting on a busy machine
+    cfg = TrainConfig(data=str(data), out=str(run), preset="tiny", model={"max_len": 1024},
+                      max_src_tokens=600, max_tgt_tokens=1000, warmup=10, max_updates=6,
+                      save_every_minutes=None, validate=False, log_every=1)
+    Trainer(cfg, device="cpu").run(resume=None)
+    yield data, run / "checkpoints" / "update_0000006"
+    torch.set_num_threads(threads)
+
+
+def test_evaluate_agrees_with_evalb_on_its_prediction_file(tiny_checkpoint, tmp_path):
+    data, ckpt = tiny_checkpoint
+    decode = DecodeConfig(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=15)
+    result = evaluate_parser(ckpt, data, "dev", decode, limit=6, out_dir=tmp_path)
+    gold = read_lines(data / "dev.gold")[:6]
+    predicted = read_lines(tmp_path / "dev.parsed")
+    assert len(predicted) == result["sentences"] == 6
+    for g, p in zip(gold, predicted):  # source words and gold tags on every prediction
+        assert p.words() == g.words() and p.tags() == g.tags()
+    rescored = evalb_score(gold, predicted)
+    assert result["f1"] == pytest.approx(rescored.f1)
+    assert result["precision_le40"] == pytest.approx(rescored.short.precision)
+    assert result["complete_match"] == pytest.approx(rescored.complete_match)
+    assert result["errors"] == result["skipped"] == 0
+    assert 0.0 <= result["repair_rate"] <= 1.0
+    assert result["repair_rate"] == result["repaired"] / 6
+    report = (tmp_path / "dev.evalb").read_text(encoding="utf-8")
+    assert rescored.format_report() in report
+    assert f"repaired outputs {result['repaired']} of 6" in report
+
+
+def test_parse_lines_gives_xx_tagged_trees_over_the_input_words(tiny_checkpoint):
+    _, ckpt = tiny_checkpoint
+    lines = ["The dog barks .", "", "Pierre Vinken will join the board ."]
+    trees = parse_lines(ckpt, lines, DecodeConfig(beam=2, alpha=0.3, max_len_b=10))
+    assert trees[1] == ""
+    for line, text in zip(lines[::2], trees[::2]):
+        (tree,) = parse_trees(text)
+        assert tree.words() == line.split() and set(tree.tags()) == {"XX"}
+        assert to_bracketed(tree) == text
+
