@@ -280,6 +280,7 @@ class Runner:
         self.name = name
         self.model, self.step_loss = builder(sh, variant)
         self.model.train()
+        adam = "fused" if "fusedadam" in variant else "foreach" if "foreach" in variant else adam
         kw = {"foreach": adam == "foreach", "fused": adam == "fused"} if adam != "default" else {}
         self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kw)
 
@@ -354,7 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", default="small,base", help="comma list of: " + ", ".join(SHAPES))
     p.add_argument("--peers", default="ours,torch.nn,hf-marian,fairseq",
-                   help="comma list; 'ours+compile' and 'ours+lsloss' are variants of ours")
+                   help="comma list; variants of ours join options with '+': compile (torch.compile, "
+                        "dynamic), lsloss (aiayn.loss), fusedadam / foreach (Adam for this row only)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")
     p.add_argument("--min-len", type=int, default=20, help="shortest (= max-len: no padding)")
@@ -388,20 +390,21 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report(results: dict[str, dict[str, list[float]]], peak: float) -> None:
-    print(f"\n| config | peer | tokens/s (median) | min..max | ours / peer | MFU |")
+    """Peer rows: ratio = ours / peer. Rows of ours (and its variants): ratio = row / fastest peer."""
+    print("\n| config | peer | tokens/s (median) | min..max | ratio | MFU |")
     print("|---|---|---:|---:|---:|---:|")
     for cfg, rates in results.items():
         flops_per_token = rates.pop("_flops_per_token")[0]
         med = {n: statistics.median(v) for n, v in rates.items()}
-        base = med.get("ours")
+        peers = [m for n, m in med.items() if not n.startswith("ours")]
         for n, v in rates.items():
-            ratio = f"{base / med[n]:.2f}x" if base else "-"
+            if n.startswith("ours"):
+                ratio = f"{med[n] / max(peers):.2f}x vs fastest peer" if peers else "-"
+            else:
+                ratio = f"ours {med['ours'] / med[n]:.2f}x" if "ours" in med else "-"
             mfu = med[n] * flops_per_token / peak
             print(f"| {cfg} | {n} | {med[n]:,.0f} | {min(v):,.0f}..{max(v):,.0f} | {ratio} | "
                   f"{100 * mfu:.1f}% |")
-        others = [m for n, m in med.items() if not n.startswith("ours")]
-        if base and others:
-            print(f"| {cfg} | **ours / fastest peer** | | | **{base / max(others):.2f}x** | |")
     sys.stdout.flush()
 
 
