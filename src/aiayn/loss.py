@@ -6,8 +6,9 @@ on every class (PyTorch's ``label_smoothing``), so for one position with logits 
     loss = (1 - eps) * (lse(x) - x_t) + eps * (lse(x) - mean(x)) = lse(x) - (1 - eps) x_t - eps mean(x)
     d loss / d x = softmax(x) - (1 - eps) onehot(t) - eps / V
 
-Forward needs only logsumexp, one gather and a mean (no (N, V) log-probabilities kept), backward
-writes the gradient in one (N, V) buffer. The result equals
+Forward is one fused log_softmax, a gather and a mean (no smoothed target, no (N, V) one-hot);
+backward is two passes over one (N, V) buffer: exp(log p), then one multiply-add, and a scatter
+for the reference class. ``F.cross_entropy`` needs about twice the (N, V) passes in backward. The result equals
 ``F.cross_entropy(x, t, label_smoothing=eps, ignore_index=..., reduction="sum")``.
 """
 
@@ -22,24 +23,24 @@ class _LabelSmoothedNLL(torch.autograd.Function):
     def forward(ctx, logits: Tensor, target: Tensor, eps: float, ignore_index: int):  # type: ignore[override]
         valid = target != ignore_index
         t = target.masked_fill(~valid, 0).unsqueeze(1)  # (N, 1), ignored rows read class 0
-        lse = torch.logsumexp(logits, dim=-1)  # (N,)
-        nll = (lse - logits.gather(1, t).squeeze(1)) * valid
-        smooth = (lse - logits.mean(dim=-1)) * valid  # -mean_j log p_j
-        ctx.save_for_backward(logits, t, lse, valid)
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        nll = -logp.gather(1, t).squeeze(1) * valid
+        smooth = -logp.mean(dim=-1) * valid  # -mean_j log p_j
+        ctx.save_for_backward(logp, t, valid)
         ctx.eps = eps
         return ((1 - eps) * nll + eps * smooth).sum(), nll.sum()
 
     @staticmethod
     def backward(ctx, g_loss: Tensor, g_nll: Tensor):  # type: ignore[override]
-        logits, t, lse, valid = ctx.saved_tensors
-        eps, V = ctx.eps, logits.size(-1)
-        g_loss = torch.zeros((), dtype=logits.dtype) if g_loss is None else g_loss
-        g_nll = torch.zeros((), dtype=logits.dtype) if g_nll is None else g_nll
-        w = valid.to(logits.dtype)
+        logp, t, valid = ctx.saved_tensors
+        eps, V = ctx.eps, logp.size(-1)
+        g_loss = torch.zeros((), dtype=logp.dtype) if g_loss is None else g_loss
+        g_nll = torch.zeros((), dtype=logp.dtype) if g_nll is None else g_nll
+        w = valid.to(logp.dtype)
         coef_p = (w * (g_loss + g_nll)).unsqueeze(1)  # on softmax
         coef_t = (w * ((1 - eps) * g_loss + g_nll)).unsqueeze(1)  # on the reference class
         coef_u = (w * (g_loss * eps / V)).unsqueeze(1)  # on every class
-        grad = torch.sub(logits, lse.unsqueeze(1)).exp_()  # softmax, in the one (N, V) buffer
+        grad = logp.exp()  # softmax, in the one (N, V) buffer
         grad = torch.addcmul(coef_u.neg(), grad, coef_p, out=grad)
         grad.scatter_add_(1, t, coef_t.neg())
         return grad, None, None, None
