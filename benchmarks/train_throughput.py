@@ -139,10 +139,20 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
 
     def step_loss(b: Batch) -> Tensor:
         mask = b.tgt_out != PAD
-        logits = fwd(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
+        with _sdpa_backend(variant):
+            logits = fwd(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
         return loss_fn(logits, b.tgt_out[mask]) / b.n_tgt
 
     return model, step_loss
+
+
+def _sdpa_backend(variant: str):
+    """'math' in the variant: SDPA's unfused math backend instead of the CPU flash kernel."""
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH]) if "math" in variant else nullcontext()
 
 
 def _ours_loss(variant: str) -> Callable[[Tensor, Tensor], Tensor]:
@@ -356,7 +366,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--configs", default="small,base", help="comma list of: " + ", ".join(SHAPES))
     p.add_argument("--peers", default="ours,torch.nn,hf-marian,fairseq",
                    help="comma list; variants of ours join options with '+': compile (torch.compile, "
-                        "dynamic), lsloss (aiayn.loss), fusedadam / foreach (Adam for this row only)")
+                        "dynamic), lsloss (aiayn.loss), fusedadam / foreach (Adam for this row only), "
+                        "math (SDPA math backend)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")
     p.add_argument("--min-len", type=int, default=20, help="shortest (= max-len: no padding)")
@@ -383,8 +394,8 @@ def main(argv: list[str] | None = None) -> None:
               f"vocab {sh.vocab} (all peers)", flush=True)
         results[name] = bench_shape(sh, peers, args)
         peaks.append(matmul_peak())
-    peak = statistics.median(peaks)
-    print(f"\nfp32 matmul peak (2048^3, {args.threads} threads, median of {len(peaks)} probes): "
+    peak = max(peaks)  # the machine is shared: the best probe is the closest to the peak
+    print(f"\nfp32 matmul peak (2048^3, {args.threads} threads, best of {len(peaks)} probes): "
           f"{peak / 1e9:.1f} GFLOP/s")
     report(results, peak)
 
