@@ -1,0 +1,57 @@
+"""Label-smoothed cross-entropy (section 5.4, eps_ls = 0.1), without a smoothed target tensor.
+
+With eps = eps_ls and V classes, the smoothed target puts 1 - eps on the reference and eps / V
+on every class (PyTorch's ``label_smoothing``), so for one position with logits x:
+
+    loss = (1 - eps) * (lse(x) - x_t) + eps * (lse(x) - mean(x)) = lse(x) - (1 - eps) x_t - eps mean(x)
+    d loss / d x = softmax(x) - (1 - eps) onehot(t) - eps / V
+
+Forward is one fused log_softmax, a gather and a mean (no smoothed target, no (N, V) one-hot);
+backward is two passes over one (N, V) buffer: exp(log p), then one multiply-add, and a scatter
+for the reference class. ``F.cross_entropy`` needs about twice the (N, V) passes in backward. The result equals
+``F.cross_entropy(x, t, label_smoothing=eps, ignore_index=..., reduction="sum")``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class _LabelSmoothedNLL(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, eps: float, ignore_index: int):  # type: ignore[override]
+        valid = target != ignore_index
+        t = target.masked_fill(~valid, 0).unsqueeze(1)  # (N, 1), ignored rows read class 0
+        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        nll = -logp.gather(1, t).squeeze(1) * valid
+        smooth = -logp.mean(dim=-1) * valid  # -mean_j log p_j
+        ctx.save_for_backward(logp, t, valid)
+        ctx.eps = eps
+        return ((1 - eps) * nll + eps * smooth).sum(), nll.sum()
+
+    @staticmethod
+    def backward(ctx, g_loss: Tensor, g_nll: Tensor):  # type: ignore[override]
+        logp, t, valid = ctx.saved_tensors
+        eps, V = ctx.eps, logp.size(-1)
+        g_loss = torch.zeros((), dtype=logp.dtype) if g_loss is None else g_loss
+        g_nll = torch.zeros((), dtype=logp.dtype) if g_nll is None else g_nll
+        w = valid.to(logp.dtype)
+        coef_p = (w * (g_loss + g_nll)).unsqueeze(1)  # on softmax
+        coef_t = (w * ((1 - eps) * g_loss + g_nll)).unsqueeze(1)  # on the reference class
+        coef_u = (w * (g_loss * eps / V)).unsqueeze(1)  # on every class
+        grad = logp.exp()  # softmax, in the one (N, V) buffer
+        grad = torch.addcmul(coef_u.neg(), grad, coef_p, out=grad)
+        grad.scatter_add_(1, t, coef_t.neg())
+        return grad, None, None, None
+
+
+def label_smoothed_nll(
+    logits: Tensor, target: Tensor, eps_ls: float, ignore_index: int = -100
+) -> tuple[Tensor, Tensor]:
+    """logits (N, V), target (N,) -> (label-smoothed loss summed, NLL summed), both scalars.
+
+    Positions whose target is ``ignore_index`` contribute nothing. The NLL sum (no smoothing)
+    is for perplexity; the loss sum is what is minimised (divide by the target token count).
+    """
+    return _LabelSmoothedNLL.apply(logits, target, float(eps_ls), int(ignore_index))
