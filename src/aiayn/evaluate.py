@@ -17,7 +17,7 @@ from .data import Vocab
 from .decode import DecodeConfig, translate
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
-from .train.loss import perplexity
+from .loss import perplexity
 
 
 @dataclass

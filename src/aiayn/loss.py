@@ -34,8 +34,8 @@ class _LabelSmoothedNLL(torch.autograd.Function):
     def backward(ctx, g_loss: Tensor, g_nll: Tensor):  # type: ignore[override]
         logp, t, valid = ctx.saved_tensors
         eps, V = ctx.eps, logp.size(-1)
-        g_loss = torch.zeros((), dtype=logp.dtype) if g_loss is None else g_loss
-        g_nll = torch.zeros((), dtype=logp.dtype) if g_nll is None else g_nll
+        g_loss = logp.new_zeros(()) if g_loss is None else g_loss
+        g_nll = logp.new_zeros(()) if g_nll is None else g_nll
         w = valid.to(logp.dtype)
         coef_p = (w * (g_loss + g_nll)).unsqueeze(1)  # on softmax
         coef_t = (w * ((1 - eps) * g_loss + g_nll)).unsqueeze(1)  # on the reference class
@@ -55,3 +55,8 @@ def label_smoothed_nll(
     is for perplexity; the loss sum is what is minimised (divide by the target token count).
     """
     return _LabelSmoothedNLL.apply(logits, target, float(eps_ls), int(ignore_index))
+
+
+def perplexity(nll_sum: float, tokens: int) -> float:
+    """exp(mean NLL per subword); capped so an untrained model does not overflow."""
+    return float(torch.exp(torch.tensor(min(nll_sum / max(tokens, 1), 50.0))))

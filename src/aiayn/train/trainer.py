@@ -32,7 +32,7 @@ from ..flops import measure_matmul_peak, paper_cost, training_flops
 from ..model import Transformer
 from . import distributed
 from .config import TrainConfig
-from .loss import label_smoothed_loss, perplexity
+from ..loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
 
 
@@ -109,9 +109,9 @@ class Trainer:
                 mask = batch.tgt_out != pad
                 with self._autocast():
                     logits = self.ddp(batch.src, batch.tgt_in, output_mask=mask)
-                loss, nll = label_smoothed_loss(logits, batch.tgt_out[mask], self.cfg.eps_ls)
+                loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
                 self.scaler.scale(loss).backward()
-            losses += torch.stack([loss.detach(), nll])
+            losses += torch.stack([loss.detach(), nll.detach()])
             tgt_tokens += batch.n_tgt_tokens
             src_tokens += batch.n_src_tokens
             flops += training_flops(self.model_cfg, *batch.src.shape, batch.tgt_in.size(1), batch.n_tgt_tokens)
@@ -153,7 +153,7 @@ class Trainer:
             mask = batch.tgt_out != self.model_cfg.pad_id
             with self._autocast():
                 logits = self.model(batch.src, batch.tgt_in, output_mask=mask)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out[mask], self.cfg.eps_ls)
+            loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
             loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.n_tgt_tokens
         return {"valid_loss": loss_sum / tokens, "valid_nll": nll_sum / tokens,
                 "valid_ppl": perplexity(nll_sum, int(tokens))}
