@@ -24,7 +24,7 @@ class PrefixCache:
     def __init__(self, rows: list[tuple[int, ...]]) -> None:
         self.rows = rows
 
-    def select(self, index: torch.Tensor) -> None:
+    def select(self, index: torch.Tensor, reorder_memory: bool = True) -> None:
         self.rows = [self.rows[i] for i in index.tolist()]
 
 

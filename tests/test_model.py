@@ -201,3 +201,17 @@ def test_row_b_sets_d_k_independently():
     cfg = ModelConfig.preset("B-dk16")
     assert (cfg.dk, cfg.dv) == (16, 64)
     assert ModelConfig(d_model=30, h=4, d_k=7, d_v=9).dk == 7  # explicit widths lift divisibility
+
+
+def test_cache_select_without_memory_reorder_is_exact_within_a_sentence():
+    model = make()
+    src, tgt = batch()
+    beams = torch.tensor([0, 0, 1, 1])  # two beams of sentences 0 and 1
+    memory, mask = model.encode(src)[beams], model.src_mask(src)[beams]
+    prefix = tgt[beams].clone()
+    prefix[1, :4] = torch.randint(4, 100, (4,))  # the beams of a sentence differ
+    _, cache = model.decode_step(prefix[:, :4], memory, mask, None)
+    within = torch.tensor([1, 0, 3, 2])  # each beam replaced by the other beam of its sentence
+    cache.select(within, reorder_memory=False)
+    logits, _ = model.decode_step(prefix[within, 4:5], memory, mask, cache)
+    assert torch.allclose(logits, model(src[beams][within], prefix[within, :5])[:, 4], atol=1e-5)

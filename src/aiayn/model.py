@@ -213,12 +213,17 @@ class DecoderCache:
     layers: list[LayerCache] = field(default_factory=list)
     step: int = 0
 
-    def select(self, index: Tensor) -> None:
-        """Keep/reorder batch rows (beam reordering, finished sentences leaving the batch)."""
+    def select(self, index: Tensor, reorder_memory: bool = True) -> None:
+        """Keep/reorder batch rows (beam reordering, finished sentences leaving the batch).
+
+        ``reorder_memory=False`` leaves the encoder-decoder k/v alone: exact when every row is
+        replaced by a row with the same memory (a beam reordered within its own sentence), and
+        it saves copying the largest tensors of the cache at every step of beam search.
+        """
         for layer in self.layers:
             if layer.self_kv is not None:
                 layer.self_kv = tuple(t.index_select(0, index) for t in layer.self_kv)  # type: ignore[assignment]
-            if layer.memory_kv is not None:
+            if reorder_memory and layer.memory_kv is not None:
                 layer.memory_kv = tuple(t.index_select(0, index) for t in layer.memory_kv)  # type: ignore[assignment]
 
 

@@ -138,6 +138,7 @@ def beam_search(
         done = at_max | (live[:, 0] / lp_bound <= threshold)
         rows = (torch.arange(n, device=device) * b)[:, None] + beam_of.gather(1, pos)  # (n, k)
         live_tok = tok.gather(1, pos)
+        sentences_change = bool(done.any()) or b != k
         if bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
@@ -149,7 +150,9 @@ def beam_search(
         elif b != k:
             memory, mask = _select_sentences(memory, mask, torch.arange(n, device=device), b, k)
         rows = rows.view(-1)
-        cache.select(rows)
+        # Beams only move within their sentence unless sentences leave or the beam fans out,
+        # so the memory k/v (identical for all beams of a sentence) need no copy otherwise.
+        cache.select(rows, reorder_memory=sentences_change)
         tokens = torch.cat([tokens.index_select(0, rows), live_tok.view(-1, 1)], dim=1)
         scores, b = live, k
         step_in = live_tok.view(-1, 1)

