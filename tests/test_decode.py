@@ -194,7 +194,7 @@ class Uncached:
         return logits, cache
 
 
-def _select_tensor_rows(self, index):
+def _select_tensor_rows(self, index, reorder_memory=True):
     self.rows = self.rows.index_select(0, index)
 
 
