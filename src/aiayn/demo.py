@@ -40,7 +40,7 @@ def demo_train_config(data: Path, out: Path, minutes: float) -> TrainConfig:
     """
     return TrainConfig(
         data=str(data), out=str(out), preset="demo",
-        max_src_tokens=2048, max_tgt_tokens=2048, warmup=400, lr_scale=1.0,
+        max_src_tokens=1024, max_tgt_tokens=1024, warmup=300, lr_scale=1.0,
         max_updates=None, max_minutes=minutes, save_every_minutes=max(minutes / 10, 0.05),
         keep_last=5, num_threads=torch.get_num_threads(), log_every=10,
     )
