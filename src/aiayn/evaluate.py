@@ -5,14 +5,13 @@ plus the perplexity per subword of the references."""
 from __future__ import annotations
 
 import gzip
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from .checkpoint import VOCAB, load_transformer
+from .checkpoint import VOCAB, load_transformer, write_text_atomic
 from .data import Vocab
 from .decode import DecodeConfig, translate
 from .metrics import paper_bleu, sacre_bleu
@@ -46,12 +45,7 @@ def write_lines_atomic(path: str | Path, lines: Sequence[str]) -> None:
     """Write lines so that a crash leaves the previous file, never half of the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 @torch.no_grad()
