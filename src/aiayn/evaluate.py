@@ -13,6 +13,7 @@ import torch
 
 from .checkpoint import VOCAB, load_transformer, write_text_atomic
 from .data import Vocab
+from .data.collate import pad_rows
 from .decode import DecodeConfig, translate
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
@@ -59,21 +60,15 @@ def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str
     pairs.sort(key=lambda p: len(p[0]))
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
-        src = _pad([s[: model.cfg.max_len] for s, _ in chunk], vocab.pad_id).to(device)
-        tgt_in = _pad([[vocab.bos_id] + r[: model.cfg.max_len - 1] for _, r in chunk], vocab.pad_id).to(device)
-        tgt_out = _pad([r[: model.cfg.max_len - 1] + [vocab.eos_id] for _, r in chunk], vocab.pad_id).to(device)
+        refs = [r[: model.cfg.max_len - 1] for _, r in chunk]
+        src = pad_rows([s[: model.cfg.max_len] for s, _ in chunk], [], [], vocab.pad_id).to(device)
+        tgt_in = pad_rows(refs, [vocab.bos_id], [], vocab.pad_id).to(device)
+        tgt_out = pad_rows(refs, [], [vocab.eos_id], vocab.pad_id).to(device)
         mask = tgt_out != vocab.pad_id
         logits = model(src, tgt_in, output_mask=mask)
         nll_sum += torch.nn.functional.cross_entropy(logits.float(), tgt_out[mask], reduction="sum").item()
         tokens += int(mask.sum())
     return perplexity(nll_sum, tokens)
-
-
-def _pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
 
 
 def evaluate_model(

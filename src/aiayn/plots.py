@@ -34,7 +34,8 @@ def plot_training(log_path: Path, out: Path, bleu_points: Sequence[tuple[float, 
     valid = [(r["elapsed_s"] / 60, r["valid_ppl"]) for r in records if "valid_ppl" in r]
     panels = 3 if bleu_points else 2
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
-    axes[0].plot(*zip(*train), lw=1) if train else None
+    if train:
+        axes[0].plot(*zip(*train), lw=1)
     axes[0].set(xlabel="training minutes", ylabel="label-smoothed loss / token", title="training loss")
     if valid:
         axes[1].plot(*zip(*valid), marker="o")

@@ -35,7 +35,8 @@ class Batch:
         )
 
 
-def _pad(rows: Sequence[np.ndarray], prefix: list[int], suffix: list[int], pad_id: int) -> torch.Tensor:
+def pad_rows(rows: Sequence[Sequence[int]], prefix: list[int], suffix: list[int], pad_id: int) -> torch.Tensor:
+    """(B, max_len) int64: prefix + row + suffix per row, right-padded with pad_id."""
     width = max(len(r) for r in rows) + len(prefix) + len(suffix)
     out = np.full((len(rows), width), pad_id, dtype=np.int64)
     for b, r in enumerate(rows):
@@ -52,9 +53,9 @@ def collate(
         raise ValueError("cannot collate an empty batch")
     srcs = [dataset.src(i) for i in indices]
     tgts = [dataset.tgt(i) for i in indices]
-    src = _pad(srcs, [], [eos_id], pad_id)
-    tgt_in = _pad(tgts, [bos_id], [], pad_id)
-    tgt_out = _pad(tgts, [], [eos_id], pad_id)
+    src = pad_rows(srcs, [], [eos_id], pad_id)
+    tgt_in = pad_rows(tgts, [bos_id], [], pad_id)
+    tgt_out = pad_rows(tgts, [], [eos_id], pad_id)
     return Batch(src, tgt_in, tgt_out,
                  n_src_tokens=sum(len(s) for s in srcs) + len(srcs),
                  n_tgt_tokens=sum(len(t) for t in tgts) + len(tgts),
