@@ -98,6 +98,11 @@ def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults:
     preset = data.get("preset", defaults.get("preset", TrainConfig.preset))
     preset_train = PRESETS[preset].train if preset in PRESETS else {}
     cfg = from_dict(TrainConfig, {**defaults, **preset_train, **data}, where=where)
+    return apply_sets(cfg, sets)
+
+
+def apply_sets(cfg: TrainConfig, sets: list[str]) -> TrainConfig:
+    """Apply ``--set key=value`` strings; ``model.<name>=value`` overrides the model (typed)."""
     model_sets = [s[len("model."):] for s in sets if s.startswith("model.")]
     train_sets = [s for s in sets if not s.startswith("model.")]
     cfg = with_overrides(cfg, train_sets)
