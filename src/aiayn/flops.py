@@ -35,9 +35,14 @@ def training_flops(cfg: ModelConfig, B: int, S: int, T: int, n_predicted: int | 
     return 3.0 * forward_flops(cfg, B, S, T, n_predicted)
 
 
-def measure_matmul_peak(device: torch.device | str = "cpu", seconds: float = 1.0) -> float:
+def measure_matmul_peak(device: torch.device | str = "cpu", seconds: float = 1.0, trials: int = 5) -> float:
     """Sustained FLOP/s of large square matmuls on ``device`` in the training dtype (fp32 on
-    CPU, bf16 on CUDA): the denominator of model FLOPs utilisation (MFU)."""
+    CPU, bf16 on CUDA): the denominator of model FLOPs utilisation (MFU).
+
+    The best of ``trials`` windows of ``seconds / trials`` each: a single window on a shared
+    2-core machine measured anywhere from 86 to 249 GFLOP/s (an MFU of 162% against the low
+    one); a peak is what the hardware can do, so a moment of contention must not lower it.
+    """
     device = torch.device(device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     n = 4096 if device.type == "cuda" else 1024
@@ -45,12 +50,15 @@ def measure_matmul_peak(device: torch.device | str = "cpu", seconds: float = 1.0
     b = torch.randn(n, n, device=device, dtype=dtype)
     torch.matmul(a, b)  # warm-up
     _sync(device)
-    reps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        torch.matmul(a, b)
-        reps += 1
-        _sync(device)
-    return 2.0 * n**3 * reps / (time.perf_counter() - start)
+    best = 0.0
+    for _ in range(trials):
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / trials:
+            torch.matmul(a, b)
+            reps += 1
+            _sync(device)
+        best = max(best, 2.0 * n**3 * reps / (time.perf_counter() - start))
+    return best
 
 
 def _sync(device: torch.device) -> None:

@@ -304,7 +304,7 @@ class Trainer:
         return summary
 
     def summary(self) -> dict[str, Any]:
-        peak = measure_matmul_peak(self.device, seconds=0.5)
+        peak = measure_matmul_peak(self.device, seconds=1.0)
         flops_per_s = self.flops / max(self.elapsed, 1e-9) / self.dist.world_size
         return {
             "updates": self.update,
