@@ -7,9 +7,10 @@ import sys
 import pytest
 import sacrebleu
 
-from aiayn.data import bundled_corpus_paths
+from aiayn import checkpoint as ckpt
+from aiayn.data import Vocab, bundled_corpus_paths
 from aiayn.demo import format_report, run_demo
-from aiayn.evaluate import read_lines
+from aiayn.evaluate import read_lines, reference_perplexity
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,21 @@ def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
     assert report["test"]["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
     text = format_report(report)
     assert f"SacreBLEU   {report['test']['sacrebleu']:.2f}" in text and "MFU" in text
+
+
+def test_demo_averages_the_number_of_checkpoints_with_the_best_validation_perplexity(demo):
+    root, report = demo
+    by_k = {int(k): v for k, v in report["valid_ppl_by_number_averaged"].items()}
+    assert sorted(by_k) == list(range(1, len(by_k) + 1)) and len(by_k) >= 2
+    chosen = ckpt.read_meta(root / "run/averaged")["averaged_from"]
+    assert by_k[len(chosen)] == min(by_k.values()) == report["valid_ppl_averaged"]
+    kept = [p.name for p in ckpt.list_checkpoints(root / "run/checkpoints")]
+    assert chosen == kept[-len(chosen):]
+    model, _ = ckpt.load_transformer(root / "run/averaged")
+    valid_src, valid_ref = (read_lines(p) for p in bundled_corpus_paths()["valid"])
+    ppl = reference_perplexity(model, Vocab.load(root / "run/averaged/spm.model"), valid_src, valid_ref)
+    assert ppl == pytest.approx(report["valid_ppl_averaged"], rel=1e-5)
+    assert not (root / "run/.averaged.candidates").exists()
 
 
 def test_demo_rerun_reuses_data_and_training(demo):
@@ -80,6 +96,24 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
     assert scores["sentences"] == 2 and scores["signature"].startswith("nrefs:1")
     hyps = read_lines(out)
     assert scores["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [read_lines(ref)]).score)
+
+
+def test_average_cli_chooses_how_many_by_perplexity(demo, tmp_path):
+    root, _ = demo
+    src, ref = tmp_path / "src.en", tmp_path / "ref.es"
+    valid_src, valid_ref = (read_lines(p)[:40] for p in bundled_corpus_paths()["valid"])
+    src.write_text("\n".join(valid_src) + "\n")
+    ref.write_text("\n".join(valid_ref) + "\n")
+    out = tmp_path / "averaged"
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "average", str(root / "run/checkpoints"), "--last", "3",
+         "--choose-on", str(src), str(ref), "--out", str(out)], capture_output=True, text=True, check=True)
+    line = result.stdout.splitlines()[0].split(": ", 1)[1]
+    ppl = {int(k): float(v) for k, v in (item.split(": ") for item in line.split(", "))}
+    assert sorted(ppl) == [1, 2, 3]
+    chosen = ckpt.read_meta(out)["averaged_from"]
+    assert ppl[len(chosen)] == min(ppl.values())
+    assert chosen == [p.name for p in ckpt.list_checkpoints(root / "run/checkpoints")][-len(chosen):]
 
 
 def test_bad_config_key_is_one_clear_line(tmp_path):

@@ -67,7 +67,16 @@ def _average(args: argparse.Namespace) -> None:
     if not found:
         raise SystemExit(f"aiayn average: no checkpoints under {args.checkpoints}")
     chosen = found[-args.last:]
-    out = average_checkpoints(chosen, Path(args.out))
+    if args.choose_on:
+        from .evaluate import average_last_best, read_lines
+
+        sources, references = (read_lines(p) for p in args.choose_on)
+        out, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references)
+        print("validation perplexity by number averaged: "
+              + ", ".join(f"{k}: {ppl:.3f}" for k, ppl in ppl_by_k.items()))
+        chosen = chosen[-min(ppl_by_k, key=ppl_by_k.__getitem__):]
+    else:
+        out = average_checkpoints(chosen, Path(args.out))
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
 
 
@@ -143,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="average the last N checkpoints (paper: 5 base, 20 big)")
     p.add_argument("checkpoints", help="a run's checkpoints/ directory")
     p.add_argument("--last", type=int, default=5)
+    p.add_argument("--choose-on", nargs=2, metavar=("SRC", "REF"),
+                   help="average the last k <= LAST instead, k with the lowest perplexity of REF given SRC")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_average)
 

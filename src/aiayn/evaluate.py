@@ -5,13 +5,15 @@ plus the perplexity per subword of the references."""
 from __future__ import annotations
 
 import gzip
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from .checkpoint import VOCAB, load_transformer, write_text_atomic
+from .checkpoint import VOCAB, average_checkpoints, load_transformer, write_text_atomic
 from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, translate
@@ -69,6 +71,30 @@ def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str
         nll_sum += torch.nn.functional.cross_entropy(logits.float(), tgt_out[mask], reduction="sum").item()
         tokens += int(mask.sum())
     return perplexity(nll_sum, tokens)
+
+
+def average_last_best(kept: list[Path], out: Path, valid_src: list[str], valid_ref: list[str]) -> tuple[Path, dict[int, float]]:
+    """Average the last k of ``kept`` (paper section 6.1), with k chosen by validation perplexity.
+
+    Why choose: the paper averaged checkpoints written 10 minutes apart late in a 12-hour run,
+    when the weights move slowly. In a 15-minute CPU run they move fast, and old checkpoints
+    drag the average back: in the demo, the last 1 / 2 / 3 / 5 checkpoints 1.5 minutes apart
+    measured validation perplexity 28.5 / 26.8 / 27.4 / 31.2. Choosing k on the validation
+    split (never the test split) takes the paper's averaging where it helps.
+    Returns the averaged checkpoint directory and the validation perplexity for each k.
+    """
+    scratch = out.with_name(f".{out.name}.candidates")
+    shutil.rmtree(scratch, ignore_errors=True)
+    ppl_by_k: dict[int, float] = {}
+    for k in range(1, len(kept) + 1):
+        candidate = average_checkpoints(kept[-k:], scratch / str(k))
+        model, _ = load_transformer(candidate)
+        ppl_by_k[k] = reference_perplexity(model, Vocab.load(candidate / VOCAB), valid_src, valid_ref)
+    best = min(ppl_by_k, key=ppl_by_k.__getitem__)
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(scratch / str(best), out)
+    shutil.rmtree(scratch)
+    return out, ppl_by_k
 
 
 def evaluate_model(
