@@ -9,8 +9,9 @@ import torch
 from _ptb_sample import require_ptb_dir
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
-from aiayn.parse import evaluate_parser, ids_to_tokens, parse_lines, prepare_parsing, text_paths
-from aiayn.parsing import (delinearize, evalb_score, linearize, parse_trees, read_lines,
+from aiayn.parse import (_parse_words, evaluate_parser, ids_to_tokens, parse_lines, prepare_parsing,
+                         prepared_leaves, text_paths, tree_constraint)
+from aiayn.parsing import (delinearize, evalb_score, is_bracket, linearize, parse_trees, read_lines,
                            split_wsj_sample, to_bracketed)
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
@@ -119,3 +120,39 @@ def test_parse_lines_gives_xx_tagged_trees_over_the_input_words(tiny_checkpoint)
         assert tree.words() == line.split() and set(tree.tags()) == {"XX"}
         assert to_bracketed(tree) == text
 
+
+
+def test_constrained_evaluation_needs_no_repair(tiny_checkpoint, tmp_path):
+    data, ckpt = tiny_checkpoint
+    decode = DecodeConfig(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=80)
+    result = evaluate_parser(ckpt, data, "dev", decode, limit=6, out_dir=tmp_path, constrained=True)
+    assert result["constrained"] and result["repaired"] == 0 and result["errors"] == 0
+    assert "constrained to well-formed trees" in (tmp_path / "dev.evalb").read_text(encoding="utf-8")
+
+
+def test_the_constraint_counts_the_words_of_every_sample_sentence(prepared):
+    out, _ = prepared
+    vocab = Vocab.load(out / "spm.model")
+    constraint = tree_constraint(vocab)
+    for split in ("train", "dev", "test"):
+        for line in _lines(text_paths(out, split)[0]):
+            source = vocab.encode(line) + [vocab.eos_id]
+            assert constraint.start(source, 1000).words == len(line.split()), line
+
+
+def test_word_leaves_are_recorded_and_used_by_evaluation(tmp_path):
+    split = split_wsj_sample(require_ptb_dir())
+    out = tmp_path / "words"
+    summary = prepare_parsing(split.train[:6], split.dev[:1], split.test[:1], out, vocab_size=500, leaves="words")
+    assert summary["leaves"] == prepared_leaves(out) == "words"
+    for words, target in zip(*(_lines(p) for p in text_paths(out, "dev"))):
+        tokens = target.split()
+        assert [t for t in tokens if not is_bracket(t)] == words.split()
+    assert "XX" not in _lines(text_paths(out, "train")[1])[0].split()
+    with pytest.raises(ValueError, match="constrained decoding needs XX leaves"):
+        _parse_words(None, Vocab.load(out / "spm.model"), [["a"]], DecodeConfig(), constrained=True, leaves="words")
+
+
+def test_xx_is_the_recorded_default(prepared):
+    out, summary = prepared
+    assert summary["leaves"] == prepared_leaves(out) == "XX"

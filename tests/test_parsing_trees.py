@@ -121,6 +121,16 @@ def test_delinearize_repairs(output: str, repaired_tree: str) -> None:
     assert repaired == (output != "(S (NP XX XX )NP (VP XX )VP XX )S")
 
 
+def test_word_leaves_option_writes_words_and_reads_any_word_as_a_leaf() -> None:
+    assert " ".join(linearize(SENT, leaves="words")) == "(S (NP the dog )NP (VP barks )VP . )S"
+    assert delinearize(linearize(SENT, leaves="words"), SENT.words(), SENT.tags(), leaves="words") == (SENT, False)
+    # The model's words do not matter: the leaves take the source words, in order.
+    tree, repaired = delinearize("(S (NP a cat )NP (VP sleeps )VP ! )S".split(), SENT.words(), SENT.tags(), "words")
+    assert tree == SENT and not repaired
+    # In the paper's XX mode the same output is all unknown tokens (rule 1).
+    assert delinearize("(S (NP a cat )NP (VP sleeps )VP ! )S".split(), SENT.words(), SENT.tags())[1]
+
+
 def test_delinearize_default_tags_and_unlabelled_close() -> None:
     tree, repaired = delinearize("(S (NP XX XX ) (VP XX ) XX )".split(), SENT.words())
     assert to_bracketed(tree) == "(S (NP (XX the) (XX dog)) (VP (XX barks)) (XX .))"

@@ -30,8 +30,9 @@ from .checkpoint import VOCAB, load_transformer
 from .data import Vocab, check_vocab, prepare_corpus
 from .decode import DecodeConfig, decode_ids
 from .evaluate import write_lines_atomic
-from .parsing import (Tree, delinearize, evalb_score, linearize, read_lines as read_tree_lines,
+from .parsing import (Leaves, Tree, delinearize, evalb_score, linearize, read_lines as read_tree_lines,
                       read_treebank, to_bracketed, write_lines, write_parallel)
+from .parsing.constraint import TreeConstraint
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 PARSING_SPLITS = ("train", "dev", "test")
@@ -62,12 +63,15 @@ def prepare_parsing(
     out_dir: str | Path,
     vocab_size: int = 4000,
     max_len: int | None = None,
+    leaves: Leaves = "XX",
 ) -> dict[str, Any]:
     """Read and preprocess the ``.mrg`` files of each split, write the parallel text and the
     gold trees, then build the shared vocabulary (brackets atomic) and the binarised dataset.
 
     ``max_len`` (subwords per side) is off by default: the longest WSJ sample tree is 573
     target tokens, and dropping long sentences from dev/test would bias the F1.
+    ``leaves="words"`` writes words instead of ``XX`` in the targets (an option; see
+    ``linearize``); it is recorded in ``parsing.json`` for evaluation.
     Returns ``prepare_corpus``'s summary plus the sentence counts and the number of symbols.
     """
     out = Path(out_dir)
@@ -77,7 +81,7 @@ def prepare_parsing(
     for split, split_trees in trees.items():
         if not split_trees:
             raise ValueError(f"the {split} split has no trees")
-        write_parallel(split_trees, *text_paths(out, split))
+        write_parallel(split_trees, *text_paths(out, split), leaves=leaves)
         if split != "train":
             write_lines(split_trees, gold_path(out, split))
     symbols = bracket_symbols(trees["train"])
@@ -85,6 +89,7 @@ def prepare_parsing(
         {BINARISED_NAME[s]: text_paths(out, s) for s in PARSING_SPLITS}, out,
         vocab_size=vocab_size, max_len=max_len, user_defined_symbols=symbols)
     info = {"sentences": {s: len(t) for s, t in trees.items()}, "bracket_symbols": len(symbols),
+            "leaves": leaves,
             "files": {s: len(f) for s, f in zip(PARSING_SPLITS, (train_files, dev_files, test_files))}}
     (out / "parsing.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return {**summary, **info}
@@ -105,18 +110,34 @@ def ids_to_tokens(vocab: Vocab, ids: Iterable[int]) -> list[str]:
     return "".join(pieces).replace(WORD_BOUNDARY, " ").split()
 
 
+def prepared_leaves(data_dir: str | Path) -> Leaves:
+    """How the targets of a prepared directory write preterminals ("XX" unless prepared with
+    ``leaves="words"``; directories from before the option have no record and are "XX")."""
+    info = Path(data_dir) / "parsing.json"
+    return json.loads(info.read_text(encoding="utf-8")).get("leaves", "XX") if info.exists() else "XX"
+
+
+def tree_constraint(vocab: Vocab) -> TreeConstraint:
+    """Constrained decoding over ``vocab``'s bracket pieces (``--constrained``)."""
+    return TreeConstraint([vocab.id_to_piece(i) for i in range(len(vocab))], vocab.eos_id, WORD_BOUNDARY)
+
+
 def _parse_words(
     model: Any, vocab: Vocab, sentences: Sequence[Sequence[str]], decode: DecodeConfig,
-    tags: Sequence[Sequence[str]] | None = None, progress: bool = False,
+    tags: Sequence[Sequence[str]] | None = None, progress: bool = False, constrained: bool = False,
+    leaves: Leaves = "XX",
 ) -> list[tuple[Tree, bool]]:
     """Beam-decode word lists (none empty) -> (tree, repaired) each, in input order."""
+    if constrained and leaves != "XX":
+        raise ValueError("constrained decoding needs XX leaves (prepare without --leaves words)")
     sources = [vocab.encode(" ".join(words)) + [vocab.eos_id] for words in sentences]
     # A parsing beam is wide (21) and outputs long (+300): keep batches small.
-    nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress)
+    nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress,
+                       constraint=tree_constraint(vocab) if constrained else None)
     out = []
     for i, (words, hyps) in enumerate(zip(sentences, nbest)):
         tokens = ids_to_tokens(vocab, hyps[0].tokens) if hyps else []
-        out.append(delinearize(tokens, list(words), None if tags is None else list(tags[i])))
+        out.append(delinearize(tokens, list(words), None if tags is None else list(tags[i]), leaves))
     return out
 
 
@@ -129,6 +150,7 @@ def evaluate_parser(
     out_dir: str | Path | None = None,
     device: str = "cpu",
     progress: bool = False,
+    constrained: bool = False,
 ) -> dict[str, Any]:
     """Parse the ``split`` ("dev" or "test") sentences of ``data_dir`` with ``checkpoint`` and
     score them with EVALB (COLLINS.prm) against the gold trees.
@@ -136,7 +158,8 @@ def evaluate_parser(
     Writes ``{split}.parsed`` (predicted trees with the gold tags, one a line, as EVALB reads
     them) and ``{split}.evalb`` (EVALB's summary and the repair count) to ``out_dir`` (default:
     the checkpoint directory), each atomically. Returns P/R/F1 and complete match for all
-    sentences and for len<=40, the repair rate and the paths.
+    sentences and for len<=40, the repair rate and the paths. ``constrained`` searches only
+    well-formed trees (``aiayn.parsing.constraint``; not the paper's search).
     """
     if split not in ("dev", "test"):
         raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
@@ -148,8 +171,10 @@ def evaluate_parser(
     if any(tree is None for tree in gold):
         raise ValueError(f"{gold_path(data_dir, split)} has a blank line")
     model, _ = load_transformer(checkpoint, device)
+    leaves = prepared_leaves(data_dir)
     parsed = _parse_words(model, vocab, [g.words() for g in gold], decode,
-                          tags=[g.tags() for g in gold], progress=progress)
+                          tags=[g.tags() for g in gold], progress=progress, constrained=constrained,
+                          leaves=leaves)
     predicted = [tree for tree, _ in parsed]
     repaired = sum(flag for _, flag in parsed)
     result = evalb_score(gold, predicted)
@@ -158,10 +183,11 @@ def evaluate_parser(
     write_lines_atomic(trees_path, [to_bracketed(t) for t in predicted])
     header = (f"checkpoint {checkpoint}\nsplit {split}: {len(gold)} sentences\n"
               f"decode beam={decode.beam} alpha={decode.alpha} "
-              f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}\n"
+              f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}"
+              f"{' constrained to well-formed trees' if constrained else ''}\n"
               f"repaired outputs {repaired} of {len(gold)}\n\n")
     write_lines_atomic(report_path, (header + result.format_report()).splitlines())
-    summary = {"split": split, "sentences": len(gold),
+    summary = {"split": split, "sentences": len(gold), "constrained": constrained, "leaves": leaves,
                "repaired": repaired, "repair_rate": repaired / len(gold) if gold else 0.0,
                "errors": result.n_errors, "skipped": result.n_skipped,
                "predictions": str(trees_path), "report": str(report_path)}
@@ -174,6 +200,7 @@ def evaluate_parser(
 def parse_lines(
     checkpoint: str | Path, lines: Sequence[str],
     decode: DecodeConfig = DecodeConfig.preset("parsing"), device: str = "cpu",
+    constrained: bool = False, leaves: Leaves = "XX",
 ) -> list[str]:
     """Tokenised sentences (PTB tokens split by spaces) -> one-line bracketed trees whose
     preterminals are tagged ``XX`` (the model predicts no tags); a blank line gives ""."""
@@ -181,7 +208,8 @@ def parse_lines(
     model, _ = load_transformer(checkpoint, device)
     words = [line.split() for line in lines]
     index = [i for i, w in enumerate(words) if w]
-    parsed = _parse_words(model, vocab, [words[i] for i in index], decode)
+    parsed = _parse_words(model, vocab, [words[i] for i in index], decode, constrained=constrained,
+                          leaves=leaves)
     out = [""] * len(lines)
     for i, (tree, _) in zip(index, parsed):
         out[i] = to_bracketed(tree)
@@ -189,4 +217,4 @@ def parse_lines(
 
 
 __all__ = ["prepare_parsing", "evaluate_parser", "parse_lines", "ids_to_tokens",
-           "bracket_symbols", "text_paths", "gold_path"]
+           "bracket_symbols", "text_paths", "gold_path", "tree_constraint"]

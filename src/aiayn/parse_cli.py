@@ -29,7 +29,8 @@ def _prepare(args: argparse.Namespace) -> None:
     else:
         split, default_vocab = split_wsj(args.wsj_root), FULL_VOCAB
     summary = prepare_parsing(split.train, split.dev, split.test, args.out,
-                              vocab_size=args.vocab_size or default_vocab, max_len=args.max_len)
+                              vocab_size=args.vocab_size or default_vocab, max_len=args.max_len,
+                              leaves=args.leaves)
     print(json.dumps(summary, indent=2))
 
 
@@ -57,7 +58,8 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     _set_threads(args)
     result = evaluate_parser(args.checkpoint, args.data, args.split, _decode_config(args),
-                             limit=args.limit, out_dir=args.out, device=args.device, progress=True)
+                             limit=args.limit, out_dir=args.out, device=args.device, progress=True,
+                             constrained=args.constrained)
     print(json.dumps(result, indent=2))
 
 
@@ -66,7 +68,8 @@ def _parse(args: argparse.Namespace) -> None:
 
     _set_threads(args)
     lines = [line.rstrip("\n") for line in (open(args.input, encoding="utf-8") if args.input else sys.stdin)]
-    for tree in parse_lines(args.checkpoint, lines, _decode_config(args), device=args.device):
+    for tree in parse_lines(args.checkpoint, lines, _decode_config(args), device=args.device,
+                            constrained=args.constrained, leaves=args.leaves):
         print(tree)
 
 
@@ -74,6 +77,9 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     p.add_argument("--beam", type=int, help="beam size (paper: 21)")
     p.add_argument("--alpha", type=float, help="GNMT length penalty alpha (paper: 0.3)")
+    p.add_argument("--constrained", action="store_true",
+                   help="search only well-formed trees with one leaf per word (not in the paper; "
+                        "default: the paper's search, then repair)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int,
                    help="CPU threads (default: torch's); 1 is far faster on a busy machine")
@@ -98,6 +104,8 @@ def add_parse_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--vocab-size", type=int,
                    help=f"default {SAMPLE_VOCAB} for the sample, {FULL_VOCAB} (the paper's) for the full WSJ")
     c.add_argument("--max-len", type=int, help="skip pairs longer than this many subwords (default: keep all)")
+    c.add_argument("--leaves", choices=["XX", "words"], default="XX",
+                   help="what a preterminal becomes in the target: XX (the paper's) or its word (an option)")
     c.set_defaults(func=_prepare)
 
     c = cmds.add_parser("train", help="the ordinary trainer; default preset parsing-cpu")
@@ -118,4 +126,6 @@ def add_parse_commands(sub: argparse._SubParsersAction) -> None:
     c = cmds.add_parser("parse", help="tokenised sentences (stdin) -> bracketed trees (stdout)")
     _add_decode_args(c)
     c.add_argument("--input", help="a file of sentences, one a line (default: stdin)")
+    c.add_argument("--leaves", choices=["XX", "words"], default="XX",
+                   help="as the model's training data was prepared (aiayn parse prepare --leaves)")
     c.set_defaults(func=_parse)

@@ -1,13 +1,21 @@
 """Decoding (paper section 6): beam search with the GNMT length penalty, greedy search, and
 whole-corpus translation. Depends only on the model's ``encode``/``src_mask``/``decode_step``."""
 
-from .beam import Hypothesis, beam_search
+from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .greedy import greedy_search
 from .penalties import gnmt_length_penalty
 from .translate import decode_ids, length_batches, translate
 
 __all__ = [
-    "DECODE_PRESETS", "DecodeConfig", "Hypothesis", "beam_search", "decode_ids",
-    "gnmt_length_penalty", "greedy_search", "length_batches", "translate",
+    "DECODE_PRESETS",
+    "Constraint",
+    "DecodeConfig",
+    "Hypothesis",
+    "beam_search",
+    "decode_ids",
+    "gnmt_length_penalty",
+    "greedy_search",
+    "length_batches",
+    "translate",
 ]

@@ -25,8 +25,9 @@ work shrinks as sentences finish.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,30 @@ class Hypothesis:
     score: float
     log_prob: float
     length: int
+
+
+class Constraint(Protocol):
+    """Which tokens may follow a prefix (e.g. ``aiayn.parsing.constraint.TreeConstraint``).
+
+    States are opaque and immutable (beams that share a prefix share its state); tokens outside
+    ``allowed`` get log-probability -inf, so eos must be allowed for an output to finish.
+    """
+
+    def start(self, source: Sequence[int], max_len: int) -> Any: ...  # the empty output's state
+    def allowed(self, state: Any) -> Iterable[int]: ...
+    def advance(self, state: Any, token: int) -> Any: ...
+
+
+def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int]]) -> Tensor:
+    """(rows, V) log-probabilities with every token outside ``allowed[row]`` set to -inf."""
+    rows, cols = [], []
+    for row, ids in enumerate(allowed):
+        ids = list(ids)
+        rows += [row] * len(ids)
+        cols += ids
+    keep = torch.zeros_like(lprobs, dtype=torch.bool)
+    keep[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
+    return lprobs.masked_fill(~keep.to(lprobs.device), NEG_INF)
 
 
 def output_log_probs(
@@ -85,6 +110,7 @@ def beam_search(
     *,
     min_len: int = 0,
     max_len_cap: int | None = None,
+    constraint: Constraint | None = None,
     pad_id: int = 0,
     bos_id: int = 2,
     eos_id: int = 3,
@@ -93,6 +119,7 @@ def beam_search(
 
     ``min_len``: eos is forbidden before output position ``min_len`` (for benchmarks that need
     a fixed output length). ``max_len_cap``: upper limit on |Y| (e.g. the model's positions).
+    ``constraint``: restricts each step's tokens to those it allows after the prefix.
     """
     k, alpha = config.beam, config.alpha
     memory, mask = model.encode(src), model.src_mask(src)
@@ -111,9 +138,13 @@ def beam_search(
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
     rank_ok = torch.arange(2 * k, device=device) < k  # candidates allowed to finish
     cache = None
+    states = None if constraint is None else [  # one per live prefix
+        constraint.start([i for i in row if i != pad_id], limit) for row, limit in zip(src.tolist(), max_lens.tolist())]
     for t in range(1, T + 1):
         logits, cache = model.decode_step(step_in, memory, mask, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)
+        if states is not None:
+            lprobs = constrain(lprobs, [constraint.allowed(state) for state in states])
         n, V = scores.size(0), lprobs.size(-1)
         cand = (scores.unsqueeze(-1) + lprobs.view(n, b, V)).view(n, b * V)
         if b * V < 2 * k:  # tiny vocabularies: pad with impossible candidates
@@ -153,6 +184,9 @@ def beam_search(
         # Beams only move within their sentence unless sentences leave or the beam fans out,
         # so the memory k/v (identical for all beams of a sentence) need no copy otherwise.
         cache.select(rows, reorder_memory=sentences_change)
+        if states is not None:
+            states = [constraint.advance(states[r], tok_r)
+                      for r, tok_r in zip(rows.tolist(), live_tok.view(-1).tolist())]
         tokens = torch.cat([tokens.index_select(0, rows), live_tok.view(-1, 1)], dim=1)
         scores, b = live, k
         step_in = live_tok.view(-1, 1)

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Protocol, Sequence
 
 import torch
 
-from .beam import Hypothesis, beam_search
+from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
 from .greedy import greedy_search
 
@@ -56,6 +56,7 @@ def decode_ids(
     max_tokens: int | None = None,
     max_src_len: int | None = None,
     min_len: int = 0,
+    constraint: Constraint | None = None,
     device: torch.device | str | None = None,
     progress: bool = False,
     pad_id: int = 0,
@@ -67,7 +68,7 @@ def decode_ids(
     Empty sources get no hypotheses (``[]``). Sources longer than ``max_src_len`` (default: the
     model's ``cfg.max_len`` when it has one) are truncated, keeping a final eos, with a warning.
     Output lengths are capped at the model's positions as well. ``config.beam == 1`` decodes
-    greedily.
+    greedily (unless a ``constraint`` is given: beam search with beam 1 then does it).
     """
     cap = max_src_len if max_src_len is not None else getattr(getattr(model, "cfg", None), "max_len", None)
     device = torch.device(device) if device is not None else _model_device(model)
@@ -92,10 +93,11 @@ def decode_ids(
         for row, i in enumerate(members):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
         src = src.to(device)
-        if config.beam == 1:
+        if config.beam == 1 and constraint is None:
             hyps = [[h] for h in greedy_search(model, src, config, min_len=min_len, max_len_cap=cap, **ids)]
         else:
-            hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap, **ids)
+            hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap,
+                               constraint=constraint, **ids)
         for i, h in zip(members, hyps):
             results[i] = h
         if bar is not None:

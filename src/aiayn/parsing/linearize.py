@@ -16,10 +16,14 @@ so every hypothesis can be scored (rules in its docstring).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from .trees import Leaf, Tree
 
-__all__ = ["LEAF", "PLACEHOLDER_TAG", "linearize", "source_text", "delinearize"]
+__all__ = ["LEAF", "PLACEHOLDER_TAG", "Leaves", "linearize", "is_bracket", "source_text", "delinearize"]
+
+# What a preterminal becomes in the target: the paper's placeholder, or (an option) its word.
+Leaves = Literal["XX", "words"]
 
 LEAF = "XX"
 # The tag of a reconstructed preterminal when no tags are supplied.
@@ -28,16 +32,26 @@ PLACEHOLDER_TAG = "XX"
 FALLBACK_ROOT = "S"
 
 
-def linearize(tree: Tree) -> list[str]:
-    """The target tokens of ``tree``: ``(LABEL``, ``XX`` per preterminal, ``)LABEL``."""
+def linearize(tree: Tree, leaves: Leaves = "XX") -> list[str]:
+    """The target tokens of ``tree``: ``(LABEL``, ``XX`` per preterminal, ``)LABEL``.
+
+    ``leaves="words"`` (an option, not the paper's) writes each preterminal's word instead of
+    ``XX``: the decoder then has to copy the source, which gives encoder-decoder attention the
+    lexical anchor that translation has and ``XX`` targets lack (docs/parsing.md).
+    """
     tokens = [f"({tree.label}"]
     for child in tree.children:
         if isinstance(child, Leaf):
-            tokens.append(LEAF)
+            tokens.append(LEAF if leaves == "XX" else child.word)
         else:
-            tokens.extend(linearize(child))
+            tokens.extend(linearize(child, leaves))
     tokens.append(f"){tree.label}")
     return tokens
+
+
+def is_bracket(token: str) -> bool:
+    """``(LABEL``, ``)LABEL`` or ``)`` (a word never is one: PTB writes brackets -LRB-/-RRB-)."""
+    return (token[:1] == "(" and len(token) > 1) or token[:1] == ")"
 
 
 def source_text(tree: Tree) -> str:
@@ -122,7 +136,8 @@ def _build(node: _Node, words: Sequence[str], tags: Sequence[str], i: list[int])
 
 
 def delinearize(
-    tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None
+    tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None,
+    leaves: Leaves = "XX",
 ) -> tuple[Tree, bool]:
     """Rebuild a Tree from a model's target ``tokens`` and the source ``words``.
 
@@ -144,7 +159,8 @@ def delinearize(
 
     Well-formed output (matching labels, one root, as many ``XX`` as words) is returned
     unchanged with ``repaired`` False, so ``delinearize(linearize(t), t.words(), t.tags())``
-    is ``t``.
+    is ``t``. With ``leaves="words"`` every token that is not a bracket is a leaf (an ``XX``);
+    the leaves still take the source ``words``, whatever the model wrote.
     """
     if not words:
         raise ValueError("cannot build a tree over no words")
@@ -152,6 +168,8 @@ def delinearize(
         tags = [PLACEHOLDER_TAG] * len(words)
     if len(tags) != len(words):
         raise ValueError(f"{len(tags)} tags for {len(words)} words")
+    if leaves == "words":
+        tokens = [tok if is_bracket(tok) else LEAF for tok in tokens]
     items, repaired = _parse(tokens)
     pruned = _prune(items)
     repaired |= pruned != items

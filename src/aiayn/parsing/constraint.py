@@ -1,0 +1,106 @@
+"""Constrained decoding for parsing: only well-formed linearised trees over the source words.
+
+An option beside the paper's unconstrained search (which ``delinearize`` repairs afterwards).
+Beam search asks, for each live prefix, which tokens may follow (``decode.beam.Constraint``);
+this one allows exactly the prefixes of a tree with one root, matching bracket labels, no empty
+constituent, and one ``XX`` per source word:
+
+* an opening bracket: as the very first token, or inside the root while words remain and
+  the output can still be finished within its maximum length (``room``);
+* ``XX``: inside the root while words remain;
+* the closing bracket of the innermost open constituent (its label only), unless that
+  constituent is still empty, and the root only once every word has its ``XX``;
+* eos: once the root is closed.
+
+Why write it: a small model that has not learnt to count words (the 30-minute CPU parser)
+emits trees with too few leaves, which repair can only hang off the root; counting is what the
+search can do for it exactly. Vinyals, Kaiser et al. (2015) report that their model rarely
+produced malformed trees and do not constrain; this module lets one measure the difference.
+The source's word count is read from its pieces (one word-boundary piece per word).
+Torch-free, like the rest of ``aiayn.parsing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from .linearize import LEAF
+
+
+class TreeState(NamedTuple):
+    """A prefix: labels of the open constituents (innermost last), leaves so far, whether the
+    innermost constituent is still empty, whether the root has been opened, words to cover,
+    and how many more tokens (eos included) the output may have."""
+
+    stack: tuple[str, ...]
+    leaves: int
+    empty: bool
+    started: bool
+    words: int
+    room: int
+
+
+class TreeConstraint:
+    """Allowed next tokens for linearised trees, over a vocabulary given as id -> piece."""
+
+    def __init__(self, pieces: Sequence[str], eos_id: int, boundary: str = "\u2581") -> None:
+        """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
+        ``▁)NP``, ``▁XX`` (as ``aiayn.parse`` declares them); word-initial pieces start with
+        ``boundary``."""
+        self.eos_id = eos_id
+        self.leaf_id: int | None = None
+        self.open_label: dict[int, str] = {}
+        self.close_id: dict[str, int] = {}
+        self.word_start: set[int] = set()
+        for i, piece in enumerate(pieces):
+            if piece.startswith(boundary):
+                self.word_start.add(i)
+            token = piece[len(boundary):] if piece.startswith(boundary) else None
+            if token == LEAF:
+                self.leaf_id = i
+            elif token and len(token) > 1 and token[0] == "(":
+                self.open_label[i] = token[1:]
+            elif token and len(token) > 1 and token[0] == ")":
+                self.close_id[token[1:]] = i
+        if self.leaf_id is None or not self.open_label:
+            raise ValueError(f"the vocabulary has no {boundary}{LEAF} or no opening-bracket pieces: "
+                             "not a parsing vocabulary")
+        # A constituent that could never be closed is never opened.
+        self.opens = tuple(i for i, label in self.open_label.items() if label in self.close_id)
+
+    def start(self, source: Sequence[int], max_len: int) -> TreeState:
+        """The empty prefix for a source given as token ids (pad and eos excluded or not) and
+        an output of at most ``max_len`` tokens, eos included."""
+        words = sum(1 for i in source if i in self.word_start)
+        return TreeState((), 0, False, False, words, max_len)
+
+    def allowed(self, state: TreeState) -> Iterable[int]:
+        stack, leaves, empty, started, words, room = state
+        if not started:
+            return self.opens
+        if not stack:
+            return (self.eos_id,)
+        ids: list[int] = []
+        if leaves < words:
+            # After an opening bracket: the leaves still missing, a closing bracket for every
+            # open constituent and the eos must fit. Without this an untrained model nests
+            # brackets until the length limit cuts the tree off.
+            if room - 1 >= (words - leaves) + (len(stack) + 1) + 1:
+                ids += self.opens
+            ids.append(self.leaf_id)
+        if not empty and (len(stack) > 1 or leaves == words):
+            ids.append(self.close_id[stack[-1]])
+        return ids
+
+    def advance(self, state: TreeState, token: int) -> TreeState:
+        """The prefix extended by ``token`` (tokens ``allowed`` would refuse leave it as is:
+        beam search only feeds them to beams that are already impossible)."""
+        stack, leaves, empty, started, words, room = state
+        if token in self.open_label:
+            return TreeState(stack + (self.open_label[token],), leaves, True, True, words, room - 1)
+        if token == self.leaf_id and stack:
+            return TreeState(stack, leaves + 1, False, True, words, room - 1)
+        if stack and token == self.close_id.get(stack[-1]):
+            return TreeState(stack[:-1], leaves, False, True, words, room - 1)
+        return state

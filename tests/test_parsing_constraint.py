@@ -1,0 +1,120 @@
+"""Constrained decoding for parsing: the constraint admits exactly well-formed trees over the
+source's words, and beam search under it returns only such trees."""
+
+import random
+
+import pytest
+import torch
+
+import aiayn
+from aiayn.decode import DecodeConfig, beam_search, decode_ids
+from aiayn.parsing import delinearize
+from aiayn.parsing.constraint import TreeConstraint
+
+PIECES = ["<pad>", "<unk>", "<s>", "</s>", "▁(S", "▁)S", "▁(NP", "▁)NP", "▁(VP", "▁)VP",
+          "▁XX", "▁the", "▁dog", "s", "▁bark", "▁(ORPHAN"]
+ID = {p: i for i, p in enumerate(PIECES)}
+EOS = 3
+SOURCE = [ID["▁the"], ID["▁dog"], ID["s"], ID["▁bark"], EOS]  # 3 words: "the dogs bark"
+WORDS = ["the", "dogs", "bark"]
+
+
+def tokens(ids):
+    return [PIECES[i][1:] for i in ids if i != EOS]
+
+
+def walk(constraint, state, ids):
+    for i in ids:
+        assert i in set(constraint.allowed(state)), (tokens(ids), PIECES[i])
+        state = constraint.advance(state, i)
+    return state
+
+
+def test_counts_words_from_word_boundary_pieces():
+    assert TreeConstraint(PIECES, EOS).start(SOURCE, 100).words == 3
+
+
+def test_a_gold_tree_is_allowed_token_by_token_and_then_only_eos():
+    c = TreeConstraint(PIECES, EOS)
+    gold = ["▁(S", "▁(NP", "▁XX", "▁XX", "▁)NP", "▁(VP", "▁XX", "▁)VP", "▁)S"]
+    state = walk(c, c.start(SOURCE, 100), [ID[p] for p in gold])
+    assert list(c.allowed(state)) == [EOS]
+
+
+@pytest.mark.parametrize("prefix, refused", [
+    ([], "</s>"),                                         # no empty output
+    ([], "▁XX"),                                          # a leaf needs a constituent
+    (["▁(S"], "▁)S"),                                     # no empty constituent
+    (["▁(S", "▁(NP", "▁XX"], "▁)S"),                      # closes the innermost only
+    (["▁(S", "▁XX", "▁XX"], "▁)S"),                       # the root waits for every word
+    (["▁(S", "▁XX", "▁XX", "▁XX"], "▁XX"),                # one leaf per word
+    (["▁(S", "▁XX", "▁XX", "▁XX"], "▁(NP"),               # nothing left to put in it
+    (["▁(S", "▁XX", "▁XX", "▁XX", "▁)S"], "▁(S"),         # one root
+    (["▁(S"], "s"),                                       # subword pieces are not tree tokens
+    (["▁(S"], "▁(ORPHAN"),                                # a label with no closing piece
+])
+def test_ill_formed_continuations_are_refused(prefix, refused):
+    c = TreeConstraint(PIECES, EOS)
+    state = walk(c, c.start(SOURCE, 100), [ID[p] for p in prefix])
+    assert ID[refused] not in set(c.allowed(state))
+
+
+def test_every_random_complete_walk_is_a_well_formed_tree():
+    c, rng = TreeConstraint(PIECES, EOS), random.Random(0)
+    for _ in range(300):
+        state, ids = c.start(SOURCE, 100), []
+        while not ids or ids[-1] != EOS:
+            ids.append(rng.choice(list(c.allowed(state))))
+            state = c.advance(state, ids[-1])
+            assert len(ids) < 200
+        tree, repaired = delinearize(tokens(ids), WORDS)
+        assert not repaired and tree.words() == WORDS
+
+
+def test_no_bracket_is_opened_that_the_length_limit_could_not_close():
+    c = TreeConstraint(PIECES, EOS)
+    state = walk(c, c.start(SOURCE, 9), [ID["▁(S"], ID["▁(NP"]])  # needs 3 XX + 2 closes + eos = 6
+    assert ID["▁(VP"] not in set(c.allowed(state)) and ID["▁XX"] in set(c.allowed(state))
+    state = walk(c, c.start(SOURCE, 10), [ID["▁(S"], ID["▁(NP"]])
+    assert ID["▁(VP"] in set(c.allowed(state))
+
+
+def test_a_vocabulary_without_brackets_is_refused():
+    with pytest.raises(ValueError, match="not a parsing vocabulary"):
+        TreeConstraint(["<pad>", "<unk>", "<s>", "</s>", "▁the"], EOS)
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    cfg = aiayn.ModelConfig(N_enc=1, N_dec=1, d_model=16, d_ff=32, h=2, vocab_size=len(PIECES), P_drop=0.0)
+    return aiayn.Transformer(cfg).eval()
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_constrained_search_of_an_untrained_model_returns_well_formed_trees(beam):
+    c = TreeConstraint(PIECES, EOS)
+    for seed in range(5):
+        (hyp,), = decode_ids(_model(seed), [SOURCE], DecodeConfig(beam=beam, alpha=0.3, max_len_b=40),
+                             constraint=c)
+        tree, repaired = delinearize(tokens(hyp.tokens), WORDS)
+        assert not repaired, tokens(hyp.tokens)
+
+
+class AllowAll:
+    def start(self, source, max_len):
+        return None
+
+    def allowed(self, state):
+        return range(len(PIECES))
+
+    def advance(self, state, token):
+        return state
+
+
+def test_a_constraint_that_allows_everything_changes_nothing():
+    model = _model(0)
+    src = torch.tensor([SOURCE, SOURCE[:2] + [EOS, 0, 0]])
+    config = DecodeConfig(beam=3, alpha=0.6, max_len_b=10, nbest=3)
+    plain = beam_search(model, src, config)
+    allowed = beam_search(model, src, config, constraint=AllowAll())
+    assert [[(h.tokens, h.score) for h in s] for s in plain] == [[(h.tokens, h.score) for h in s] for s in allowed]
