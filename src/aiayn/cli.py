@@ -71,10 +71,10 @@ def _average(args: argparse.Namespace) -> None:
         from .evaluate import average_last_best, read_lines
 
         sources, references = (read_lines(p) for p in args.choose_on)
-        out, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references)
+        out, k_best, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references)
         print("validation perplexity by number averaged: "
               + ", ".join(f"{k}: {ppl:.3f}" for k, ppl in ppl_by_k.items()))
-        chosen = chosen[-min(ppl_by_k, key=ppl_by_k.__getitem__):]
+        chosen = chosen[-k_best:]
     else:
         out = average_checkpoints(chosen, Path(args.out))
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")

@@ -91,10 +91,9 @@ def run_demo(
     paths = bundled_corpus_paths()
     valid_src, valid_ref = (read_lines(p) for p in paths["valid"])
     kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
-    averaged, valid_ppl_by_k = average_last_best(kept, out / "averaged", valid_src, valid_ref)
+    averaged, k_best, valid_ppl_by_k = average_last_best(kept, out / "averaged", valid_src, valid_ref)
     model, _ = ckpt.load_transformer(averaged)
     vocab = Vocab.load(averaged / ckpt.VOCAB)
-    valid_ppl = min(valid_ppl_by_k.values())
     progress("      valid ppl by number averaged: "
              + ", ".join(f"{k}: {ppl:.2f}" for k, ppl in valid_ppl_by_k.items()))
 
@@ -114,9 +113,9 @@ def run_demo(
 
     report = {
         "test": test.as_dict(),
-        "valid_ppl_averaged": valid_ppl,
+        "valid_ppl_averaged": valid_ppl_by_k[k_best],
         "valid_ppl_by_number_averaged": valid_ppl_by_k,
-        "averaged_checkpoints": len(ckpt.read_meta(averaged)["averaged_from"]),
+        "averaged_checkpoints": k_best,
         "training": summary,
         "train_config": dataclasses.asdict(cfg),
         "bleu_per_checkpoint": points,

@@ -73,7 +73,9 @@ def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str
     return perplexity(nll_sum, tokens)
 
 
-def average_last_best(kept: list[Path], out: Path, valid_src: list[str], valid_ref: list[str]) -> tuple[Path, dict[int, float]]:
+def average_last_best(
+    kept: list[Path], out: Path, valid_src: list[str], valid_ref: list[str],
+) -> tuple[Path, int, dict[int, float]]:
     """Average the last k of ``kept`` (paper section 6.1), with k chosen by validation perplexity.
 
     Why choose: the paper averaged checkpoints written 10 minutes apart late in a 12-hour run,
@@ -81,20 +83,21 @@ def average_last_best(kept: list[Path], out: Path, valid_src: list[str], valid_r
     drag the average back: in the demo, the last 1 / 2 / 3 / 5 checkpoints 1.5 minutes apart
     measured validation perplexity 28.5 / 26.8 / 27.4 / 31.2. Choosing k on the validation
     split (never the test split) takes the paper's averaging where it helps.
-    Returns the averaged checkpoint directory and the validation perplexity for each k.
+    Returns the averaged checkpoint directory, the chosen k and the validation perplexity for
+    each k.
     """
     scratch = out.with_name(f".{out.name}.candidates")
     shutil.rmtree(scratch, ignore_errors=True)
+    vocab = Vocab.load(Path(kept[-1]) / VOCAB)  # one vocabulary: every candidate copies it
     ppl_by_k: dict[int, float] = {}
     for k in range(1, len(kept) + 1):
-        candidate = average_checkpoints(kept[-k:], scratch / str(k))
-        model, _ = load_transformer(candidate)
-        ppl_by_k[k] = reference_perplexity(model, Vocab.load(candidate / VOCAB), valid_src, valid_ref)
+        model, _ = load_transformer(average_checkpoints(kept[-k:], scratch / str(k)))
+        ppl_by_k[k] = reference_perplexity(model, vocab, valid_src, valid_ref)
     best = min(ppl_by_k, key=ppl_by_k.__getitem__)
     shutil.rmtree(out, ignore_errors=True)
     os.rename(scratch / str(best), out)
     shutil.rmtree(scratch)
-    return out, ppl_by_k
+    return out, best, ppl_by_k
 
 
 def evaluate_model(
