@@ -80,6 +80,24 @@ def _average(args: argparse.Namespace) -> None:
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
 
 
+def _diagnose(args: argparse.Namespace) -> None:
+    import json
+
+    from .checkpoint import VOCAB, load_transformer
+    from .data import Vocab
+    from .diagnose import encoder_spread, source_sensitivity
+    from .evaluate import read_lines
+
+    sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
+    if len(sources) != len(references):
+        raise ValueError(f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}")
+    model, _ = load_transformer(args.checkpoint, "cpu")
+    vocab = Vocab.load(Path(args.checkpoint) / VOCAB)
+    report = {**source_sensitivity(model, vocab, sources, references),
+              "encoder_spread": encoder_spread(model, vocab, sources)}
+    print(json.dumps(report, indent=2))
+
+
 def _decode_config(args: argparse.Namespace):
     from .decode import DecodeConfig
 
@@ -171,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
     p.add_argument("--chunk", type=int, default=64, help="lines decoded together when reading a file")
     p.set_defaults(func=_translate)
+
+    p = sub.add_parser("diagnose", help="does a checkpoint read its source? perplexity with rotated sources, "
+                                        "encoder collapse per layer")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--src", required=True, help="source text, e.g. the validation split")
+    p.add_argument("--ref", required=True, help="reference text")
+    p.add_argument("--limit", type=int, help="the first N sentences only")
+    p.set_defaults(func=_diagnose)
 
     p = sub.add_parser("demo", help="train + evaluate an English->Spanish translator on the bundled corpus")
     p.add_argument("--minutes", type=float, default=15.0, help="training budget (wall clock)")
