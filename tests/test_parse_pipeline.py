@@ -10,8 +10,8 @@ from _ptb_sample import require_ptb_dir
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.parse import (_parse_words, evaluate_parser, ids_to_tokens, parse_lines, prepare_parsing,
-                         prepared_leaves, text_paths, tree_constraint)
-from aiayn.parsing import (delinearize, evalb_score, is_bracket, linearize, parse_trees, read_lines,
+                         MIN_INDEX_TOKENS, leaf_tokens, prepared_leaves, text_paths, tree_constraint)
+from aiayn.parsing import (delinearize, evalb_score, is_bracket, linearize, parse_trees, read_lines, read_treebank,
                            split_wsj_sample, to_bracketed)
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
@@ -149,8 +149,51 @@ def test_word_leaves_are_recorded_and_used_by_evaluation(tmp_path):
         tokens = target.split()
         assert [t for t in tokens if not is_bracket(t)] == words.split()
     assert "XX" not in _lines(text_paths(out, "train")[1])[0].split()
-    with pytest.raises(ValueError, match="constrained decoding needs XX leaves"):
+    with pytest.raises(ValueError, match="constrained decoding needs XX, index or tag leaves"):
         _parse_words(None, Vocab.load(out / "spm.model"), [["a"]], DecodeConfig(), constrained=True, leaves="words")
+
+
+def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tmp_path):
+    split = split_wsj_sample(require_ptb_dir())
+    out = tmp_path / "tags"
+    summary = prepare_parsing(split.train[:12], split.dev[:2], split.test[:2], out, vocab_size=600, leaves="tags")
+    assert summary["leaves"] == prepared_leaves(out) == "tags"
+    vocab = Vocab.load(out / "spm.model")
+    assert set(leaf_tokens(vocab)) == {t for tree in read_treebank(split.train[:12]) for t in tree.tags()}
+    assert {"DT", "NN", ",", "."} <= set(leaf_tokens(vocab))
+    for tree, target in zip(read_lines(out / "dev.gold"), _lines(text_paths(out, "dev")[1])):
+        assert [t for t in target.split() if not is_bracket(t)] == tree.tags()
+    # One piece per training target token: a tag is one decoder step, like a bracket.
+    for target in _lines(text_paths(out, "train")[1]):
+        assert len(vocab.encode(target)) == len(target.split())
+    # Tag symbols such as "▁IN" or "▁," also match source words; each word still has one
+    # word-initial piece, so the constraint's word count holds on every sentence.
+    constraint = tree_constraint(vocab)
+    for split_name in ("train", "dev", "test"):
+        for line in _lines(text_paths(out, split_name)[0]):
+            assert constraint.start(vocab.encode(line) + [vocab.eos_id], 1000).words == len(line.split()), line
+
+
+def test_index_leaves_mark_every_word_with_one_piece_on_both_sides(tmp_path):
+    split = split_wsj_sample(require_ptb_dir())
+    out = tmp_path / "index"
+    prepare_parsing(split.train[:12], split.dev[:2], split.test[:2], out, vocab_size=800, leaves="index")
+    vocab = Vocab.load(out / "spm.model")
+    markers = leaf_tokens(vocab)
+    assert markers[:3] == ["<1>", "<2>", "<3>"] and len(markers) == MIN_INDEX_TOKENS
+    constraint = tree_constraint(vocab)
+    assert constraint.indexed
+    for split_name in ("train", "dev", "test"):
+        for words, target in zip(*(_lines(p) for p in text_paths(out, split_name))):
+            source = vocab.encode(words)
+            n = len(words.split()) // 2
+            assert constraint.start(source + [vocab.eos_id], 1000).words == n
+            # Each marker is one piece on both sides, the same piece.
+            pieces = [vocab.id_to_piece(i) for i in source]
+            assert [p for p in pieces if p[1:] in markers] == [BOUNDARY + f"<{i + 1}>" for i in range(n)]
+            assert [t for t in target.split() if not is_bracket(t)] == [f"<{i + 1}>" for i in range(n)]
+    with pytest.raises(ValueError, match="a sentence of 301 words: this vocabulary marks at most 300"):
+        _parse_words(None, vocab, [["w"] * 301], DecodeConfig(), leaves="index")
 
 
 def test_xx_is_the_recorded_default(prepared):

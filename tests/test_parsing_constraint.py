@@ -79,6 +79,47 @@ def test_no_bracket_is_opened_that_the_length_limit_could_not_close():
     assert ID["▁(VP"] in set(c.allowed(state))
 
 
+TAG_PIECES = PIECES + ["▁DT", "▁NNS", "▁VBP"]
+
+
+def test_tag_leaves_allow_any_tag_and_every_walk_is_a_well_formed_tree():
+    c, rng = TreeConstraint(TAG_PIECES, EOS, leaf_tokens={"DT", "NNS", "VBP"}), random.Random(1)
+    state = walk(c, c.start(SOURCE, 100), [TAG_PIECES.index(p) for p in ["▁(S", "▁(NP"]])
+    assert {TAG_PIECES[i] for i in c.allowed(state)} >= {"▁DT", "▁NNS", "▁VBP"}
+    assert ID["▁XX"] not in set(c.allowed(state))  # XX is not a leaf of this vocabulary
+    for _ in range(200):
+        state, ids = c.start(SOURCE, 100), []
+        while not ids or ids[-1] != EOS:
+            ids.append(rng.choice(list(c.allowed(state))))
+            state = c.advance(state, ids[-1])
+        tree, repaired = delinearize([TAG_PIECES[i][1:] for i in ids if i != EOS], WORDS, leaves="tags")
+        assert not repaired and tree.words() == WORDS and set(tree.tags()) <= {"DT", "NNS", "VBP"}
+
+
+MARKED = ["▁<1>", "▁<2>", "▁<3>"]
+INDEX_PIECES = PIECES + MARKED
+INDEX_SOURCE = [len(PIECES), ID["▁the"], len(PIECES) + 1, ID["▁dog"], ID["s"], len(PIECES) + 2, ID["▁bark"], EOS]
+
+
+def test_index_leaves_must_come_in_word_order_and_count_the_words():
+    c = TreeConstraint(INDEX_PIECES, EOS, leaf_tokens=["<1>", "<2>", "<3>"], indexed=True)
+    state = c.start(INDEX_SOURCE, 100)
+    assert state.words == 3  # the markers, not the six word-initial pieces
+    state = walk(c, state, [ID["▁(S"]])
+    assert [INDEX_PIECES[i] for i in c.allowed(state) if i >= len(PIECES)] == ["▁<1>"]
+    state = walk(c, state, [len(PIECES), ID["▁(NP"]])
+    assert [INDEX_PIECES[i] for i in c.allowed(state) if i >= len(PIECES)] == ["▁<2>"]
+    rng = random.Random(2)
+    for _ in range(100):
+        state, ids = c.start(INDEX_SOURCE, 100), []
+        while not ids or ids[-1] != EOS:
+            ids.append(rng.choice(list(c.allowed(state))))
+            state = c.advance(state, ids[-1])
+        out = [INDEX_PIECES[i][1:] for i in ids if i != EOS]
+        assert [t for t in out if t.startswith("<")] == ["<1>", "<2>", "<3>"]
+        assert not delinearize(out, WORDS, leaves="index")[1]
+
+
 def test_a_vocabulary_without_brackets_is_refused():
     with pytest.raises(ValueError, match="not a parsing vocabulary"):
         TreeConstraint(["<pad>", "<unk>", "<s>", "</s>", "▁the"], EOS)

@@ -131,6 +131,28 @@ def test_word_leaves_option_writes_words_and_reads_any_word_as_a_leaf() -> None:
     assert delinearize("(S (NP a cat )NP (VP sleeps )VP ! )S".split(), SENT.words(), SENT.tags())[1]
 
 
+def test_index_leaves_option_marks_each_word_on_both_sides() -> None:
+    assert " ".join(linearize(SENT, leaves="index")) == "(S (NP <1> <2> )NP (VP <3> )VP <4> )S"
+    assert source_text(SENT, "index") == "<1> the <2> dog <3> barks <4> ."
+    assert delinearize(linearize(SENT, leaves="index"), SENT.words(), SENT.tags(), leaves="index") == (SENT, False)
+    # The leaves take the words in order whatever the markers say; a missing one is repaired.
+    tree, repaired = delinearize("(S (NP <4> <1> )NP (VP <2> )VP )S".split(), SENT.words(), SENT.tags(), "index")
+    assert to_bracketed(tree) == "(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))" and repaired
+
+
+def test_tag_leaves_option_writes_tags_and_can_return_the_models_tags() -> None:
+    assert " ".join(linearize(SENT, leaves="tags")) == "(S (NP DT NN )NP (VP VBZ )VP . )S"
+    assert delinearize(linearize(SENT, leaves="tags"), SENT.words(), SENT.tags(), leaves="tags") == (SENT, False)
+    # Scoring passes the gold tags; without them the tree carries the model's own tags.
+    tree, repaired = delinearize("(S (NP DT JJ )NP (VP VBD )VP . )S".split(), SENT.words(), leaves="tags")
+    assert tree.tags() == ["DT", "JJ", "VBD", "."] and not repaired
+    # Repair keeps tags with their leaves: surplus tags are cut at the end, missing ones are XX.
+    tree, repaired = delinearize("(S (NP DT NN )NP VBZ . NN )S".split(), SENT.words(), leaves="tags")
+    assert tree.tags() == SENT.tags() and repaired
+    tree, repaired = delinearize("(S (NP DT NN )NP )S".split(), SENT.words(), leaves="tags")
+    assert to_bracketed(tree) == "(S (NP (DT the) (NN dog)) (XX barks) (XX .))" and repaired
+
+
 def test_delinearize_default_tags_and_unlabelled_close() -> None:
     tree, repaired = delinearize("(S (NP XX XX ) (VP XX ) XX )".split(), SENT.words())
     assert to_bracketed(tree) == "(S (NP (XX the) (XX dog)) (VP (XX barks)) (XX .))"

@@ -26,18 +26,24 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sentencepiece import sentencepiece_model_pb2 as sp_model
+
 from .checkpoint import VOCAB, load_transformer
 from .data import Vocab, check_vocab, prepare_corpus
 from .decode import DecodeConfig, decode_ids
 from .evaluate import write_lines_atomic
-from .parsing import (Leaves, Tree, delinearize, evalb_score, linearize, read_lines as read_tree_lines,
-                      read_treebank, to_bracketed, write_lines, write_parallel)
+from .parsing import (Leaves, Tree, delinearize, evalb_score, index_token, is_bracket, linearize,
+                      read_lines as read_tree_lines, read_treebank, source_line, to_bracketed, write_lines,
+                      write_parallel)
 from .parsing.constraint import TreeConstraint
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 PARSING_SPLITS = ("train", "dev", "test")
 # The trainer validates on "valid"; the treebank calls that split "dev".
 BINARISED_NAME = {"train": "train", "dev": "valid", "test": "test"}
+# Word markers a ``--leaves index`` vocabulary has at least (the WSJ's longest sentence: 249
+# words in NLTK's sample, 141 in sections 02-21).
+MIN_INDEX_TOKENS = 300
 
 
 def text_paths(data_dir: str | Path, split: str) -> tuple[Path, Path]:
@@ -50,10 +56,17 @@ def gold_path(data_dir: str | Path, split: str) -> Path:
     return Path(data_dir) / f"{split}.gold"
 
 
-def bracket_symbols(trees: Iterable[Tree]) -> list[str]:
+def bracket_symbols(trees: Iterable[Tree], leaves: Leaves = "XX", max_words: int = 0) -> list[str]:
     """The target tokens of ``trees`` as SentencePiece user-defined symbols (``▁(NP``...),
-    sorted so that the vocabulary does not depend on the order of the trees."""
-    return sorted({WORD_BOUNDARY + tok for tree in trees for tok in linearize(tree)})
+    sorted so that the vocabulary does not depend on the order of the trees. With
+    ``leaves="tags"`` the POS tags are symbols too, with ``leaves="index"`` the markers of
+    ``max_words`` words (one piece, one decoder step each); words (``leaves="words"``) are
+    left to the subword model."""
+    written = leaves if leaves in ("index", "tags") else "XX"
+    symbols = {tok for tree in trees for tok in linearize(tree, written)}
+    if leaves == "index":
+        symbols |= {index_token(i) for i in range(1, max_words + 1)}
+    return sorted(WORD_BOUNDARY + tok for tok in symbols)
 
 
 def prepare_parsing(
@@ -70,8 +83,9 @@ def prepare_parsing(
 
     ``max_len`` (subwords per side) is off by default: the longest WSJ sample tree is 573
     target tokens, and dropping long sentences from dev/test would bias the F1.
-    ``leaves="words"`` writes words instead of ``XX`` in the targets (an option; see
-    ``linearize``); it is recorded in ``parsing.json`` for evaluation.
+    ``leaves="index"`` / ``"tags"`` / ``"words"`` write word markers / POS tags / words
+    instead of ``XX`` in the targets (options; see ``linearize``); the choice is recorded in
+    ``parsing.json`` for decoding.
     Returns ``prepare_corpus``'s summary plus the sentence counts and the number of symbols.
     """
     out = Path(out_dir)
@@ -84,7 +98,10 @@ def prepare_parsing(
         write_parallel(split_trees, *text_paths(out, split), leaves=leaves)
         if split != "train":
             write_lines(split_trees, gold_path(out, split))
-    symbols = bracket_symbols(trees["train"])
+    # Markers for the longest sentence of any split, and for at least MIN_INDEX_TOKENS words
+    # so that `aiayn parse parse` can take longer sentences than the treebank's.
+    longest = max(len(tree.words()) for split_trees in trees.values() for tree in split_trees)
+    symbols = bracket_symbols(trees["train"], leaves, max(longest, MIN_INDEX_TOKENS))
     summary = prepare_corpus(
         {BINARISED_NAME[s]: text_paths(out, s) for s in PARSING_SPLITS}, out,
         vocab_size=vocab_size, max_len=max_len, user_defined_symbols=symbols)
@@ -117,9 +134,26 @@ def prepared_leaves(data_dir: str | Path) -> Leaves:
     return json.loads(info.read_text(encoding="utf-8")).get("leaves", "XX") if info.exists() else "XX"
 
 
+def leaf_tokens(vocab: Vocab) -> list[str]:
+    """The target tokens that stand for a preterminal in ``vocab``: its user-defined symbols
+    that are not brackets (``XX``, or the markers or tags of a ``--leaves index|tags``
+    vocabulary), markers in word order.
+
+    Read from the model itself, so a checkpoint is enough to decode with; SentencePiece's
+    Python API has no "is user-defined" query, hence its model proto."""
+    proto = sp_model.ModelProto()
+    proto.ParseFromString(vocab.sp.serialized_model_proto())
+    user = sp_model.ModelProto.SentencePiece.USER_DEFINED
+    tokens = {p.piece.removeprefix(WORD_BOUNDARY) for p in proto.pieces if p.type == user}
+    markers = [index_token(i) for i in range(1, len(tokens) + 1) if index_token(i) in tokens]
+    return markers or sorted(tok for tok in tokens if not is_bracket(tok))
+
+
 def tree_constraint(vocab: Vocab) -> TreeConstraint:
-    """Constrained decoding over ``vocab``'s bracket pieces (``--constrained``)."""
-    return TreeConstraint([vocab.id_to_piece(i) for i in range(len(vocab))], vocab.eos_id, WORD_BOUNDARY)
+    """Constrained decoding over ``vocab``'s bracket and leaf pieces (``--constrained``)."""
+    leaves = leaf_tokens(vocab)
+    return TreeConstraint([vocab.id_to_piece(i) for i in range(len(vocab))], vocab.eos_id, WORD_BOUNDARY,
+                          leaves, indexed=leaves[0] == index_token(1))
 
 
 def _parse_words(
@@ -128,9 +162,13 @@ def _parse_words(
     leaves: Leaves = "XX",
 ) -> list[tuple[Tree, bool]]:
     """Beam-decode word lists (none empty) -> (tree, repaired) each, in input order."""
-    if constrained and leaves != "XX":
-        raise ValueError("constrained decoding needs XX leaves (prepare without --leaves words)")
-    sources = [vocab.encode(" ".join(words)) + [vocab.eos_id] for words in sentences]
+    if constrained and leaves == "words":
+        raise ValueError("constrained decoding needs XX, index or tag leaves (prepare without --leaves words)")
+    if leaves == "index":
+        markers = len(leaf_tokens(vocab))
+        if (longest := max((len(words) for words in sentences), default=0)) > markers:
+            raise ValueError(f"a sentence of {longest} words: this vocabulary marks at most {markers}")
+    sources = [vocab.encode(source_line(words, leaves)) + [vocab.eos_id] for words in sentences]
     # A parsing beam is wide (21) and outputs long (+300): keep batches small.
     nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress,
                        constraint=tree_constraint(vocab) if constrained else None)

@@ -104,8 +104,9 @@ def add_parse_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--vocab-size", type=int,
                    help=f"default {SAMPLE_VOCAB} for the sample, {FULL_VOCAB} (the paper's) for the full WSJ")
     c.add_argument("--max-len", type=int, help="skip pairs longer than this many subwords (default: keep all)")
-    c.add_argument("--leaves", choices=["XX", "words"], default="XX",
-                   help="what a preterminal becomes in the target: XX (the paper's) or its word (an option)")
+    c.add_argument("--leaves", choices=["XX", "index", "tags", "words"], default="XX",
+                   help="what a preterminal becomes in the target: XX (the paper's), or (options) its POS tag "
+                        "or its word")
     c.set_defaults(func=_prepare)
 
     c = cmds.add_parser("train", help="the ordinary trainer; default preset parsing-cpu")
@@ -126,6 +127,6 @@ def add_parse_commands(sub: argparse._SubParsersAction) -> None:
     c = cmds.add_parser("parse", help="tokenised sentences (stdin) -> bracketed trees (stdout)")
     _add_decode_args(c)
     c.add_argument("--input", help="a file of sentences, one a line (default: stdin)")
-    c.add_argument("--leaves", choices=["XX", "words"], default="XX",
+    c.add_argument("--leaves", choices=["XX", "index", "tags", "words"], default="XX",
                    help="as the model's training data was prepared (aiayn parse prepare --leaves)")
     c.set_defaults(func=_parse)

@@ -3,11 +3,12 @@
 An option beside the paper's unconstrained search (which ``delinearize`` repairs afterwards).
 Beam search asks, for each live prefix, which tokens may follow (``decode.beam.Constraint``);
 this one allows exactly the prefixes of a tree with one root, matching bracket labels, no empty
-constituent, and one ``XX`` per source word:
+constituent, and one leaf token (``XX``, a POS tag, or with ``--leaves index`` the word's own
+marker) per source word:
 
 * an opening bracket: as the very first token, or inside the root while words remain and
   the output can still be finished within its maximum length (``room``);
-* ``XX``: inside the root while words remain;
+* a leaf token: inside the root while words remain;
 * the closing bracket of the innermost open constituent (its label only), unless that
   constituent is still empty, and the root only once every word has its ``XX``;
 * eos: once the root is closed.
@@ -44,35 +45,44 @@ class TreeState(NamedTuple):
 class TreeConstraint:
     """Allowed next tokens for linearised trees, over a vocabulary given as id -> piece."""
 
-    def __init__(self, pieces: Sequence[str], eos_id: int, boundary: str = "\u2581") -> None:
+    def __init__(self, pieces: Sequence[str], eos_id: int, boundary: str = "\u2581",
+                 leaf_tokens: Sequence[str] = (LEAF,), indexed: bool = False) -> None:
         """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
-        ``▁)NP``, ``▁XX`` (as ``aiayn.parse`` declares them); word-initial pieces start with
-        ``boundary``."""
+        ``▁)NP``, and the leaf tokens ``▁XX`` (or the tags ``▁NN``, ``▁DT``...), as
+        ``aiayn.parse`` declares them; word-initial pieces start with ``boundary``.
+
+        ``indexed`` (``--leaves index``): ``leaf_tokens`` are the word markers ``<1>``,
+        ``<2>``... in order; the i-th leaf must be the i-th marker, and the source's words are
+        its markers (each word there has two word-initial pieces, marker and word)."""
         self.eos_id = eos_id
-        self.leaf_id: int | None = None
+        self.indexed = indexed
         self.open_label: dict[int, str] = {}
         self.close_id: dict[str, int] = {}
         self.word_start: set[int] = set()
+        leaf_id: dict[str, int] = {}
         for i, piece in enumerate(pieces):
             if piece.startswith(boundary):
                 self.word_start.add(i)
             token = piece[len(boundary):] if piece.startswith(boundary) else None
-            if token == LEAF:
-                self.leaf_id = i
+            if token in leaf_tokens:
+                leaf_id[token] = i
             elif token and len(token) > 1 and token[0] == "(":
                 self.open_label[i] = token[1:]
             elif token and len(token) > 1 and token[0] == ")":
                 self.close_id[token[1:]] = i
-        if self.leaf_id is None or not self.open_label:
-            raise ValueError(f"the vocabulary has no {boundary}{LEAF} or no opening-bracket pieces: "
-                             "not a parsing vocabulary")
+        self.leaf_ids = [leaf_id[t] for t in leaf_tokens if t in leaf_id]
+        if not self.leaf_ids or not self.open_label:
+            raise ValueError(f"the vocabulary has no leaf pieces ({boundary}{LEAF} or tags) or no "
+                             "opening-bracket pieces: not a parsing vocabulary")
+        self.leaf_set = frozenset(self.leaf_ids)
         # A constituent that could never be closed is never opened.
         self.opens = tuple(i for i, label in self.open_label.items() if label in self.close_id)
 
     def start(self, source: Sequence[int], max_len: int) -> TreeState:
         """The empty prefix for a source given as token ids (pad and eos excluded or not) and
         an output of at most ``max_len`` tokens, eos included."""
-        words = sum(1 for i in source if i in self.word_start)
+        counted = self.leaf_set if self.indexed else self.word_start
+        words = sum(1 for i in source if i in counted)
         return TreeState((), 0, False, False, words, max_len)
 
     def allowed(self, state: TreeState) -> Iterable[int]:
@@ -88,7 +98,10 @@ class TreeConstraint:
             # brackets until the length limit cuts the tree off.
             if room - 1 >= (words - leaves) + (len(stack) + 1) + 1:
                 ids += self.opens
-            ids.append(self.leaf_id)
+            if not self.indexed:
+                ids += self.leaf_ids
+            elif leaves < len(self.leaf_ids):
+                ids.append(self.leaf_ids[leaves])
         if not empty and (len(stack) > 1 or leaves == words):
             ids.append(self.close_id[stack[-1]])
         return ids
@@ -99,7 +112,7 @@ class TreeConstraint:
         stack, leaves, empty, started, words, room = state
         if token in self.open_label:
             return TreeState(stack + (self.open_label[token],), leaves, True, True, words, room - 1)
-        if token == self.leaf_id and stack:
+        if token in self.leaf_set and stack:
             return TreeState(stack, leaves + 1, False, True, words, room - 1)
         if stack and token == self.close_id.get(stack[-1]):
             return TreeState(stack[:-1], leaves, False, True, words, room - 1)

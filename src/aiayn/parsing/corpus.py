@@ -74,7 +74,7 @@ def write_parallel(trees: Iterable[Tree], src_path: str | Path, tgt_path: str | 
     n = 0
     with open(src_path, "w", encoding="utf-8") as src, open(tgt_path, "w", encoding="utf-8") as tgt:
         for tree in trees:
-            src.write(source_text(tree) + "\n")
+            src.write(source_text(tree, leaves) + "\n")
             tgt.write(" ".join(linearize(tree, leaves)) + "\n")
             n += 1
     return n

@@ -20,10 +20,12 @@ from typing import Literal
 
 from .trees import Leaf, Tree
 
-__all__ = ["LEAF", "PLACEHOLDER_TAG", "Leaves", "linearize", "is_bracket", "source_text", "delinearize"]
+__all__ = ["LEAF", "PLACEHOLDER_TAG", "Leaves", "linearize", "is_bracket", "index_token", "source_line",
+           "source_text", "delinearize"]
 
-# What a preterminal becomes in the target: the paper's placeholder, or (an option) its word.
-Leaves = Literal["XX", "words"]
+# What a preterminal becomes in the target: the paper's placeholder or (options, not the
+# paper's) its word index, POS tag or word.
+Leaves = Literal["XX", "index", "tags", "words"]
 
 LEAF = "XX"
 # The tag of a reconstructed preterminal when no tags are supplied.
@@ -32,21 +34,43 @@ PLACEHOLDER_TAG = "XX"
 FALLBACK_ROOT = "S"
 
 
+def index_token(i: int) -> str:
+    """The marker of the i-th word (from 1) for ``leaves="index"``: ``<1>``, ``<2>``...
+    (PTB writes no ``<`` or ``>`` in words)."""
+    return f"<{i}>"
+
+
 def linearize(tree: Tree, leaves: Leaves = "XX") -> list[str]:
     """The target tokens of ``tree``: ``(LABEL``, ``XX`` per preterminal, ``)LABEL``.
 
-    ``leaves="words"`` (an option, not the paper's) writes each preterminal's word instead of
-    ``XX``: the decoder then has to copy the source, which gives encoder-decoder attention the
-    lexical anchor that translation has and ``XX`` targets lack (docs/parsing.md).
+    The options give encoder-decoder attention the lexical anchor that translation has and
+    ``XX`` targets lack (a 30-minute CPU model ignores the source otherwise: docs/parsing.md):
+
+    * ``"index"``: the i-th preterminal is ``<i>``, and the source carries the same marker
+      before the i-th word (``source_line``). Attention finds the word it is at by matching
+      the marker it has just written, the way translation matches words; counting words,
+      which softmax attention does badly, is no longer needed.
+    * ``"tags"``: the POS tag (depends on the word, but does not say which word it is).
+    * ``"words"``: the word itself (the decoder copies the source).
     """
-    tokens = [f"({tree.label}"]
+    tokens: list[str] = []
+    _brackets(tree, tokens)
+    values = {"XX": None, "tags": tree.tags(), "words": tree.words(),
+              "index": [index_token(i + 1) for i in range(len(tree.words()))]}[leaves]
+    if values is None:
+        return tokens
+    it = iter(values)
+    return [tok if tok != LEAF else next(it) for tok in tokens]
+
+
+def _brackets(tree: Tree, out: list[str]) -> None:
+    out.append(f"({tree.label}")
     for child in tree.children:
         if isinstance(child, Leaf):
-            tokens.append(LEAF if leaves == "XX" else child.word)
+            out.append(LEAF)
         else:
-            tokens.extend(linearize(child, leaves))
-    tokens.append(f"){tree.label}")
-    return tokens
+            _brackets(child, out)
+    out.append(f"){tree.label}")
 
 
 def is_bracket(token: str) -> bool:
@@ -54,9 +78,17 @@ def is_bracket(token: str) -> bool:
     return (token[:1] == "(" and len(token) > 1) or token[:1] == ")"
 
 
-def source_text(tree: Tree) -> str:
-    """The source side: the words joined by single spaces."""
-    return " ".join(tree.words())
+def source_line(words: Sequence[str], leaves: Leaves = "XX") -> str:
+    """The source side: the words joined by single spaces, each after its ``index_token``
+    with ``leaves="index"``."""
+    if leaves == "index":
+        return " ".join(f"{index_token(i + 1)} {word}" for i, word in enumerate(words))
+    return " ".join(words)
+
+
+def source_text(tree: Tree, leaves: Leaves = "XX") -> str:
+    """The source side of ``tree`` (``source_line`` of its words)."""
+    return source_line(tree.words(), leaves)
 
 
 # A subtree being rebuilt: [label, children]; a leaf is the LEAF string until words go in.
@@ -143,7 +175,8 @@ def delinearize(
 
     ``tags`` fill the preterminals (default ``XX``). To score with EVALB pass the gold tags:
     EVALB removes punctuation by its tag, so test trees need the gold tags to line up with
-    the gold trees; the paper does not score tags either.
+    the gold trees; the paper does not score tags either. With ``leaves="tags"`` and no
+    ``tags`` the model's own tags are used (``XX`` for leaves that repair added).
 
     Ill-formed output is repaired, deterministically, and ``repaired`` is True:
 
@@ -159,16 +192,21 @@ def delinearize(
 
     Well-formed output (matching labels, one root, as many ``XX`` as words) is returned
     unchanged with ``repaired`` False, so ``delinearize(linearize(t), t.words(), t.tags())``
-    is ``t``. With ``leaves="words"`` every token that is not a bracket is a leaf (an ``XX``);
-    the leaves still take the source ``words``, whatever the model wrote.
+    is ``t``. With the other ``leaves`` every token that is not a bracket is a leaf (an ``XX``);
+    the leaves still take the source ``words`` in order, whatever the model wrote.
     """
     if not words:
         raise ValueError("cannot build a tree over no words")
+    if tags is None and leaves == "tags":
+        # Leaves keep their order through repair (surplus is cut at the end, missing ones are
+        # appended), so the i-th leaf token is the i-th word's tag.
+        predicted = [tok for tok in tokens if not is_bracket(tok)][:len(words)]
+        tags = predicted + [PLACEHOLDER_TAG] * (len(words) - len(predicted))
     if tags is None:
         tags = [PLACEHOLDER_TAG] * len(words)
     if len(tags) != len(words):
         raise ValueError(f"{len(tags)} tags for {len(words)} words")
-    if leaves == "words":
+    if leaves != "XX":
         tokens = [tok if is_bracket(tok) else LEAF for tok in tokens]
     items, repaired = _parse(tokens)
     pruned = _prune(items)
