@@ -149,8 +149,17 @@ def test_word_leaves_are_recorded_and_used_by_evaluation(tmp_path):
         tokens = target.split()
         assert [t for t in tokens if not is_bracket(t)] == words.split()
     assert "XX" not in _lines(text_paths(out, "train")[1])[0].split()
-    with pytest.raises(ValueError, match="constrained decoding needs XX, index or tag leaves"):
-        _parse_words(None, Vocab.load(out / "spm.model"), [["a"]], DecodeConfig(), constrained=True, leaves="words")
+    # The copying constraint allows every gold target, piece by piece: the target spells each
+    # word as the source does.
+    vocab = Vocab.load(out / "spm.model")
+    constraint = tree_constraint(vocab, copy_words=True)
+    for words, target in zip(*(_lines(p) for p in text_paths(out, "train"))):
+        state = constraint.start(vocab.encode(words) + [vocab.eos_id], 2000)
+        assert state.words == len(words.split())
+        for i in vocab.encode(target):
+            assert i in set(constraint.allowed(state)), (words, vocab.id_to_piece(i))
+            state = constraint.advance(state, i)
+        assert list(constraint.allowed(state)) == [vocab.eos_id]
 
 
 def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tmp_path):

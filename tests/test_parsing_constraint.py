@@ -120,6 +120,25 @@ def test_index_leaves_must_come_in_word_order_and_count_the_words():
         assert not delinearize(out, WORDS, leaves="index")[1]
 
 
+def test_word_leaves_copy_the_source_piece_by_piece():
+    c = TreeConstraint(PIECES, EOS, copy_words=True)
+    state = c.start(SOURCE, 100)
+    assert state.words == 3 and state.source == ((ID["▁the"],), (ID["▁dog"], ID["s"]), (ID["▁bark"],))
+    state = walk(c, state, [ID["▁(S"], ID["▁(NP"], ID["▁the"], ID["▁dog"]])
+    assert list(c.allowed(state)) == [ID["s"]]  # a word is finished before anything else
+    state = walk(c, state, [ID["s"]])
+    assert ID["▁bark"] in set(c.allowed(state)) and ID["▁the"] not in set(c.allowed(state))
+    rng = random.Random(3)
+    for _ in range(100):
+        state, ids = c.start(SOURCE, 100), []
+        while not ids or ids[-1] != EOS:
+            ids.append(rng.choice(list(c.allowed(state))))
+            state = c.advance(state, ids[-1])
+        out = "".join(PIECES[i] for i in ids if i != EOS).replace("▁", " ").split()
+        tree, repaired = delinearize(out, WORDS, leaves="words")
+        assert not repaired and [t for t in out if t[0] not in "()"] == WORDS
+
+
 def test_a_vocabulary_without_brackets_is_refused():
     with pytest.raises(ValueError, match="not a parsing vocabulary"):
         TreeConstraint(["<pad>", "<unk>", "<s>", "</s>", "▁the"], EOS)

@@ -149,11 +149,13 @@ def leaf_tokens(vocab: Vocab) -> list[str]:
     return markers or sorted(tok for tok in tokens if not is_bracket(tok))
 
 
-def tree_constraint(vocab: Vocab) -> TreeConstraint:
-    """Constrained decoding over ``vocab``'s bracket and leaf pieces (``--constrained``)."""
+def tree_constraint(vocab: Vocab, copy_words: bool = False) -> TreeConstraint:
+    """Constrained decoding over ``vocab``'s bracket and leaf pieces (``--constrained``);
+    ``copy_words`` for a ``--leaves words`` model (its vocabulary cannot say so: it declares
+    ``XX`` like the paper's)."""
     leaves = leaf_tokens(vocab)
     return TreeConstraint([vocab.id_to_piece(i) for i in range(len(vocab))], vocab.eos_id, WORD_BOUNDARY,
-                          leaves, indexed=leaves[0] == index_token(1))
+                          leaves, indexed=leaves[0] == index_token(1), copy_words=copy_words)
 
 
 def _parse_words(
@@ -162,8 +164,6 @@ def _parse_words(
     leaves: Leaves = "XX",
 ) -> list[tuple[Tree, bool]]:
     """Beam-decode word lists (none empty) -> (tree, repaired) each, in input order."""
-    if constrained and leaves == "words":
-        raise ValueError("constrained decoding needs XX, index or tag leaves (prepare without --leaves words)")
     if leaves == "index":
         markers = len(leaf_tokens(vocab))
         if (longest := max((len(words) for words in sentences), default=0)) > markers:
@@ -171,7 +171,7 @@ def _parse_words(
     sources = [vocab.encode(source_line(words, leaves)) + [vocab.eos_id] for words in sentences]
     # A parsing beam is wide (21) and outputs long (+300): keep batches small.
     nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress,
-                       constraint=tree_constraint(vocab) if constrained else None)
+                       constraint=tree_constraint(vocab, leaves == "words") if constrained else None)
     out = []
     for i, (words, hyps) in enumerate(zip(sentences, nbest)):
         tokens = ids_to_tokens(vocab, hyps[0].tokens) if hyps else []

@@ -3,8 +3,8 @@
 An option beside the paper's unconstrained search (which ``delinearize`` repairs afterwards).
 Beam search asks, for each live prefix, which tokens may follow (``decode.beam.Constraint``);
 this one allows exactly the prefixes of a tree with one root, matching bracket labels, no empty
-constituent, and one leaf token (``XX``, a POS tag, or with ``--leaves index`` the word's own
-marker) per source word:
+constituent, and one leaf per source word (``XX``, a POS tag, with ``--leaves index`` the
+word's own marker, with ``--leaves words`` the word itself, copied piece by piece):
 
 * an opening bracket: as the very first token, or inside the root while words remain and
   the output can still be finished within its maximum length (``room``);
@@ -32,7 +32,10 @@ from .linearize import LEAF
 class TreeState(NamedTuple):
     """A prefix: labels of the open constituents (innermost last), leaves so far, whether the
     innermost constituent is still empty, whether the root has been opened, words to cover,
-    and how many more tokens (eos included) the output may have."""
+    and how many more tokens (eos included) the output may have. With word leaves
+    (``copy_words``) also the source words as piece-id tuples, the pieces still needed from
+    each word on (``need[k]``: words k.. in full), and how many pieces of the current word are
+    out (0: none in progress)."""
 
     stack: tuple[str, ...]
     leaves: int
@@ -40,22 +43,29 @@ class TreeState(NamedTuple):
     started: bool
     words: int
     room: int
+    source: tuple[tuple[int, ...], ...] = ()
+    need: tuple[int, ...] = ()
+    piece: int = 0
 
 
 class TreeConstraint:
     """Allowed next tokens for linearised trees, over a vocabulary given as id -> piece."""
 
     def __init__(self, pieces: Sequence[str], eos_id: int, boundary: str = "\u2581",
-                 leaf_tokens: Sequence[str] = (LEAF,), indexed: bool = False) -> None:
+                 leaf_tokens: Sequence[str] = (LEAF,), indexed: bool = False,
+                 copy_words: bool = False) -> None:
         """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
         ``▁)NP``, and the leaf tokens ``▁XX`` (or the tags ``▁NN``, ``▁DT``...), as
         ``aiayn.parse`` declares them; word-initial pieces start with ``boundary``.
 
         ``indexed`` (``--leaves index``): ``leaf_tokens`` are the word markers ``<1>``,
         ``<2>``... in order; the i-th leaf must be the i-th marker, and the source's words are
-        its markers (each word there has two word-initial pieces, marker and word)."""
+        its markers (each word there has two word-initial pieces, marker and word).
+        ``copy_words`` (``--leaves words``): the i-th leaf must be the i-th source word, piece
+        by piece as the source spells it; ``leaf_tokens`` are not used."""
         self.eos_id = eos_id
         self.indexed = indexed
+        self.copy_words = copy_words
         self.open_label: dict[int, str] = {}
         self.close_id: dict[str, int] = {}
         self.word_start: set[int] = set()
@@ -71,7 +81,7 @@ class TreeConstraint:
             elif token and len(token) > 1 and token[0] == ")":
                 self.close_id[token[1:]] = i
         self.leaf_ids = [leaf_id[t] for t in leaf_tokens if t in leaf_id]
-        if not self.leaf_ids or not self.open_label:
+        if not (self.leaf_ids or copy_words) or not self.open_label:
             raise ValueError(f"the vocabulary has no leaf pieces ({boundary}{LEAF} or tags) or no "
                              "opening-bracket pieces: not a parsing vocabulary")
         self.leaf_set = frozenset(self.leaf_ids)
@@ -81,24 +91,40 @@ class TreeConstraint:
     def start(self, source: Sequence[int], max_len: int) -> TreeState:
         """The empty prefix for a source given as token ids (pad and eos excluded or not) and
         an output of at most ``max_len`` tokens, eos included."""
+        if self.copy_words:
+            spelled: list[list[int]] = []
+            for i in source:
+                if i == self.eos_id:
+                    break
+                if i in self.word_start or not spelled:
+                    spelled.append([])
+                spelled[-1].append(i)
+            words = tuple(tuple(w) for w in spelled)
+            need = tuple(sum(len(w) for w in words[k:]) for k in range(len(words) + 1))
+            return TreeState((), 0, False, False, len(words), max_len, words, need)
         counted = self.leaf_set if self.indexed else self.word_start
         words = sum(1 for i in source if i in counted)
         return TreeState((), 0, False, False, words, max_len)
 
     def allowed(self, state: TreeState) -> Iterable[int]:
-        stack, leaves, empty, started, words, room = state
+        stack, leaves, empty, started, words, room, source, need, piece = state
+        if piece:  # inside a copied word: its next piece only
+            return (source[leaves - 1][piece],)
         if not started:
             return self.opens
         if not stack:
             return (self.eos_id,)
         ids: list[int] = []
         if leaves < words:
-            # After an opening bracket: the leaves still missing, a closing bracket for every
-            # open constituent and the eos must fit. Without this an untrained model nests
-            # brackets until the length limit cuts the tree off.
-            if room - 1 >= (words - leaves) + (len(stack) + 1) + 1:
+            # After an opening bracket: the leaf tokens still missing, a closing bracket for
+            # every open constituent and the eos must fit. Without this an untrained model
+            # nests brackets until the length limit cuts the tree off.
+            missing = need[leaves] if self.copy_words else words - leaves
+            if room - 1 >= missing + (len(stack) + 1) + 1:
                 ids += self.opens
-            if not self.indexed:
+            if self.copy_words:
+                ids.append(source[leaves][0])
+            elif not self.indexed:
                 ids += self.leaf_ids
             elif leaves < len(self.leaf_ids):
                 ids.append(self.leaf_ids[leaves])
@@ -109,11 +135,19 @@ class TreeConstraint:
     def advance(self, state: TreeState, token: int) -> TreeState:
         """The prefix extended by ``token`` (tokens ``allowed`` would refuse leave it as is:
         beam search only feeds them to beams that are already impossible)."""
-        stack, leaves, empty, started, words, room = state
+        stack, leaves, empty, started, words, room, source, need, piece = state
+        if piece:
+            if token != source[leaves - 1][piece]:
+                return state
+            piece = 0 if piece + 1 == len(source[leaves - 1]) else piece + 1
+            return state._replace(room=room - 1, piece=piece)
         if token in self.open_label:
-            return TreeState(stack + (self.open_label[token],), leaves, True, True, words, room - 1)
-        if token in self.leaf_set and stack:
-            return TreeState(stack, leaves + 1, False, True, words, room - 1)
+            return state._replace(stack=stack + (self.open_label[token],), empty=True, started=True,
+                                  room=room - 1)
+        if stack and leaves < words and (
+                token == source[leaves][0] if self.copy_words else token in self.leaf_set):
+            piece = 1 if self.copy_words and len(source[leaves]) > 1 else 0
+            return state._replace(leaves=leaves + 1, empty=False, room=room - 1, piece=piece)
         if stack and token == self.close_id.get(stack[-1]):
-            return TreeState(stack[:-1], leaves, False, True, words, room - 1)
+            return state._replace(stack=stack[:-1], empty=False, room=room - 1)
         return state
