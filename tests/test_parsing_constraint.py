@@ -139,6 +139,16 @@ def test_word_leaves_copy_the_source_piece_by_piece():
         assert not repaired and [t for t in out if t[0] not in "()"] == WORDS
 
 
+def test_at_most_max_open_run_brackets_in_a_row():
+    c = TreeConstraint(PIECES, EOS, max_open_run=3)
+    state = walk(c, c.start(SOURCE, 100), [ID["▁(S"], ID["▁(NP"]])
+    assert ID["▁(VP"] in set(c.allowed(state))
+    state = walk(c, state, [ID["▁(VP"]])
+    assert ID["▁(NP"] not in set(c.allowed(state)) and ID["▁XX"] in set(c.allowed(state))
+    state = walk(c, state, [ID["▁XX"]])  # a leaf ends the run
+    assert ID["▁(NP"] in set(c.allowed(state))
+
+
 def test_a_vocabulary_without_brackets_is_refused():
     with pytest.raises(ValueError, match="not a parsing vocabulary"):
         TreeConstraint(["<pad>", "<unk>", "<s>", "</s>", "▁the"], EOS)

@@ -44,6 +44,10 @@ BINARISED_NAME = {"train": "train", "dev": "valid", "test": "test"}
 # Word markers a ``--leaves index`` vocabulary has at least (the WSJ's longest sentence: 249
 # words in NLTK's sample, 141 in sections 02-21).
 MIN_INDEX_TOKENS = 300
+# Constrained search opens at most this many brackets in a row: the WSJ sample's training
+# trees have at most 6 (one tree; 5 in 27), and without a bound the 30-minute model nested
+# (X (X (X ... rather than copy a word it did not expect (docs/parsing.md).
+MAX_OPEN_RUN = 8
 
 
 def text_paths(data_dir: str | Path, split: str) -> tuple[Path, Path]:
@@ -155,7 +159,8 @@ def tree_constraint(vocab: Vocab, copy_words: bool = False) -> TreeConstraint:
     ``XX`` like the paper's)."""
     leaves = leaf_tokens(vocab)
     return TreeConstraint([vocab.id_to_piece(i) for i in range(len(vocab))], vocab.eos_id, WORD_BOUNDARY,
-                          leaves, indexed=leaves[0] == index_token(1), copy_words=copy_words)
+                          leaves, indexed=leaves[0] == index_token(1), copy_words=copy_words,
+                          max_open_run=MAX_OPEN_RUN)
 
 
 def _parse_words(

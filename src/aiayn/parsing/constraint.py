@@ -6,8 +6,9 @@ this one allows exactly the prefixes of a tree with one root, matching bracket l
 constituent, and one leaf per source word (``XX``, a POS tag, with ``--leaves index`` the
 word's own marker, with ``--leaves words`` the word itself, copied piece by piece):
 
-* an opening bracket: as the very first token, or inside the root while words remain and
-  the output can still be finished within its maximum length (``room``);
+* an opening bracket: as the very first token, or inside the root while words remain, the
+  output can still be finished within its maximum length (``room``) and, if bounded, fewer
+  than ``max_open_run`` brackets have been opened in a row;
 * a leaf token: inside the root while words remain;
 * the closing bracket of the innermost open constituent (its label only), unless that
   constituent is still empty, and the root only once every word has its ``XX``;
@@ -35,7 +36,7 @@ class TreeState(NamedTuple):
     and how many more tokens (eos included) the output may have. With word leaves
     (``copy_words``) also the source words as piece-id tuples, the pieces still needed from
     each word on (``need[k]``: words k.. in full), and how many pieces of the current word are
-    out (0: none in progress)."""
+    out (0: none in progress). ``run``: opening brackets in a row at the end of the prefix."""
 
     stack: tuple[str, ...]
     leaves: int
@@ -46,6 +47,7 @@ class TreeState(NamedTuple):
     source: tuple[tuple[int, ...], ...] = ()
     need: tuple[int, ...] = ()
     piece: int = 0
+    run: int = 0
 
 
 class TreeConstraint:
@@ -53,7 +55,7 @@ class TreeConstraint:
 
     def __init__(self, pieces: Sequence[str], eos_id: int, boundary: str = "\u2581",
                  leaf_tokens: Sequence[str] = (LEAF,), indexed: bool = False,
-                 copy_words: bool = False) -> None:
+                 copy_words: bool = False, max_open_run: int | None = None) -> None:
         """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
         ``▁)NP``, and the leaf tokens ``▁XX`` (or the tags ``▁NN``, ``▁DT``...), as
         ``aiayn.parse`` declares them; word-initial pieces start with ``boundary``.
@@ -62,10 +64,14 @@ class TreeConstraint:
         ``<2>``... in order; the i-th leaf must be the i-th marker, and the source's words are
         its markers (each word there has two word-initial pieces, marker and word).
         ``copy_words`` (``--leaves words``): the i-th leaf must be the i-th source word, piece
-        by piece as the source spells it; ``leaf_tokens`` are not used."""
+        by piece as the source spells it; ``leaf_tokens`` are not used.
+        ``max_open_run``: at most this many opening brackets in a row. Without it a model that
+        would rather skip the next word than copy it nests ``(X (X (X ...`` until the length
+        limit forces the word out."""
         self.eos_id = eos_id
         self.indexed = indexed
         self.copy_words = copy_words
+        self.max_open_run = max_open_run
         self.open_label: dict[int, str] = {}
         self.close_id: dict[str, int] = {}
         self.word_start: set[int] = set()
@@ -107,7 +113,7 @@ class TreeConstraint:
         return TreeState((), 0, False, False, words, max_len)
 
     def allowed(self, state: TreeState) -> Iterable[int]:
-        stack, leaves, empty, started, words, room, source, need, piece = state
+        stack, leaves, empty, started, words, room, source, need, piece, run = state
         if piece:  # inside a copied word: its next piece only
             return (source[leaves - 1][piece],)
         if not started:
@@ -120,7 +126,8 @@ class TreeConstraint:
             # every open constituent and the eos must fit. Without this an untrained model
             # nests brackets until the length limit cuts the tree off.
             missing = need[leaves] if self.copy_words else words - leaves
-            if room - 1 >= missing + (len(stack) + 1) + 1:
+            if room - 1 >= missing + (len(stack) + 1) + 1 and (
+                    self.max_open_run is None or run < self.max_open_run):
                 ids += self.opens
             if self.copy_words:
                 ids.append(source[leaves][0])
@@ -135,7 +142,7 @@ class TreeConstraint:
     def advance(self, state: TreeState, token: int) -> TreeState:
         """The prefix extended by ``token`` (tokens ``allowed`` would refuse leave it as is:
         beam search only feeds them to beams that are already impossible)."""
-        stack, leaves, empty, started, words, room, source, need, piece = state
+        stack, leaves, empty, started, words, room, source, need, piece, run = state
         if piece:
             if token != source[leaves - 1][piece]:
                 return state
@@ -143,11 +150,11 @@ class TreeConstraint:
             return state._replace(room=room - 1, piece=piece)
         if token in self.open_label:
             return state._replace(stack=stack + (self.open_label[token],), empty=True, started=True,
-                                  room=room - 1)
+                                  room=room - 1, run=run + 1)
         if stack and leaves < words and (
                 token == source[leaves][0] if self.copy_words else token in self.leaf_set):
             piece = 1 if self.copy_words and len(source[leaves]) > 1 else 0
-            return state._replace(leaves=leaves + 1, empty=False, room=room - 1, piece=piece)
+            return state._replace(leaves=leaves + 1, empty=False, room=room - 1, piece=piece, run=0)
         if stack and token == self.close_id.get(stack[-1]):
-            return state._replace(stack=stack[:-1], empty=False, room=room - 1)
+            return state._replace(stack=stack[:-1], empty=False, room=room - 1, run=0)
         return state
