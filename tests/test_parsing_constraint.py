@@ -30,6 +30,16 @@ def walk(constraint, state, ids):
     return state
 
 
+def random_walk(constraint, source, rng, max_len=100):
+    """Token ids of one complete output, each chosen at random among the allowed ones."""
+    state, ids = constraint.start(source, max_len), []
+    while not ids or ids[-1] != EOS:
+        ids.append(rng.choice(list(constraint.allowed(state))))
+        state = constraint.advance(state, ids[-1])
+        assert len(ids) < 2 * max_len
+    return ids
+
+
 def test_counts_words_from_word_boundary_pieces():
     assert TreeConstraint(PIECES, EOS).start(SOURCE, 100).words == 3
 
@@ -62,11 +72,7 @@ def test_ill_formed_continuations_are_refused(prefix, refused):
 def test_every_random_complete_walk_is_a_well_formed_tree():
     c, rng = TreeConstraint(PIECES, EOS), random.Random(0)
     for _ in range(300):
-        state, ids = c.start(SOURCE, 100), []
-        while not ids or ids[-1] != EOS:
-            ids.append(rng.choice(list(c.allowed(state))))
-            state = c.advance(state, ids[-1])
-            assert len(ids) < 200
+        ids = random_walk(c, SOURCE, rng)
         tree, repaired = delinearize(tokens(ids), WORDS)
         assert not repaired and tree.words() == WORDS
 
@@ -88,10 +94,7 @@ def test_tag_leaves_allow_any_tag_and_every_walk_is_a_well_formed_tree():
     assert {TAG_PIECES[i] for i in c.allowed(state)} >= {"▁DT", "▁NNS", "▁VBP"}
     assert ID["▁XX"] not in set(c.allowed(state))  # XX is not a leaf of this vocabulary
     for _ in range(200):
-        state, ids = c.start(SOURCE, 100), []
-        while not ids or ids[-1] != EOS:
-            ids.append(rng.choice(list(c.allowed(state))))
-            state = c.advance(state, ids[-1])
+        ids = random_walk(c, SOURCE, rng)
         tree, repaired = delinearize([TAG_PIECES[i][1:] for i in ids if i != EOS], WORDS, leaves="tags")
         assert not repaired and tree.words() == WORDS and set(tree.tags()) <= {"DT", "NNS", "VBP"}
 
@@ -111,10 +114,7 @@ def test_index_leaves_must_come_in_word_order_and_count_the_words():
     assert [INDEX_PIECES[i] for i in c.allowed(state) if i >= len(PIECES)] == ["▁<2>"]
     rng = random.Random(2)
     for _ in range(100):
-        state, ids = c.start(INDEX_SOURCE, 100), []
-        while not ids or ids[-1] != EOS:
-            ids.append(rng.choice(list(c.allowed(state))))
-            state = c.advance(state, ids[-1])
+        ids = random_walk(c, INDEX_SOURCE, rng)
         out = [INDEX_PIECES[i][1:] for i in ids if i != EOS]
         assert [t for t in out if t.startswith("<")] == ["<1>", "<2>", "<3>"]
         assert not delinearize(out, WORDS, leaves="index")[1]
@@ -130,10 +130,7 @@ def test_word_leaves_copy_the_source_piece_by_piece():
     assert ID["▁bark"] in set(c.allowed(state)) and ID["▁the"] not in set(c.allowed(state))
     rng = random.Random(3)
     for _ in range(100):
-        state, ids = c.start(SOURCE, 100), []
-        while not ids or ids[-1] != EOS:
-            ids.append(rng.choice(list(c.allowed(state))))
-            state = c.advance(state, ids[-1])
+        ids = random_walk(c, SOURCE, rng)
         out = "".join(PIECES[i] for i in ids if i != EOS).replace("▁", " ").split()
         tree, repaired = delinearize(out, WORDS, leaves="words")
         assert not repaired and [t for t in out if t[0] not in "()"] == WORDS

@@ -105,8 +105,8 @@ def add_parse_commands(sub: argparse._SubParsersAction) -> None:
                    help=f"default {SAMPLE_VOCAB} for the sample, {FULL_VOCAB} (the paper's) for the full WSJ")
     c.add_argument("--max-len", type=int, help="skip pairs longer than this many subwords (default: keep all)")
     c.add_argument("--leaves", choices=["XX", "index", "tags", "words"], default="XX",
-                   help="what a preterminal becomes in the target: XX (the paper's), or (options) its POS tag "
-                        "or its word")
+                   help="what a preterminal becomes in the target: XX (the paper's), or (options) the word "
+                        "itself (the 30-minute CPU recipe), a word-index marker <i>, or its POS tag")
     c.set_defaults(func=_prepare)
 
     c = cmds.add_parser("train", help="the ordinary trainer; default preset parsing-cpu")

@@ -25,6 +25,7 @@ Torch-free, like the rest of ``aiayn.parsing``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from typing import NamedTuple
 
 from .linearize import LEAF
@@ -106,7 +107,7 @@ class TreeConstraint:
                     spelled.append([])
                 spelled[-1].append(i)
             words = tuple(tuple(w) for w in spelled)
-            need = tuple(sum(len(w) for w in words[k:]) for k in range(len(words) + 1))
+            need = tuple(accumulate((len(w) for w in reversed(words)), initial=0))[::-1]
             return TreeState((), 0, False, False, len(words), max_len, words, need)
         counted = self.leaf_set if self.indexed else self.word_start
         words = sum(1 for i in source if i in counted)

@@ -55,12 +55,13 @@ def linearize(tree: Tree, leaves: Leaves = "XX") -> list[str]:
     """
     tokens: list[str] = []
     _brackets(tree, tokens)
-    values = {"XX": None, "tags": tree.tags(), "words": tree.words(),
-              "index": [index_token(i + 1) for i in range(len(tree.words()))]}[leaves]
-    if values is None:
+    if leaves == "XX":
         return tokens
-    it = iter(values)
-    return [tok if tok != LEAF else next(it) for tok in tokens]
+    if leaves == "index":
+        values = iter(index_token(i + 1) for i in range(len(tree.words())))
+    else:
+        values = iter(tree.tags() if leaves == "tags" else tree.words())
+    return [tok if tok != LEAF else next(values) for tok in tokens]
 
 
 def _brackets(tree: Tree, out: list[str]) -> None:
