@@ -5,14 +5,33 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from _ptb_sample import require_ptb_dir
+
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
-from aiayn.parse import (_parse_words, evaluate_parser, ids_to_tokens, parse_lines, prepare_parsing,
-                         MIN_INDEX_TOKENS, leaf_tokens, prepared_leaves, text_paths, tree_constraint)
-from aiayn.parsing import (delinearize, evalb_score, is_bracket, linearize, parse_trees, read_lines, read_treebank,
-                           split_wsj_sample, to_bracketed)
+from aiayn.parse import (
+    MIN_INDEX_TOKENS,
+    _parse_words,
+    evaluate_parser,
+    ids_to_tokens,
+    leaf_tokens,
+    parse_lines,
+    prepare_parsing,
+    prepared_leaves,
+    text_paths,
+    tree_constraint,
+)
+from aiayn.parsing import (
+    delinearize,
+    evalb_score,
+    is_bracket,
+    linearize,
+    parse_trees,
+    read_lines,
+    read_treebank,
+    split_wsj_sample,
+    to_bracketed,
+)
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
 

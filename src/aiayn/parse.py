@@ -32,9 +32,21 @@ from .checkpoint import VOCAB, load_transformer
 from .data import Vocab, check_vocab, prepare_corpus
 from .decode import DecodeConfig, decode_ids
 from .evaluate import write_lines_atomic
-from .parsing import (Leaves, Tree, delinearize, evalb_score, index_token, is_bracket, linearize,
-                      read_lines as read_tree_lines, read_treebank, source_line, to_bracketed, write_lines,
-                      write_parallel)
+from .parsing import (
+    Leaves,
+    Tree,
+    delinearize,
+    evalb_score,
+    index_token,
+    is_bracket,
+    linearize,
+    read_treebank,
+    source_line,
+    to_bracketed,
+    write_lines,
+    write_parallel,
+)
+from .parsing import read_lines as read_tree_lines
 from .parsing.constraint import TreeConstraint
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"

@@ -3,9 +3,27 @@ their linearisation for the Transformer, and EVALB scoring. Pure Python, no torc
 
 from .corpus import WsjSplit, split_wsj, split_wsj_sample, write_parallel
 from .evalb import COLLINS, EvalbAborted, EvalbParams, EvalbResult, evalb_score
-from .linearize import Leaves, delinearize, index_token, is_bracket, linearize, source_line, source_text
-from .trees import (Leaf, Tree, TreeSyntaxError, parse_trees, preprocess, read_lines,
-                    read_mrg, read_treebank, to_bracketed, write_lines)
+from .linearize import (
+                    Leaves,
+                    delinearize,
+                    index_token,
+                    is_bracket,
+                    linearize,
+                    source_line,
+                    source_text,
+)
+from .trees import (
+                    Leaf,
+                    Tree,
+                    TreeSyntaxError,
+                    parse_trees,
+                    preprocess,
+                    read_lines,
+                    read_mrg,
+                    read_treebank,
+                    to_bracketed,
+                    write_lines,
+)
 
 __all__ = [
     "WsjSplit", "split_wsj", "split_wsj_sample", "write_parallel",
