@@ -4,7 +4,7 @@ Cost: 5-30 minutes on a 2-core CPU for both configs and all peers (defaults belo
 how busy the machine is. Expected on a quiet 2-core machine (best repetitions, small config):
 ours ~4.7-5k tokens/s, torch.nn ~4.3k, ~46% MFU against a ~235 GFLOP/s matmul peak. On a busy
 one every peer slows down 10x in bursts (oversubscribed OpenMP threads); ours with fused Adam
-and aiayn.loss degrades least.
+and aiayn.train.loss degrades least.
 
     # project venv: peers that are not installed are skipped with a message
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py
@@ -162,7 +162,7 @@ def _sdpa_backend(variant: str):
 
 def _ours_loss(variant: str) -> Callable[[Tensor, Tensor], Tensor]:
     if "lsloss" in variant:
-        from aiayn.loss import label_smoothed_nll
+        from aiayn.train.loss import label_smoothed_nll
 
         return lambda logits, target: label_smoothed_nll(logits, target, 0.1, PAD)[0]
     return lambda logits, target: F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--configs", default="small,base", help="comma list of: " + ", ".join(SHAPES))
     p.add_argument("--peers", default="ours,torch.nn,hf-marian,fairseq",
                    help="comma list; variants of ours join options with '+': compile (torch.compile, "
-                        "dynamic), lsloss (aiayn.loss), fusedadam / foreach (Adam for this row only), "
+                        "dynamic), lsloss (aiayn.train.loss), fusedadam / foreach (Adam for this row only), "
                         "math (SDPA math backend)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")

@@ -9,7 +9,7 @@ from _ptb_sample import require_ptb_dir
 
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
-from aiayn.parse import (
+from aiayn.parsing.pipeline import (
     MIN_INDEX_TOKENS,
     _parse_words,
     evaluate_parser,

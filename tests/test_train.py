@@ -18,7 +18,7 @@ from aiayn.checkpoint import (
 )
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
-from aiayn.loss import label_smoothed_nll
+from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.trainer import NonFiniteLossError, Trainer
 
 TINY = {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}

@@ -59,7 +59,7 @@ class TreeConstraint:
                  copy_words: bool = False, max_open_run: int | None = None) -> None:
         """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
         ``▁)NP``, and the leaf tokens ``▁XX`` (or the tags ``▁NN``, ``▁DT``...), as
-        ``aiayn.parse`` declares them; word-initial pieces start with ``boundary``.
+        ``aiayn.parsing.pipeline`` declares them; word-initial pieces start with ``boundary``.
 
         ``indexed`` (``--leaves index``): ``leaf_tokens`` are the word markers ``<1>``,
         ``<2>``... in order; the i-th leaf must be the i-th marker, and the source's words are

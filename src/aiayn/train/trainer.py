@@ -32,7 +32,7 @@ from ..flops import measure_matmul_peak, paper_cost, training_flops
 from ..model import Transformer
 from . import distributed
 from .config import TrainConfig
-from ..loss import label_smoothed_nll, perplexity
+from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
 
 
