@@ -19,7 +19,7 @@ emits trees with too few leaves, which repair can only hang off the root; counti
 search can do for it exactly. Vinyals, Kaiser et al. (2015) report that their model rarely
 produced malformed trees and do not constrain; this module lets one measure the difference.
 The source's word count is read from its pieces (one word-boundary piece per word).
-Torch-free, like the rest of ``aiayn.parsing``.
+Torch-free, like the rest of ``aiayn.parsing`` but its ``pipeline``.
 """
 
 from __future__ import annotations
