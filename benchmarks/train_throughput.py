@@ -4,7 +4,7 @@ Cost: 5-30 minutes on a 2-core CPU for both configs and all peers (defaults belo
 how busy the machine is. Expected on a quiet 2-core machine (best repetitions, small config):
 ours ~4.7-5k tokens/s, torch.nn ~4.3k, ~46% MFU against a ~235 GFLOP/s matmul peak. On a busy
 one every peer slows down 10x in bursts (oversubscribed OpenMP threads); ours with fused Adam
-and aiayn.loss degrades least.
+and aiayn.train.loss degrades least.
 
     # project venv: peers that are not installed are skipped with a message
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py
@@ -23,17 +23,10 @@ in turn (interleaved, so that noise from other jobs on the machine hits all peer
 starting peer rotating); the table gives the median and the best repetition. tokens/s counts
 non-pad source + target tokens.
 
-MFU is against the fp32 matmul peak measured in the same run (torch.matmul of two n x n matrices
-on the same threads, 2 n^3 FLOPs each). Training FLOPs per step are counted as
-
-    6 * [ sum over tokens of the matmul weights that token passes through ]
-      + 12 * d_model * [ N_enc * sum_i s_i^2 + N_dec * sum_i (t_i^2 + t_i * s_i) ]
-
-i.e. 6 x (non-embedding matmul params x the tokens they apply to: encoder and decoder cross-K/V
-weights on source tokens, the rest of the decoder and the d_model x vocab output projection on
-target tokens), plus 3 x (QK^T and AV, 2 * 2 * d_model FLOPs per query-key pair) with full
-(non-causal-halved) attention over the non-pad lengths s_i, t_i. Embedding lookups, LayerNorm,
-softmax and the optimizer are not counted.
+MFU is aiayn.flops's, the yardstick of the trainer's summary too: model FLOPs of each step
+counted on the non-pad lengths (forward matmuls x 3, full-square attention), over the fp32
+matmul peak measured in the same run on the same threads (aiayn.flops.measure_matmul_peak:
+2048 x 2048 matrices, the best window; here the best of the probes taken between configs).
 """
 
 from __future__ import annotations
@@ -49,6 +42,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from aiayn.config import ModelConfig
+from aiayn.flops import measure_matmul_peak, mfu, real_lengths, training_flops
 
 PAD, BOS, EOS = 1, 0, 2  # fairseq's Dictionary layout; every peer is told pad = 1
 FIRST_WORD = 4  # ids below are specials in fairseq's Dictionary
@@ -129,14 +125,16 @@ def ls_cross_entropy(logits: Tensor, target: Tensor, eps: float = 0.1) -> Tensor
     )
 
 
+def model_config(sh: Shape) -> ModelConfig:
+    """The shape as aiayn's config: what ours trains, and what every peer's FLOPs are counted on."""
+    return ModelConfig(N_enc=sh.N, N_dec=sh.N, d_model=sh.d_model, d_ff=sh.d_ff, h=sh.h, vocab_size=sh.vocab,
+                       pad_id=PAD, max_len=256, P_drop=0.1)
+
+
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
 
-    cfg = aiayn.ModelConfig(
-        N_enc=sh.N, N_dec=sh.N, d_model=sh.d_model, d_ff=sh.d_ff, h=sh.h, vocab_size=sh.vocab,
-        pad_id=PAD, max_len=256, P_drop=0.1,
-    )
-    model = aiayn.Transformer(cfg)
+    model = aiayn.Transformer(model_config(sh))
     fwd: Callable = model
     if "compile" in variant:
         fwd = torch.compile(model, dynamic=True)
@@ -162,7 +160,7 @@ def _sdpa_backend(variant: str):
 
 def _ours_loss(variant: str) -> Callable[[Tensor, Tensor], Tensor]:
     if "lsloss" in variant:
-        from aiayn.loss import label_smoothed_nll
+        from aiayn.train.loss import label_smoothed_nll
 
         return lambda logits, target: label_smoothed_nll(logits, target, 0.1, PAD)[0]
     return lambda logits, target: F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
@@ -313,29 +311,9 @@ class Runner:
         return sum(b.tokens for b in batches), time.perf_counter() - t0
 
 
-def matmul_peak(n: int = 2048, reps: int = 5) -> float:
-    """Median fp32 FLOP/s of torch.matmul on two n x n matrices, on the current threads."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    torch.matmul(a, b)
-    rates = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        torch.matmul(a, b)
-        rates.append(2 * n**3 / (time.perf_counter() - t0))
-    return statistics.median(rates)
-
-
-def train_flops(sh: Shape, b: Batch) -> float:
-    """Training FLOPs of one step under the formula in the module docstring."""
-    d, f = sh.d_model, sh.d_ff
-    src_len = (b.src != PAD).sum(1).double()
-    tgt_len = (b.tgt_out != PAD).sum(1).double()
-    enc_w = sh.N * (4 * d * d + 2 * d * f)  # W_QKV, W_O, W_1, W_2
-    dec_tgt_w = sh.N * (4 * d * d + 2 * d * d + 2 * d * f) + d * sh.vocab  # self, cross Q/O, FFN, out
-    dec_src_w = sh.N * 2 * d * d  # cross-attention W_K, W_V on the memory
-    dense = 6 * (enc_w * b.n_src + dec_tgt_w * b.n_tgt + dec_src_w * b.n_src)
-    pairs = sh.N * (src_len**2).sum() + sh.N * (tgt_len**2 + tgt_len * src_len).sum()
-    return float(dense + 12 * d * pairs)
+def step_flops(sh: Shape, b: Batch) -> float:
+    """Training FLOPs of one step, as aiayn's trainer counts them."""
+    return training_flops(model_config(sh), real_lengths(b.src, PAD), real_lengths(b.tgt_out, PAD))
 
 
 def bench_shape(sh: Shape, peers: list[str], args: argparse.Namespace) -> dict[str, list[float]]:
@@ -362,7 +340,7 @@ def bench_shape(sh: Shape, peers: list[str], args: argparse.Namespace) -> dict[s
             rates[r.name].append(tokens / seconds)
         print(f"  rep {rep + 1}/{args.reps}: " + ", ".join(
             f"{n} {v[-1]:.0f}" for n, v in rates.items()), flush=True)
-    rates["_flops_per_token"] = [statistics.mean(train_flops(sh, b) / b.tokens for b in batches)]
+    rates["_flops_per_token"] = [sum(step_flops(sh, b) for b in batches) / sum(b.tokens for b in batches)]
     return rates
 
 
@@ -371,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--configs", default="small,base", help="comma list of: " + ", ".join(SHAPES))
     p.add_argument("--peers", default="ours,torch.nn,hf-marian,fairseq",
                    help="comma list; variants of ours join options with '+': compile (torch.compile, "
-                        "dynamic), lsloss (aiayn.loss), fusedadam / foreach (Adam for this row only), "
+                        "dynamic), lsloss (aiayn.train.loss), fusedadam / foreach (Adam for this row only), "
                         "math (SDPA math backend)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")
@@ -392,13 +370,13 @@ def main(argv: list[str] | None = None) -> None:
           f"lengths {args.min_len}..{args.max_len}, Adam {args.adam}, "
           f"{args.reps} reps x {args.steps} steps, interleaved", flush=True)
     results = {}
-    peaks = [matmul_peak()]
+    peaks = [measure_matmul_peak()]
     for name in args.configs.split(","):
         sh = SHAPES[name]
         print(f"{name}: d_model {sh.d_model}, N {sh.N}+{sh.N}, h {sh.h}, d_ff {sh.d_ff}, "
               f"vocab {sh.vocab} (all peers)", flush=True)
         results[name] = bench_shape(sh, peers, args)
-        peaks.append(matmul_peak())
+        peaks.append(measure_matmul_peak())
     peak = max(peaks)  # the machine is shared: the best probe is the closest to the peak
     print(f"\nfp32 matmul peak (2048^3, {args.threads} threads, best of {len(peaks)} probes): "
           f"{peak / 1e9:.1f} GFLOP/s")
@@ -429,7 +407,7 @@ def report(results: dict[str, dict[str, list[float]]], peak: float) -> None:
             else:
                 r_med = r_best = "-"
             print(f"| {cfg} | {n} | {med[n]:,.0f} | {best[n]:,.0f} | {r_med} | {r_best} | "
-                  f"{100 * best[n] * flops_per_token / peak:.1f}% |")
+                  f"{100 * mfu(flops_per_token, 1 / best[n], peak):.1f}% |")  # one token's FLOPs, its time
     sys.stdout.flush()
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.loss import label_smoothed_nll
+from aiayn.train.loss import label_smoothed_nll
 
 PAD = 1
 

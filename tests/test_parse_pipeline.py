@@ -1,15 +1,23 @@
-"""Parsing pipeline on a few files of the WSJ sample: prepare, atomic brackets, decoded pieces
-back to trees, and evaluate/parse with a tiny model trained for a few updates."""
+"""Parsing pipeline: prepare, atomic brackets, decoded pieces back to trees, and evaluate/parse
+with a tiny model trained for a few updates.
+
+Everything runs on the tiny treebank under ``tests/fixtures/treebank``; the tests of the
+prepared data run again on a few files of the WSJ sample when it is present (its sentences are
+longer and its tokens more varied), the model tests on the fixture only."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
-from _ptb_sample import require_ptb_dir
+from _ptb_sample import FIXTURE_DIR, fixture_split, require_ptb_dir
 
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
-from aiayn.parse import (
+from aiayn.parsing.pipeline import (
     MIN_INDEX_TOKENS,
     _parse_words,
     evaluate_parser,
@@ -22,6 +30,7 @@ from aiayn.parse import (
     tree_constraint,
 )
 from aiayn.parsing import (
+    WsjSplit,
     delinearize,
     evalb_score,
     is_bracket,
@@ -38,12 +47,35 @@ from aiayn.train.trainer import Trainer
 BOUNDARY = "\u2581"
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
+# Vocabulary sizes by leaves: small enough that the source words still split into subwords
+# (the fixture's 16 training trees allow at most ~760 pieces, the index markers 300 more).
+VOCAB_SIZE = {
+    "fixture": {"XX": 300, "words": 300, "tags": 300, "index": 600},
+    "wsj-sample": {"XX": 600, "words": 500, "tags": 600, "index": 800},
+}
+
+
+def _treebank(name: str) -> WsjSplit:
+    if name == "fixture":
+        return fixture_split()
     split = split_wsj_sample(require_ptb_dir())
+    return WsjSplit(split.train[:12], split.dev[:2], split.test[:2])
+
+
+@pytest.fixture(scope="module", params=["fixture", "wsj-sample"])
+def treebank(request) -> tuple[WsjSplit, dict[str, int]]:
+    """The files of each split, and vocabulary sizes that suit them."""
+    return _treebank(request.param), VOCAB_SIZE[request.param]
+
+
+def _prepare(split: WsjSplit, vocab_size: dict[str, int], out, leaves: str = "XX") -> dict:
+    return prepare_parsing(split.train, split.dev, split.test, out, vocab_size=vocab_size[leaves], leaves=leaves)
+
+
+@pytest.fixture(scope="module")
+def prepared(treebank, tmp_path_factory):
     out = tmp_path_factory.mktemp("ptb") / "data"
-    summary = prepare_parsing(split.train[:12], split.dev[:2], split.test[:2], out, vocab_size=600)
-    return out, summary
+    return out, _prepare(*treebank, out)
 
 
 def _lines(path) -> list[str]:
@@ -95,8 +127,10 @@ def test_decoded_pieces_delinearize_to_the_gold_tree(prepared):
 
 
 @pytest.fixture(scope="module")
-def tiny_checkpoint(prepared, tmp_path_factory):
-    data, _ = prepared
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny model trained for 6 updates on the fixture's XX-leaf data."""
+    data = tmp_path_factory.mktemp("fixture") / "data"
+    _prepare(fixture_split(), VOCAB_SIZE["fixture"], data)
     run = tmp_path_factory.mktemp("run")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny ops: a second thread only adds waiting on a busy machine
@@ -111,22 +145,27 @@ def tiny_checkpoint(prepared, tmp_path_factory):
 def test_evaluate_agrees_with_evalb_on_its_prediction_file(tiny_checkpoint, tmp_path):
     data, ckpt = tiny_checkpoint
     decode = DecodeConfig(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=15)
-    result = evaluate_parser(ckpt, data, "dev", decode, limit=6, out_dir=tmp_path)
-    gold = read_lines(data / "dev.gold")[:6]
+    result = evaluate_parser(ckpt, data, "dev", decode, out_dir=tmp_path)
+    gold = read_lines(data / "dev.gold")
     predicted = read_lines(tmp_path / "dev.parsed")
-    assert len(predicted) == result["sentences"] == 6
+    assert len(predicted) == result["sentences"] == 4
     for g, p in zip(gold, predicted):  # source words and gold tags on every prediction
         assert p.words() == g.words() and p.tags() == g.tags()
     rescored = evalb_score(gold, predicted)
     assert result["f1"] == pytest.approx(rescored.f1)
+    # The fixture's 41-word dev sentence is scored in "all" but not in "len<=40".
+    assert rescored.short.sentences == 3
     assert result["precision_le40"] == pytest.approx(rescored.short.precision)
+    assert result["recall_le40"] == pytest.approx(rescored.short.recall)
     assert result["complete_match"] == pytest.approx(rescored.complete_match)
     assert result["errors"] == result["skipped"] == 0
-    assert 0.0 <= result["repair_rate"] <= 1.0
-    assert result["repair_rate"] == result["repaired"] / 6
+    assert result["repair_rate"] == result["repaired"] / 4
     report = (tmp_path / "dev.evalb").read_text(encoding="utf-8")
     assert rescored.format_report() in report
-    assert f"repaired outputs {result['repaired']} of 6" in report
+    assert f"repaired outputs {result['repaired']} of 4" in report
+    # --limit scores the first sentences only.
+    limited = evaluate_parser(ckpt, data, "dev", decode, limit=2, out_dir=tmp_path / "limited")
+    assert limited["sentences"] == len(read_lines(tmp_path / "limited" / "dev.parsed")) == 2
 
 
 def test_parse_lines_gives_xx_tagged_trees_over_the_input_words(tiny_checkpoint):
@@ -144,12 +183,13 @@ def test_parse_lines_gives_xx_tagged_trees_over_the_input_words(tiny_checkpoint)
 def test_constrained_evaluation_needs_no_repair(tiny_checkpoint, tmp_path):
     data, ckpt = tiny_checkpoint
     decode = DecodeConfig(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=80)
-    result = evaluate_parser(ckpt, data, "dev", decode, limit=6, out_dir=tmp_path, constrained=True)
-    assert result["constrained"] and result["repaired"] == 0 and result["errors"] == 0
+    result = evaluate_parser(ckpt, data, "dev", decode, out_dir=tmp_path, constrained=True)
+    assert result["constrained"] and result["sentences"] == 4
+    assert result["repaired"] == 0 and result["errors"] == 0
     assert "constrained to well-formed trees" in (tmp_path / "dev.evalb").read_text(encoding="utf-8")
 
 
-def test_the_constraint_counts_the_words_of_every_sample_sentence(prepared):
+def test_the_constraint_counts_the_words_of_every_sentence(prepared):
     out, _ = prepared
     vocab = Vocab.load(out / "spm.model")
     constraint = tree_constraint(vocab)
@@ -159,10 +199,9 @@ def test_the_constraint_counts_the_words_of_every_sample_sentence(prepared):
             assert constraint.start(source, 1000).words == len(line.split()), line
 
 
-def test_word_leaves_are_recorded_and_used_by_evaluation(tmp_path):
-    split = split_wsj_sample(require_ptb_dir())
+def test_word_leaves_are_recorded_and_used_by_evaluation(treebank, tmp_path):
     out = tmp_path / "words"
-    summary = prepare_parsing(split.train[:6], split.dev[:1], split.test[:1], out, vocab_size=500, leaves="words")
+    summary = _prepare(*treebank, out, leaves="words")
     assert summary["leaves"] == prepared_leaves(out) == "words"
     for words, target in zip(*(_lines(p) for p in text_paths(out, "dev"))):
         tokens = target.split()
@@ -181,13 +220,13 @@ def test_word_leaves_are_recorded_and_used_by_evaluation(tmp_path):
         assert list(constraint.allowed(state)) == [vocab.eos_id]
 
 
-def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tmp_path):
-    split = split_wsj_sample(require_ptb_dir())
+def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(treebank, tmp_path):
+    split, _ = treebank
     out = tmp_path / "tags"
-    summary = prepare_parsing(split.train[:12], split.dev[:2], split.test[:2], out, vocab_size=600, leaves="tags")
+    summary = _prepare(*treebank, out, leaves="tags")
     assert summary["leaves"] == prepared_leaves(out) == "tags"
     vocab = Vocab.load(out / "spm.model")
-    assert set(leaf_tokens(vocab)) == {t for tree in read_treebank(split.train[:12]) for t in tree.tags()}
+    assert set(leaf_tokens(vocab)) == {t for tree in read_treebank(split.train) for t in tree.tags()}
     assert {"DT", "NN", ",", "."} <= set(leaf_tokens(vocab))
     for tree, target in zip(read_lines(out / "dev.gold"), _lines(text_paths(out, "dev")[1])):
         assert [t for t in target.split() if not is_bracket(t)] == tree.tags()
@@ -202,10 +241,9 @@ def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tmp_
             assert constraint.start(vocab.encode(line) + [vocab.eos_id], 1000).words == len(line.split()), line
 
 
-def test_index_leaves_mark_every_word_with_one_piece_on_both_sides(tmp_path):
-    split = split_wsj_sample(require_ptb_dir())
+def test_index_leaves_mark_every_word_with_one_piece_on_both_sides(treebank, tmp_path):
     out = tmp_path / "index"
-    prepare_parsing(split.train[:12], split.dev[:2], split.test[:2], out, vocab_size=800, leaves="index")
+    _prepare(*treebank, out, leaves="index")
     vocab = Vocab.load(out / "spm.model")
     markers = leaf_tokens(vocab)
     assert markers[:3] == ["<1>", "<2>", "<3>"] and len(markers) == MIN_INDEX_TOKENS
@@ -227,3 +265,13 @@ def test_index_leaves_mark_every_word_with_one_piece_on_both_sides(tmp_path):
 def test_xx_is_the_recorded_default(prepared):
     out, summary = prepared
     assert summary["leaves"] == prepared_leaves(out) == "XX"
+
+
+def test_the_command_line_prepares_the_fixture(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "aiayn", "parse", "prepare", "--treebank", str(FIXTURE_DIR),
+                          "--out", str(tmp_path / "data"), "--vocab-size", "300"],
+                         capture_output=True, text=True, check=True).stdout
+    summary = json.loads(out)
+    assert summary["sentences"] == {"train": 16, "dev": 4, "test": 3}
+    assert summary["files"] == {"train": 3, "dev": 1, "test": 1}
+    assert len(read_lines(tmp_path / "data" / "test.gold")) == 3

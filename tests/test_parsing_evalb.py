@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from _ptb_sample import sample_trees
+from _ptb_sample import fixture_trees, sample_trees
 from aiayn.parsing import (COLLINS, Tree, delinearize, evalb_score, linearize, parse_trees,
                            write_lines)
 from aiayn.parsing.evalb import EvalbAborted
@@ -158,6 +158,32 @@ def test_evalb_aborts_at_the_twelfth_error() -> None:
 def test_sentence_counts_must_agree() -> None:
     with pytest.raises(ValueError, match="2 gold trees but 1 test trees"):
         evalb_score(GOLD[:2], TEST[:1])
+
+
+def test_identical_fixture_trees_score_100() -> None:
+    gold = [t for part in fixture_trees().values() for t in part]
+    result = evalb_score(gold, gold)
+    assert (result.precision, result.recall, result.f1, result.complete_match) == (
+        100.0, 100.0, 100.0, 100.0)
+    assert (result.n_sentences, result.n_errors, result.n_skipped) == (23, 0, 0)
+
+
+def test_flat_output_on_the_fixture() -> None:
+    # Every dev sentence one flat S: only the root bracket (S in all 4 trees) can match.
+    # Gold brackets: "The dog barks ..." S NP VP PP NP NP = 6; "Her sister , a doctor , ..."
+    # S NP NP NP VP PP NP PP NP = 9; "They said the bridge ..." S NP VP SBAR S NP VP VP PP NP
+    # = 10; the 41-word one S + 8 x (S NP VP) + S NP VP ADVP = 29. All: 54.
+    # R = 4/54 = 7.41, P = 4/4 = 100, F = 2PR/(P+R) = 13.79. len<=40 leaves out the 41 words:
+    # R = 3/25 = 12.00, F = 2 * 100 * 12 / 112 = 21.43.
+    gold = fixture_trees()["dev"]
+    assert [len(t.words()) for t in gold] == [10, 13, 9, 41]
+    result = evalb_score(gold, [delinearize([], t.words(), t.tags())[0] for t in gold])
+    assert (result.all.matched, result.all.gold_brackets, result.all.test_brackets) == (4, 54, 4)
+    assert (result.short.sentences, result.short.matched, result.short.gold_brackets) == (3, 3, 25)
+    report = result.format_report()
+    assert "Bracketing FMeasure       =  13.79\n" in report
+    assert "Bracketing FMeasure       =  21.43\n" in report
+    assert result.complete_match == 0.0
 
 
 def test_identical_sample_trees_score_100() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from _ptb_sample import require_ptb_dir, sample_trees
+from _ptb_sample import fixture_split, fixture_trees, require_ptb_dir, sample_trees
 from aiayn.parsing import (Tree, TreeSyntaxError, delinearize, linearize, parse_trees,
                            preprocess, read_lines, read_mrg, source_text, split_wsj,
                            split_wsj_sample, to_bracketed, write_lines, write_parallel)
@@ -157,6 +157,37 @@ def test_delinearize_default_tags_and_unlabelled_close() -> None:
     tree, repaired = delinearize("(S (NP XX XX ) (VP XX ) XX )".split(), SENT.words())
     assert to_bracketed(tree) == "(S (NP (XX the) (XX dog)) (VP (XX barks)) (XX .))"
     assert not repaired
+
+
+def test_round_trip_every_fixture_tree() -> None:
+    trees = [t for part in fixture_trees().values() for t in part]
+    assert len(trees) == 23
+    for tree in trees:
+        assert delinearize(linearize(tree), tree.words(), tree.tags()) == (tree, False)
+
+
+def test_fixture_split_and_preprocessing() -> None:
+    split = fixture_split()
+    assert [[p.name for p in files] for files in split] == [
+        ["wsj_0001.mrg", "wsj_0002.mrg", "wsj_0003.mrg"], ["wsj_0180.mrg"], ["wsj_0190.mrg"]]
+    trees = fixture_trees()
+    assert {name: len(part) for name, part in trees.items()} == {"train": 16, "dev": 4, "test": 3}
+    train = trees["train"]
+    # (NP-SBJ (-NONE- *)) goes, the small clause it was the subject of stays.
+    assert to_bracketed(train[1]) == (
+        "(S (NP (NP (DT A) (JJ small) (NN boat)) (, ,) (VP (VBN painted) (S (ADJP (JJ red)))) (, ,)) "
+        "(VP (VBD drifted) (PP (IN down) (NP (DT the) (NN river)))) (. .))")
+    # (SBAR (-NONE- 0) (S (-NONE- *T*-1))) is empty once its traces go: all of it goes.
+    assert to_bracketed(train[3]) == (
+        "(S (S (NP (NNS Prices)) (VP (VBD rose) (NP (CD 3) (NN %)) (PP (IN in) (NP (NNP March))))) "
+        "(, ,) (NP (DT the) (NN bank)) (VP (VBD said)) (. .))")
+    # Labels that begin with a dash are kept whole; the relative clause loses its trace subject.
+    assert to_bracketed(train[6]) == (
+        "(S (NP (NP (DT The) (NN museum)) (PRN (-LRB- -LRB-) (SBAR (WHNP (WDT which)) (S (VP (VBD opened) "
+        "(PP (IN in) (NP (CD 1990)))))) (-RRB- -RRB-))) (VP (VBZ draws) (NP (JJ many) (NNS visitors))) (. .))")
+    labels = {tok for part in trees.values() for t in part for tok in linearize(t)}
+    assert not any("-NONE-" in tok or "-" in tok[2:] for tok in labels)
+    assert {"(SQ", "(PRT", "(PRN", "(WHADVP"} <= labels
 
 
 def test_round_trip_every_sample_tree() -> None:

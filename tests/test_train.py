@@ -16,9 +16,10 @@ from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
     average_checkpoints, latest_checkpoint, list_checkpoints, load_transformer, save_checkpoint,
 )
+from aiayn.flops import mfu, real_lengths, training_flops
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
-from aiayn.loss import label_smoothed_nll
+from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.trainer import NonFiniteLossError, Trainer
 
 TINY = {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}
@@ -88,6 +89,9 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_corpus, tmp_path):
         for g, h in zip(split_grads[step], whole_grads[step]):
             assert torch.allclose(g, h, atol=1e-7, rtol=1e-4)
     assert_same_weights(dict(split.model.state_dict()), dict(whole.model.state_dict()))
+    # FLOPs are counted on real tokens: the split (two paddings instead of one) changes nothing.
+    counted = 3 * training_flops(whole.model_cfg, real_lengths(batch.src, 0), real_lengths(batch.tgt_out, 0))
+    assert split.flops == whole.flops == counted
 
 
 def assert_same_weights(a: dict, b: dict) -> None:
@@ -235,6 +239,7 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
     summary = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=4, validate=True)).run()
     assert summary["updates"] == 4 and summary["valid_ppl"] > 1
     assert 0 < summary["mfu"] < 1
+    assert summary["mfu"] == mfu(summary["counted_flops"], summary["elapsed_s"], summary["matmul_peak_flops"])
     records = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records if "loss" in r] == [1, 2, 3, 4]
     assert records[-1]["valid_ppl"] == summary["valid_ppl"]

@@ -1,7 +1,9 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), complete.
 
-The top-level names are imported lazily, so that torch-free parts (``aiayn.metrics``,
-``aiayn.parsing``, ``aiayn.data.readers``) can be used without importing torch.
+The top-level names are imported lazily, so that the torch-free parts can be used without
+importing torch: ``aiayn.config``, ``aiayn.metrics``, ``aiayn.parsing`` (all but its
+``pipeline``), ``aiayn.data`` (torch loads when ``collate`` first pads a batch) and the command
+line's parser (``aiayn --help``). ``tests/test_torch_free.py`` checks each.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
     aiayn demo                      # the bundled English->Spanish translator, end to end
     aiayn info --presets            # parameter counts next to Table 3
     aiayn prepare --bundled --out work/bible
-    aiayn train configs/demo.yaml --set max_minutes=15
+    aiayn train --set data=work/bible --set out=runs/demo --set preset=demo --set max_minutes=15
     torchrun --nproc_per_node 8 -m aiayn train configs/wmt14-base.yaml
     aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
-    aiayn evaluate --checkpoint runs/demo/averaged --data work/bible --split test
+    aiayn evaluate --checkpoint runs/demo/averaged --src data/bible/test.en.gz --ref data/bible/test.es.gz --lang es
     echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
 """
 

@@ -19,7 +19,7 @@ from .data.collate import pad_rows
 from .decode import DecodeConfig, translate
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
-from .loss import perplexity
+from .train.loss import perplexity
 
 
 @dataclass

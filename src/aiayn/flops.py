@@ -1,51 +1,79 @@
-"""Counting the work: model FLOPs per batch, the device's measured matmul peak, and the
-paper's training-cost estimate (Table 2 note: time x GPUs x sustained TFLOPS)."""
+"""One yardstick for the work, used by the trainer's summary and by
+``benchmarks/train_throughput.py`` alike, so that their MFU figures compare:
+
+- ``training_flops``: model FLOPs of a training step on a batch, counted on real tokens;
+- ``measure_matmul_peak``: the device's sustained matmul FLOP/s, measured the same way everywhere;
+- ``mfu``: model FLOPs utilisation, counted FLOPs over what the devices could have done.
+
+Padding is not counted: a padded position is work the hardware does but the model does not
+need, so it lowers MFU instead of raising the count (the "model FLOPs" of PaLM's MFU). Masked
+self-attention is counted as the full square, as nanoGPT and PaLM count it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import torch
 
 from .config import ModelConfig
 
 
-def forward_flops(cfg: ModelConfig, B: int, S: int, T: int, n_predicted: int | None = None) -> float:
-    """Multiply-add FLOPs (2 per MAC) of one forward pass on a padded (B, S) -> (B, T) batch.
+def forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
+    """Multiply-add FLOPs (2 per MAC) of one forward pass over sentence pairs whose source has
+    ``src_lens[i]`` positions and whose decoder ``tgt_lens[i]`` (non-pad; eos and bos included
+    as the model reads them: one decoder position per predicted token).
 
     Counts every matmul the model runs: projections and feed-forward layers per position,
-    attention scores and weighted sums per query-key pair, and the vocabulary projection on
-    ``n_predicted`` positions (default B * T). Norms, softmax and adds are ignored (<1%).
+    attention scores and weighted sums per query-key pair, the cross-attention keys and values
+    of the memory in every decoder layer, and the vocabulary projection per target position.
+    Norms, softmax and adds are ignored (<1%).
     """
+    if len(src_lens) != len(tgt_lens):
+        raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
     d, qk, v = cfg.d_model, cfg.h * cfg.dk, cfg.h * cfg.dv
-    attn_proj = d * (2 * qk + v) + v * d  # W_Q, W_K, W_V, W_O per position
-    ffn = 2 * d * cfg.d_ff
-    enc = cfg.N_enc * (B * S * (attn_proj + ffn) + B * S * S * (qk + v))
-    cross_proj = B * T * (d * qk + v * d) + B * S * d * (qk + v)  # queries/outputs; memory k, v
+    per_position = d * (2 * qk + v) + v * d + 2 * d * cfg.d_ff  # W_Q, W_K, W_V, W_O; W_1, W_2
+    per_pair = qk + v  # Q K^T and the weighted sum of V, per (query, key)
+    S, T = sum(src_lens), sum(tgt_lens)
+    SS = sum(s * s for s in src_lens)
+    TT = sum(t * t for t in tgt_lens)
+    TS = sum(t * s for s, t in zip(src_lens, tgt_lens))
+    enc = cfg.N_enc * (S * per_position + SS * per_pair)
     dec = cfg.N_dec * (
-        B * T * (attn_proj + ffn) + B * T * T * (qk + v)  # masked self-attention (full square)
-        + cross_proj + B * T * S * (qk + v)
+        T * per_position + TT * per_pair  # masked self-attention, the full square
+        + T * (d * qk + v * d) + S * d * (qk + v)  # cross-attention: queries, outputs; memory K, V
+        + TS * per_pair
     )
-    n_predicted = B * T if n_predicted is None else n_predicted
-    return 2.0 * (enc + dec + n_predicted * d * cfg.vocab_size)
+    return 2.0 * (enc + dec + T * d * cfg.vocab_size)
 
 
-def training_flops(cfg: ModelConfig, B: int, S: int, T: int, n_predicted: int | None = None) -> float:
+def real_lengths(tokens: torch.Tensor, pad_id: int) -> list[int]:
+    """Non-pad positions of each row of a right-padded (B, L) batch: what ``training_flops``
+    counts (pass ``src`` and ``tgt_out``)."""
+    return (tokens != pad_id).sum(1).tolist()
+
+
+def training_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
     """Forward + backward = 3 x forward (the backward pass costs two matmuls per forward one)."""
-    return 3.0 * forward_flops(cfg, B, S, T, n_predicted)
+    return 3.0 * forward_flops(cfg, src_lens, tgt_lens)
 
 
-def measure_matmul_peak(device: torch.device | str = "cpu", seconds: float = 1.0, trials: int = 5) -> float:
-    """Sustained FLOP/s of large square matmuls on ``device`` in the training dtype (fp32 on
-    CPU, bf16 on CUDA): the denominator of model FLOPs utilisation (MFU).
+def measure_matmul_peak(
+    device: torch.device | str = "cpu", dtype: torch.dtype | None = None, seconds: float = 1.0, trials: int = 5,
+) -> float:
+    """Sustained FLOP/s of square matmuls (2048 on CPU, 4096 on CUDA) on ``device`` in the
+    training dtype (default: fp32 on CPU, bf16 on CUDA) on the current threads: the
+    denominator of MFU.
 
     The best of ``trials`` windows of ``seconds / trials`` each: a single window on a shared
     2-core machine measured anywhere from 86 to 249 GFLOP/s (an MFU of 162% against the low
     one); a peak is what the hardware can do, so a moment of contention must not lower it.
     """
     device = torch.device(device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    n = 4096 if device.type == "cuda" else 1024
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    n = 4096 if device.type == "cuda" else 2048
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     torch.matmul(a, b)  # warm-up
@@ -69,3 +97,9 @@ def _sync(device: torch.device) -> None:
 def paper_cost(seconds: float, devices: int, peak_flops: float) -> float:
     """Table 2's estimate: training time x number of devices x sustained throughput."""
     return seconds * devices * peak_flops
+
+
+def mfu(flops: float, seconds: float, peak_flops: float, devices: int = 1) -> float:
+    """Model FLOPs utilisation: ``flops`` counted by ``training_flops`` over what ``devices``
+    devices at ``peak_flops`` could have done in ``seconds`` (the paper's cost estimate)."""
+    return flops / paper_cost(seconds, devices, peak_flops)

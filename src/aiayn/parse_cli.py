@@ -19,7 +19,7 @@ SAMPLE_VOCAB, FULL_VOCAB = 4000, 16000  # see docs/parsing.md; 16K is the paper'
 
 
 def _prepare(args: argparse.Namespace) -> None:
-    from .parse import prepare_parsing
+    from .parsing.pipeline import prepare_parsing
     from .parsing import split_wsj, split_wsj_sample
 
     if (args.treebank is None) == (args.wsj_root is None):
@@ -54,7 +54,7 @@ def _decode_config(args: argparse.Namespace):
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .parse import evaluate_parser
+    from .parsing.pipeline import evaluate_parser
 
     _set_threads(args)
     result = evaluate_parser(args.checkpoint, args.data, args.split, _decode_config(args),
@@ -64,7 +64,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _parse(args: argparse.Namespace) -> None:
-    from .parse import parse_lines
+    from .parsing.pipeline import parse_lines
 
     _set_threads(args)
     lines = [line.rstrip("\n") for line in (open(args.input, encoding="utf-8") if args.input else sys.stdin)]

@@ -3,18 +3,25 @@
 ``src`` = subwords + [eos]; ``tgt_in`` = [bos] + subwords; ``tgt_out`` = subwords + [eos]:
 the decoder reads ``tgt_in`` and is trained to predict ``tgt_out`` at the same positions.
 Everything is right-padded with ``pad_id`` (0, which the model's padding mask relies on).
+
+torch is imported where the tensor is made, not at the top: ``aiayn.data`` exports ``collate``,
+and the rest of the data pipeline (readers, vocabulary, binarised arrays, sampler) is used by
+text-only tools that should load without torch (``tests/test_torch_free.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from .binarize import TokenDataset
 from .vocab import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -37,6 +44,8 @@ class Batch:
 
 def pad_rows(rows: Sequence[Sequence[int]], prefix: list[int], suffix: list[int], pad_id: int) -> torch.Tensor:
     """(B, max_len) int64: prefix + row + suffix per row, right-padded with pad_id."""
+    import torch
+
     width = max(len(r) for r in rows) + len(prefix) + len(suffix)
     out = np.full((len(rows), width), pad_id, dtype=np.int64)
     for b, r in enumerate(rows):

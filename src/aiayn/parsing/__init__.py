@@ -1,5 +1,9 @@
 """Constituency parsing as sequence transduction (the paper's Table 4): Penn Treebank trees,
-their linearisation for the Transformer, and EVALB scoring. Pure Python, no torch."""
+their linearisation for the Transformer, and EVALB scoring. Pure Python, no torch.
+
+``aiayn.parsing.pipeline`` (prepare a treebank, evaluate and run a parser) drives the model and
+so needs torch; import it by name: this package does not, so that trees, linearisation and
+EVALB load without torch (``tests/test_torch_free.py``)."""
 
 from .corpus import WsjSplit, split_wsj, split_wsj_sample, write_parallel
 from .evalb import COLLINS, EvalbAborted, EvalbParams, EvalbResult, evalb_score

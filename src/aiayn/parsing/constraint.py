@@ -19,7 +19,7 @@ emits trees with too few leaves, which repair can only hang off the root; counti
 search can do for it exactly. Vinyals, Kaiser et al. (2015) report that their model rarely
 produced malformed trees and do not constrain; this module lets one measure the difference.
 The source's word count is read from its pieces (one word-boundary piece per word).
-Torch-free, like the rest of ``aiayn.parsing``.
+Torch-free, like the rest of ``aiayn.parsing`` but its ``pipeline``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class TreeConstraint:
                  copy_words: bool = False, max_open_run: int | None = None) -> None:
         """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
         ``▁)NP``, and the leaf tokens ``▁XX`` (or the tags ``▁NN``, ``▁DT``...), as
-        ``aiayn.parse`` declares them; word-initial pieces start with ``boundary``.
+        ``aiayn.parsing.pipeline`` declares them; word-initial pieces start with ``boundary``.
 
         ``indexed`` (``--leaves index``): ``leaf_tokens`` are the word markers ``<1>``,
         ``<2>``... in order; the i-th leaf must be the i-th marker, and the source's words are

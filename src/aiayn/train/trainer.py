@@ -28,11 +28,11 @@ from tqdm import tqdm
 
 from .. import checkpoint as ckpt
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, collate, read_meta
-from ..flops import measure_matmul_peak, paper_cost, training_flops
+from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..model import Transformer
 from . import distributed
 from .config import TrainConfig
-from ..loss import label_smoothed_nll, perplexity
+from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
 
 
@@ -105,7 +105,9 @@ class Trainer:
         tgt_tokens = src_tokens = 0
         flops = 0.0
         for micro in range(self.cfg.update_freq):
-            batch = collate(self.train_data, next(batches)).to(self.device)
+            batch = collate(self.train_data, next(batches))
+            flops += training_flops(self.model_cfg, real_lengths(batch.src, pad), real_lengths(batch.tgt_out, pad))
+            batch = batch.to(self.device)  # lengths counted on the CPU copy: no device sync
             last = micro == self.cfg.update_freq - 1
             sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
             with sync:
@@ -117,13 +119,12 @@ class Trainer:
             losses += torch.stack([loss.detach(), nll.detach()])
             tgt_tokens += batch.n_tgt_tokens
             src_tokens += batch.n_src_tokens
-            flops += training_flops(self.model_cfg, *batch.src.shape, batch.tgt_in.size(1), batch.n_tgt_tokens)
-        sums = torch.cat([losses.double().cpu(), torch.tensor([tgt_tokens, src_tokens], dtype=torch.float64)])
+        sums = torch.cat([losses.double().cpu(), torch.tensor([tgt_tokens, src_tokens, flops], dtype=torch.float64)])
         if self.dist.enabled:  # on the device: nccl reduces CUDA tensors only
             sums = sums.to(self.device)
             dist.all_reduce(sums)
             sums = sums.cpu()
-        loss_sum, nll_sum, tgt_tokens, src_tokens = sums.tolist()
+        loss_sum, nll_sum, tgt_tokens, src_tokens, flops = sums.tolist()
         if not math.isfinite(loss_sum):
             self.optimizer.zero_grad(set_to_none=True)
             return {"finite": 0.0}
@@ -137,7 +138,7 @@ class Trainer:
         self.update += 1
         self.tokens["src"] += int(src_tokens)
         self.tokens["tgt"] += int(tgt_tokens)
-        self.flops += flops * self.dist.world_size  # every rank does about the same work
+        self.flops += flops  # summed over the ranks, like the tokens
         return {"finite": 1.0, "loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens,
                 "tokens": src_tokens + tgt_tokens}
 
@@ -304,8 +305,7 @@ class Trainer:
         return summary
 
     def summary(self) -> dict[str, Any]:
-        peak = measure_matmul_peak(self.device, seconds=1.0)
-        flops_per_s = self.flops / max(self.elapsed, 1e-9) / self.dist.world_size
+        peak = measure_matmul_peak(self.device, self.amp_dtype)
         return {
             "updates": self.update,
             "elapsed_s": self.elapsed,
@@ -316,7 +316,7 @@ class Trainer:
             "counted_flops": self.flops,
             "paper_cost_flops": paper_cost(self.elapsed, self.dist.world_size, peak),
             "matmul_peak_flops": peak,
-            "mfu": flops_per_s / peak,
+            "mfu": mfu(self.flops, max(self.elapsed, 1e-9), peak, self.dist.world_size),
             **self.valid,
             "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root)),
         }

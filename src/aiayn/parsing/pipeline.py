@@ -1,5 +1,6 @@
 """Constituency parsing as translation (paper section 6.3, Table 4): treebank -> dataset,
-checkpoint -> EVALB F1, raw sentences -> trees.
+checkpoint -> EVALB F1, raw sentences -> trees. The one module of ``aiayn.parsing`` that uses
+torch (through the model); the package does not import it, so the rest stays torch-free.
 
     prepare_parsing(split.train, split.dev, split.test, "work/ptb-sample", vocab_size=4000)
     # ... train with the ordinary trainer on "work/ptb-sample", average the last checkpoints ...
@@ -28,26 +29,16 @@ from typing import Any
 
 from sentencepiece import sentencepiece_model_pb2 as sp_model
 
-from .checkpoint import VOCAB, load_transformer
-from .data import Vocab, check_vocab, prepare_corpus
-from .decode import DecodeConfig, decode_ids
-from .evaluate import write_lines_atomic
-from .parsing import (
-    Leaves,
-    Tree,
-    delinearize,
-    evalb_score,
-    index_token,
-    is_bracket,
-    linearize,
-    read_treebank,
-    source_line,
-    to_bracketed,
-    write_lines,
-    write_parallel,
-)
-from .parsing import read_lines as read_tree_lines
-from .parsing.constraint import TreeConstraint
+from ..checkpoint import VOCAB, load_transformer
+from ..data import Vocab, check_vocab, prepare_corpus
+from ..decode import DecodeConfig, decode_ids
+from ..evaluate import write_lines_atomic
+from .constraint import TreeConstraint
+from .corpus import write_parallel
+from .evalb import evalb_score
+from .linearize import Leaves, delinearize, index_token, is_bracket, linearize, source_line
+from .trees import Tree, read_treebank, to_bracketed, write_lines
+from .trees import read_lines as read_tree_lines
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 PARSING_SPLITS = ("train", "dev", "test")
