@@ -4,7 +4,7 @@
     aiayn info --presets            # parameter counts next to Table 3
     aiayn prepare --bundled --out work/bible
     aiayn train --set preset=demo --set max_minutes=15
-    torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (src/aiayn/configs) or a file
+    torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiayn/configs/) or a file
     aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
     aiayn evaluate --checkpoint runs/demo/averaged --data work/bible --split test
     echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
