@@ -1,7 +1,7 @@
-"""Rebuild the bundled English->Spanish Bible corpus in data/bible/ from Debian's SWORD modules.
+"""Rebuild the bundled English->Spanish Bible corpus in src/aiayn/corpus/bible/ from Debian's SWORD modules.
 
     apt-get install -y libsword-utils sword-text-web sword-text-sparv
-    python scripts/build_bible_corpus.py            # writes data/bible/*.gz
+    python scripts/build_bible_corpus.py            # writes src/aiayn/corpus/bible/*.gz
 
 English is the World English Bible (module engWEB2015eb), Spanish the Reina-Valera 1909
 (spaRV1909eb); both are public domain. Verses are aligned by reference. Whole chapters are
@@ -139,7 +139,7 @@ def write_gz(path: Path, lines: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "data" / "bible")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "src" / "aiayn" / "corpus" / "bible")
     parser.add_argument("--sword-path", default="/usr/share/sword")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -4,9 +4,9 @@
     aiayn info --presets            # parameter counts next to Table 3
     aiayn prepare --bundled --out work/bible
     aiayn train --set data=work/bible --set out=runs/demo --set preset=demo --set max_minutes=15
-    torchrun --nproc_per_node 8 -m aiayn train configs/wmt14-base.yaml
+    torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiayn/configs/) or a file
     aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
-    aiayn evaluate --checkpoint runs/demo/averaged --src data/bible/test.en.gz --ref data/bible/test.es.gz --lang es
+    aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
     echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
 """
 
@@ -16,6 +16,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+
+def say_wrote(command: str, *paths: str | Path) -> None:
+    """Where a command wrote, as absolute paths: relative ones resolve against the working directory."""
+    print(f"aiayn {command}: wrote {', '.join(str(Path(p).resolve()) for p in paths)}", file=sys.stderr)
 
 
 def _info(args: argparse.Namespace) -> None:
@@ -44,6 +49,7 @@ def _prepare(args: argparse.Namespace) -> None:
                 splits[name] = (Path(src), Path(tgt))
     summary = prepare_corpus(splits, args.out, vocab_size=args.vocab_size, max_len=args.max_len)
     print(json.dumps(summary, indent=2))
+    say_wrote("prepare", args.out)
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -55,6 +61,7 @@ def _train(args: argparse.Namespace) -> None:
     summary = trainer.run(resume=args.resume)
     if trainer.dist.is_main:
         print(json.dumps(summary, indent=2))
+        say_wrote("train", cfg.out)
     from .train import distributed
 
     distributed.teardown()
@@ -77,7 +84,7 @@ def _average(args: argparse.Namespace) -> None:
         chosen = chosen[-k_best:]
     else:
         out = average_checkpoints(chosen, Path(args.out))
-    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out}")
+    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out.resolve()}")
 
 
 def _diagnose(args: argparse.Namespace) -> None:
@@ -111,6 +118,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     result = evaluate_checkpoint(args.checkpoint, args.src, args.ref, args.output,
                                  _decode_config(args), lang=args.lang, device=args.device)
     print(json.dumps(result.as_dict(), indent=2))
+    if args.output:
+        say_wrote("evaluate", args.output)
 
 
 def _translate(args: argparse.Namespace) -> None:
@@ -128,6 +137,7 @@ def _demo(args: argparse.Namespace) -> None:
     report = run_demo(minutes=args.minutes, work=Path(args.work), out=Path(args.out), sets=args.set or [],
                       test_limit=args.test_limit, fresh=args.fresh)
     print(format_report(report))
+    say_wrote("demo", args.work, args.out)
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -160,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_prepare)
 
     p = sub.add_parser("train", help="train with the paper's recipe (torchrun for several processes)")
-    p.add_argument("config", nargs="?", help="YAML/TOML/JSON config (TrainConfig keys)")
+    p.add_argument("config", nargs="?", help="YAML/TOML/JSON file of TrainConfig keys, or a bundled recipe: wmt14-base")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. model.d_ff=1024")
     p.add_argument("--resume", default="auto",
                    help="checkpoint directory to resume from (default: latest in OUT, if any)")

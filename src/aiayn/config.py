@@ -129,7 +129,7 @@ PRESETS: dict[str, Preset] = {
         None, N_enc=4, N_dec=4, d_model=1024, d_ff=4096, h=16, vocab_size=16000,
         attention_dropout=0.1,
     ),
-    # "parsing" sized for a 2-core CPU and the 3,700-tree WSJ sample (configs/parsing-sample.yaml).
+    # "parsing" sized for a 2-core CPU and the 3,700-tree WSJ sample (aiayn/configs/parsing-sample.yaml).
     "parsing-cpu": _row(
         None, N_enc=4, N_dec=4, d_model=256, d_ff=1024, h=4, vocab_size=4000,
         attention_dropout=0.1,

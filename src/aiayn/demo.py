@@ -74,7 +74,11 @@ def run_demo(
     sets: list[str] = (), test_limit: int | None = None, curve_sentences: int = 100,
     fresh: bool = False, progress=print,
 ) -> dict[str, Any]:
-    """Every stage of the demo; returns (and writes to ``out/report.json``) the report."""
+    """Every stage of the demo; returns (and writes to ``out/report.json``) the report.
+
+    ``work`` and ``out`` are relative to the working directory; the report names them absolute.
+    """
+    work, out = work.resolve(), out.resolve()
     if fresh and out.exists():
         shutil.rmtree(out)
     progress("[1/5] preparing the bundled corpus (reused when present)")

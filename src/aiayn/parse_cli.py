@@ -1,7 +1,7 @@
 """``aiayn parse prepare|train|evaluate|parse``: constituency parsing as translation (Table 4).
 
     aiayn parse prepare --treebank ../shared/data/ptb-wsj-sample --out work/ptb-sample
-    aiayn parse train configs/parsing-sample.yaml
+    aiayn parse train parsing-sample
     aiayn average runs/parsing-sample/checkpoints --last 5 --out runs/parsing-sample/averaged
     aiayn parse evaluate --checkpoint runs/parsing-sample/averaged --data work/ptb-sample --split test
     echo "The dog barks ." | aiayn parse parse --checkpoint runs/parsing-sample/averaged
@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from .cli import say_wrote
 
 SAMPLE_VOCAB, FULL_VOCAB = 4000, 16000  # see docs/parsing.md; 16K is the paper's (WSJ only)
 
@@ -32,6 +34,7 @@ def _prepare(args: argparse.Namespace) -> None:
                               vocab_size=args.vocab_size or default_vocab, max_len=args.max_len,
                               leaves=args.leaves)
     print(json.dumps(summary, indent=2))
+    say_wrote("parse prepare", args.out)
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -43,6 +46,7 @@ def _train(args: argparse.Namespace) -> None:
     summary = trainer.run(resume=args.resume)
     if trainer.dist.is_main:
         print(json.dumps(summary, indent=2))
+        say_wrote("parse train", cfg.out)
     distributed.teardown()
 
 
@@ -61,6 +65,7 @@ def _evaluate(args: argparse.Namespace) -> None:
                              limit=args.limit, out_dir=args.out, device=args.device, progress=True,
                              constrained=args.constrained)
     print(json.dumps(result, indent=2))
+    say_wrote("parse evaluate", result["predictions"], result["report"])
 
 
 def _parse(args: argparse.Namespace) -> None:
@@ -110,7 +115,7 @@ def add_parse_commands(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=_prepare)
 
     c = cmds.add_parser("train", help="the ordinary trainer; default preset parsing-cpu")
-    c.add_argument("config", nargs="?", help="YAML/TOML/JSON config (TrainConfig keys)")
+    c.add_argument("config", nargs="?", help="YAML/TOML/JSON file of TrainConfig keys, or a bundled recipe: parsing-sample")
     c.add_argument("--set", action="append", metavar="KEY=VALUE", help="override, e.g. max_minutes=30")
     c.add_argument("--resume", default="auto", help="checkpoint to resume from (default: latest in OUT)")
     c.add_argument("--device", default="auto", help="cpu, cuda (default: cuda if available)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +23,16 @@ BIBLE_SPLITS = ("train", "valid", "test")
 
 
 def bundled_corpus_paths(src: str = "en", tgt: str = "es") -> dict[str, tuple[Path, Path]]:
-    """{split: (source file, target file)} of the Bible corpus committed under data/bible/.
+    """{split: (source file, target file)} of the Bible corpus shipped in ``aiayn/corpus/bible/``.
 
-    Found by walking up from this file, so it works from a source checkout or an editable
-    install; a wheel does not carry the data directory.
+    Package data, found through importlib.resources, so the same call works from a source
+    checkout, an editable install and an installed wheel. pip installs wheels unpacked, so the
+    resource is a real directory and plain paths (which sentencepiece and gzip need) are safe.
     """
-    for parent in Path(__file__).resolve().parents:
-        root = parent / "data" / "bible"
-        if (root / "train.en.gz").is_file():
-            return {s: (root / f"{s}.{src}.gz", root / f"{s}.{tgt}.gz") for s in BIBLE_SPLITS}
-    raise DataError(
-        f"bundled corpus not found: no data/bible/train.en.gz above {Path(__file__).parent}; "
-        "use a source checkout of aiayn (the corpus is not part of the wheel)"
-    )
+    root = Path(str(resources.files("aiayn") / "corpus" / "bible"))
+    if not (root / "train.en.gz").is_file():
+        raise DataError(f"bundled corpus not found: no {root / 'train.en.gz'}; reinstall aiayn")
+    return {s: (root / f"{s}.{src}.gz", root / f"{s}.{tgt}.gz") for s in BIBLE_SPLITS}
 
 
 def prepare_corpus(

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,10 +92,31 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def bundled_configs() -> dict[str, Path]:
+    """{name: file} of the recipes shipped in ``aiayn/configs/`` (package data, so a wheel has them)."""
+    root = Path(str(resources.files("aiayn") / "configs"))
+    return {p.stem: p for p in sorted(root.glob("*.yaml"))}
+
+
+def find_config(path: str | Path) -> Path:
+    """A config file on disk, or else the bundled recipe of that name (``aiayn train wmt14-base``)."""
+    if Path(path).is_file():
+        return Path(path)
+    bundled = bundled_configs()
+    if str(path) in bundled:
+        return bundled[str(path)]
+    raise FileNotFoundError(f"{path}: no such config file, and no bundled config of that name "
+                            f"(bundled: {', '.join(bundled)})")
+
+
 def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults: Any) -> TrainConfig:
-    """Defaults < the preset's training overrides (e.g. Table 3 row D's eps_ls) < file < --set."""
-    data = read_config_file(path) if path else {}
-    where = str(path) if path else "config"
+    """Defaults < the preset's training overrides (e.g. Table 3 row D's eps_ls) < file < --set.
+
+    ``path`` is a config file or the name of a bundled one (``bundled_configs``).
+    """
+    file = find_config(path) if path else None
+    data = read_config_file(file) if file else {}
+    where = str(file) if file else "config"
     preset = data.get("preset", defaults.get("preset", TrainConfig.preset))
     preset_train = PRESETS[preset].train if preset in PRESETS else {}
     cfg = from_dict(TrainConfig, {**defaults, **preset_train, **data}, where=where)

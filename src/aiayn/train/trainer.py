@@ -1,7 +1,7 @@
 """The training loop of section 5: token-budget batches, Adam with the warm-up schedule,
 label smoothing, gradient accumulation, DDP, mixed precision, atomic checkpoints, exact resume.
 
-    trainer = Trainer(load_train_config("configs/demo.yaml"))
+    trainer = Trainer(load_train_config("wmt14-base"))
     summary = trainer.run()
 
 The gradient of one update does not depend on how its batch was split across micro-batches
@@ -318,7 +318,7 @@ class Trainer:
             "matmul_peak_flops": peak,
             "mfu": mfu(self.flops, max(self.elapsed, 1e-9), peak, self.dist.world_size),
             **self.valid,
-            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root)),
+            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root).resolve()),  # absolute: any cwd
         }
 
 
