@@ -3,8 +3,8 @@
 A dataset directory holds, per split and side, a flat token array (``uint16`` when the
 vocabulary fits, else ``int32``) and ``int64`` offsets (n + 1 entries), all ``.npy`` so that
 ``np.load(mmap_mode="r")`` maps them without reading. ``meta.json`` records the vocabulary
-fingerprint, so that resuming with a different vocabulary fails instead of training on
-garbage ids. Subword ids are stored WITHOUT bos/eos; ``collate`` adds them.
+fingerprint, so that training or evaluating with a different vocabulary fails instead of
+reading garbage ids. Subword ids are stored WITHOUT bos/eos; ``collate`` adds them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .vocab import Vocab
 SIDES = ("src", "tgt")
 META, VOCAB_MODEL = "meta.json", "spm.model"
 _ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens|offsets)\.npy")
-_CHUNK = 10_000  # sentences encoded per sentencepiece call (bounds memory, uses threads)
+_CHUNK = 10_000  # pairs encoded per sentencepiece call (bounds memory, uses threads)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
