@@ -35,8 +35,10 @@ def _prepare(args: argparse.Namespace) -> None:
     if args.bundled:
         splits = bundled_corpus_paths()
     elif args.wmt14:
+        from .data.corpus import check_target
         from .data.wmt import download_wmt14
 
+        check_target(Path(args.out))  # before hours of downloading
         src, tgt = args.wmt14.split("-")[1], args.wmt14.split("-")[0]  # "de-en" -> en->de
         splits = download_wmt14(args.wmt14, src, tgt, Path(args.out) / "raw")
     else:

@@ -3,16 +3,17 @@
 A dataset directory holds, per split and side, a flat token array (``uint16`` when the
 vocabulary fits, else ``int32``) and ``int64`` offsets (n + 1 entries), all ``.npy`` so that
 ``np.load(mmap_mode="r")`` maps them without reading. ``meta.json`` records the vocabulary
-fingerprint, so that resuming with a different vocabulary fails instead of training on
-garbage ids. Subword ids are stored WITHOUT bos/eos; ``collate`` adds them.
+fingerprint, so that training or evaluating with a different vocabulary fails instead of
+reading garbage ids. Subword ids are stored WITHOUT bos/eos; ``collate`` adds them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
-from itertools import islice
+from itertools import chain, compress, islice
 from pathlib import Path
 from typing import Any
 
@@ -22,64 +23,130 @@ from .readers import DataError
 from .vocab import Vocab
 
 SIDES = ("src", "tgt")
-_CHUNK = 10_000  # sentences encoded per sentencepiece call (bounds memory, uses threads)
+META, VOCAB_MODEL = "meta.json", "spm.model"
+_ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens|offsets)\.npy")
+_CHUNK = 10_000  # pairs encoded per sentencepiece call (bounds memory, uses threads)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size < 2**16 else np.dtype(np.int32)
 
 
-def _write_side(path: Path, arrays: list[np.ndarray], dtype: np.dtype) -> None:
-    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    tokens = np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype)
-    np.save(f"{path}.tokens.npy", tokens)
-    np.save(f"{path}.offsets.npy", offsets)
+class _ArrayWriter:
+    """Appends 1-D chunks to an ``.npy`` file whose length is known only at the end.
+
+    The header is written first for shape (0,) and rewritten in place by ``close``: numpy
+    pads every header with room for a 21-digit length, so both headers have the same size
+    and the file is byte for byte what ``np.save`` writes for the whole array.
+    """
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.path, self.dtype, self.n = path, np.dtype(dtype), 0
+        self.file = open(path, "wb")
+        self._write_header()
+        self.data_start = self.file.tell()
+
+    def _write_header(self) -> None:
+        np.lib.format.write_array_header_1_0(self.file, {
+            "descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+            "shape": (self.n,)})
+
+    def append(self, values: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        self.n += len(values)
+
+    def close(self) -> None:
+        self.file.seek(0)
+        self._write_header()
+        if self.file.tell() != self.data_start:  # numpy reserves the digits; checked anyway
+            raise RuntimeError(f"{self.path}: .npy header changed size while streaming")
+        self.file.close()
+
+
+class _SideWriter:
+    """``{path}.tokens.npy`` (ids of all sentences, concatenated) and ``{path}.offsets.npy``
+    (n + 1 int64 starts), streamed a chunk of sentences at a time."""
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.tokens = _ArrayWriter(Path(f"{path}.tokens.npy"), dtype)
+        self.offsets = _ArrayWriter(Path(f"{path}.offsets.npy"), np.dtype(np.int64))
+        self.offsets.append(np.zeros(1, np.int64))
+
+    def append(self, sentences: list[list[int]]) -> None:
+        lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        ends = self.tokens.n + np.cumsum(lengths)  # (n,) offsets after each sentence
+        self.tokens.append(np.fromiter(chain.from_iterable(sentences), dtype=self.tokens.dtype,
+                                       count=int(lengths.sum())))
+        self.offsets.append(ends)
+
+    def close(self) -> None:
+        self.tokens.close()
+        self.offsets.close()
 
 
 def binarize_split(
     pairs: Iterable[tuple[str, str]], vocab: Vocab, out_dir: Path, split: str,
-    max_tokens: int | None = None,
+    max_tokens: int | None = None, chunk_pairs: int = _CHUNK,
 ) -> dict[str, int]:
     """Encode ``pairs`` into ``out_dir/{split}.{src,tgt}.*.npy``; returns kept/skipped counts.
 
     Pairs with more than ``max_tokens`` subwords on either side are skipped (counted), because
-    one outlier sets the padding of a whole batch.
+    one outlier sets the padding of a whole batch. Ids go to disk ``chunk_pairs`` pairs at a
+    time, so memory is bounded by the chunk, not the corpus (WMT14 English-French: 36M pairs).
     """
-    kept: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
+    dtype = token_dtype(len(vocab))
+    writers = {side: _SideWriter(out_dir / f"{split}.{side}", dtype) for side in SIDES}
     too_long = 0
     pairs = iter(pairs)
-    while chunk := list(islice(pairs, _CHUNK)):
-        srcs = vocab.encode_batch([s for s, _ in chunk])
-        tgts = vocab.encode_batch([t for _, t in chunk])
-        for s, t in zip(srcs, tgts):
-            if max_tokens is not None and max(len(s), len(t)) > max_tokens:
-                too_long += 1
-                continue
-            kept["src"].append(np.asarray(s))
-            kept["tgt"].append(np.asarray(t))
-    dtype = token_dtype(len(vocab))
-    for side in SIDES:
-        _write_side(out_dir / f"{split}.{side}", kept[side], dtype)
-    return {"pairs": len(kept["src"]), "skipped_too_long_tokens": too_long,
-            "src_tokens": int(sum(map(len, kept["src"]))),
-            "tgt_tokens": int(sum(map(len, kept["tgt"])))}
+    try:
+        while chunk := list(islice(pairs, chunk_pairs)):
+            srcs = vocab.encode_batch([s for s, _ in chunk])
+            tgts = vocab.encode_batch([t for _, t in chunk])
+            keep = [max_tokens is None or max(len(s), len(t)) <= max_tokens
+                    for s, t in zip(srcs, tgts)]
+            too_long += keep.count(False)
+            writers["src"].append(list(compress(srcs, keep)))
+            writers["tgt"].append(list(compress(tgts, keep)))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return {"pairs": writers["src"].offsets.n - 1, "skipped_too_long_tokens": too_long,
+            "src_tokens": writers["src"].tokens.n, "tgt_tokens": writers["tgt"].tokens.n}
 
 
 def write_meta(out_dir: Path, vocab: Vocab, splits: dict[str, dict[str, Any]]) -> dict[str, Any]:
     meta = {"vocab_fingerprint": vocab.fingerprint, "vocab_size": len(vocab),
             "vocab_model": vocab.path.name, "dtype": token_dtype(len(vocab)).name,
             "splits": splits}
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    (out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
 
+def split_files(split: str) -> list[str]:
+    """The names of the arrays of ``split`` in a dataset directory."""
+    return [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
+
+
+def is_dataset_file(name: str) -> bool:
+    """Whether ``name`` is one of the files ``prepare`` writes into a dataset directory."""
+    return name in (META, VOCAB_MODEL, "spm.vocab") or _ARRAY_FILE.fullmatch(name) is not None
+
+
 def read_meta(dataset_dir: str | os.PathLike) -> dict[str, Any]:
-    path = Path(dataset_dir) / "meta.json"
+    """The dataset's ``meta.json``; ``DataError`` naming the file if it is missing or is not
+    one that ``prepare`` wrote."""
+    path = Path(dataset_dir) / META
     if not path.is_file():
-        raise DataError(f"{dataset_dir} is not a prepared dataset (no meta.json)")
-    return json.loads(path.read_text())
+        raise DataError(f"{dataset_dir} is not a prepared dataset (no {META})")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{path}: not a dataset's {META}: {e}") from None
+    missing = [k for k in ("vocab_fingerprint", "vocab_size", "splits")
+               if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise DataError(f"{path}: not a dataset's {META}: no {', '.join(missing)}")
+    return meta
 
 
 def check_vocab(dataset_dir: str | os.PathLike, vocab: Vocab) -> None:
@@ -87,7 +154,7 @@ def check_vocab(dataset_dir: str | os.PathLike, vocab: Vocab) -> None:
     meta = read_meta(dataset_dir)
     if meta["vocab_fingerprint"] != vocab.fingerprint:
         raise DataError(
-            f"vocabulary mismatch: {dataset_dir} was binarised with a vocabulary of "
+            f"vocabulary mismatch: {Path(dataset_dir) / META} records a vocabulary of "
             f"{meta['vocab_size']} pieces (fingerprint {meta['vocab_fingerprint'][:12]}), "
             f"but {vocab.path} has {len(vocab)} pieces (fingerprint {vocab.fingerprint[:12]}); "
             "re-run prepare or pass the vocabulary the dataset was built with"

@@ -8,13 +8,16 @@ and writes ``meta.json`` with the counts of everything skipped.
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .binarize import binarize_split, write_meta
+from .binarize import META, binarize_split, is_dataset_file, read_meta, split_files, write_meta
 from .readers import DataError, ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
 
@@ -49,11 +52,60 @@ def prepare_corpus(
     ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
     bounds whitespace words while reading. ``user_defined_symbols`` become atomic
     vocabulary pieces (see ``Vocab.train``). Returns the ``meta.json`` contents plus timings.
+
+    The dataset is built in a temporary directory beside ``out_dir`` and renamed into place at
+    the end (see ``check_target`` for what may already be there), so a failed or interrupted
+    prepare leaves a previous dataset untouched: never a new vocabulary beside old ids.
     """
     if "train" not in splits:
         raise DataError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    for name, value in (("max_len", max_len), ("max_words", max_words)):
+        if value is not None and value < 1:
+            raise DataError(f"{name} must be a positive number (or None for no limit), got {value}")
+    inputs = [Path(p) for pair in splits.values() for p in pair]
+    for path in inputs:
+        if not path.exists():
+            raise DataError(f"{path}: no such file")
+        if path.is_dir():
+            raise DataError(f"{path}: is a directory; expected a text file of sentences")
+    out = Path(out_dir).resolve()
+    check_target(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = out.with_name(f".{out.name}.prepare-{suffix}")
+    tmp.mkdir()
+    try:
+        meta = _build(splits, tmp, vocab_size, max_len, max_words, num_threads, user_defined_symbols)
+    except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace_dataset(tmp, out, out.with_name(f".{out.name}.old-{suffix}"))
+    return meta
+
+
+def check_target(out: Path) -> None:
+    """Raise ``DataError`` unless ``prepare`` may write a dataset to ``out``: a new or empty
+    directory, a dataset that ``prepare`` wrote before (its ``meta.json`` says so), or a
+    directory without dataset files. Entries that are not dataset files (``aiayn parse
+    prepare`` keeps its text and gold trees there) are never touched; dataset files that no
+    ``meta.json`` vouches for may be someone else's, so they are not overwritten.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise DataError(f"output directory {out}: is a file")
+    if (out / META).exists():
+        read_meta(out)  # a DataError naming meta.json unless prepare wrote it
+        return
+    ours = sorted(e.name for e in out.iterdir() if is_dataset_file(e.name))
+    if ours:
+        shown = ", ".join(ours[:3]) + (", ..." if len(ours) > 3 else "")
+        raise DataError(f"output directory {out}: holds {shown} but no {META}, so not a dataset "
+                        "prepare wrote; choose another directory or remove them")
+
+
+def _build(splits: dict[str, PathPair], out: Path, vocab_size: int, max_len: int | None,
+           max_words: int | None, num_threads: int, user_defined_symbols: Sequence[str]) -> dict[str, Any]:
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
     vocab = Vocab.train(_nonempty(train_src, train_tgt), out / "spm", vocab_size, num_threads=num_threads,
@@ -64,13 +116,71 @@ def prepare_corpus(
         stats = ReadStats()
         pairs = iter_parallel(src_path, tgt_path, max_words, stats)
         counts = binarize_split(pairs, vocab, out, split, max_len)
+        if counts["pairs"] == 0:
+            raise DataError(
+                f"{split} split ({src_path}, {tgt_path}): 0 of {stats.read} pairs kept: "
+                f"{stats.empty} with an empty side, {stats.too_long} over max_words={max_words}, "
+                f"{counts['skipped_too_long_tokens']} over max_len={max_len} subwords")
         summary[split] = {**counts, "read": stats.read, "skipped_empty": stats.empty,
                           "skipped_too_long_words": stats.too_long}
     meta = write_meta(out, vocab, summary)
     return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
 
 
+def _replace_dataset(new: Path, out: Path, old: Path) -> None:
+    """Move the finished dataset ``new`` to ``out``.
+
+    A directory of dataset files only is swapped whole (``out`` is missing only between two
+    renames). Beside other entries the files move one by one instead, so that the directory
+    holding them is never renamed: the old ``meta.json`` goes first (the old dataset stops
+    loading), the new one last (the new dataset starts loading).
+    """
+    _fsync_tree(new)
+    if not out.exists():
+        os.rename(new, out)
+    elif all(is_dataset_file(e.name) for e in out.iterdir()):
+        os.chmod(new, stat.S_IMODE(out.stat().st_mode))
+        os.rename(out, old)
+        os.rename(new, out)
+        shutil.rmtree(old)
+    else:
+        previous = read_meta(out)["splits"] if (out / META).exists() else {}
+        (out / META).unlink(missing_ok=True)
+        for split in previous.keys() - read_meta(new)["splits"].keys():
+            for name in split_files(split):
+                (out / name).unlink(missing_ok=True)
+        for file in new.iterdir():
+            if file.name != META:
+                os.replace(file, out / file.name)
+        os.replace(new / META, out / META)
+        new.rmdir()
+        _fsync(out)
+    _fsync(out.parent)
+
+
+def _fsync_tree(directory: Path) -> None:
+    # Data, then the names: after a power cut the dataset is whole or absent.
+    for path in directory.iterdir():
+        if path.is_file():
+            _fsync(path)
+    _fsync(directory)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _nonempty(*paths: Path) -> Iterator[str]:
     # Both languages feed one shared vocabulary (paper section 5.1).
     for path in paths:
-        yield from (line for line in iter_lines(path) if line.strip())
+        n = 0
+        for line in iter_lines(path):
+            if line.strip():
+                n += 1
+                yield line
+        if n == 0:
+            raise DataError(f"{path}: empty training file (no line with text)")

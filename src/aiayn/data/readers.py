@@ -45,17 +45,19 @@ def open_binary(path: PathLike) -> IO[bytes]:
 def iter_lines(path: PathLike) -> Iterator[str]:
     """Yield the lines of a UTF-8 file without their line endings.
 
-    Decoding is strict and per line so that an error can name the exact line number.
+    The project's one rule: lines end at "\n" only, and one "\r" before it (CRLF) is
+    dropped; a bare "\r" stays inside its line, so a file has the same number of lines for
+    every reader. Decoding is strict and per line so that an error can name the line.
     """
     with open_binary(path) as f:
         for lineno, raw in enumerate(f, start=1):
             try:
-                text = raw.decode("utf-8")
+                text = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(
                     f"{path}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
                 ) from None
-            yield text.rstrip("\r\n")
+            yield text
 
 
 def _count_rest(lines: Iterator[str]) -> int:

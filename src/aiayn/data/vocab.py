@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
 
 import sentencepiece as spm
@@ -17,6 +19,20 @@ import sentencepiece as spm
 from .readers import DataError, iter_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+def _trainer_error(message: str, vocab_size: int) -> DataError | None:
+    """A one-line ``DataError`` for sentencepiece's complaints about the vocabulary size, which
+    arrive as an internal check with C++ file names; ``None`` for anything else."""
+    if m := re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message):
+        return DataError(f"vocab size {vocab_size} is too large: this training text yields at most "
+                         f"{m[1]} pieces; ask for {m[1]} or fewer, or give more text")
+    if m := re.search(r"smaller than required_chars\. \d+ vs (\d+)", message):
+        return DataError(f"vocab size {vocab_size} is too small: the training text's characters and "
+                         f"the special pieces need at least {m[1]}")
+    if "!sentences_.empty()" in message:
+        return DataError("no training sentences: every line of the training text is empty")
+    return None
 
 
 def _sentences(texts_or_files: Iterable[str | os.PathLike]) -> Iterator[str]:
@@ -59,23 +75,44 @@ class Vocab:
         Pass both languages so that the vocabulary is shared. At most
         ``input_sentence_size`` sentences are sampled, which bounds training time on WMT.
         """
+        if vocab_size < 1:
+            raise DataError(f"vocab size must be a positive number of pieces, got {vocab_size}")
         prefix = Path(out_prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=_sentences(texts_or_files),
-            model_prefix=str(prefix),
-            model_type="bpe",
-            vocab_size=vocab_size,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            character_coverage=character_coverage,
-            byte_fallback=byte_fallback,
-            num_threads=num_threads,
-            input_sentence_size=input_sentence_size,
-            shuffle_input_sentence=True,
-            max_sentence_length=1 << 14,
-            minloglevel=2,
-            user_defined_symbols=list(user_defined_symbols),
-        )
+        failures: list[Exception] = []
+
+        def sentences() -> Iterator[str]:
+            # sentencepiece turns an exception raised here into a RuntimeError holding only
+            # the text; keep the original (a DataError naming the file and line) to re-raise.
+            try:
+                yield from _sentences(texts_or_files)
+            except Exception as e:
+                failures.append(e)
+                raise
+
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences(),
+                model_prefix=str(prefix),
+                model_type="bpe",
+                vocab_size=vocab_size,
+                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                character_coverage=character_coverage,
+                byte_fallback=byte_fallback,
+                num_threads=num_threads,
+                input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True,
+                max_sentence_length=1 << 14,
+                minloglevel=2,
+                user_defined_symbols=list(user_defined_symbols),
+            )
+        except RuntimeError as e:
+            if failures:
+                raise failures[0] from None
+            error = _trainer_error(str(e), vocab_size)
+            if error is None:
+                raise
+            raise error from None
         return cls.load(prefix.with_name(prefix.name + ".model"))
 
     @classmethod
@@ -110,7 +147,7 @@ class Vocab:
                 kept.append(i)
         return self.sp.decode(kept)
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """sha256 of the id -> (piece, score) table.
 

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from .. import checkpoint as ckpt
-from ..data import TokenBudgetSampler, TokenDataset, Vocab, collate, read_meta
+from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..model import Transformer
 from . import distributed
@@ -63,6 +63,7 @@ class Trainer:
         self.vocab_file = Path(cfg.data) / "spm.model"
         self.data_meta = read_meta(cfg.data)
         self.vocab = Vocab.load(self.vocab_file)
+        check_vocab(cfg.data, self.vocab)  # ids binarised with another vocabulary are garbage
         self.model_cfg = cfg.model_config(vocab_size=len(self.vocab))
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         self.model = Transformer(self.model_cfg).to(self.device)
