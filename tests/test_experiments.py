@@ -73,6 +73,11 @@ def test_runner_stops_when_a_row_is_out_of_budget_and_resumes_the_rest(tmp_path)
     assert "3 of 3 rows" in (tmp_path / "results.md").read_text()
 
 
+def test_runner_writes_a_report_when_no_row_fits(tmp_path):
+    result = run_rows(_counting(tmp_path, [], stop_at="a"), Budget(), tmp_path)
+    assert result["rows"] == [] and "No row fitted in the budget yet." in (tmp_path / "results.md").read_text()
+
+
 def test_runner_refuses_results_of_another_budget_or_experiment(tmp_path):
     run_rows(_counting(tmp_path, []), Budget(updates=5), tmp_path)
     with pytest.raises(ValueError, match=r"results.json was measured with budget \{'updates': 5\}"):
@@ -248,6 +253,7 @@ def test_head_statistics_by_hand():
     assert stats["distance"].tolist() == [0.0, 3.0, 5.0]  # uniform: (0+1+2+3)+(1+0+1+2)+(2+1+0+1)+(3+2+1+0) / 4
     assert stats["entropy"][:2].tolist() == [0.0, 0.0]
     assert stats["entropy"][2].item() == pytest.approx(n * math.log(n))
+    assert set(stats) == {"previous", "next", "itself", "punctuation", "eos", "distance", "entropy"}
 
 
 def test_punctuation_pieces():
@@ -268,6 +274,6 @@ def test_heads_smoke(corpus, tmp_path):
         assert r["sentences"] == 5 and [h["head"] for h in r["heads"]] == [1, 2, 3, 4]
         for h in r["heads"]:
             assert 0 <= h["previous"] + h["next"] + h["itself"] <= 1 + 1e-5
-            assert 0 <= h["entropy"] <= h["uniform_entropy"] + 1e-5
+            assert 0 <= h["entropy"] <= r["uniform"]["entropy"] + 1e-5  # at most log n per query
     assert result["plots"] == ["heads_shares.png", "heads_lines.png"]
     assert json.loads((out / "results.json").read_text())["inputs"]["checkpoint"] == checkpoint

@@ -6,15 +6,15 @@ Figures 3-5, layer 5 of 6, long-distance dependencies, anaphora, sentence struct
 Over the first ``sentences`` validation sentences (source through the encoder, reference
 teacher-forced through the decoder), for every encoder layer and head: the share of attention
 on the previous token, the next token, the token itself, punctuation, and the final eos; the
-mean distance |i - j| attended over; the entropy of the weights (nats; a uniform head has the
-mean log n shown). A head is named by its largest share when that share is over a half.
+mean distance |i - j| attended over; the entropy of the weights (nats). The same figures for a
+head attending evenly are the reference line. A head is named by its largest share when that
+share is over a half.
 The picture is the paper's: for one sentence, lines from each word to the words it attends to,
 every head of the last encoder layer.
 """
 
 from __future__ import annotations
 
-import math
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ def is_punctuation(piece: str) -> bool:
 def head_statistics(weights: torch.Tensor, punctuation: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per head sums over the queries of one sentence. weights: (h, n, n) queries x keys,
     punctuation: (n,) bool over the keys. Every value returned is (h,)."""
-    h, n, _ = weights.shape
+    n = weights.size(-1)
     i = torch.arange(n)
     distance = (i[:, None] - i[None, :]).abs().float()  # (n, n)
     return {
@@ -50,27 +50,37 @@ def head_statistics(weights: torch.Tensor, punctuation: torch.Tensor) -> dict[st
         "eos": weights[:, :, -1].sum(-1),
         "distance": (weights * distance).sum((-1, -2)),
         "entropy": -(weights * weights.clamp_min(1e-12).log()).sum((-1, -2)),
-        "uniform_entropy": torch.full((h,), n * math.log(n)),
     }
 
 
-def layer_row(model, vocab: Vocab, pairs: list[tuple[str, str]], layer: int) -> dict[str, Any]:
-    totals: dict[str, torch.Tensor] = {}
+def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """One row per encoder layer: per head, the statistics averaged over every source position
+    of ``pairs``. One forward per sentence serves all layers."""
+    totals: list[dict[str, torch.Tensor]] = [{} for _ in range(model.cfg.N_enc)]
+    uniform: dict[str, torch.Tensor] = {}  # the same statistics for a head that attends evenly
     queries = 0
     for source, reference in pairs:
         src_ids = vocab.encode(source)[: model.cfg.max_len - 1] + [vocab.eos_id]
         tgt_ids = [vocab.bos_id] + vocab.encode(reference)[: model.cfg.max_len - 1]
         weights = attention_weights(model, torch.tensor([src_ids]), torch.tensor([tgt_ids]))
         punctuation = torch.tensor([is_punctuation(vocab.id_to_piece(i)) for i in src_ids])
-        stats = head_statistics(weights["encoder self-attention"][layer], punctuation)
-        totals = {k: totals.get(k, 0) + v for k, v in stats.items()}
-        queries += len(src_ids)
-    heads = []
-    for head in range(model.cfg.h):
-        means = {k: float(v[head]) / queries for k, v in totals.items()}
-        top = max(SHARES, key=means.__getitem__)
-        heads.append({"head": head + 1, **means, "role": top if means[top] > 0.5 else "mixed"})
-    return {"layer": layer + 1, "sentences": len(pairs), "queries": queries, "heads": heads}
+        for layer, layer_weights in enumerate(weights["encoder self-attention"]):
+            stats = head_statistics(layer_weights, punctuation)
+            totals[layer] = {k: totals[layer].get(k, 0) + v for k, v in stats.items()}
+        n = len(src_ids)
+        even = head_statistics(torch.full((1, n, n), 1.0 / n), punctuation)
+        uniform = {k: uniform.get(k, 0) + v for k, v in even.items()}
+        queries += n
+    rows = []
+    for layer, sums in enumerate(totals):
+        heads = []
+        for head in range(model.cfg.h):
+            means = {k: float(v[head]) / queries for k, v in sums.items()}
+            top = max(SHARES, key=means.__getitem__)
+            heads.append({"head": head + 1, **means, "role": top if means[top] > 0.5 else "mixed"})
+        rows.append({"layer": layer + 1, "sentences": len(pairs), "queries": queries, "heads": heads,
+                     "uniform": {k: float(v[0]) / queries for k, v in uniform.items()}})
+    return rows
 
 
 def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) -> Experiment:
@@ -78,8 +88,14 @@ def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) 
     vocab = Vocab.load(Path(checkpoint) / ckpt.VOCAB)
     sources, references = read_lines(valid[0]), read_lines(valid[1])
     pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()][: budget.sentences]
-    rows = [Row(f"layer {layer + 1}", lambda layer=layer: layer_row(model, vocab, pairs, layer))
-            for layer in range(cfg.N_enc)]
+    measured: list[dict[str, Any]] = []  # every layer at once, on the first row that needs them
+
+    def layer_row(layer: int) -> dict[str, Any]:
+        if not measured:
+            measured.extend(encoder_statistics(model, vocab, pairs))
+        return measured[layer]
+
+    rows = [Row(f"layer {layer + 1}", lambda layer=layer: layer_row(layer)) for layer in range(cfg.N_enc)]
 
     def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         return [plot_shares(rows, out / "heads_shares.png"),
@@ -90,12 +106,15 @@ def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) 
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = [[r["layer"], h["head"], *(h[k] for k in SHARES), h["distance"], h["entropy"], h["uniform_entropy"],
-              h["role"]] for r in rows for h in r["heads"]]
+    lines = [[r["layer"], h["head"], *(h[k] for k in SHARES), h["distance"], h["entropy"], h["role"]]
+             for r in rows for h in r["heads"]]
+    even = rows[0]["uniform"]
+    lines.append(["-", "uniform", *(even[k] for k in SHARES), even["distance"], even["entropy"], "(reference)"])
     return (f"{rows[0]['sentences']} validation sentences, {rows[0]['queries']} source positions. Shares are the mean "
             "attention weight a query puts on that key (a query's weights sum to 1).\n\n"
-            + markdown_table(["layer", "head", *SHARES, "mean distance", "entropy (nats)", "uniform entropy",
-                              "role"], lines))
+            + markdown_table(["layer", "head", *SHARES, "mean distance", "entropy (nats)", "role"], lines)
+            + "\n\nThe last line is a head that spreads its attention evenly over the sentence: a share well "
+              "above it is a preference, one near it none.")
 
 
 def plot_shares(rows: list[dict[str, Any]], out: Path) -> Path:
