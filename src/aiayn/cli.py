@@ -138,9 +138,9 @@ def _experiment(args: argparse.Namespace) -> None:
     out = Path(args.out or f"runs/exp/{args.name}")
     inputs: dict = {}
     if args.name in TRAINING:
-        from .experiments.training import corpus
+        from .experiments.training import load_corpus
 
-        inputs["corpus"] = corpus(Path(args.data), args.valid)
+        inputs["corpus"] = load_corpus(Path(args.data), args.valid)
     elif args.name == "heads":
         from .experiments.training import valid_paths
 

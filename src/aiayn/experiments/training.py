@@ -46,7 +46,7 @@ def valid_paths(valid: Sequence[str] | None) -> tuple[Path, Path]:
     return bundled_corpus_paths()["valid"]
 
 
-def corpus(data: Path, valid: Sequence[str] | None = None) -> Corpus:
+def load_corpus(data: Path, valid: Sequence[str] | None = None) -> Corpus:
     """``data`` as given, or the bundled corpus prepared into it when it holds no dataset."""
     if not (data / "meta.json").exists():
         prepare_bundled(data)
