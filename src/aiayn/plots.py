@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from .model import Transformer  # noqa: E402
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     """Render to a temporary file, then rename: a crash never leaves a half-written PNG."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.png")
@@ -46,7 +46,7 @@ def plot_training(log_path: Path, out: Path, bleu_points: Sequence[tuple[float, 
         axes[2].set(xlabel="training minutes", ylabel="SacreBLEU", title="BLEU per checkpoint (valid subset)")
     for ax in axes:
         ax.grid(alpha=0.3)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 @torch.no_grad()
@@ -83,7 +83,7 @@ def plot_attention(weights: torch.Tensor, queries: Sequence[str], keys: Sequence
         ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
         ax.set_yticks(range(len(queries)), queries, fontsize=7)
     fig.suptitle(title)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def attention_maps(model: Transformer, vocab, source: str, target: str, out_dir: Path, name: str) -> list[Path]:

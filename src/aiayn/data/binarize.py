@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterable
 from itertools import chain, compress, islice
 from pathlib import Path
@@ -190,3 +191,37 @@ class TokenDataset:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._get("tgt", i)
+
+
+def subset_dataset(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, split: str,
+                   keep: np.ndarray) -> dict[str, Any]:
+    """A copy of a prepared dataset holding only pairs ``keep`` of ``split``, with the same
+    vocabulary and the other splits unchanged (low-resource and length experiments).
+
+    Built in a temporary directory and renamed; an existing ``out_dir`` is reused as is.
+    """
+    src, out = Path(dataset_dir), Path(out_dir)
+    if (out / "meta.json").exists():
+        return read_meta(out)
+    meta = read_meta(src)
+    data = TokenDataset(src, split)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for path in src.iterdir():  # vocabulary and the other splits
+        if path.is_file() and path.name != "meta.json" and not path.name.startswith(f"{split}."):
+            shutil.copyfile(path, tmp / path.name)
+    tokens = {}
+    for side in SIDES:
+        writer = _SideWriter(tmp / f"{split}.{side}", np.dtype(meta["dtype"]))
+        try:
+            for start in range(0, len(keep), _CHUNK):
+                writer.append([data._get(side, int(i)).tolist() for i in keep[start:start + _CHUNK]])
+        finally:
+            writer.close()
+        tokens[side] = writer.tokens.n
+    splits = {**meta["splits"], split: {"pairs": len(keep), "subset_of": len(data),
+                                        "src_tokens": tokens["src"], "tgt_tokens": tokens["tgt"]}}
+    written = write_meta(tmp, Vocab.load(tmp / meta["vocab_model"]), splits)
+    os.rename(tmp, out)
+    return written

@@ -1,0 +1,146 @@
+"""What every experiment shares: a typed budget, resumable rows, progress bars, the report.
+
+An experiment is a list of rows (a model trained and scored, a sequence length measured ...).
+``run_rows`` runs the rows not yet in ``OUT/results.json``, saving the file after each one,
+so an interrupted run continues where it stopped and a finished row is never recomputed.
+One tqdm bar counts the rows (its ETA is weighted by each row's estimated cost); a row that
+trains shows the trainer's own bar beneath it. At the end it writes ``OUT/results.md`` (the
+experiment's table) and its PNG plots. Written by hand because no library runs resumable
+experiment tables this small (hydra/optuna sweep parameters; they do not write a paper table).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..checkpoint import write_text_atomic
+from ..config import with_overrides
+
+
+@dataclass
+class Budget:
+    """How much an experiment may spend. Defaults size the full runs for 2 CPU cores;
+    ``--budget key=value`` changes any field (the tests use ``preset=tiny updates=2``)."""
+
+    preset: str = "demo"  # the base model every training row changes (config.PRESETS)
+    updates: int = 1000  # per row, the same for every row (as Table 3): ~5 min of the demo preset on 2 cores
+    sentences: int = 200  # validation sentences decoded for BLEU per row (beam 4)
+    max_tokens: int = 1024  # source (and target) tokens per batch: the demo's batches
+    seconds: float = 180.0  # table1: wall-clock budget for all sequence lengths
+    threads: int = 2  # CPU threads (table1 on a shared machine: 1, or spin-waiting threads distort it)
+
+    def __post_init__(self) -> None:
+        for name in ("updates", "sentences", "max_tokens", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--budget {name} must be >= 1, got {getattr(self, name)}")
+        if self.seconds <= 0:
+            raise ValueError(f"--budget seconds must be positive, got {self.seconds}")
+
+
+def read_budget(assignments: Sequence[str]) -> Budget:
+    """``["updates=600", "preset=tiny"]`` -> Budget, every key and value type-checked."""
+    return with_overrides(Budget(), list(assignments), where="--budget")
+
+
+@dataclass
+class Row:
+    """One line of an experiment's table: ``run()`` returns its measurements, or None when
+    the budget is spent (the row is left for a rerun with a larger budget)."""
+
+    name: str
+    run: Callable[[], dict[str, Any] | None]
+    cost: float = 1.0  # relative cost estimate: weights the overall ETA
+
+
+@dataclass
+class Experiment:
+    """Rows, and how to turn their results into a markdown report and plots."""
+
+    name: str
+    rows: list[Row]
+    report: Callable[[list[dict[str, Any]]], str]  # markdown below the title
+    plot: Callable[[list[dict[str, Any]], Path], list[Path]]
+    budget_keys: tuple[str, ...]  # the Budget fields a finished row's numbers depend on
+    inputs: dict[str, Any] = field(default_factory=dict)  # data, checkpoint ...: recorded
+
+
+def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "") -> dict[str, Any]:
+    """Run the rows missing from ``out/results.json``; write results.json/.md and plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    relevant = {k: getattr(budget, k) for k in experiment.budget_keys}
+    results = _load(path, experiment, relevant)
+    done: dict[str, dict[str, Any]] = {r["name"]: r for r in results["rows"]}
+    todo = [row for row in experiment.rows if row.name not in done]
+    total = sum(row.cost for row in experiment.rows)
+    bar = tqdm(total=total, initial=total - sum(row.cost for row in todo), unit="row-cost",
+               desc=experiment.name, dynamic_ncols=True, file=sys.stderr,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| elapsed {elapsed}, ETA {remaining}")
+    for row in todo:
+        bar.set_description(f"{experiment.name} [{row.name}]")
+        start = time.monotonic()
+        measured = row.run()
+        if measured is None:  # out of budget: stop here, a rerun continues
+            break
+        done[row.name] = {"name": row.name, **measured, "wall_s": time.monotonic() - start}
+        results["rows"] = [done[r.name] for r in experiment.rows if r.name in done]
+        write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
+        bar.update(row.cost)
+    bar.close()
+    rows = results["rows"]
+    header = (f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
+              f"budget: {', '.join(f'{k}={v}' for k, v in relevant.items())}; "
+              f"{len(rows)} of {len(experiment.rows)} rows.\n\n")
+    body = experiment.report(rows) if rows else "No row fitted in the budget yet."
+    write_text_atomic(out / "results.md", header + body + "\n")
+    results["plots"] = [p.name for p in experiment.plot(rows, out)] if rows else []
+    write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
+    return results
+
+
+def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[str, Any]:
+    """Earlier results of the same experiment with the same budget, or a fresh record."""
+    fresh = {"experiment": experiment.name, "budget": relevant, "inputs": _plain(experiment.inputs),
+             "started": _date(), "rows": []}
+    if not path.exists():
+        return fresh
+    old = json.loads(path.read_text(encoding="utf-8"))
+    if old.get("experiment") != experiment.name:
+        raise ValueError(f"{path} holds experiment {old.get('experiment')!r}, not {experiment.name!r}: "
+                         "choose another --out")
+    for key, saved in (("budget", relevant), ("inputs", _plain(experiment.inputs))):
+        if old.get(key) != saved:
+            raise ValueError(f"{path} was measured with {key} {old.get(key)}, now {saved}: "
+                             "rerun with the same values or choose another --out")
+    return old
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(values, default=str))
+
+
+def _date() -> str:
+    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table; floats with 3 significant decimals, None as '-'."""
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""A training row: the demo's recipe with one change, a fixed number of updates, then the
+dev perplexity (teacher-forced) and BLEU (beam 4) of the last checkpoint, unaveraged (as
+Table 3 reports). Every training experiment builds its rows with ``train_row``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import checkpoint as ckpt
+from ..config import ModelConfig
+from ..data import Vocab, bundled_corpus_paths
+from ..decode import DecodeConfig
+from ..demo import demo_train_config, prepare_bundled
+from ..evaluate import evaluate_model, read_lines
+from ..flops import forward_flops
+from ..model import count_parameters
+from ..train.trainer import Trainer
+from .runner import Budget, Row
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A prepared dataset (``aiayn prepare``) and its raw validation text (for BLEU)."""
+
+    data: Path
+    valid: tuple[Path, Path]
+    lang: str = "es"  # target language (paper BLEU's tokeniser); BLEU here is SacreBLEU
+
+    def valid_pairs(self, limit: int | None = None) -> tuple[list[str], list[str]]:
+        sources, references = (read_lines(p) for p in self.valid)
+        if len(sources) != len(references):
+            raise ValueError(f"{self.valid[0]} has {len(sources)} lines, {self.valid[1]} {len(references)}")
+        return sources[:limit], references[:limit]
+
+
+def valid_paths(valid: Sequence[str] | None) -> tuple[Path, Path]:
+    """The given raw validation files, or the bundled corpus's."""
+    if valid:
+        return Path(valid[0]), Path(valid[1])
+    return bundled_corpus_paths()["valid"]
+
+
+def load_corpus(data: Path, valid: Sequence[str] | None = None) -> Corpus:
+    """``data`` as given, or the bundled corpus prepared into it when it holds no dataset."""
+    if not (data / "meta.json").exists():
+        prepare_bundled(data)
+    return Corpus(data, valid_paths(valid))
+
+
+def train_row(out: Path, corpus: Corpus, budget: Budget, model: dict[str, Any], train: dict[str, Any] | None = None,
+              data: Path | None = None, bleu: bool = True) -> dict[str, Any]:
+    """Train ``budget.updates`` updates of the demo recipe with ``model``/``train`` overrides
+    into ``out`` (resuming there if interrupted), and score the last checkpoint."""
+    demo = demo_train_config(data or corpus.data, out, minutes=0.0)
+    cfg = dataclasses.replace(
+        demo, preset=budget.preset, model={**demo.model, **model},
+        max_src_tokens=budget.max_tokens, max_tgt_tokens=budget.max_tokens, max_updates=budget.updates,
+        max_minutes=None, save_every_minutes=5.0, keep_last=1, num_threads=budget.threads, **(train or {}))
+    summary = Trainer(cfg, device="cpu").run()
+    model_cfg = cfg.model_config(vocab_size=len(Vocab.load(Path(cfg.data) / "spm.model")))
+    result = {"params": count_parameters(model_cfg), "updates": summary["updates"], "train_s": summary["elapsed_s"],
+              "tokens_per_s": summary["tokens_per_s"], "valid_ppl": summary["valid_ppl"],
+              "model": dataclasses.asdict(model_cfg), "eps_ls": cfg.eps_ls, "checkpoint": summary["checkpoint"]}
+    if bleu:
+        sources, references = corpus.valid_pairs(budget.sentences)
+        start = time.monotonic()
+        result["bleu"] = score(Path(summary["checkpoint"]), sources, references, corpus.lang)["sacrebleu"]
+        result["decode_sent_per_s"] = len(sources) / (time.monotonic() - start)
+    return result
+
+
+def variant_rows(out: Path, budget: Budget, corpus: Corpus,
+                 variants: dict[str, tuple[dict[str, Any], dict[str, Any]]], data: Path | None = None) -> list[Row]:
+    """One training row per variant, name -> (model overrides, training overrides) on the demo
+    recipe, each in ``out/rows/NAME``; the ETA weighs rows by their FLOPs per token."""
+    base = ModelConfig.preset(budget.preset)
+
+    def runner(name: str, model: dict[str, Any], train: dict[str, Any]):
+        return lambda: {**train_row(out / "rows" / name, corpus, budget, model, train, data=data),
+                        "variant": {**model, **train}}
+
+    return [Row(name, runner(name, model, train),
+                cost=forward_flops(ModelConfig.preset(budget.preset, **model), 1, 30, 30)
+                / forward_flops(base, 1, 30, 30))
+            for name, (model, train) in variants.items()]
+
+
+def score(checkpoint: Path, sources: list[str], references: list[str], lang: str) -> dict[str, Any]:
+    """SacreBLEU (beam 4, alpha 0.6) and reference perplexity of ``checkpoint`` on the pairs."""
+    model, _ = ckpt.load_transformer(checkpoint)
+    vocab = Vocab.load(checkpoint / ckpt.VOCAB)
+    return evaluate_model(model, vocab, sources, references, DecodeConfig(), lang=lang).as_dict()

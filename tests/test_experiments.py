@@ -1,0 +1,279 @@
+"""`aiayn experiment`: each experiment on a tiny budget (rows, columns, finite numbers, plots),
+reruns that skip finished rows, and the measurements' own arithmetic pinned by hand."""
+
+import functools
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from aiayn.config import ModelConfig
+from aiayn.data import TokenDataset
+from aiayn.decode import DecodeConfig
+from aiayn.experiments import run_experiment, table1, table3, training
+from aiayn.experiments.heads import head_statistics, is_punctuation
+from aiayn.experiments.runner import Budget, Experiment, Row, read_budget, run_rows
+from aiayn.model import count_parameters
+from aiayn.train import trainer as trainer_module
+
+TINY = ["preset=tiny", "updates=2", "sentences=3", "max_tokens=400", "threads=1"]
+
+
+@pytest.fixture(autouse=True)
+def quick_rows(monkeypatch):
+    """Two thirds of a tiny row went to beam search running to input + 50 tokens (an untrained
+    model never says eos), and a second to the trainer's matmul-peak measurement: a smoke
+    run decodes 3 tokens and skips the peak, which no figure here uses."""
+    monkeypatch.setattr(trainer_module, "measure_matmul_peak", lambda *args, **kwargs: 1e9)
+    monkeypatch.setattr(training, "DecodeConfig", functools.partial(DecodeConfig, max_len_a=0.0, max_len_b=3))
+
+
+@pytest.fixture(scope="module")
+def corpus(tiny_corpus):
+    root = tiny_corpus.parent
+    return training.Corpus(tiny_corpus, (root / "valid.en", root / "valid.es"))
+
+
+def _forbid(monkeypatch, module, name):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{name} ran again for a finished row")
+    monkeypatch.setattr(module, name, fail)
+
+
+def _finite(values):
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+
+def _counting(out, calls, names=("a", "b", "c"), stop_at=None):
+    def run(name):
+        def go():
+            if name == stop_at:
+                return None
+            calls.append(name)
+            return {"value": float(len(calls))}
+        return go
+    return Experiment(name="toy", rows=[Row(n, run(n)) for n in names], report=lambda rows: f"{len(rows)} rows",
+                      plot=lambda rows, out: [], budget_keys=("updates",))
+
+
+def test_runner_stops_when_a_row_is_out_of_budget_and_resumes_the_rest(tmp_path):
+    calls = []
+    first = run_rows(_counting(tmp_path, calls, stop_at="b"), Budget(), tmp_path)
+    assert [r["name"] for r in first["rows"]] == ["a"] and calls == ["a"]
+    again = run_rows(_counting(tmp_path, calls), Budget(), tmp_path)
+    assert [r["name"] for r in again["rows"]] == ["a", "b", "c"] and calls == ["a", "b", "c"]
+    assert again["rows"][0]["value"] == 1.0  # kept from the first run, not recomputed
+    assert "3 of 3 rows" in (tmp_path / "results.md").read_text()
+
+
+def test_runner_writes_a_report_when_no_row_fits(tmp_path):
+    result = run_rows(_counting(tmp_path, [], stop_at="a"), Budget(), tmp_path)
+    assert result["rows"] == [] and "No row fitted in the budget yet." in (tmp_path / "results.md").read_text()
+
+
+def test_runner_refuses_results_of_another_budget_or_experiment(tmp_path):
+    run_rows(_counting(tmp_path, []), Budget(updates=5), tmp_path)
+    with pytest.raises(ValueError, match=r"results.json was measured with budget \{'updates': 5\}"):
+        run_rows(_counting(tmp_path, []), Budget(updates=6), tmp_path)
+    other = _counting(tmp_path, [])
+    other.name = "other"
+    with pytest.raises(ValueError, match="holds experiment 'toy'"):
+        run_rows(other, Budget(updates=5), tmp_path)
+
+
+def test_budget_is_typed_and_checked():
+    assert read_budget(["updates=7", "preset=tiny", "seconds=2.5"]) == Budget(updates=7, preset="tiny", seconds=2.5)
+    with pytest.raises(ValueError, match="unknown key 'update'"):
+        read_budget(["update=7"])
+    with pytest.raises(ValueError, match="updates must be >= 1"):
+        read_budget(["updates=0"])
+
+
+def test_cli_reports_a_bad_budget_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "aiayn", "experiment", "table1", "--budget", "secs=3",
+                             "--out", str(tmp_path / "t1")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "aiayn experiment: error: --budget: unknown key 'secs'; valid keys: "
+        "['max_tokens', 'preset', 'seconds', 'sentences', 'threads', 'updates']"]
+    assert not (tmp_path / "t1").exists()
+
+
+# --- table1 -------------------------------------------------------------------------------------
+
+
+def test_banded_restricted_attention_equals_the_masked_one():
+    layers = table1.build_layers()
+    x = torch.randn(2, 40, table1.D)
+    with torch.no_grad():
+        masked, banded = layers["restricted (mask)"](x), layers["restricted (banded)"](x)
+        full = layers["self-attention"](x)
+    torch.testing.assert_close(banded, masked, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(masked, full, atol=1e-3)  # the window does restrict
+
+
+def test_peak_bytes_counts_the_live_tensors_of_a_forward():
+    layer = torch.nn.Linear(512, 1024)
+    peak = table1.peak_bytes(layer, torch.randn(1, 100, 512))
+    assert peak == 100 * 1024 * 4  # the output is the only new tensor
+
+
+@pytest.mark.parametrize("kind, n, sequential, path", [
+    ("self-attention", 1024, 1, 1), ("recurrent (LSTM)", 1024, 1024, 1023),
+    ("convolutional", 27, 1, 3), ("convolutional", 28, 1, 4), ("restricted (banded)", 33, 1, 2),
+])
+def test_table1_sequential_operations_and_path_lengths(kind, n, sequential, path):
+    assert table1.sequential_ops(kind, n) == sequential and table1.max_path_length(kind, n) == path
+
+
+def test_crossover_interpolates_log_log():
+    rows = [{"n": n, "layers": {"a": {"ms": a}, "b": {"ms": b}}} for n, a, b in ((256, 1.0, 2.0), (512, 4.0, 2.0))]
+    assert table1.crossover(rows, "a", "b") == pytest.approx(256 * 2 ** 0.5)  # ratio 1/2 -> 2, crosses midway
+    assert table1.crossover(rows[:1], "a", "b") is None
+
+
+def test_table1_smoke_and_rerun(tmp_path, monkeypatch):
+    budget = read_budget(["threads=1", "seconds=60"])
+    result = run_rows(table1.plan(budget, tmp_path, lengths=[16, 32]), budget, tmp_path)
+    assert [r["n"] for r in result["rows"]] == [16, 32]
+    for row in result["rows"]:
+        assert list(row["layers"]) == table1.KINDS
+        assert _finite(v for layer in row["layers"].values() for v in layer.values())
+        assert all(layer["ms"] > 0 and layer["peak_mb"] > 0 for layer in row["layers"].values())
+    text = (tmp_path / "results.md").read_text()
+    assert "| n | " + " | ".join(table1.KINDS) + " |" in text and "| 32 | " in text
+    assert (tmp_path / "table1.png").stat().st_size > 10_000
+    _forbid(monkeypatch, table1, "measure")
+    again = run_rows(table1.plan(budget, tmp_path, lengths=[16, 32]), budget, tmp_path)
+    assert again["rows"] == result["rows"]
+
+
+# --- training experiments --------------------------------------------------------------------------
+
+
+def test_table3_rows_scale_the_papers_changes():
+    got = table3.changes(ModelConfig.preset("demo"))
+    assert list(got) == list(table3.PAPER)
+    assert got["A-h1"][0] == {"h": 1, "d_k": 256, "d_v": 256} and got["A-h32"][0] == {"h": 16, "d_k": 16, "d_v": 16}
+    assert got["B-dk16"][0] == {"d_k": 16, "d_v": 64}
+    assert [got[f"C-N{n}"][0]["N_enc"] for n in (2, 4, 8)] == [1, 2, 4]
+    assert got["C-d1024"][0] == {"d_model": 512, "d_k": 128, "d_v": 128} and got["D-ls0.2"] == ({}, {"eps_ls": 0.2})
+
+
+@pytest.mark.parametrize("ours, base, paper, paper_base, lower, expected", [
+    (5.0, 4.0, 5.29, 4.92, True, "worse/worse ✓"), (3.0, 4.0, 5.29, 4.92, True, "better/worse ✗"),
+    (20.0, 21.0, 25.8, 25.8, False, "worse/same"), (22.0, 21.0, 26.0, 25.8, False, "better/better ✓"),
+])
+def test_table3_direction(ours, base, paper, paper_base, lower, expected):
+    assert table3.direction(ours, base, paper, paper_base, lower) == expected
+
+
+@pytest.mark.slow
+def test_table3_smoke_and_rerun(corpus, tmp_path, monkeypatch):
+    budget = read_budget(TINY)
+    result = run_experiment("table3", tmp_path, budget, corpus=corpus)
+    rows = result["rows"]
+    assert [r["name"] for r in rows] == list(table3.PAPER)
+    for r in rows:
+        assert r["updates"] == 2 and _finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"]])
+        model = {k: v for k, v in r["variant"].items() if k != "eps_ls"}
+        assert r["params"] == count_parameters(ModelConfig.preset("tiny", vocab_size=300, **model))
+    assert next(r for r in rows if r["name"] == "D-ls0.2")["eps_ls"] == 0.2
+    table = (tmp_path / "results.md").read_text()
+    assert "| row | paper change | our change | params (M) |" in table and table.count("\n| ") == 21
+    assert "| A-h1 | h=1 d_k=512 d_v=512 | h=1 d_k=32 d_v=32 |" in table
+    assert (tmp_path / "table3.png").is_file()
+    _forbid(monkeypatch, training, "train_row")
+    assert run_experiment("table3", tmp_path, budget, corpus=corpus)["rows"] == rows
+
+
+def test_scaling_smoke(corpus, tmp_path):
+    rows = run_experiment("scaling", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
+    assert [r["name"] for r in rows] == ["d_k=8 scaled", "d_k=8 unscaled", "d_k=32 scaled", "d_k=32 unscaled"]
+    assert [(r["model"]["h"], r["model"]["scale_attention"]) for r in rows] == [
+        (4, True), (4, False), (1, True), (1, False)]
+    assert all(_finite([r["valid_ppl"], r["bleu"]]) for r in rows)
+    ratio = rows[1]["valid_ppl"] / rows[0]["valid_ppl"]
+    assert f"| d_k=8 unscaled | 4 | {rows[1]['valid_ppl']:.3g} | {rows[1]['bleu']:.3g} | {ratio:.3g} |" in (
+        tmp_path / "results.md").read_text()
+    assert (tmp_path / "scaling.png").is_file()
+
+
+@pytest.mark.slow
+def test_restricted_smoke(corpus, tmp_path):
+    rows = run_experiment("restricted", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
+    assert [r["name"] for r in rows] == ["r=1", "r=2", "r=4", "r=8", "r=16", "full"]
+    assert [r["model"]["attention_window"] for r in rows] == [1, 2, 4, 8, 16, None]
+    assert all(_finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"], r["decode_sent_per_s"]]) for r in rows)
+    assert (tmp_path / "restricted.png").is_file()
+
+
+def test_low_resource_trains_on_nested_subsets(corpus, tmp_path):
+    rows = run_experiment("low-resource", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
+    n = len(TokenDataset(corpus.data, "train"))  # 158: the tiny corpus keeps pairs of <= 48 subwords
+    assert [(r["name"], r["pairs"]) for r in rows] == [("10%", 16), ("25%", 40), ("50%", 79), ("100%", n)]
+    subsets = [TokenDataset(tmp_path / f"data/{f}", "train") for f in ("0.10", "0.25")]
+    small = {tuple(subsets[0].src(i)) for i in range(len(subsets[0]))}
+    assert small <= {tuple(subsets[1].src(i)) for i in range(len(subsets[1]))}
+    assert rows[0]["epochs"] > rows[-1]["epochs"] > 0 and _finite([r["bleu"] for r in rows])
+
+
+def test_extrapolation_trains_short_and_scores_long(corpus, tmp_path):
+    rows = run_experiment("extrapolation", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
+    assert [r["name"] for r in rows] == ["sinusoidal", "learned"]
+    L = rows[0]["L"]
+    train = TokenDataset(tmp_path / f"data/max{L}", "train")
+    assert max(np.maximum(train.src_lens, train.tgt_lens)) <= L < max(TokenDataset(corpus.data, "train").src_lens)
+    for r in rows:
+        assert [b["bucket"] for b in r["buckets"]][:2] == ["(0L, 1L]", "(1L, 1.5L]"]
+        assert all(0 < b["sentences"] <= 3 and _finite([b["ppl"], b["bleu"]]) for b in r["buckets"])
+    assert "| sinusoidal | (0L, 1L] |" in (tmp_path / "results.md").read_text()
+
+
+# --- heads ------------------------------------------------------------------------------------------
+
+
+def test_head_statistics_by_hand():
+    n = 4
+    w = torch.stack([torch.eye(n), torch.eye(n).roll(1, dims=0), torch.full((n, n), 1 / n)])  # (3, n, n)
+    w[1, 0] = torch.tensor([1.0, 0, 0, 0])  # query 0 has no previous token: it looks at itself
+    stats = head_statistics(w, punctuation=torch.tensor([False, True, False, False]))
+    assert stats["itself"].tolist() == [4.0, 1.0, 1.0]
+    assert stats["previous"].tolist() == [0.0, 3.0, 0.75]
+    assert stats["next"].tolist() == [0.0, 0.0, 0.75]
+    assert stats["punctuation"].tolist() == [1.0, 1.0, 1.0]
+    assert stats["eos"].tolist() == [1.0, 0.0, 1.0]
+    assert stats["distance"].tolist() == [0.0, 3.0, 5.0]  # uniform: (0+1+2+3)+(1+0+1+2)+(2+1+0+1)+(3+2+1+0) / 4
+    assert stats["entropy"][:2].tolist() == [0.0, 0.0]
+    assert stats["entropy"][2].item() == pytest.approx(n * math.log(n))
+    assert set(stats) == {"previous", "next", "itself", "punctuation", "eos", "distance", "entropy"}
+
+
+def test_punctuation_pieces():
+    assert [is_punctuation(p) for p in ("▁,", ".", "»;", "▁", "▁and", "a.")] == [True, True, True, False, False, False]
+
+
+def test_heads_smoke(corpus, tmp_path):
+    from aiayn.train import TrainConfig
+    from aiayn.train.trainer import Trainer
+
+    cfg = TrainConfig(data=str(corpus.data), out=str(tmp_path / "run"), preset="tiny", max_src_tokens=400,
+                      max_tgt_tokens=400, max_updates=2, save_every_minutes=None, validate=False, num_threads=1)
+    checkpoint = Trainer(cfg).run()["checkpoint"]
+    out = tmp_path / "heads"
+    result = run_experiment("heads", out, read_budget(["sentences=5"]), checkpoint=checkpoint, valid=corpus.valid)
+    assert [r["name"] for r in result["rows"]] == ["layer 1", "layer 2"]
+    for r in result["rows"]:
+        assert r["sentences"] == 5 and [h["head"] for h in r["heads"]] == [1, 2, 3, 4]
+        for h in r["heads"]:
+            assert 0 <= h["previous"] + h["next"] + h["itself"] <= 1 + 1e-5
+            assert 0 <= h["entropy"] <= r["uniform"]["entropy"] + 1e-5  # at most log n per query
+    assert result["plots"] == ["heads_shares.png", "heads_lines.png"]
+    assert json.loads((out / "results.json").read_text())["inputs"]["checkpoint"] == checkpoint
