@@ -86,8 +86,8 @@ def variant_rows(out: Path, budget: Budget, corpus: Corpus,
                         "variant": {**model, **train}}
 
     return [Row(name, runner(name, model, train),
-                cost=forward_flops(ModelConfig.preset(budget.preset, **model), 1, 30, 30)
-                / forward_flops(base, 1, 30, 30))
+                cost=forward_flops(ModelConfig.preset(budget.preset, **model), [30], [30])
+                / forward_flops(base, [30], [30]))
             for name, (model, train) in variants.items()]
 
 
