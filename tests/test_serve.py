@@ -18,17 +18,18 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from fastapi.testclient import TestClient
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
 
 import aiayn
 from aiayn.checkpoint import save_checkpoint
 from aiayn.cli import main
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, decode_ids, translate
-
-fastapi = pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
-
-from aiayn.serve import Batcher, Limits, ShuttingDown, TranslateJob, Translator, create_app  # noqa: E402
+from aiayn.serve import Batcher, Limits, ShuttingDown, TranslateJob, Translator, create_app
 
 SENTENCES = ["In the beginning God created the heaven and the earth.",
              "And the earth was without form, and void.",
@@ -405,7 +406,6 @@ def _browser():
     chromium, driver = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
     if not (chromium and driver):
         pytest.skip("no chromium + chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
-    webdriver = pytest.importorskip("selenium.webdriver")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1300"):
@@ -426,10 +426,6 @@ def test_the_page_translates_and_draws_the_attention(checkpoint, translator, tmp
     browser = _browser()
     proc, url = _start_server(checkpoint)
     try:
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support.select import Select
-        from selenium.webdriver.support.ui import WebDriverWait
-
         browser.get(url + "/")
         WebDriverWait(browser, 30).until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
         box = browser.find_element(By.ID, "source")

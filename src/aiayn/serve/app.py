@@ -13,7 +13,6 @@ never on the event loop.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
@@ -29,7 +28,6 @@ from ..decode import DECODE_PRESETS, DecodeConfig
 from .batcher import Batcher, ShuttingDown
 from .translator import TranslateJob, Translator
 
-log = logging.getLogger(__name__)
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32
 
