@@ -8,6 +8,7 @@
     aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
     aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
     echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
+    aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
 """
 
 from __future__ import annotations
@@ -166,6 +167,17 @@ def _experiment(args: argparse.Namespace) -> None:
           + ", ".join(results["plots"]))
 
 
+def _serve(args: argparse.Namespace) -> None:
+    try:
+        from .serve import Limits, run_server
+    except ModuleNotFoundError as err:
+        raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
+
+    limits = Limits(max_chars=args.max_chars, max_sentences=args.max_sentences,
+                    max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms)
+    run_server(args.checkpoint, host=args.host, port=args.port, device=args.device, limits=limits)
+
+
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     p.add_argument("--decode-preset", default="translation", choices=["translation", "parsing"])
@@ -225,6 +237,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
     p.add_argument("--chunk", type=int, default=64, help="lines decoded together when reading a file")
     p.set_defaults(func=_translate)
+
+    p = sub.add_parser("serve", help="an HTTP API with dynamic batching and a page showing the attention")
+    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--max-batch-tokens", type=int, default=4000,
+                   help="source tokens of the requests decoded together (0: each request alone)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to join it")
+    p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
+    p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
+    p.set_defaults(func=_serve)
 
     p = sub.add_parser("diagnose", help="does a checkpoint read its source? perplexity with rotated sources, "
                                         "encoder collapse per layer")

@@ -5,7 +5,7 @@ from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .greedy import greedy_search
 from .penalties import gnmt_length_penalty
-from .translate import decode_ids, length_batches, translate
+from .translate import decode_ids, encode_sources, length_batches, translate
 
 __all__ = [
     "DECODE_PRESETS",
@@ -14,6 +14,7 @@ __all__ = [
     "Hypothesis",
     "beam_search",
     "decode_ids",
+    "encode_sources",
     "gnmt_length_penalty",
     "greedy_search",
     "length_batches",

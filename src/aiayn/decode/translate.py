@@ -107,6 +107,17 @@ def decode_ids(
     return results
 
 
+def encode_sources(lines: Sequence[str], tokenizer: Tokenizer, *, append_eos: bool = True,
+                   eos_id: int = 3) -> list[list[int]]:
+    """Sentences -> source ids as the training data has them (ending with eos when
+    ``append_eos``); a blank line gives ``[]``, which ``decode_ids`` answers without the model."""
+    sources = []
+    for line in lines:
+        ids = tokenizer.encode(line) if line.strip() else []
+        sources.append(ids + [eos_id] if ids and append_eos else ids)
+    return sources
+
+
 def translate(
     model: Any,
     lines: Sequence[str],
@@ -121,11 +132,7 @@ def translate(
     ``append_eos`` ends each source with eos, as the training data does. Other keyword
     arguments are those of ``decode_ids`` (batch_size, max_tokens, device, progress, ...).
     """
-    eos_id = kwargs.get("eos_id", 3)
-    sources = []
-    for line in lines:
-        ids = tokenizer.encode(line) if line.strip() else []
-        sources.append(ids + [eos_id] if ids and append_eos else ids)
+    sources = encode_sources(lines, tokenizer, append_eos=append_eos, eos_id=kwargs.get("eos_id", 3))
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()

@@ -1,0 +1,169 @@
+"""The HTTP side: routes, request validation, limits and error messages (FastAPI + uvicorn).
+
+    POST /translate  {"text": [...], "beam": 4, "alpha": 0.6, "nbest": 1, "attention": false}
+    GET  /health     {"status": "ok", "batches": ..., ...}
+    GET  /info       model config, vocabulary, checkpoint, parameters, limits
+    GET  /           the page: translate, then explore the attention (Figures 3-5)
+
+Every error is JSON ``{"error": "one line"}``: 400 malformed JSON; 422 wrong type, unknown
+field, bad value; 413 over a limit; 500 when decoding that request failed (the others in its
+batch are answered); 503 while shutting down. Decoding runs on the batcher's worker thread,
+never on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from importlib.resources import files
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException
+
+from ..decode import DECODE_PRESETS, DecodeConfig
+from .batcher import Batcher, ShuttingDown
+from .translator import TranslateJob, Translator
+
+DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
+MAX_BEAM = 32
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for, and how the batcher groups requests."""
+
+    max_chars: int = 10_000  # characters of text per request
+    max_sentences: int = 64  # sentences per request
+    max_batch_tokens: int = 4000  # source tokens of the requests decoded together; 0: no batching
+    max_wait_ms: float = 5.0  # how long the first waiting request waits for company
+
+    def __post_init__(self) -> None:
+        for name, least in (("max_chars", 1), ("max_sentences", 1), ("max_batch_tokens", 0), ("max_wait_ms", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} must be >= {least}, got {getattr(self, name)}")
+
+
+class TranslateRequest(BaseModel):
+    """The body of ``POST /translate``: types are strict (``"4"`` is not a beam size)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    text: list[str] = Field(min_length=1, description="sentences to translate, one per item")
+    beam: int = Field(DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size; 1 is greedy search")
+    alpha: float = Field(DEFAULT.alpha, ge=0.0, le=10.0, description="GNMT length penalty alpha")
+    nbest: int = Field(1, ge=1, description="hypotheses per sentence, at most beam")
+    attention: bool = Field(False, description="return the best hypothesis' encoder-decoder attention")
+
+    @model_validator(mode="after")
+    def _nbest_within_beam(self) -> "TranslateRequest":
+        if self.nbest > self.beam:
+            raise ValueError(f"nbest ({self.nbest}) must be <= beam ({self.beam})")
+        return self
+
+    def decode_config(self) -> DecodeConfig:
+        return DecodeConfig(beam=self.beam, alpha=self.alpha, max_len_a=DEFAULT.max_len_a,
+                            max_len_b=DEFAULT.max_len_b, nbest=self.nbest)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _validation_message(err: RequestValidationError) -> tuple[int, str]:
+    """FastAPI's error list -> (status, one line naming each offending field)."""
+    problems = []
+    for e in err.errors():
+        if e["type"] == "json_invalid":
+            return 400, f"malformed JSON: {e.get('ctx', {}).get('error', e['msg'])} at character {e['loc'][-1]}"
+        where = ".".join(str(part) for part in e["loc"] if part != "body")
+        if not where and e["type"] in ("model_attributes_type", "dict_type", "model_type"):
+            problems.append('the body must be a JSON object, e.g. {"text": ["a sentence"]}')
+        elif not where:
+            problems.append(e["msg"].removeprefix("Value error, "))
+        elif e["type"] == "extra_forbidden":
+            problems.append(f"unknown field {where!r}")
+        elif e["type"] == "missing":
+            problems.append(f"missing field {where!r}")
+        else:
+            problems.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
+    return 422, "; ".join(problems)
+
+
+def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
+    """The app for one loaded ``translator``; its batcher thread lives as long as the app runs."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.batcher = Batcher(translator.decode, cost=lambda job: job.tokens,
+                                    key=lambda job: job.config, max_cost=limits.max_batch_tokens,
+                                    max_wait_s=limits.max_wait_ms / 1000)
+        try:
+            yield
+        finally:  # uvicorn has let the requests in flight finish; decode what is still queued
+            app.state.batcher.close()
+
+    app = FastAPI(title="aiayn", summary="Transformer translation with dynamic batching", lifespan=lifespan)
+    page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        return _error(*_validation_message(err))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        return _error(err.status_code, str(err.detail))
+
+    @app.post("/translate")
+    async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
+        if len(body.text) > limits.max_sentences:
+            return _error(413, f"text has {len(body.text)} sentences; the limit is {limits.max_sentences} per request")
+        chars = sum(len(line) for line in body.text)
+        if chars > limits.max_chars:
+            return _error(413, f"text has {chars} characters; the limit is {limits.max_chars} per request")
+        sources = translator.encode(body.text)
+        for i, src in enumerate(sources):
+            if len(src) > translator.max_source_tokens:
+                return _error(413, f"text[{i}] is {len(src)} subword tokens; the model reads at most "
+                                   f"{translator.max_source_tokens}")
+        job = TranslateJob(sources, body.decode_config(), body.attention)
+        batcher: Batcher = request.app.state.batcher
+        try:
+            answers = await batcher.submit(job)
+        except ShuttingDown as err:
+            return _error(503, str(err))
+        except Exception as err:  # this request only: the batcher answered the others
+            return _error(500, f"decoding failed: {type(err).__name__}: {err}")
+        return JSONResponse({"translations": answers})
+
+    @app.get("/health")
+    async def health(request: Request) -> dict:
+        return {"status": "ok", **asdict(request.app.state.batcher.stats)}
+
+    @app.get("/info")
+    async def info() -> dict:
+        return {**translator.info(), "limits": asdict(limits), "max_beam": MAX_BEAM,
+                "decode_defaults": asdict(DEFAULT)}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index() -> str:
+        return page
+
+    return app
+
+
+def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
+               limits: Limits = Limits(), shutdown_timeout_s: float = 30.0) -> None:
+    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM.
+
+    On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish
+    (for at most ``shutdown_timeout_s``); the lifespan then drains the batcher.
+    """
+    import uvicorn
+
+    translator = Translator.load(checkpoint, device)
+    app = create_app(translator, limits)
+    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout_s, log_level="info")
