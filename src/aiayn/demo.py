@@ -23,7 +23,8 @@ import torch
 from . import checkpoint as ckpt
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig
-from .evaluate import Evaluation, average_last_best, evaluate_model, read_lines, write_lines_atomic
+from .evaluate import Evaluation, average_last_best, evaluate_model
+from .io import read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
 from .train import TrainConfig
 from .train.config import apply_sets
@@ -127,7 +128,7 @@ def run_demo(
             "attention_maps": str(out / "attention"), "n_attention_maps": len(maps),
         },
     }
-    ckpt.write_text_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
+    write_text_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
     return report
 
 
