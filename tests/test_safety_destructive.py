@@ -274,3 +274,19 @@ def test_model_max_len_shorter_than_the_data_fails_at_start_up(tiny_corpus, tmp_
         Trainer(config(tiny_corpus, tmp_path / "run", model={**TINY, "max_len": 8}))
     assert not (tmp_path / "run").exists()
 
+
+
+# --- demo --fresh deletes a demo run, nothing else ----------------------------------------------
+
+
+def test_demo_fresh_refuses_a_directory_that_is_not_a_demo_run(tmp_path):
+    from aiayn.demo import run_demo
+    from aiayn.io import InputError
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="not a demo run directory.*notes.txt"):
+        run_demo(out=home, fresh=True, work=tmp_path / "work", progress=lambda message: None)
+    assert (home / "notes.txt").read_text() == "keep me"
+    assert not (tmp_path / "work").exists()

@@ -24,7 +24,7 @@ from . import checkpoint as ckpt
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig
 from .evaluate import Evaluation, average_last_best, evaluate_model
-from .io import read_lines, write_lines_atomic, write_text_atomic
+from .io import InputError, read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
 from .train import TrainConfig
 from .train.config import apply_sets
@@ -70,6 +70,20 @@ def bleu_over_time(out: Path, vocab: Vocab, sources: list[str], references: list
     return points
 
 
+# What a demo run directory holds; ``--fresh`` deletes nothing else.
+DEMO_OUTPUTS = frozenset({"checkpoints", "config.json", "log.jsonl", "tensorboard", "summary.json", "averaged",
+                          "test.hyp.es", "training.png", "attention", "report.json"})
+
+
+def _check_demo_run(out: Path) -> None:
+    if out.is_symlink() or not out.is_dir():
+        raise InputError(f"--fresh would delete {out}, which is not a demo run directory; choose another --out")
+    strangers = sorted(p.name for p in out.iterdir() if p.name not in DEMO_OUTPUTS and not p.name.startswith("."))
+    if strangers:
+        raise InputError(f"--fresh would delete {out}, which is not a demo run directory (it holds "
+                         f"{', '.join(strangers[:5])}); choose another --out")
+
+
 def run_demo(
     minutes: float = 15.0, work: Path = Path("work/bible"), out: Path = Path("runs/demo"),
     sets: list[str] = (), test_limit: int | None = None, curve_sentences: int = 100,
@@ -77,6 +91,7 @@ def run_demo(
 ) -> dict[str, Any]:
     """Every stage of the demo; returns (and writes to ``out/report.json``) the report."""
     if fresh and out.exists():
+        _check_demo_run(out)
         shutil.rmtree(out)
     progress("[1/5] preparing the bundled corpus (reused when present)")
     meta = prepare_bundled(work)
