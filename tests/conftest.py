@@ -25,3 +25,21 @@ def tiny_corpus(tmp_path_factory) -> Path:
         files[split] = (root / f"{split}.en", root / f"{split}.es")
     prepare_corpus(files, root / "data", vocab_size=300, max_len=48)
     return root / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
+    """A run directory of 3 one-update checkpoints of a 1+1-layer model on ``tiny_corpus``.
+
+    Read-only for tests: copy a checkpoint before changing it.
+    """
+    from aiayn.train import TrainConfig
+    from aiayn.train.trainer import Trainer
+
+    out = tmp_path_factory.mktemp("tiny_run")
+    cfg = TrainConfig(data=str(tiny_corpus), out=str(out), preset="tiny",
+                      model={"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2},
+                      max_src_tokens=400, max_tgt_tokens=400, warmup=10, max_updates=3, save_every_updates=1,
+                      save_every_minutes=None, validate=False, num_threads=1, log_every=1)
+    Trainer(cfg).run(resume=None)
+    return out

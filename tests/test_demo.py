@@ -10,7 +10,8 @@ import sacrebleu
 from aiayn import checkpoint as ckpt
 from aiayn.data import Vocab, bundled_corpus_paths
 from aiayn.demo import format_report, run_demo
-from aiayn.evaluate import read_lines, reference_perplexity
+from aiayn.evaluate import reference_perplexity
+from aiayn.io import read_lines
 
 
 @pytest.fixture(scope="module")

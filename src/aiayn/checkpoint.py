@@ -15,40 +15,28 @@ previous latest checkpoint intact.
 
 from __future__ import annotations
 
+import errno
 import json
-import os
+import pickle
+import re
 import shutil
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from .config import ModelConfig, from_dict
+from .data.vocab import Vocab
+from .io import InputError, publish_dir, temp_dir_beside, write_text_atomic
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+CHECKPOINT_NAME = re.compile(r"update_\d+")
 
 
 def checkpoint_name(update: int) -> str:
@@ -64,26 +52,32 @@ def save_checkpoint(
     vocab_file: Path | None,
     keep_last: int | None = None,
 ) -> Path:
-    """Write checkpoint ``update`` under ``ckpt_root`` atomically; prune to ``keep_last``."""
+    """Write checkpoint ``update`` under ``ckpt_root`` atomically; prune to ``keep_last``.
+
+    A full disk removes the partial temporary directory and says so: the previous checkpoint
+    and ``latest`` stay as they were, and training resumes from them once there is space.
+    """
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / checkpoint_name(update)
     tmp = ckpt_root / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, str(tmp / WEIGHTS))  # de-duplicates the tied matrix
-    (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
-    if trainer_state is not None:
-        torch.save(trainer_state, tmp / TRAINER)
-    if vocab_file is not None:
-        shutil.copyfile(vocab_file, tmp / VOCAB)
-    for file in tmp.iterdir():
-        with open(file, "rb") as f:
-            os.fsync(f.fileno())
-    _fsync_dir(tmp)
-    if final.exists():  # the same update written again after a resume
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(ckpt_root)
+    shutil.rmtree(tmp, ignore_errors=True)  # our own leftover from a crash mid-save
+    try:
+        tmp.mkdir()
+        save_model(model, str(tmp / WEIGHTS))  # de-duplicates the tied matrix
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / TRAINER)
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, tmp / VOCAB)
+        publish_dir(tmp, final)  # replaces the same update written again after a resume
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if err.errno == errno.ENOSPC:
+            previous = latest_checkpoint(ckpt_root)
+            raise OSError(errno.ENOSPC, f"no space left on device while saving checkpoint {final}: the partial "
+                                        f"{tmp.name} was removed; the latest complete checkpoint is "
+                                        f"{previous or 'none'}. Free space, then train again to resume") from None
+        raise
     write_text_atomic(ckpt_root / "latest", final.name + "\n")
     if keep_last is not None:
         for old in list_checkpoints(ckpt_root)[:-keep_last]:
@@ -92,18 +86,28 @@ def save_checkpoint(
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (temporary directories are ignored)."""
+    """Complete checkpoints, oldest first (temporary directories and links are ignored)."""
     if not ckpt_root.is_dir():
         return []
     return sorted(p for p in ckpt_root.iterdir()
-                  if p.is_dir() and p.name.startswith("update_") and (p / META).exists())
+                  if CHECKPOINT_NAME.fullmatch(p.name) and not p.is_symlink() and (p / META).is_file())
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint named by ``ckpt_root/latest``, else the newest complete one.
+
+    The pointer may only name a checkpoint directory inside ``ckpt_root``: a pointer to
+    another place (``../x``, an absolute path, a link) is refused rather than followed, so
+    that training never resumes from, and pruning never deletes, what is not this run's.
+    """
     pointer = ckpt_root / "latest"
-    if pointer.exists():
-        path = ckpt_root / pointer.read_text(encoding="utf-8").strip()
-        if (path / META).exists():
+    if pointer.is_file():
+        name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        path = ckpt_root / name
+        if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
+            raise InputError(f"{pointer} names {name!r}, which is not a checkpoint directory inside "
+                             f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there")
+        if (path / META).is_file():
             return path
     found = list_checkpoints(ckpt_root)
     return found[-1] if found else None
@@ -111,45 +115,154 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
 
 def read_meta(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / META
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"{ckpt} is not a checkpoint: {META} is missing")
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: invalid UTF-8 at byte {e.start}: the checkpoint is damaged") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: line {e.lineno}: invalid JSON ({e.msg}): the checkpoint is damaged") from None
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: expected a JSON object, found {type(meta).__name__}: the checkpoint is damaged")
+    return meta
+
+
+def meta_field(meta: dict[str, Any], key: str, ckpt: Path) -> Any:
+    """``meta[key]``, or an error naming the checkpoint's meta.json and the missing key."""
+    if key not in meta:
+        raise InputError(f"{Path(ckpt) / META}: no {key!r} entry: not a checkpoint written by aiayn train")
+    return meta[key]
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
-    return torch.load(Path(ckpt) / TRAINER, map_location="cpu", weights_only=True)
+    """Optimizer, scheduler, scaler and RNG states; tensors and plain data only.
+
+    ``weights_only=True`` refuses any pickled object that would run code when loaded; such a
+    file (or a damaged one) is reported as untrusted, never loaded another way.
+    """
+    path = Path(ckpt) / TRAINER
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        detail = next((line.strip() for line in str(e).splitlines()
+                       if "global" in line.lower() and "weights_only" not in line), "")
+        raise InputError(f"{path}: not a trusted checkpoint: it holds objects other than tensors and plain "
+                         f"data, which aiayn never loads{f' ({detail})' if detail else ''}") from None
+    except RuntimeError as e:
+        raise InputError(f"{path}: unreadable ({str(e).splitlines()[0]}): the checkpoint is damaged") from None
+
+
+def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a checkpoint's ``model.safetensors`` (a damaged file is named as such)."""
+    path = Path(ckpt) / WEIGHTS
+    if not path.is_file():
+        raise FileNotFoundError(f"{ckpt} is not a checkpoint: {WEIGHTS} is missing")
+    try:
+        return load_file(str(path))
+    except SafetensorError as e:
+        raise InputError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
+                         "(truncated?)") from None
 
 
 def load_weights(model: nn.Module, ckpt: Path) -> None:
     """Load ``model.safetensors`` into ``model`` (tied parameters are filled once, stay tied)."""
-    missing, unexpected = load_model(model, str(Path(ckpt) / WEIGHTS), strict=True)
+    path = Path(ckpt) / WEIGHTS
+    if not path.is_file():
+        raise FileNotFoundError(f"{ckpt} is not a checkpoint: {WEIGHTS} is missing")
+    try:
+        missing, unexpected = load_model(model, str(path), strict=True)
+    except SafetensorError as e:
+        raise InputError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
+                         "(truncated?)") from None
+    except RuntimeError as e:  # shapes that do not fit the model config in meta.json
+        raise InputError(f"{path}: weights do not fit the model of {META}: {str(e).splitlines()[-1].strip()}") from None
     if missing or unexpected:
-        raise ValueError(f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}")
+        raise InputError(f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}")
 
 
 def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
     """(Transformer in eval mode, its ModelConfig) from a checkpoint or averaged directory."""
     meta = read_meta(Path(ckpt))
-    cfg = from_dict(ModelConfig, meta["model_config"], where=f"{ckpt}/{META} model_config")
+    cfg = from_dict(ModelConfig, meta_field(meta, "model_config", Path(ckpt)), where=f"{ckpt}/{META} model_config")
     model = Transformer(cfg)
     load_weights(model, Path(ckpt))
     return model.to(device).eval(), cfg
 
 
-def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:
+# ----------------------------------------------------------------------------------------
+# Averaging (section 6.1)
+
+
+def is_averaged_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a directory ``average_checkpoints`` wrote, holding nothing else."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if any(p.name not in (WEIGHTS, META, VOCAB) for p in path.iterdir()):
+        return False
+    try:
+        return "averaged_from" in read_meta(path)
+    except ValueError:
+        return False
+
+
+def check_average_out(out: Path, inputs: Sequence[Path], force: bool = False) -> None:
+    """Refuse an output directory whose replacement would destroy what averaging did not write.
+
+    Never a directory that holds (or is) one of the inputs (a run or checkpoints directory),
+    even with ``force``; an existing path only if it is a previous averaged checkpoint, or
+    with ``force``.
+    """
+    target = Path(out).resolve()
+    for p in inputs:
+        source = Path(p).resolve()
+        if source == target or target in source.parents:
+            raise InputError(f"--out {out} holds the checkpoint {p} being averaged; choose a new directory")
+    if (out.exists() or out.is_symlink()) and not force and not is_averaged_checkpoint(out):
+        raise InputError(f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "
+                         "or pass --force to replace it")
+
+
+def vocab_fingerprint(ckpt: Path) -> str | None:
+    """The fingerprint of a checkpoint's own ``spm.model`` (what translation will use); the
+    one in meta.json when the checkpoint carries no vocabulary file."""
+    vocab_file = Path(ckpt) / VOCAB
+    if vocab_file.is_file():
+        return Vocab.load(vocab_file).fingerprint
+    return read_meta(Path(ckpt)).get("vocab_fingerprint")
+
+
+def check_same_model(paths: Sequence[Path]) -> None:
+    """Averaging weights means something only for one model config and one vocabulary."""
+    first, first_meta = Path(paths[0]), read_meta(Path(paths[0]))
+    first_vocab = vocab_fingerprint(first)
+    for p in paths[1:]:
+        meta = read_meta(Path(p))
+        if meta.get("model_config") != first_meta.get("model_config"):
+            raise InputError(f"{p} and {first} have different model configs: cannot average them")
+        if vocab_fingerprint(Path(p)) != first_vocab:
+            raise InputError(f"{p} and {first} have different vocabularies ({VOCAB}): cannot average them")
+
+
+def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -> Path:
     """Average the weights of ``paths`` into checkpoint directory ``out`` (section 6.1).
 
     Floating-point tensors are accumulated in float32 and cast back; other tensors (none in
     this model, but e.g. integer buffers) are taken from the last checkpoint. The tied matrix
-    is stored once per file, so it is averaged once and stays tied when loaded.
+    is stored once per file, so it is averaged once and stays tied when loaded. ``out`` is
+    built in a new temporary directory and renamed into place; see ``check_average_out`` for
+    what it may replace.
     """
     if not paths:
-        raise ValueError("no checkpoints to average")
-    states = [load_file(str(Path(p) / WEIGHTS)) for p in paths]
+        raise InputError("no checkpoints to average")
+    out = Path(out)
+    check_average_out(out, paths, force)
+    check_same_model(paths)
+    states = [load_state(Path(p)) for p in paths]
     names = set(states[0])
     for p, state in zip(paths, states):
         if set(state) != names:
-            raise ValueError(f"{p} holds different tensors than {paths[0]}: cannot average")
+            raise InputError(f"{p} holds different tensors than {paths[0]}: cannot average")
     averaged: dict[str, torch.Tensor] = {}
     for name in sorted(names):
         last = states[-1][name]
@@ -160,17 +273,29 @@ def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:
             averaged[name] = (total / len(states)).to(last.dtype)
         else:
             averaged[name] = last.clone()
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(averaged, str(tmp / WEIGHTS), metadata={"averaged_from": json.dumps([str(p) for p in paths])})
-    meta = read_meta(Path(paths[-1]))
-    meta["averaged_from"] = [Path(p).name for p in paths]
-    (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
-    if (Path(paths[-1]) / VOCAB).exists():
-        shutil.copyfile(Path(paths[-1]) / VOCAB, tmp / VOCAB)
-    if out.exists():
-        shutil.rmtree(out)
-    os.rename(tmp, out)
+    tmp = temp_dir_beside(out)
+    try:
+        save_file(averaged, str(tmp / WEIGHTS), metadata={"averaged_from": json.dumps([str(p) for p in paths])})
+        meta = read_meta(Path(paths[-1]))
+        meta["averaged_from"] = [Path(p).name for p in paths]
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+        if (Path(paths[-1]) / VOCAB).exists():
+            shutil.copyfile(Path(paths[-1]) / VOCAB, tmp / VOCAB)
+        publish_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
     return out
+
+
+def choose_last(ckpt_root: Path, last: int) -> list[Path]:
+    """The newest ``last`` complete checkpoints under ``ckpt_root``, oldest first; warns when
+    fewer exist (``keep_last`` in training bounds how many are kept)."""
+    if last < 1:
+        raise InputError(f"--last must be at least 1, got {last}")
+    found = list_checkpoints(Path(ckpt_root))
+    if not found:
+        raise InputError(f"no checkpoints under {ckpt_root}")
+    if len(found) < last:
+        warnings.warn(f"asked for the last {last} checkpoints, but {ckpt_root} holds only {len(found)}: "
+                      f"averaging {len(found)} (the run's keep_last bounds how many are kept)", stacklevel=2)
+    return found[-last:]

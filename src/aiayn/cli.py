@@ -71,22 +71,26 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _average(args: argparse.Namespace) -> None:
-    from .checkpoint import average_checkpoints, list_checkpoints
+    import warnings
 
-    found = list_checkpoints(Path(args.checkpoints))
-    if not found:
-        raise SystemExit(f"aiayn average: no checkpoints under {args.checkpoints}")
-    chosen = found[-args.last:]
+    from .checkpoint import average_checkpoints, choose_last
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chosen = choose_last(Path(args.checkpoints), args.last)
+    for warning in caught:
+        print(f"aiayn average: warning: {warning.message}", file=sys.stderr)
     if args.choose_on:
-        from .evaluate import average_last_best, read_lines
+        from .evaluate import average_last_best
+        from .io import read_lines
 
         sources, references = (read_lines(p) for p in args.choose_on)
-        out, k_best, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references)
+        out, k_best, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references, force=args.force)
         print("validation perplexity by number averaged: "
               + ", ".join(f"{k}: {ppl:.3f}" for k, ppl in ppl_by_k.items()))
         chosen = chosen[-k_best:]
     else:
-        out = average_checkpoints(chosen, Path(args.out))
+        out = average_checkpoints(chosen, Path(args.out), force=args.force)
     print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out.resolve()}")
 
 
@@ -96,7 +100,7 @@ def _diagnose(args: argparse.Namespace) -> None:
     from .checkpoint import VOCAB, load_transformer
     from .data import Vocab
     from .diagnose import encoder_spread, source_sensitivity
-    from .evaluate import read_lines
+    from .io import read_lines
 
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     if len(sources) != len(references):
@@ -126,12 +130,13 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
+    from .io import open_binary
     from .translate_cli import translate_stream
 
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    source = open_binary(args.input) if args.input else sys.stdin.buffer  # bytes: aiayn.io splits lines
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
     translate_stream(args.checkpoint, source, sys.stdout, _decode_config(args), device=args.device,
-                     chunk=1 if interactive else args.chunk, prompt=interactive)
+                     chunk=1 if interactive else args.chunk, prompt=interactive, name=args.input or "<stdin>")
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -220,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=5)
     p.add_argument("--choose-on", nargs=2, metavar=("SRC", "REF"),
                    help="average the last k <= LAST instead, k with the lowest perplexity of REF given SRC")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="a new directory, or a previous averaged checkpoint to replace")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out even if it is not a previous averaged checkpoint")
     p.set_defaults(func=_average)
 
     p = sub.add_parser("evaluate", help="translate a test set; SacreBLEU, paper BLEU, perplexity")
@@ -292,6 +299,6 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
+    except (ValueError, OSError) as err:  # bad input, missing file, full disk: one clear line, no traceback
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

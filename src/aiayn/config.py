@@ -123,7 +123,8 @@ PRESETS: dict[str, Preset] = {
     "D-ls0.0": _row(None, train={"eps_ls": 0.0}),
     "D-ls0.2": _row(None, train={"eps_ls": 0.2}),
     "E-learned": _row(None, positional="learned"),
-    "big": _row(213, train={"max_updates": 300_000}, d_model=1024, d_ff=4096, h=16, P_drop=0.3),
+    # keep_last 20: section 6.1 averages the last 20 checkpoints of the big models.
+    "big": _row(213, train={"max_updates": 300_000, "keep_last": 20}, d_model=1024, d_ff=4096, h=16, P_drop=0.3),
     # Table 4: 4 layers, d_model 1024, 16K vocabulary (WSJ only); attention dropout was tuned.
     "parsing": _row(
         None, N_enc=4, N_dec=4, d_model=1024, d_ff=4096, h=16, vocab_size=16000,
@@ -147,12 +148,17 @@ PRESETS: dict[str, Preset] = {
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     """Build dataclass ``cls`` from ``data``, rejecting unknown keys and wrong types."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - set(known))
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping of keys to values, got {data!r}")
+    unknown = sorted(set(data) - set(known), key=repr)  # keys of a YAML file need not be strings
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
     hints = typing.get_type_hints(cls)
-    checked = {key: _check(value, hints[key], f"{where}.{key}") for key, value in data.items()}
-    return cls(**checked)
+    checked = {key: _check(value, hints[key], f"{where}: {key}") for key, value in data.items()}
+    try:
+        return cls(**checked)
+    except ValueError as e:  # a range check of the dataclass: say where the value came from
+        raise ValueError(f"{where}: {e}") from None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -171,7 +177,10 @@ def with_overrides(obj: T, assignments: list[str], where: str = "--set") -> T:
         if key not in hints:
             raise ValueError(f"{where}: unknown key {key!r}; valid keys: {sorted(hints)}")
         changes[key] = _parse(text.strip(), hints[key], f"{where} {key}")
-    return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
+    try:
+        return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def _options(tp: Any) -> tuple[Any, ...]:
@@ -188,7 +197,10 @@ def _check(value: Any, tp: Any, where: str) -> Any:
         if typing.get_origin(option) is Literal and value in typing.get_args(option):
             return value
         if option is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an int too large for a float
+                continue
         if option is int and isinstance(value, int) and not isinstance(value, bool):
             return value
         if option in (bool, str) and isinstance(value, option):

@@ -23,7 +23,8 @@ import torch
 from . import checkpoint as ckpt
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig
-from .evaluate import Evaluation, average_last_best, evaluate_model, read_lines, write_lines_atomic
+from .evaluate import Evaluation, average_last_best, evaluate_model
+from .io import InputError, read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
 from .train import TrainConfig
 from .train.config import apply_sets
@@ -69,6 +70,20 @@ def bleu_over_time(out: Path, vocab: Vocab, sources: list[str], references: list
     return points
 
 
+# What a demo run directory holds; ``--fresh`` deletes nothing else.
+DEMO_OUTPUTS = frozenset({"checkpoints", "config.json", "log.jsonl", "tensorboard", "summary.json", "averaged",
+                          "test.hyp.es", "training.png", "attention", "report.json"})
+
+
+def _check_demo_run(out: Path) -> None:
+    if out.is_symlink() or not out.is_dir():
+        raise InputError(f"--fresh would delete {out}, which is not a demo run directory; choose another --out")
+    strangers = sorted(p.name for p in out.iterdir() if p.name not in DEMO_OUTPUTS and not p.name.startswith("."))
+    if strangers:
+        raise InputError(f"--fresh would delete {out}, which is not a demo run directory (it holds "
+                         f"{', '.join(strangers[:5])}); choose another --out")
+
+
 def run_demo(
     minutes: float = 15.0, work: Path = Path("work/bible"), out: Path = Path("runs/demo"),
     sets: list[str] = (), test_limit: int | None = None, curve_sentences: int = 100,
@@ -80,6 +95,7 @@ def run_demo(
     """
     work, out = work.resolve(), out.resolve()
     if fresh and out.exists():
+        _check_demo_run(out)
         shutil.rmtree(out)
     progress("[1/5] preparing the bundled corpus (reused when present)")
     meta = prepare_bundled(work)
@@ -131,7 +147,7 @@ def run_demo(
             "attention_maps": str(out / "attention"), "n_attention_maps": len(maps),
         },
     }
-    ckpt.write_text_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
+    write_text_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
     return report
 
 

@@ -4,8 +4,6 @@ plus the perplexity per subword of the references."""
 
 from __future__ import annotations
 
-import gzip
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,10 +11,11 @@ from typing import Any, Sequence
 
 import torch
 
-from .checkpoint import VOCAB, average_checkpoints, load_transformer, write_text_atomic
+from .checkpoint import VOCAB, average_checkpoints, check_average_out, load_transformer
 from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, translate
+from .io import InputError, check_output_file, publish_dir, read_lines, temp_dir_beside, write_lines_atomic
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
 from .train.loss import perplexity
@@ -34,21 +33,6 @@ class Evaluation:
     def as_dict(self) -> dict[str, Any]:
         return {"sacrebleu": self.sacrebleu, "signature": self.signature,
                 "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n}
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file (``.gz`` read transparently), without newlines."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def write_lines_atomic(path: str | Path, lines: Sequence[str]) -> None:
-    """Write lines so that a crash leaves the previous file, never half of the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
 @torch.no_grad()
@@ -74,7 +58,7 @@ def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str
 
 
 def average_last_best(
-    kept: list[Path], out: Path, valid_src: list[str], valid_ref: list[str],
+    kept: list[Path], out: Path, valid_src: list[str], valid_ref: list[str], force: bool = False,
 ) -> tuple[Path, int, dict[int, float]]:
     """Average the last k of ``kept`` (paper section 6.1), with k chosen by validation perplexity.
 
@@ -84,19 +68,20 @@ def average_last_best(
     measured validation perplexity 28.5 / 26.8 / 27.4 / 31.2. Choosing k on the validation
     split (never the test split) takes the paper's averaging where it helps.
     Returns the averaged checkpoint directory, the chosen k and the validation perplexity for
-    each k.
+    each k. ``out`` may replace what ``average_checkpoints`` may replace, nothing else.
     """
-    scratch = out.with_name(f".{out.name}.candidates")
-    shutil.rmtree(scratch, ignore_errors=True)
-    vocab = Vocab.load(Path(kept[-1]) / VOCAB)  # one vocabulary: every candidate copies it
-    ppl_by_k: dict[int, float] = {}
-    for k in range(1, len(kept) + 1):
-        model, _ = load_transformer(average_checkpoints(kept[-k:], scratch / str(k)))
-        ppl_by_k[k] = reference_perplexity(model, vocab, valid_src, valid_ref)
-    best = min(ppl_by_k, key=ppl_by_k.__getitem__)
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(scratch / str(best), out)
-    shutil.rmtree(scratch)
+    check_average_out(out, kept, force)
+    scratch = temp_dir_beside(out)
+    try:
+        vocab = Vocab.load(Path(kept[-1]) / VOCAB)  # one vocabulary: every candidate copies it
+        ppl_by_k: dict[int, float] = {}
+        for k in range(1, len(kept) + 1):
+            model, _ = load_transformer(average_checkpoints(kept[-k:], scratch / str(k)))
+            ppl_by_k[k] = reference_perplexity(model, vocab, valid_src, valid_ref)
+        best = min(ppl_by_k, key=ppl_by_k.__getitem__)
+        publish_dir(scratch / str(best), out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return out, best, ppl_by_k
 
 
@@ -121,12 +106,22 @@ def evaluate_checkpoint(
     checkpoint: str | Path, src_path: str | Path, ref_path: str | Path, hyp_path: str | Path | None,
     decode: DecodeConfig = DecodeConfig(), lang: str = "de", device: str = "cpu", progress: bool = True,
 ) -> Evaluation:
-    """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses."""
+    """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
+
+    Every input is checked before the model decodes anything: an output path that cannot be
+    written, empty files and misaligned files fail at once, not after hours of beam search.
+    """
+    if hyp_path is not None:
+        check_output_file(hyp_path)
+    sources, references = read_lines(src_path), read_lines(ref_path)
+    if not sources and not references:
+        raise InputError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
+    if not references:
+        raise InputError(f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)")
+    if len(sources) != len(references):
+        raise InputError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
     model, _ = load_transformer(checkpoint, device)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
-    sources, references = read_lines(src_path), read_lines(ref_path)
-    if len(sources) != len(references):
-        raise ValueError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
     result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)
     if hyp_path is not None:
         write_lines_atomic(hyp_path, result.hypotheses)

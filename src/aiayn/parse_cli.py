@@ -69,10 +69,11 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _parse(args: argparse.Namespace) -> None:
+    from .io import iter_lines
     from .parsing.pipeline import parse_lines
 
     _set_threads(args)
-    lines = [line.rstrip("\n") for line in (open(args.input, encoding="utf-8") if args.input else sys.stdin)]
+    lines = list(iter_lines(args.input) if args.input else iter_lines(sys.stdin.buffer, "<stdin>"))
     for tree in parse_lines(args.checkpoint, lines, _decode_config(args), device=args.device,
                             constrained=args.constrained, leaves=args.leaves):
         print(tree)

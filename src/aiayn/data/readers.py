@@ -8,11 +8,11 @@ caller can report how much data was dropped.
 
 from __future__ import annotations
 
-import gzip
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+
+from .. import io
 
 PathLike = str | os.PathLike
 
@@ -37,27 +37,18 @@ class ReadStats:
         self.too_long += other.too_long
 
 
-def open_binary(path: PathLike) -> IO[bytes]:
-    """Open ``path`` for reading bytes, decompressing when its name ends in ``.gz``."""
-    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
-
-
 def iter_lines(path: PathLike) -> Iterator[str]:
-    """Yield the lines of a UTF-8 file without their line endings.
+    """Yield the lines of a UTF-8 file without their line endings, by the one rule of
+    ``aiayn.io`` (split at LF only, a CRLF's CR removed, a bare CR kept).
 
     The project's one rule: lines end at "\n" only, and one "\r" before it (CRLF) is
     dropped; a bare "\r" stays inside its line, so a file has the same number of lines for
     every reader. Decoding is strict and per line so that an error can name the line.
     """
-    with open_binary(path) as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                text = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{path}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
-                ) from None
-            yield text
+    try:
+        yield from io.iter_lines(path)
+    except io.InputError as e:
+        raise DataError(str(e)) from None
 
 
 def _count_rest(lines: Iterator[str]) -> int:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,10 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.beam < 1:
             raise ValueError(f"beam must be >= 1, got {self.beam}")
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha}")
+        if not math.isfinite(self.max_len_a):
+            raise ValueError(f"max_len_a must be finite, got {self.max_len_a}")
         if not 1 <= self.nbest <= self.beam:
             raise ValueError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
         if self.max_len_a < 0 or (self.max_len_a == 0 and self.max_len_b < 1):

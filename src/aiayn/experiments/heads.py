@@ -23,7 +23,7 @@ import torch
 
 from .. import checkpoint as ckpt
 from ..data import Vocab
-from ..evaluate import read_lines
+from ..io import read_lines
 from ..plots import attention_weights
 from .runner import Budget, Experiment, Row, markdown_table
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..checkpoint import write_text_atomic
+from ..io import write_text_atomic
 from ..config import with_overrides
 
 

@@ -17,7 +17,8 @@ from ..config import ModelConfig
 from ..data import Vocab, bundled_corpus_paths
 from ..decode import DecodeConfig
 from ..demo import demo_train_config, prepare_bundled
-from ..evaluate import evaluate_model, read_lines
+from ..evaluate import evaluate_model
+from ..io import read_lines
 from ..flops import forward_flops
 from ..model import count_parameters
 from ..train.trainer import Trainer

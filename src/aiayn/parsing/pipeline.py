@@ -32,7 +32,7 @@ from sentencepiece import sentencepiece_model_pb2 as sp_model
 from ..checkpoint import VOCAB, load_transformer
 from ..data import Vocab, check_vocab, prepare_corpus
 from ..decode import DecodeConfig, decode_ids
-from ..evaluate import write_lines_atomic
+from ..io import write_lines_atomic
 from .constraint import TreeConstraint
 from .corpus import write_parallel
 from .evalb import evalb_score

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..io import iter_lines, write_lines_atomic
+
 __all__ = [
     "Leaf",
     "Tree",
@@ -147,9 +149,8 @@ def read_mrg(path: str | Path) -> list[Tree]:
 def read_lines(path: str | Path) -> list[Tree | None]:
     """A one-tree-per-line file, raw. A blank line is ``None``: a parser's failed sentence,
     which EVALB counts as skipped, so it must keep its place."""
-    path = Path(path)
     out: list[Tree | None] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(iter_lines(path), start=1):
         if not line.strip():
             out.append(None)
             continue
@@ -206,6 +207,4 @@ def to_bracketed(node: Tree | Leaf) -> str:
 
 def write_lines(trees: Iterable[Tree | None], path: str | Path) -> None:
     """One tree per line, the format EVALB reads; ``None`` becomes a blank line."""
-    with open(path, "w", encoding="utf-8") as f:
-        for tree in trees:
-            f.write(("" if tree is None else to_bracketed(tree)) + "\n")
+    write_lines_atomic(path, ("" if tree is None else to_bracketed(tree) for tree in trees))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -55,16 +57,28 @@ class TrainConfig:
     validate: bool = True  # validation loss/perplexity at every checkpoint
 
     def __post_init__(self) -> None:
+        """Every numeric key is range-checked: a negative, nan or infinite learning rate
+        would otherwise train on garbage for the whole run and exit 0."""
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         for name in ("max_src_tokens", "max_tgt_tokens", "update_freq", "warmup", "keep_last",
-                     "max_nonfinite", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+                     "max_nonfinite", "log_every", "max_updates", "save_every_updates", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {value}")
+        if self.num_threads is not None and self.num_threads > 1024:
+            raise ValueError(f"TrainConfig.num_threads must be at most 1024, got {self.num_threads}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"TrainConfig.seed must be in [0, 2**32), got {self.seed}")
+        for name in ("adam_beta1", "adam_beta2", "eps_ls"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("adam_eps", "lr_scale", "max_minutes", "save_every_minutes"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
             raise ValueError("set max_updates or max_minutes (or both): training must stop")
-        if not 0.0 <= self.eps_ls < 1.0:
-            raise ValueError(f"eps_ls must be in [0, 1), got {self.eps_ls}")
         self.model_config(vocab_size=None)  # type-checks the model overrides early
 
     def model_config(self, vocab_size: int | None) -> ModelConfig:
@@ -77,16 +91,23 @@ class TrainConfig:
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a YAML, TOML or JSON file; a broken file is named with the
+    line of its first error."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".toml":
-        data = tomllib.loads(text)
-    elif path.suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(text) or {}
-    elif path.suffix == ".json":
-        data = json.loads(text)
-    else:
+    if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
         raise ValueError(f"{path}: config files are .yaml, .yml, .toml or .json")
+    if not path.is_file():
+        raise ValueError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}, not a config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+    try:
+        data = _parse_config(text, path.suffix)
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a config") from None
+    except (yaml.YAMLError, ValueError) as e:  # every decoder error of the three is one of these
+        raise ValueError(f"{path}: {_config_error(e, path.suffix)}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of keys to values at the top level")
     return data
@@ -100,13 +121,35 @@ def bundled_configs() -> dict[str, Path]:
 
 def find_config(path: str | Path) -> Path:
     """A config file on disk, or else the bundled recipe of that name (``aiayn train wmt14-base``)."""
-    if Path(path).is_file():
+    if Path(path).exists():
         return Path(path)
     bundled = bundled_configs()
     if str(path) in bundled:
         return bundled[str(path)]
     raise FileNotFoundError(f"{path}: no such config file, and no bundled config of that name "
                             f"(bundled: {', '.join(bundled)})")
+
+
+def _parse_config(text: str, suffix: str) -> Any:
+    if suffix == ".toml":
+        return tomllib.loads(text)
+    if suffix == ".json":
+        return json.loads(text)
+    return yaml.safe_load(text) or {}
+
+
+def _config_error(e: Exception, suffix: str) -> str:
+    """``line N: invalid FORMAT (problem)`` from whichever parser failed."""
+    kind = {".toml": "TOML", ".json": "JSON"}.get(suffix, "YAML")
+    if isinstance(e, json.JSONDecodeError):
+        return f"line {e.lineno}: invalid JSON ({e.msg})"
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        return f"line {e.problem_mark.line + 1}: invalid YAML ({e.problem})"
+    if isinstance(e, tomllib.TOMLDecodeError):
+        m = re.search(r"^(.*) \(at line (\d+), column \d+\)$", str(e))
+        if m:
+            return f"line {m.group(2)}: invalid TOML ({m.group(1)})"
+    return f"invalid {kind} ({e})"
 
 
 def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults: Any) -> TrainConfig:
@@ -118,7 +161,7 @@ def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults:
     data = read_config_file(file) if file else {}
     where = str(file) if file else "config"
     preset = data.get("preset", defaults.get("preset", TrainConfig.preset))
-    preset_train = PRESETS[preset].train if preset in PRESETS else {}
+    preset_train = PRESETS[preset].train if isinstance(preset, str) and preset in PRESETS else {}
     cfg = from_dict(TrainConfig, {**defaults, **preset_train, **data}, where=where)
     return apply_sets(cfg, sets)
 

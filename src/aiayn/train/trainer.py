@@ -21,14 +21,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from .. import checkpoint as ckpt
-from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..data import DataError, TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
+from ..io import write_text_atomic
 from ..model import Transformer
 from . import distributed
 from .config import TrainConfig
@@ -38,6 +40,11 @@ from .schedule import noam_rate
 
 class NonFiniteLossError(RuntimeError):
     pass
+
+
+# The fp16 scaler halves its scale at every skipped step: 50 halvings from 2**16 leave
+# 2**-34, where gradients that still overflow are not finite whatever the scale.
+MAX_SKIPPED_STEPS = 50
 
 
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
@@ -85,11 +92,46 @@ class Trainer:
             self.train_data.src_lens, self.train_data.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens,
             seed=cfg.seed, rank=self.dist.rank, world_size=self.dist.world_size,
         )
+        self._check_data()
         self.update = 0
         self.elapsed = 0.0  # training seconds, carried across resumes
         self.tokens = {"src": 0, "tgt": 0}
         self.flops = 0.0
         self.valid: dict[str, float] = {}
+
+    # --- start-up checks ----------------------------------------------------------------
+
+    def _check_data(self) -> None:
+        """Fail now, not at the first checkpoint or the first long batch hours later: the
+        train (and, when validating, valid) pairs the sampler will batch must exist and fit
+        the model's positions."""
+        cfg = self.cfg
+        if not len(self.sampler.usable):
+            raise DataError(f"no pair of the train split of {cfg.data} fits max_src_tokens={cfg.max_src_tokens} "
+                            f"and max_tgt_tokens={cfg.max_tgt_tokens}")
+        self._check_lengths(self.train_data, self.sampler.usable)
+        if not cfg.validate:
+            return
+        try:
+            valid = TokenDataset(cfg.data, "valid")
+        except DataError as e:
+            raise DataError(f"{e}: validation needs it (or set validate=false)") from None
+        usable = TokenBudgetSampler(valid.src_lens, valid.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens,
+                                    shuffle=False).usable
+        if not len(usable):
+            raise DataError(f"the valid split of {cfg.data} has no pair within max_src_tokens/max_tgt_tokens: "
+                            "nothing to validate on (or set validate=false)")
+        self._check_lengths(valid, usable)
+
+    def _check_lengths(self, data: TokenDataset, usable: np.ndarray) -> None:
+        # A sequence of n subwords takes n + 1 positions: src + eos, bos + tgt (see collate).
+        needed = 1 + max(int(data.src_lens[usable].max()), int(data.tgt_lens[usable].max()))
+        limit = self.model_cfg.max_len
+        if needed > limit:
+            raise DataError(
+                f"model.max_len={limit} is shorter than the {data.split} split of {self.cfg.data}, whose longest "
+                f"pair needs {needed} positions (subwords + eos/bos): raise model.max_len to {needed}, "
+                f"or prepare the data with --max-len {limit - 1}")
 
     # --- one update ---------------------------------------------------------------------
 
@@ -132,15 +174,21 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, self.dist.world_size / tgt_tokens)
+        scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.scaler.get_scale() < scale:
+            # fp16: the scaler found inf/nan gradients, skipped the optimizer step and lowered
+            # its scale. No update happened, so neither the schedule nor the count advances.
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"finite": 1.0, "stepped": 0.0}
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.update += 1
         self.tokens["src"] += int(src_tokens)
         self.tokens["tgt"] += int(tgt_tokens)
         self.flops += flops  # summed over the ranks, like the tokens
-        return {"finite": 1.0, "loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens,
+        return {"finite": 1.0, "stepped": 1.0, "loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens,
                 "tokens": src_tokens + tgt_tokens}
 
     # --- validation -----------------------------------------------------------------------
@@ -174,11 +222,17 @@ class Trainer:
         return gathered
 
     def save(self) -> Path | None:
+        """Validate (when configured), then write a checkpoint. A validation failure is
+        reported only after the trained weights are saved: it must never cost the updates."""
         rng = self._rng_states()  # collective: every rank takes part
-        path = None
+        path, failure = None, None
         if self.dist.is_main:
             if self.cfg.validate:
-                self.valid = self.validate()
+                self.valid = {}
+                try:
+                    self.valid = self.validate()
+                except Exception as err:  # re-raised below, once the weights are safe
+                    failure = err
             meta = {
                 "update": self.update,
                 "sampler": self.sampler.state_dict(),
@@ -202,6 +256,12 @@ class Trainer:
                                         self.vocab_file, keep_last=self.cfg.keep_last)
         if self.dist.enabled:
             dist.barrier()
+        if failure is not None:
+            saved = f"validation failed at update {self.update}; the trained weights were saved first, in {path}"
+            if isinstance(failure, ValueError):  # a data problem: one line for the CLI
+                raise ValueError(f"{saved}: {failure}") from failure
+            failure.add_note(saved)
+            raise failure
         return path
 
     def resume(self, path: Path) -> None:
@@ -255,11 +315,11 @@ class Trainer:
         main = self.dist.is_main
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
-            ckpt.write_text_atomic(self.out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
+            write_text_atomic(self.out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
         log = _Log(self.out, enabled=main)
         bar = _progress(cfg, self.update, self.elapsed, enabled=main)
         batches = iter(self.sampler)
-        last_save, nonfinite = time.monotonic(), 0
+        last_save, nonfinite, skipped = time.monotonic(), 0, 0
         t0 = time.monotonic() - self.elapsed
         window_tokens, window_t = 0.0, time.monotonic()
         while not self._agree(self._done()):
@@ -275,6 +335,12 @@ class Trainer:
                         "lower lr_scale, raise warmup, or use amp=bf16/none")
                 continue
             nonfinite = 0
+            skipped = 0 if stats["stepped"] else skipped + 1
+            if skipped >= MAX_SKIPPED_STEPS:
+                raise NonFiniteLossError(f"the fp16 gradient scaler skipped {skipped} steps in a row at update "
+                                         f"{self.update + 1}: the gradients are not finite; use amp=bf16/none")
+            if skipped:
+                continue
             window_tokens += stats["tokens"]
             if self.update % cfg.log_every == 0:
                 now = time.monotonic()
@@ -301,7 +367,7 @@ class Trainer:
             log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
         summary = self.summary() if main else {}
         if main:
-            ckpt.write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
+            write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         log.close()
         return summary
 

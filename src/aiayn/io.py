@@ -1,0 +1,172 @@
+"""Reading lines and writing files: one rule for each, used by every command. Torch-free.
+
+Reading. A line ends at LF ("\\n") only; a CR right before that LF (a Windows CRLF ending) is
+removed with it, and a CR anywhere else stays inside the line. Python's text mode splits on a
+bare CR too (and ``str.splitlines`` on form feeds and U+2028), which turns one sentence into
+two and shifts every later output against its source, so files are read as bytes and split
+here. Bytes are decoded as strict UTF-8, line by line, so that an error names the line.
+
+Writing. A file is written to a temporary name beside its destination, fsynced and renamed,
+so that a reader (or a crash) sees the old file or the new one, never half of one; a failed
+write removes its temporary file. ``publish_dir`` does the same for a whole directory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+PathLike = str | os.PathLike
+
+
+class InputError(ValueError):
+    """Input a user can fix; the message names the file (and line) and the problem."""
+
+
+# ----------------------------------------------------------------------------------------
+# Reading lines
+
+
+def open_binary(path: PathLike) -> IO[bytes]:
+    """Open ``path`` for reading bytes, decompressing when its name ends in ``.gz``."""
+    if Path(path).is_dir():
+        raise InputError(f"{path} is a directory, not a text file")
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
+def split_lines(stream: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a byte stream without their endings, by the module's rule.
+
+    Iterating a binary file splits at b"\\n" only (unlike text mode); what is left to do is
+    removing the LF and a CR right before it. A last line without LF keeps a trailing CR.
+    """
+    for raw in stream:
+        if raw.endswith(b"\n"):
+            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+        yield raw
+
+
+def decode_line(raw: bytes, source: str, lineno: int) -> str:
+    """Strict UTF-8 of one line; ``InputError`` naming ``source`` and ``lineno`` if invalid."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{source}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def iter_lines(source: PathLike | IO[bytes], name: str | None = None) -> Iterator[str]:
+    """Lines of a UTF-8 file (``.gz`` read transparently) or an open binary stream, streamed.
+
+    ``name`` is what errors call a stream (default: the path, or ``<stream>``).
+    """
+    if isinstance(source, (str, os.PathLike)):
+        with open_binary(source) as f:
+            yield from iter_lines(f, name or str(source))
+        return
+    for lineno, raw in enumerate(split_lines(source), start=1):
+        yield decode_line(raw, name or "<stream>", lineno)
+
+
+def read_lines(path: PathLike) -> list[str]:
+    """All lines of a UTF-8 text file (``.gz`` allowed), without endings."""
+    return list(iter_lines(path))
+
+
+# ----------------------------------------------------------------------------------------
+# Writing atomically
+
+
+def fsync_dir(path: PathLike) -> None:
+    """Make a rename or a new entry in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def check_output_file(path: PathLike) -> Path:
+    """Fail early (before hours of decoding) if ``path`` cannot become a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; give a file name for the output")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"cannot write {path}: {parent} is a file, not a directory")
+    return path
+
+
+@contextmanager
+def atomic_file(path: PathLike) -> Iterator[Path]:
+    """A fresh temporary path beside ``path``: write it inside the block; on success it is
+    fsynced and renamed onto ``path``, on any error it is removed and ``path`` is untouched.
+
+    The temporary name is random and created exclusively, so nothing that exists is reused
+    or removed; it keeps the destination's suffix (writers such as matplotlib pick the
+    format from it). It is created with the umask's usual permissions, unlike mkstemp's 0600.
+    """
+    path = check_output_file(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    with open(tmp, "xb"):
+        pass
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that readers see the old or the new file, never half."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_lines_atomic(path: PathLike, lines: Iterable[str]) -> None:
+    """One string a line, each ended by LF, written atomically."""
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
+
+
+def temp_dir_beside(path: PathLike) -> Path:
+    """A new, empty directory beside ``path`` (same file system, so renaming it is atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+
+
+def fsync_tree(directory: Path) -> None:
+    """fsync every file directly in ``directory``, then the directory itself."""
+    for file in directory.iterdir():
+        if file.is_file():
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
+    fsync_dir(directory)
+
+
+def publish_dir(tmp: Path, final: Path) -> None:
+    """Rename the complete directory ``tmp`` to ``final``; an existing ``final`` (which the
+    caller has decided may be replaced) is first moved aside and removed only afterwards, so
+    that a crash leaves the old or the new directory in place, never neither."""
+    fsync_tree(tmp)
+    aside = None
+    if final.exists() or final.is_symlink():
+        aside = temp_dir_beside(final)
+        os.rename(final, aside / final.name)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+    if aside is not None:
+        shutil.rmtree(aside)

@@ -1,0 +1,204 @@
+"""Issue 12, second part: bad input gives one line naming the file, line or key (exit 2), never
+a traceback; a full disk and a planted pickle are named for what they are."""
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import checkpoint
+from aiayn.checkpoint import META, TRAINER, WEIGHTS, latest_checkpoint, list_checkpoints, load_trainer_state
+from aiayn.io import InputError
+from aiayn.train import load_train_config
+
+from _safety import config, copy_run, one_line_error, run_cli
+
+
+@pytest.fixture
+def ckpt(tiny_run, tmp_path) -> Path:
+    """A private copy of the newest checkpoint of ``tiny_run``."""
+    return Path(shutil.copytree(latest_checkpoint(tiny_run / "checkpoints"), tmp_path / "ckpt"))
+
+
+# --- translate: invalid UTF-8 is reported by line, the rest is translated -----------------------
+
+
+def test_translate_reports_invalid_utf8_by_line_and_decodes_the_rest(ckpt, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"In the beginning\n\xff\xfe broken\nGod created\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--input", src)
+    assert code == 2
+    one_line_error(err, str(src), "1 line(s) not valid UTF-8 (line 2)", "the other 2 were translated")
+    lines = out.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 outputs; the bad one empty
+
+
+# --- configuration files -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, text, line", [
+    ("c.yaml", "preset: tiny\nwarmup: [1, 2\nlr_scale: 2\n", 3),
+    ("c.yaml", "preset: tiny\nmodel: d_ff: 3\n", 2),
+    ("c.toml", 'preset = "tiny"\nwarmup = \n', 2),
+    ("c.json", '{"preset": "tiny",\n "warmup": 10,,\n}', 2),
+])
+def test_a_broken_config_file_is_named_with_its_line(tmp_path, capsys, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"^{path}: line {line}: invalid (YAML|TOML|JSON) \("):
+        load_train_config(path)
+    code, _, err = run_cli(capsys, "train", path)
+    assert code == 2
+    one_line_error(err, f"{path}: line {line}")
+
+
+def test_a_config_that_is_a_directory_or_binary_is_named(tmp_path):
+    (tmp_path / "d.yaml").mkdir()
+    with pytest.raises(ValueError, match="d.yaml: is a directory"):
+        load_train_config(tmp_path / "d.yaml")
+    (tmp_path / "b.yaml").write_bytes(b"preset: \xff\n")
+    with pytest.raises(ValueError, match="b.yaml: invalid UTF-8 at byte 8"):
+        load_train_config(tmp_path / "b.yaml")
+
+
+# --- damaged checkpoints ----------------------------------------------------------------------
+
+
+def test_a_truncated_safetensors_file_is_named(ckpt, tmp_path, capsys):
+    data = (ckpt / WEIGHTS).read_bytes()
+    (ckpt / WEIGHTS).write_bytes(data[: len(data) // 2])
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2 and out == ""
+    one_line_error(err, str(ckpt / WEIGHTS), "not a readable safetensors file", "truncated")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"update": 3,\n "model_config": {', "line 2: invalid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"update": 3}', "no 'model_config' entry"),
+])
+def test_an_invalid_meta_json_is_named(ckpt, tmp_path, capsys, text, problem):
+    (ckpt / META).write_text(text)
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, _, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2
+    one_line_error(err, str(ckpt / META), problem)
+
+
+class Planted:
+    """A pickle that would run a shell command when loaded without weights_only."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(ckpt, tiny_corpus, tmp_path, capsys):
+    marker = tmp_path / "code-ran"
+    torch.save({"optimizer": Planted(marker)}, ckpt / TRAINER)
+    with pytest.raises(InputError, match="not a trusted checkpoint") as info:
+        load_trainer_state(ckpt)
+    assert "weights_only=False" not in str(info.value) and "weights_only" not in str(info.value)
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(tiny_corpus, tmp_path / "run").__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu", "--resume", ckpt)
+    assert code == 2
+    one_line_error(err, str(ckpt / TRAINER), "not a trusted checkpoint")
+    assert "weights_only" not in err and not marker.exists()
+
+
+# --- evaluate ----------------------------------------------------------------------------------
+
+
+def test_evaluate_output_that_is_a_directory_fails_before_decoding(ckpt, tmp_path, capsys, monkeypatch):
+    from aiayn import evaluate
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the output path was checked")
+
+    monkeypatch.setattr(evaluate, "load_transformer", no_model)
+    (tmp_path / "s").write_text("a\n")
+    (tmp_path / "r").write_text("b\n")
+    (tmp_path / "hyps").mkdir()
+    code, _, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", tmp_path / "s", "--ref", tmp_path / "r",
+                           "--output", tmp_path / "hyps")
+    assert code == 2
+    one_line_error(err, str(tmp_path / "hyps"), "is a directory")
+
+
+@pytest.mark.parametrize("src_text, ref_text, problem", [
+    ("", "", "are both empty: nothing to evaluate"),
+    ("a\nb\n", "", "the reference file {ref} is empty"),
+])
+def test_evaluate_empty_files_are_named(ckpt, tmp_path, capsys, src_text, ref_text, problem):
+    src, ref = tmp_path / "s.txt", tmp_path / "r.txt"
+    src.write_text(src_text)
+    ref.write_text(ref_text)
+    code, _, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    assert code == 2
+    one_line_error(err, problem.format(ref=ref))
+
+
+def test_alpha_nan_is_a_one_line_error(ckpt, tmp_path, capsys):
+    (tmp_path / "s").write_text("a\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--alpha", "nan", "--input", tmp_path / "s")
+    assert code == 2 and out == ""
+    one_line_error(err, "alpha must be a finite number", "nan")
+
+
+# --- a full disk while saving -----------------------------------------------------------------
+
+
+def test_a_full_disk_while_saving_removes_the_partial_checkpoint_and_says_so(tiny_run, tmp_path, monkeypatch):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    real_save = checkpoint.save_model
+
+    def save_until_full(model, filename):
+        real_save(model, filename)  # a partial file exists on disk when the write fails
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_model", save_until_full)
+    model, _ = checkpoint.load_transformer(ckpts / "update_0000003")
+    with pytest.raises(OSError, match="no space left on device while saving checkpoint") as info:
+        checkpoint.save_checkpoint(ckpts, 4, model, {"update": 4}, None, None)
+    assert info.value.errno == errno.ENOSPC and "update_0000003" in str(info.value)
+    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "update_0000001", "update_0000002",
+                                                        "update_0000003"]
+    assert latest_checkpoint(ckpts).name == "update_0000003"
+
+
+def test_train_reports_a_full_disk_in_one_line(tiny_corpus, tmp_path, capsys, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "save_model", full)
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps(config(tiny_corpus, tmp_path / "run", max_updates=1).__dict__))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
+    assert code == 2
+    one_line_error(err, "no space left on device", "the partial .update_0000001.tmp was removed")
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == []
+
+
+# --- checkpoints/latest stays inside the run ----------------------------------------------------
+
+
+@pytest.mark.parametrize("pointer", ["../../elsewhere", "/tmp", "update_0000003/../../x", "link"])
+def test_latest_never_points_outside_the_run(tiny_run, tmp_path, pointer):
+    ckpts = copy_run(tiny_run, tmp_path / "run" / "checkpoints")
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(ckpts / "update_0000003", outside)
+    (ckpts / "update_0000009").symlink_to(outside)
+    (ckpts / "latest").write_text(("update_0000009" if pointer == "link" else pointer) + "\n")
+    with pytest.raises(InputError, match="not a checkpoint directory inside"):
+        latest_checkpoint(ckpts)
+    assert "update_0000009" not in [p.name for p in list_checkpoints(ckpts)]  # a link is no checkpoint

@@ -1,0 +1,218 @@
+"""aiayn.io: the one line-reading rule and the atomic writers, pinned by examples and by
+Hypothesis; and the config parser, which must answer any text with a config or a ValueError."""
+
+import io as std_io
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiayn.data.readers import DataError
+from aiayn.data.readers import iter_lines as corpus_lines
+from aiayn.io import InputError, atomic_file, iter_lines, read_lines, write_lines_atomic, write_text_atomic
+from aiayn.train import TrainConfig, load_train_config
+from aiayn.train.config import apply_sets
+
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+# --- the rule, by example ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data, lines", [
+    (b"", []),
+    (b"a\nb\n", ["a", "b"]),
+    (b"a\nb", ["a", "b"]),  # a last line without LF
+    (b"a\r\nb\r\n", ["a", "b"]),  # CRLF: the CR goes with the LF
+    (b"a\rb\n", ["a\rb"]),  # a bare CR stays inside the line
+    (b"a\r\r\n", ["a\r"]),  # only the one CR of the CRLF goes
+    (b"a\r", ["a\r"]),  # a last bare CR is not a CRLF
+    (b"\n\n", ["", ""]),
+    ("x\u2028y\x0cz\n".encode(), ["x\u2028y\x0cz"]),  # str.splitlines would give 3 lines
+])
+def test_lines_split_at_lf_only(tmp_path, data, lines):
+    path = tmp_path / "f.txt"
+    path.write_bytes(data)
+    assert read_lines(path) == lines
+    assert list(corpus_lines(path)) == lines  # prepare reads by the same rule
+
+
+def test_gzip_is_read_transparently(tmp_path):
+    import gzip
+
+    path = tmp_path / "f.txt.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(b"one\r\ntwo\n")
+    assert read_lines(path) == ["one", "two"]
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"ok\nstill ok\n\xc3(\n")
+    with pytest.raises(InputError, match=rf"^{path}: line 3: invalid UTF-8"):
+        read_lines(path)
+    with pytest.raises(DataError, match=rf"^{path}: line 3: invalid UTF-8"):
+        list(corpus_lines(path))
+
+
+def test_a_directory_is_not_a_text_file(tmp_path):
+    with pytest.raises(InputError, match="is a directory"):
+        read_lines(tmp_path)
+
+
+# --- the rule, by property -------------------------------------------------------------------
+
+
+def expected_lines(data: bytes) -> list[bytes]:
+    """The rule written the obvious way: split at LF, drop the empty tail, strip a CRLF's CR."""
+    parts = data.split(b"\n")
+    terminated = [p[:-1] if p.endswith(b"\r") else p for p in parts[:-1]]
+    return terminated + ([parts[-1]] if parts[-1] else [])
+
+
+pieces = st.one_of(st.binary(max_size=6), st.sampled_from([b"\n", b"\r", b"\r\n", b"\r\r\n", b"\xff", b"\xc3",
+                                                           "é".encode(), "\u2028".encode(), b"\x85"]))
+random_files = st.lists(pieces, max_size=20).map(b"".join)
+
+
+@FAST
+@given(random_files)
+def test_any_bytes_give_the_rule_or_a_named_error(tmp_path, data):
+    want = expected_lines(data)
+    try:
+        got = list(iter_lines(std_io.BytesIO(data), "in.txt"))
+    except InputError as e:
+        bad = next(i for i, raw in enumerate(want, start=1) if not _valid(raw))
+        assert str(e).startswith(f"in.txt: line {bad}: invalid UTF-8")
+        return
+    assert got == [raw.decode() for raw in want]
+    path = tmp_path / "f.txt"
+    path.write_bytes(data)
+    assert list(corpus_lines(path)) == got
+
+
+def _valid(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
+                        max_size=8), max_size=10))
+def test_written_lines_read_back_unchanged(tmp_path, lines):
+    # A line ending in CR does not survive (it would read as CRLF); every other line does.
+    lines = [line for line in lines if not line.endswith("\r")]
+    path = tmp_path / "out.txt"
+    write_lines_atomic(path, lines)
+    assert read_lines(path) == lines
+
+
+# --- atomic writers ----------------------------------------------------------------------------
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "hyps.txt"
+    write_text_atomic(path, "old\n")
+    with pytest.raises(RuntimeError), atomic_file(path) as tmp:
+        tmp.write_text("half of the ne")
+        raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["hyps.txt"]
+
+
+def test_atomic_files_get_the_usual_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's private 0600
+
+
+def test_an_output_that_is_a_directory_is_refused(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(InputError, match="is a directory; give a file name"):
+        write_text_atomic(tmp_path / "out", "x")
+
+
+def test_io_does_not_import_torch():
+    code = "import sys, aiayn.io, aiayn.parsing; assert 'torch' not in sys.modules, 'torch imported'"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# --- the config parser answers any input with a config or a ValueError --------------------------
+
+KEYS = [f.name for f in __import__("dataclasses").fields(TrainConfig)] + [
+    "model.d_model", "model.P_drop", "model.max_len", "model.norm", "model.d_k", "warmpu", "model.x", ""]
+VALUES = st.one_of(
+    st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1", "0.5", "1e999", "9" * 5000, "None", "null", "true",
+                     "tiny", "pre", "fp16", "", " 3 ", "1_000", "0x10"]),
+    st.text(max_size=12),
+)
+
+
+@FAST
+@given(st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), VALUES), max_size=4))
+def test_any_set_strings_give_a_config_or_a_value_error(pairs):
+    sets = [f"{k}={v}" for k, v in pairs]
+    try:
+        cfg = apply_sets(TrainConfig(preset="tiny"), sets)
+    except ValueError as e:
+        assert str(e).startswith("--set"), e
+        return
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.lr_scale > 0 and cfg.adam_eps > 0 and 0 <= cfg.eps_ls < 1  # validated, never nan
+
+
+config_texts = st.one_of(
+    st.text(max_size=60),
+    st.lists(st.tuples(st.sampled_from(KEYS[:12] + ["model", "x", "1"]),
+                       st.sampled_from(["1", "-1", ".nan", "nan", "tiny", "[1, 2", "{a: 1}", "{}", "'x'", "2001-01-01",
+                                        "[]", "true", "1e999"])),
+             max_size=5).map(lambda kv: "".join(f"{k}: {v}\n" for k, v in kv)),
+    st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+)
+
+
+@FAST
+@given(st.sampled_from([".yaml", ".toml", ".json"]), config_texts)
+def test_any_config_file_gives_a_config_or_an_error_naming_it(tmp_path, suffix, text):
+    path = tmp_path / f"c{suffix}"
+    path.write_text(text, encoding="utf-8")
+    try:
+        cfg = load_train_config(path)
+    except ValueError as e:
+        assert str(e).startswith(f"{path}: "), e  # the file first, then line or key
+        return
+    assert isinstance(cfg, TrainConfig)
+
+
+@FAST
+@given(st.binary(max_size=40))
+def test_config_files_of_random_bytes_never_crash(tmp_path, data):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(data)
+    try:
+        load_train_config(path)
+    except ValueError as e:
+        assert str(e).startswith(f"{path}: "), e  # the file first, then line or key
+
+
+def test_keys_that_are_not_strings_are_rejected_by_name(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("1: 2\npreset: tiny\n")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \[1\]"):
+        load_train_config(path)
+    path.write_text("preset: tiny\nmodel: {1: 2}\n")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \[1\]"):
+        load_train_config(path)
+    path.write_text("preset: [tiny]\n")
+    with pytest.raises(ValueError, match="preset"):
+        load_train_config(path)
