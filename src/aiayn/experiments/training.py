@@ -58,7 +58,7 @@ def train_row(out: Path, corpus: Corpus, budget: Budget, model: dict[str, Any], 
               data: Path | None = None, bleu: bool = True) -> dict[str, Any]:
     """Train ``budget.updates`` updates of the demo recipe with ``model``/``train`` overrides
     into ``out`` (resuming there if interrupted), and score the last checkpoint."""
-    demo = demo_train_config(data or corpus.data, out, minutes=0.0)
+    demo = demo_train_config(data or corpus.data, out, minutes=15.0)  # the recipe; the budget replaces the minutes
     cfg = dataclasses.replace(
         demo, preset=budget.preset, model={**demo.model, **model},
         max_src_tokens=budget.max_tokens, max_tgt_tokens=budget.max_tokens, max_updates=budget.updates,
