@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..io import fsync_dir, fsync_tree
 from .binarize import META, binarize_split, is_dataset_file, read_meta, split_files, write_meta
 from .readers import DataError, ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
@@ -135,7 +136,7 @@ def _replace_dataset(new: Path, out: Path, old: Path) -> None:
     holding them is never renamed: the old ``meta.json`` goes first (the old dataset stops
     loading), the new one last (the new dataset starts loading).
     """
-    _fsync_tree(new)
+    fsync_tree(new)  # data, then the names: after a power cut the dataset is whole or absent
     if not out.exists():
         os.rename(new, out)
     elif all(is_dataset_file(e.name) for e in out.iterdir()):
@@ -154,24 +155,8 @@ def _replace_dataset(new: Path, out: Path, old: Path) -> None:
                 os.replace(file, out / file.name)
         os.replace(new / META, out / META)
         new.rmdir()
-        _fsync(out)
-    _fsync(out.parent)
-
-
-def _fsync_tree(directory: Path) -> None:
-    # Data, then the names: after a power cut the dataset is whole or absent.
-    for path in directory.iterdir():
-        if path.is_file():
-            _fsync(path)
-    _fsync(directory)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(out)
+    fsync_dir(out.parent)
 
 
 def _nonempty(*paths: Path) -> Iterator[str]:
