@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,7 +17,7 @@ import torch
 from .checkpoint import VOCAB, average_checkpoints, load_transformer, write_text_atomic
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, translate
+from .decode import DecodeConfig, quantize as quantize_model, translate
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
 from .loss import perplexity
@@ -30,10 +31,16 @@ class Evaluation:
     ppl: float
     n: int
     hypotheses: list[str] = field(repr=False)
+    decode_s: float = 0.0  # wall time of the beam search over all n sentences
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.n / self.decode_s if self.decode_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"sacrebleu": self.sacrebleu, "signature": self.signature,
-                "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n}
+                "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n,
+                "decode_s": round(self.decode_s, 2), "sentences_per_s": round(self.sentences_per_s, 2)}
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -107,22 +114,26 @@ def evaluate_model(
 ) -> Evaluation:
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    start = time.perf_counter()
     hyps = translate(model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress)
+    decode_s = time.perf_counter() - start
     score, signature = sacre_bleu(hyps, [list(references)])
     return Evaluation(
         sacrebleu=score, signature=signature,
         paper_bleu=paper_bleu(hyps, [list(references)], lang=lang),
         ppl=reference_perplexity(model, vocab, sources, references),
-        n=len(sources), hypotheses=hyps,
+        n=len(sources), hypotheses=hyps, decode_s=decode_s,
     )
 
 
 def evaluate_checkpoint(
     checkpoint: str | Path, src_path: str | Path, ref_path: str | Path, hyp_path: str | Path | None,
     decode: DecodeConfig = DecodeConfig(), lang: str = "de", device: str = "cpu", progress: bool = True,
+    quantize: str | None = None,
 ) -> Evaluation:
-    """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses."""
-    model, _ = load_transformer(checkpoint, device)
+    """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
+    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``); perplexity uses it too."""
+    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     sources, references = read_lines(src_path), read_lines(ref_path)
     if len(sources) != len(references):

@@ -9,13 +9,15 @@ from typing import TextIO
 
 from .checkpoint import VOCAB, load_transformer
 from .data import Vocab
-from .decode import DecodeConfig, translate
+from .decode import DecodeConfig, quantize as quantize_model, translate
 
 
 def translate_stream(checkpoint: str | Path, source: TextIO, sink: TextIO, decode: DecodeConfig,
-                     device: str = "cpu", chunk: int = 64, prompt: bool = False) -> int:
-    """Translate every line of ``source`` to ``sink``; returns the number of lines."""
-    model, _ = load_transformer(checkpoint, device)
+                     device: str = "cpu", chunk: int = 64, prompt: bool = False,
+                     quantize: str | None = None) -> int:
+    """Translate every line of ``source`` to ``sink``; returns the number of lines.
+    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``)."""
+    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     count = 0
     while True:
