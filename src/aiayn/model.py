@@ -270,6 +270,7 @@ class DecoderCache:
 
     layers: list[LayerCache] = field(default_factory=list)
     step: int = 0
+    memory_padded: bool = True  # False: no source has padding, attention needs no mask
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep/reorder target rows (beams), and with ``sentences`` the sentences' rows too.
@@ -470,7 +471,9 @@ class Transformer(nn.Module):
         if cache is None:
             capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
             window = self.cfg.attention_window
-            cache = DecoderCache(layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder])
+            cache = DecoderCache(layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder],
+                                 memory_padded=not bool(src_mask.all()))
+        memory_mask = src_mask if cache.memory_padded else None  # the fused kernel is faster without
         n, S = tgt_in.size(1), cache.step + tgt_in.size(1)
         self_mask = None  # one new position may see all cached ones (the window: see KVCache)
         if n > 1:
@@ -479,7 +482,7 @@ class Transformer(nn.Module):
                 self_mask = self_mask & window_mask(n, S, self.cfg.attention_window, tgt_in.device)
         y = self.tgt_embed(tgt_in, start=cache.step)
         for layer, layer_cache in zip(self.decoder, cache.layers):
-            y = layer(y, memory, self_mask, src_mask, cache=layer_cache)
+            y = layer(y, memory, self_mask, memory_mask, cache=layer_cache)
         cache.step = S
         return self.generator(self.dec_norm(y[:, -1])), cache
 
