@@ -40,7 +40,7 @@ class Evaluation:
     def as_dict(self) -> dict[str, Any]:
         return {"sacrebleu": self.sacrebleu, "signature": self.signature,
                 "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n,
-                "decode_s": round(self.decode_s, 2), "sentences_per_s": round(self.sentences_per_s, 2)}
+                "decode_s": self.decode_s, "sentences_per_s": self.sentences_per_s}
 
 
 def read_lines(path: str | Path) -> list[str]:
