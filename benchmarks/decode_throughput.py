@@ -3,7 +3,13 @@
 Same weights in all three (ours copied into a ``MarianMTModel`` configured as the paper's
 post-LN Transformer, and that model converted with CTranslate2's ``TransformersConverter``),
 same random source sentences, beam 4, exactly 40 output tokens (eos forbidden before 40 on every
-side), fp32, 2 threads. Before timing, our logits are checked against Hugging Face's.
+side), fp32 (``--quantize int8``: ours int8 vs CTranslate2 int8), 2 threads. Before timing, our
+logits are checked against Hugging Face's. CTranslate2 runs in a process of its own
+(``ct2_worker.py``), so that its OpenMP runtime does not share a process with PyTorch's.
+
+``--testset CHECKPOINT``: the real job instead, the bundled test split (1,523 verses)
+translated with the checkpoint by us (``translate``, as ``aiayn evaluate`` does) and by
+CTranslate2 converted from the same weights; wall time of each, interleaved.
 
 Cost: about 2 minutes on 2 CPU cores for both configurations. Needs the peers (never the
 package's own venv):
@@ -14,12 +20,17 @@ package's own venv):
     /work/benchvenv-decode/bin/python benchmarks/decode_throughput.py
 
 Prints target tokens/s (40 x sentences / seconds) per system and batch size, and our ratios.
+
+    python benchmarks/decode_throughput.py --quantize int8      # ours int8 vs CTranslate2 int8
+    python benchmarks/decode_throughput.py --testset runs/demo/averaged [--quantize int8]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +40,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
-from aiayn.decode import DecodeConfig, beam_search  # noqa: E402
+from aiayn.decode import DecodeConfig, beam_search, quantize, translate  # noqa: E402
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 OUT_LEN, BEAM = 40, 4
@@ -157,8 +168,28 @@ def ct2_from_marian(hf, out_dir: str):
 
     ct2_dir = os.path.join(out_dir, "ct2")
     Converter(hf_dir).convert(ct2_dir, force=True)
-    return ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32",
-                                  intra_threads=2, inter_threads=1), vocab
+    return ct2_dir, vocab
+
+
+class Ct2Process:
+    """A CTranslate2 translator in its own process (``ct2_worker.py``), one request per call."""
+
+    def __init__(self, model_dir: str, compute_type: str, threads: int) -> None:
+        worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen([sys.executable, worker, model_dir, compute_type, str(threads)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def __call__(self, **request) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def sources(n: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -176,30 +207,36 @@ def batches(srcs: list[list[int]], size: int):
         yield chunk, src
 
 
-def run_ours(model, srcs, size):
+def run_ours(model, srcs, size) -> float:
     config = DecodeConfig(beam=BEAM, alpha=0.6, max_len_a=0, max_len_b=OUT_LEN)
+    start = time.perf_counter()
     with torch.inference_mode():
         for _, src in batches(srcs, size):
             hyps = beam_search(model, src, config, min_len=OUT_LEN)
             assert all(len(h[0].tokens) >= OUT_LEN - 1 for h in hyps)
+    return time.perf_counter() - start
 
 
-def run_hf(hf, srcs, size):
+def run_hf(hf, srcs, size) -> float:
+    start = time.perf_counter()
     with torch.inference_mode():
         for _, src in batches(srcs, size):
             out = hf.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=BEAM,
                               max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN, do_sample=False,
                               length_penalty=0.6, early_stopping=False)
             assert out.size(1) >= OUT_LEN
+    return time.perf_counter() - start
 
 
-def run_ct2(translator, vocab, srcs, size):
+def run_ct2(ct2: Ct2Process, vocab, srcs, size) -> float:
+    """Seconds inside the worker, over the same chunks of ``size`` sentences in the same order."""
+    seconds = 0.0
     for chunk, _ in batches(srcs, size):
-        tokens = [[vocab.tokens[i] for i in s] for s in chunk]
-        res = translator.translate_batch(tokens, beam_size=BEAM, max_batch_size=size,
-                                         min_decoding_length=OUT_LEN, max_decoding_length=OUT_LEN,
-                                         length_penalty=0.6)
-        assert len(res[0].hypotheses[0]) >= OUT_LEN - 1
+        res = ct2(sources=[[vocab.tokens[i] for i in s] for s in chunk], batch=size, beam=BEAM,
+                  min_len=OUT_LEN, max_len=OUT_LEN)
+        assert len(res["outputs"][0]) >= OUT_LEN - 1
+        seconds += res["seconds"]
+    return seconds
 
 
 def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, float]:
@@ -210,10 +247,43 @@ def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, floa
     best = {name: float("inf") for name in systems}
     for _ in range(repeats):
         for name, fn in systems.items():
-            start = time.perf_counter()
-            fn(srcs, size)
-            best[name] = min(best[name], time.perf_counter() - start)
+            best[name] = min(best[name], fn(srcs, size))
     return {name: OUT_LEN * len(srcs) / t for name, t in best.items()}
+
+
+def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, tmp: str) -> None:
+    """The real job: the bundled test split, ours (as ``aiayn evaluate`` decodes) vs CTranslate2."""
+    from aiayn.checkpoint import VOCAB, load_transformer
+    from aiayn.data import Vocab, bundled_corpus_paths
+    from aiayn.evaluate import read_lines
+
+    model = quantize(load_transformer(checkpoint)[0], quantize_mode)
+    vocab = Vocab.load(os.path.join(checkpoint, VOCAB))
+    lines = read_lines(bundled_corpus_paths()["test"][0])
+    ids = [vocab.encode(line) + [vocab.eos_id] for line in lines if line.strip()]
+    names = _Vocab(model.cfg.vocab_size)
+    fp32 = load_transformer(checkpoint)[0] if quantize_mode else model
+    ct2 = Ct2Process(ct2_from_marian(marian_from_ours(fp32), tmp)[0],
+                     "int8" if quantize_mode else "float32", torch.get_num_threads())
+    max_len = max(map(len, ids)) + 50
+
+    def ours() -> float:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            translate(model, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000)
+        return time.perf_counter() - start
+
+    def theirs() -> float:
+        start = time.perf_counter()  # wall time, including the transfer to the worker
+        ct2(sources=[[names.tokens[i] for i in s] for s in ids], batch=64, beam=BEAM, max_len=max_len)
+        return time.perf_counter() - start
+
+    for repeat in range(repeats):
+        t_ours, t_ct2 = ours(), theirs()
+        print(f"[test split, {len(ids)} sentences, {quantize_mode or 'fp32'}] repeat {repeat + 1}: "
+              f"ours {t_ours:.1f} s ({len(ids) / t_ours:.1f} sent/s)  ct2 {t_ct2:.1f} s "
+              f"({len(ids) / t_ct2:.1f} sent/s)  ours/ct2 speed {t_ct2 / t_ours:.2f}", flush=True)
+    ct2.close()
 
 
 def main() -> None:
@@ -223,28 +293,42 @@ def main() -> None:
     parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2"])
+    parser.add_argument("--quantize", choices=["int8"], help="ours int8 vs CTranslate2 int8 (no HF)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--testset", metavar="CHECKPOINT", help="time the bundled test split instead")
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, beam {BEAM}, {OUT_LEN} tokens, fp32")
+    torch.set_num_threads(args.threads)
+    precision = args.quantize or "fp32"
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, beam {BEAM}, {precision}")
+    if args.testset:
+        with tempfile.TemporaryDirectory() as tmp:
+            test_split_times(args.testset, args.quantize, args.repeats, tmp)
+        return
+    peers = [p for p in args.peers if not (args.quantize and p == "hf")]
     for name in args.configs:
-        model = our_model(CONFIGS[name])
+        fp32 = our_model(CONFIGS[name])
+        model = quantize(our_model(CONFIGS[name]), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
+        ct2 = None
         with tempfile.TemporaryDirectory() as tmp:
-            if "hf" in args.peers or "ct2" in args.peers:
-                hf = marian_from_ours(model)
-                diff = check_logits(model, hf, next(batches(srcs[:4], 4))[1])
+            if peers:
+                hf = marian_from_ours(fp32)
+                diff = check_logits(fp32, hf, next(batches(srcs[:4], 4))[1])
                 print(f"[{name}] logits ours vs HF Marian: max |diff| = {diff:.2e}")
-                if "hf" in args.peers:
+                if "hf" in peers:
                     systems["hf"] = lambda s, b: run_hf(hf, s, b)
-                if "ct2" in args.peers:
-                    translator, vocab = ct2_from_marian(hf, tmp)
-                    systems["ct2"] = lambda s, b: run_ct2(translator, vocab, s, b)
+                if "ct2" in peers:
+                    ct2_dir, vocab = ct2_from_marian(hf, tmp)
+                    ct2 = Ct2Process(ct2_dir, "int8" if args.quantize else "float32", args.threads)
+                    systems["ct2"] = lambda s, b: run_ct2(ct2, vocab, s, b)
             for size, n in ((1, args.n1), (32, args.n32)):
                 rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
                 ratios = "  ".join(f"ours/{k} {rates['aiayn'] / v:.2f}" for k, v in rates.items() if k != "aiayn")
-                print(f"[{name}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
+                print(f"[{name} {precision}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
+            if ct2 is not None:
+                ct2.close()
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ class PrefixCache:
     def __init__(self, rows: list[tuple[int, ...]]) -> None:
         self.rows = rows
 
-    def select(self, index: torch.Tensor, reorder_memory: bool = True) -> None:
-        self.rows = [self.rows[i] for i in index.tolist()]
+    def select(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        self.rows = [self.rows[i] for i in rows.tolist()]
 
 
 class ScriptedModel:
@@ -40,8 +40,8 @@ class ScriptedModel:
     def src_mask(self, src):
         return (src != PAD)[:, None, None, :]
 
-    def decode_step(self, tgt_in, memory, src_mask, cache=None):
-        assert memory.size(0) == src_mask.size(0) == tgt_in.size(0)
+    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
+        assert memory.size(0) == src_mask.size(0) and tgt_in.size(0) % memory.size(0) == 0
         self.steps += 1
         if cache is None:
             cache = PrefixCache([() for _ in range(tgt_in.size(0))])
@@ -186,7 +186,7 @@ class Uncached:
     def src_mask(self, src):
         return self.model.src_mask(src)
 
-    def decode_step(self, tgt_in, memory, src_mask, cache=None):
+    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
         prefix = tgt_in if cache is None else torch.cat([cache.rows, tgt_in], dim=1)
         logits, _ = self.model.decode_step(prefix, memory, src_mask, None)
         cache = cache or PrefixCache([])
@@ -194,8 +194,8 @@ class Uncached:
         return logits, cache
 
 
-def _select_tensor_rows(self, index, reorder_memory=True):
-    self.rows = self.rows.index_select(0, index)
+def _select_tensor_rows(self, rows, sentences=None):
+    self.rows = self.rows.index_select(0, rows)
 
 
 def test_cached_equals_uncached(monkeypatch):

@@ -95,6 +95,7 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
          "--ref", str(ref), "--output", str(out), "--lang", "es"], capture_output=True, text=True, check=True)
     scores = json.loads(result.stdout)
     assert scores["sentences"] == 2 and scores["signature"].startswith("nrefs:1")
+    assert scores["decode_s"] > 0 and scores["sentences_per_s"] == pytest.approx(2 / scores["decode_s"])
     hyps = read_lines(out)
     assert scores["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [read_lines(ref)]).score)
 

@@ -105,7 +105,7 @@ def test_cache_select_reorders_rows():
     memory, mask = model.encode(src), model.src_mask(src)
     _, cache = model.decode_step(tgt[:, :4], memory, mask, None)
     order = torch.tensor([2, 0])
-    cache.select(order)
+    cache.select(order, sentences=order)
     logits, _ = model.decode_step(tgt[order, 4:5], memory[order], mask[order], cache)
     assert torch.allclose(logits, model(src, tgt)[order, 4], atol=1e-5)
 
@@ -212,6 +212,43 @@ def test_cache_select_without_memory_reorder_is_exact_within_a_sentence():
     prefix[1, :4] = torch.randint(4, 100, (4,))  # the beams of a sentence differ
     _, cache = model.decode_step(prefix[:, :4], memory, mask, None)
     within = torch.tensor([1, 0, 3, 2])  # each beam replaced by the other beam of its sentence
-    cache.select(within, reorder_memory=False)
+    cache.select(within)  # sentences=None: the memory k/v rows stay where they are
     logits, _ = model.decode_step(prefix[within, 4:5], memory, mask, cache)
     assert torch.allclose(logits, model(src[beams][within], prefix[within, :5])[:, 4], atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"attention_window": 2}, {"norm": "pre"}])
+def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
+    """What beam search does to the cache, checked against a full forward at every step.
+
+    Three sentences, the memory given once per sentence; the first step has one row per
+    sentence, then each sentence has 3 beams whose parents are drawn at random within the
+    sentence (reordering, duplicating, dropping beams), and sentences leave after steps 3 and 5.
+    """
+    model = make(**overrides)
+    src, _ = batch()
+    g = torch.Generator().manual_seed(5)
+    memory, mask = model.encode(src), model.src_mask(src)
+    sentences = torch.arange(3)  # original index of each sentence still decoding
+    prefixes = torch.full((3, 1), 2)  # (n*b, t), bos
+    b, k, T = 1, 3, 8
+    leave = {3: 1, 5: 0}  # step -> the current index of the sentence that leaves after it
+    cache, buffers = None, set()
+    for step in range(T):
+        logits, cache = model.decode_step(prefixes[:, -1:], memory, mask, cache, max_len=T)
+        full = model(src[sentences.repeat_interleave(b)], prefixes)[:, -1]
+        assert torch.allclose(logits, full, atol=1e-5), f"step {step}"
+        if step >= 2:  # after the fan-out, two buffers per layer take turns: no allocation
+            buffers.add(cache.layers[0].self_kv.k.data_ptr())
+        n = sentences.numel()
+        parents = torch.randint(0, b, (n, k), generator=g) + (torch.arange(n) * b)[:, None]
+        keep = torch.tensor([i for i in range(n) if i != leave.get(step)])
+        rows = parents[keep].reshape(-1)
+        if step in leave:
+            cache.select(rows, sentences=keep)
+            memory, mask, sentences = memory[keep], mask[keep], sentences[keep]
+        else:
+            cache.select(rows)
+        prefixes = torch.cat([prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1)
+        b = k
+    assert sentences.tolist() == [2] and len(buffers) == 2

@@ -123,7 +123,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     from .evaluate import evaluate_checkpoint
 
     result = evaluate_checkpoint(args.checkpoint, args.src, args.ref, args.output,
-                                 _decode_config(args), lang=args.lang, device=args.device)
+                                 _decode_config(args), lang=args.lang, device=args.device,
+                                 quantize=args.quantize)
     print(json.dumps(result.as_dict(), indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
@@ -136,7 +137,8 @@ def _translate(args: argparse.Namespace) -> None:
     source = open_binary(args.input) if args.input else sys.stdin.buffer  # bytes: aiayn.io splits lines
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
     translate_stream(args.checkpoint, source, sys.stdout, _decode_config(args), device=args.device,
-                     chunk=1 if interactive else args.chunk, prompt=interactive, name=args.input or "<stdin>")
+                     chunk=1 if interactive else args.chunk, prompt=interactive, name=args.input or "<stdin>",
+                     quantize=args.quantize)
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -189,6 +191,8 @@ def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, help="beam size (translation preset: 4)")
     p.add_argument("--alpha", type=float, help="GNMT length penalty alpha (translation preset: 0.6)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--quantize", choices=["int8"],
+                   help="int8 weights for the Linear layers (CPU; quantized after loading)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -160,6 +160,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"  SacreBLEU   {t['sacrebleu']:.2f}   ({t['signature']})",
         f"  paper BLEU  {t['paper_bleu']:.2f}   (Moses-tokenised, ##AT## compound split, multi-bleu)",
         f"  perplexity  test {t['ppl']:.2f}, valid {report['valid_ppl_averaged']:.2f} per subword",
+        f"  decoding    {t['decode_s']:.1f} s, {t['sentences_per_s']:.1f} sentences/s "
+        f"({torch.get_num_threads()} threads)",
         "",
         "Samples:",
     ]

@@ -5,6 +5,7 @@ plus the perplexity per subword of the references."""
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -14,7 +15,7 @@ import torch
 from .checkpoint import VOCAB, average_checkpoints, check_average_out, load_transformer
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, translate
+from .decode import DecodeConfig, quantize as quantize_model, translate
 from .io import InputError, check_output_file, publish_dir, read_lines, temp_dir_beside, write_lines_atomic
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
@@ -29,10 +30,16 @@ class Evaluation:
     ppl: float
     n: int
     hypotheses: list[str] = field(repr=False)
+    decode_s: float = 0.0  # wall time of the beam search over all n sentences
+
+    @property
+    def sentences_per_s(self) -> float:
+        return self.n / self.decode_s if self.decode_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {"sacrebleu": self.sacrebleu, "signature": self.signature,
-                "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n}
+                "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n,
+                "decode_s": self.decode_s, "sentences_per_s": self.sentences_per_s}
 
 
 @torch.no_grad()
@@ -92,22 +99,26 @@ def evaluate_model(
 ) -> Evaluation:
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
+    start = time.perf_counter()
     hyps = translate(model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress)
+    decode_s = time.perf_counter() - start
     score, signature = sacre_bleu(hyps, [list(references)])
     return Evaluation(
         sacrebleu=score, signature=signature,
         paper_bleu=paper_bleu(hyps, [list(references)], lang=lang),
         ppl=reference_perplexity(model, vocab, sources, references),
-        n=len(sources), hypotheses=hyps,
+        n=len(sources), hypotheses=hyps, decode_s=decode_s,
     )
 
 
 def evaluate_checkpoint(
     checkpoint: str | Path, src_path: str | Path, ref_path: str | Path, hyp_path: str | Path | None,
     decode: DecodeConfig = DecodeConfig(), lang: str = "de", device: str = "cpu", progress: bool = True,
+    quantize: str | None = None,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
+    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``); perplexity uses it too.
     Every input is checked before the model decodes anything: an output path that cannot be
     written, empty files and misaligned files fail at once, not after hours of beam search.
     """
@@ -120,7 +131,7 @@ def evaluate_checkpoint(
         raise InputError(f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)")
     if len(sources) != len(references):
         raise InputError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
-    model, _ = load_transformer(checkpoint, device)
+    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)
     if hyp_path is not None:

@@ -78,7 +78,7 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, L, self.h, d).transpose(1, 2)  # (B, L, h*d) -> (B, h, L, d)
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder-decoder keys and values: (B, S, d_model) -> 2 x (B, h, S, d)."""
+        """Encoder-decoder keys and values: (n, S, d_model) -> 2 x (n, h, S, d)."""
         k, v = self.W_KV(memory).split([self.h * self.d_k, self.h * self.d_v], dim=-1)
         return self._heads(k, self.d_k), self._heads(v, self.d_v)
 
@@ -87,23 +87,30 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         mask: Tensor | None,
         memory_kv: tuple[Tensor, Tensor] | None = None,
-        past_kv: tuple[Tensor, Tensor] | None = None,
+        cache: KVCache | None = None,
         is_causal: bool = False,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """x: (B, T, d_model) -> (B, T, d_model), plus the (k, v) used (for caching).
+    ) -> Tensor:
+        """x: (B, T, d_model) -> (B, T, d_model).
 
-        Self-attention: keys/values come from x, appended to ``past_kv`` when decoding.
-        Encoder-decoder attention: keys/values are ``memory_kv`` (see ``project_kv``).
+        Self-attention: keys/values come from x; when decoding they are appended to ``cache``
+        and the query attends to every position there.
+        Encoder-decoder attention: keys/values are ``memory_kv`` (n, h, S, d) of n sentences
+        (see ``project_kv``) and B = n*b: rows i*b .. i*b+b-1 are b target sequences of
+        sentence i (the beams of beam search). They share its keys/values, so the b*T queries
+        of a sentence attend together, which avoids b copies of the memory.
         """
+        B, T, _ = x.shape
         qk = self.h * self.d_k
         if self.self_attention:
             q, k, v = self.W_QKV(x).split([qk, qk, self.h * self.d_v], dim=-1)
             q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
-            if past_kv is not None:
-                k, v = torch.cat([past_kv[0], k], dim=2), torch.cat([past_kv[1], v], dim=2)
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, h, S, d): every position so far
         else:
             assert memory_kv is not None, "encoder-decoder attention needs the memory's k, v"
-            q, (k, v) = self._heads(self.W_Q(x), self.d_k), memory_kv
+            k, v = memory_kv
+            n = k.size(0)
+            q = self.W_Q(x).view(n, -1, self.h, self.d_k).transpose(1, 2)  # (n, h, b*T, d_k)
         dropout_p = self.dropout_p if self.training else 0.0
         if self.impl == "reference":
             if is_causal:
@@ -113,9 +120,8 @@ class MultiHeadAttention(nn.Module):
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.scale
             )
-        B, _, T, _ = out.shape
-        out = out.transpose(1, 2).reshape(B, T, self.h * self.d_v)  # concatenate the heads
-        return self.W_O(out), (k, v)
+        # (B or n, h, T or b*T, d_v) -> (B, T, h*d_v): concatenate the heads
+        return self.W_O(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))
 
 
 def causal_mask(T: int, S: int, device: torch.device) -> Tensor:
@@ -194,15 +200,67 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
         attn, ffn = self.sublayer
-        x = attn.output(x, self.self_attn(attn.input(x), mask)[0])
+        x = attn.output(x, self.self_attn(attn.input(x), mask))
         return ffn.output(x, self.feed_forward(ffn.input(x)))
+
+
+class KVCache:
+    """One decoder layer's self-attention keys and values for incremental decoding.
+
+    ``k``/``v`` are buffers (rows, h, capacity, d) allocated once per batch: each step writes
+    its positions in place (no ``torch.cat`` of a growing tensor), and a beam reordering
+    gathers the ``length`` filled positions into a spare pair of buffers, which then become
+    the current ones (no allocation per step). Rows beyond ``rows`` and positions beyond
+    ``length`` are stale and never read. With restricted attention (``window`` = r) a single
+    new query sees only the last r + 1 positions, so only those are returned.
+    """
+
+    def __init__(self, capacity: int, window: int | None = None) -> None:
+        self.capacity, self.window = capacity, window
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.spare: tuple[Tensor, Tensor] | None = None
+        self.rows = self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v (rows, h, n, d) after the cached positions; return what the new queries
+        may attend: (rows, h, length, d) views (the window's last r + 1 for a single query)."""
+        rows, _, n, _ = k.shape
+        if self.k is None or self.v is None:
+            self.k = k.new_empty(rows, k.size(1), self.capacity, k.size(3))
+            self.v = v.new_empty(rows, v.size(1), self.capacity, v.size(3))
+            self.rows = rows
+        if rows != self.rows:
+            raise ValueError(f"cache holds {self.rows} rows, step has {rows}")
+        start, end = self.length, self.length + n
+        if end > self.capacity:
+            raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
+        self.k[:rows, :, start:end] = k
+        self.v[:rows, :, start:end] = v
+        self.length = end
+        lo = max(0, end - 1 - self.window) if self.window is not None and n == 1 else 0
+        return self.k[:rows, :, lo:end], self.v[:rows, :, lo:end]
+
+    def select(self, index: Tensor) -> None:
+        """Row i becomes old row index[i] (rows may repeat, reorder or leave)."""
+        if self.k is None or self.v is None:
+            return
+        rows = index.numel()
+        if self.spare is None or self.spare[0].size(0) < rows:
+            self.spare = (self.k.new_empty(rows, *self.k.shape[1:]), self.v.new_empty(rows, *self.v.shape[1:]))
+        L = self.length
+        for old, new in zip((self.k, self.v), self.spare):
+            torch.index_select(old[: self.rows, :, :L], 0, index, out=new[:rows, :, :L])
+        (self.k, self.v), self.spare = self.spare, (self.k, self.v)
+        self.rows = rows
 
 
 @dataclass
 class LayerCache:
-    """One decoder layer's cached tensors: growing self-attention k/v, fixed memory k/v."""
+    """One decoder layer's cached tensors: self-attention k/v, and the memory's k/v (n, h, S, d)
+    projected once per sentence at the first step."""
 
-    self_kv: tuple[Tensor, Tensor] | None = None
+    self_kv: KVCache
     memory_kv: tuple[Tensor, Tensor] | None = None
 
 
@@ -212,19 +270,20 @@ class DecoderCache:
 
     layers: list[LayerCache] = field(default_factory=list)
     step: int = 0
+    memory_padded: bool = True  # False: no source has padding, attention needs no mask
 
-    def select(self, index: Tensor, reorder_memory: bool = True) -> None:
-        """Keep/reorder batch rows (beam reordering, finished sentences leaving the batch).
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep/reorder target rows (beams), and with ``sentences`` the sentences' rows too.
 
-        ``reorder_memory=False`` leaves the encoder-decoder k/v alone: exact when every row is
-        replaced by a row with the same memory (a beam reordered within its own sentence), and
-        it saves copying the largest tensors of the cache at every step of beam search.
+        ``rows`` (B',) long: target row i becomes old row rows[i] (a beam reordered within its
+        sentence, the beam fanning out from 1 to k, beams of finished sentences leaving).
+        ``sentences`` (n',) long: the sentences that stay, for the memory k/v; leave it None
+        while the sentences stay as they are: their memory k/v then need no copy at all.
         """
         for layer in self.layers:
-            if layer.self_kv is not None:
-                layer.self_kv = tuple(t.index_select(0, index) for t in layer.self_kv)  # type: ignore[assignment]
-            if reorder_memory and layer.memory_kv is not None:
-                layer.memory_kv = tuple(t.index_select(0, index) for t in layer.memory_kv)  # type: ignore[assignment]
+            layer.self_kv.select(rows)
+            if sentences is not None and layer.memory_kv is not None:
+                layer.memory_kv = tuple(t.index_select(0, sentences) for t in layer.memory_kv)  # type: ignore[assignment]
 
 
 class DecoderLayer(nn.Module):
@@ -246,17 +305,17 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | None = None,
         is_causal: bool = False,
     ) -> Tensor:
+        """y: (B, T, d_model); memory (n, S, d_model) with B = n*b (see ``MultiHeadAttention``)."""
         sa, ca, ffn = self.sublayer
-        past = cache.self_kv if cache is not None else None
-        out, kv = self.self_attn(sa.input(y), self_mask, past_kv=past, is_causal=is_causal)
-        y = sa.output(y, out)
+        self_kv = cache.self_kv if cache is not None else None
+        y = sa.output(y, self.self_attn(sa.input(y), self_mask, cache=self_kv, is_causal=is_causal))
         if cache is not None and cache.memory_kv is not None:
             memory_kv = cache.memory_kv
         else:
             memory_kv = self.src_attn.project_kv(memory)
-        y = ca.output(y, self.src_attn(ca.input(y), memory_mask, memory_kv=memory_kv)[0])
-        if cache is not None:
-            cache.self_kv, cache.memory_kv = kv, memory_kv
+            if cache is not None:
+                cache.memory_kv = memory_kv
+        y = ca.output(y, self.src_attn(ca.input(y), memory_mask, memory_kv=memory_kv))
         return ffn.output(y, self.feed_forward(ffn.input(y)))
 
 
@@ -395,24 +454,35 @@ class Transformer(nn.Module):
             states = states[output_mask]
         return self.generator(states)
 
+    @torch.no_grad()
     def decode_step(
-        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None
+        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None,
+        *, max_len: int | None = None,
     ) -> tuple[Tensor, DecoderCache]:
         """Feed the next target token(s) tgt_in (B, n) -> logits of the last one (B, vocab).
 
-        Earlier positions come from ``cache`` (None starts a new one), so each call costs one
-        position. ``src_mask`` is ``self.src_mask(src)``; memory k/v are projected once.
+        Earlier positions come from ``cache`` (None starts a new one, with room for
+        ``max_len`` positions, default the model's), so each call costs one position.
+        ``memory`` (N, S, d_model) and ``src_mask`` = ``self.src_mask(src)`` (N, 1, 1, S) are
+        given once per sentence: B = N*b rows, b consecutive rows per sentence (b beams).
+        The memory k/v are projected once, at the first step. Inference only: no gradients
+        (the cache is written in place).
         """
         if cache is None:
-            cache = DecoderCache(layers=[LayerCache() for _ in self.decoder])
+            capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
+            window = self.cfg.attention_window
+            cache = DecoderCache(layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder],
+                                 memory_padded=not bool(src_mask.all()))
+        memory_mask = src_mask if cache.memory_padded else None  # the fused kernel is faster without
         n, S = tgt_in.size(1), cache.step + tgt_in.size(1)
-        self_mask = causal_mask(n, S, tgt_in.device) if n > 1 else None
-        if self.cfg.attention_window is not None:
-            window = window_mask(n, S, self.cfg.attention_window, tgt_in.device)
-            self_mask = window if self_mask is None else self_mask & window
+        self_mask = None  # one new position may see all cached ones (the window: see KVCache)
+        if n > 1:
+            self_mask = causal_mask(n, S, tgt_in.device)
+            if self.cfg.attention_window is not None:
+                self_mask = self_mask & window_mask(n, S, self.cfg.attention_window, tgt_in.device)
         y = self.tgt_embed(tgt_in, start=cache.step)
         for layer, layer_cache in zip(self.decoder, cache.layers):
-            y = layer(y, memory, self_mask, src_mask, cache=layer_cache)
+            y = layer(y, memory, self_mask, memory_mask, cache=layer_cache)
         cache.step = S
         return self.generator(self.dec_norm(y[:, -1])), cache
 

@@ -9,21 +9,23 @@ from typing import IO, TextIO
 
 from .checkpoint import VOCAB, load_transformer
 from .data import Vocab
-from .decode import DecodeConfig, translate
+from .decode import DecodeConfig, quantize as quantize_model, translate
 from .io import InputError, decode_line, split_lines
 
 
 def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, decode: DecodeConfig,
-                     device: str = "cpu", chunk: int = 64, prompt: bool = False, name: str = "<stdin>") -> int:
+                     device: str = "cpu", chunk: int = 64, prompt: bool = False, name: str = "<stdin>",
+                     quantize: str | None = None) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``; returns the number of lines.
 
     Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
-    ``InputError`` names those lines (``name`` is what it calls the input).
+    ``InputError`` names those lines (``name`` is what it calls the input). ``quantize``: None
+    or "int8" (see ``aiayn.decode.quantize``).
     """
     if chunk < 1:
         raise InputError(f"--chunk must be at least 1, got {chunk}")
-    model, _ = load_transformer(checkpoint, device)
+    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     lines = enumerate(split_lines(source), start=1)
     count, bad = 0, []

@@ -5,6 +5,7 @@ from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .greedy import greedy_search
 from .penalties import gnmt_length_penalty
+from .quantize import QUANTIZE_MODES, quantize
 from .translate import decode_ids, encode_sources, length_batches, translate
 
 __all__ = [
@@ -12,11 +13,13 @@ __all__ = [
     "Constraint",
     "DecodeConfig",
     "Hypothesis",
+    "QUANTIZE_MODES",
     "beam_search",
     "decode_ids",
     "encode_sources",
     "gnmt_length_penalty",
     "greedy_search",
     "length_batches",
+    "quantize",
     "translate",
 ]

@@ -4,8 +4,10 @@ Depends only on the decoding interface (duck-typed, so a scripted fake model can
 
     model.encode(src (B, S)) -> memory (B, S, d_model)
     model.src_mask(src) -> (B, 1, 1, S) bool, True = may attend
-    model.decode_step(tgt_in (B, n), memory, src_mask, cache) -> (logits (B, V), cache)
-    cache.select(index (B',) long)  keeps/reorders batch rows in place
+    model.decode_step(tgt_in (n*b, 1), memory, src_mask, cache, max_len=T) -> (logits (n*b, V), cache)
+        memory and src_mask are given once per sentence (n rows), tgt_in once per beam (n*b);
+        the first call gets cache=None and makes a cache for T positions
+    cache.select(rows (n'*k,) long, sentences=(n',) long or None)  keeps/reorders rows in place
 
 Each step expands every live hypothesis by every token, keeps the 2k best candidates by
 log-probability, and (as fairseq and OpenNMT do) finishes the eos candidates that rank among the
@@ -87,19 +89,51 @@ def output_log_probs(
 
 
 class _Finished:
-    """Per-sentence n-best lists of finished hypotheses (Python; touched only on events)."""
+    """Finished hypotheses, collected in bulk and turned into Python objects once, at the end.
 
-    def __init__(self, batch: int, nbest: int) -> None:
+    Each step that finishes hypotheses adds one record of tensors (no per-hypothesis Python
+    work while decoding). ``best`` (n, nbest) keeps the nbest best finished scores of each
+    sentence still decoding (-inf while fewer), for the early-termination test. Scores are
+    float64, ``log_prob / lp(|Y|)`` as Python computes it, so that ties and thresholds match
+    the reference implementation exactly.
+    """
+
+    def __init__(self, n: int, nbest: int, device: torch.device) -> None:
         self.nbest = nbest
-        self.hyps: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.best = torch.full((n, nbest), NEG_INF, dtype=torch.float64, device=device)
+        self.records: list[tuple[Tensor, ...]] = []
 
-    def add(self, sentence: int, hyp: Hypothesis) -> float:
-        """Insert ``hyp``; return the sentence's nbest-th score (-inf while fewer)."""
-        hyps = self.hyps[sentence]
-        hyps.append(hyp)
-        hyps.sort(key=lambda h: -h.score)  # stable: earlier (shorter) hypotheses win ties
-        del hyps[self.nbest :]
-        return hyps[-1].score if len(hyps) == self.nbest else NEG_INF
+    def add(self, lp: float, finish: Tensor, sentence: Tensor, log_prob: Tensor, outputs: Tensor,
+            is_eos: Tensor) -> None:
+        """One step's finishing candidates, of length |Y| with penalty ``lp``. finish, log_prob,
+        is_eos (n, 2k); sentence (n,) original indices; outputs (m, |Y|) the m finishing
+        outputs in ``finish.nonzero()`` order, eos or not as the last token."""
+        score = log_prob.double() / lp  # (n, 2k)
+        i, j = finish.nonzero(as_tuple=True)
+        self.records.append((sentence[i], score[i, j], log_prob[i, j], outputs, is_eos[i, j]))
+        candidates = score.masked_fill(~finish, NEG_INF)
+        self.best = torch.cat([self.best, candidates], dim=1).topk(self.nbest, dim=1).values
+
+    def keep(self, sentences: Tensor) -> None:
+        self.best = self.best.index_select(0, sentences)
+
+    def threshold(self) -> Tensor:
+        """(n,) the nbest-th finished score per decoding sentence, as float32 (-inf while fewer)."""
+        return self.best[:, -1].float()
+
+    def nbest_lists(self, batch: int) -> list[list[Hypothesis]]:
+        """Per sentence its nbest best hypotheses; ties go to the earlier one (shorter, or
+        better ranked in the same step), as in a stable sort by score."""
+        hyps: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        for sentence, score, log_prob, outputs, is_eos in self.records:
+            length = outputs.size(1)
+            for i, s, lpr, out, eos in zip(sentence.tolist(), score.tolist(), log_prob.tolist(),
+                                           outputs.tolist(), is_eos.tolist()):
+                hyps[i].append(Hypothesis(out[:-1] if eos else out, s, lpr, length))
+        for h in hyps:
+            h.sort(key=lambda hyp: -hyp.score)  # stable
+            del h[self.nbest :]
+        return hyps
 
 
 @torch.no_grad()
@@ -120,84 +154,80 @@ def beam_search(
     ``min_len``: eos is forbidden before output position ``min_len`` (for benchmarks that need
     a fixed output length). ``max_len_cap``: upper limit on |Y| (e.g. the model's positions).
     ``constraint``: restricts each step's tokens to those it allows after the prefix.
+
+    Shapes: n sentences still decoding (of B), b live beams per sentence (1 at the first step,
+    then k = ``config.beam``), V vocabulary, t the step (= output position); row = sentence * b
+    + beam. The memory and source mask stay one per sentence (n, ...): the model shares them
+    among a sentence's beams.
     """
     k, alpha = config.beam, config.alpha
-    memory, mask = model.encode(src), model.src_mask(src)
+    memory, mask = model.encode(src), model.src_mask(src)  # (n, S, d_model), (n, 1, 1, S)
     B, device = src.size(0), src.device
-    max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (B,) |Y| limits
-    lp_max = gnmt_length_penalty(max_lens, alpha)  # (B,)
+    max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
+    lp_max = gnmt_length_penalty(max_lens, alpha)  # (n,)
     T = int(max_lens.max())
-    finished = _Finished(B, config.nbest)
+    finished = _Finished(B, config.nbest, device)
 
-    active = torch.arange(B, device=device)  # original index of each sentence still decoding
-    active_list = list(range(B))
-    threshold = torch.full((B,), NEG_INF, device=device)  # nbest-th finished score per sentence
+    active = torch.arange(B, device=device)  # (n,) original index of each sentence decoding
     b = 1  # live beams per sentence: one (the bos prefix) until the first step fans out to k
     scores = torch.zeros(B, 1, device=device)  # (n, b) log P of each live prefix
     tokens = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
-    step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
-    rank_ok = torch.arange(2 * k, device=device) < k  # candidates allowed to finish
+    step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
+    rank_ok = torch.arange(2 * k, device=device) < k  # (2k,) candidates allowed to finish
     cache = None
     states = None if constraint is None else [  # one per live prefix
         constraint.start([i for i in row if i != pad_id], limit) for row, limit in zip(src.tolist(), max_lens.tolist())]
     for t in range(1, T + 1):
-        logits, cache = model.decode_step(step_in, memory, mask, cache)
-        lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)
+        # 1. Extend every live prefix by every token: (n, b*V) candidate log-probabilities.
+        logits, cache = model.decode_step(step_in, memory, mask, cache, max_len=T)
+        lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
         if states is not None:
             lprobs = constrain(lprobs, [constraint.allowed(state) for state in states])
         n, V = scores.size(0), lprobs.size(-1)
         cand = (scores.unsqueeze(-1) + lprobs.view(n, b, V)).view(n, b * V)
         if b * V < 2 * k:  # tiny vocabularies: pad with impossible candidates
             cand = torch.cat([cand, cand.new_full((n, 2 * k - b * V), NEG_INF)], dim=1)
-        top, idx = cand.topk(2 * k, dim=1)  # (n, 2k), best first
-        beam_of, tok = (idx // V).clamp_(max=b - 1), idx % V
+
+        # 2. The 2k best candidates of each sentence, best first.
+        top, idx = cand.topk(2 * k, dim=1)  # (n, 2k)
+        beam_of, tok = idx // V, idx % V
+        if b * V < 2 * k:
+            beam_of.clamp_(max=b - 1)
+
+        # 3. Finish the eos candidates among the first k (all of the first k at the limit).
         is_eos = tok == eos_id
-        at_max = max_lens[active] <= t  # (n,) last step: every top-k candidate finishes
+        at_max = max_lens <= t  # (n,) last step for these sentences
         finish = rank_ok & (is_eos | at_max[:, None]) & (top > NEG_INF)
-
         if bool(finish.any()):
-            lp = gnmt_length_penalty(t, alpha)
-            for i, j in finish.nonzero().tolist():
-                row = i * b + int(beam_of[i, j])
-                out = tokens[row].tolist() + ([] if is_eos[i, j] else [int(tok[i, j])])
-                log_prob = float(top[i, j])
-                hyp = Hypothesis(out, log_prob / lp, log_prob, t)
-                threshold[i] = finished.add(active_list[i], hyp)
+            i, j = finish.nonzero(as_tuple=True)
+            outputs = torch.cat([tokens.index_select(0, i * b + beam_of[i, j]), tok[i, j, None]], dim=1)
+            finished.add(gnmt_length_penalty(t, alpha), finish, active, top, outputs, is_eos)
 
-        live, pos = top.masked_fill(is_eos, NEG_INF).topk(k, dim=1)  # (n, k) best non-eos
-        lp_bound = lp_max[active].clamp(min=gnmt_length_penalty(t + 1, alpha))  # see module doc
-        done = at_max | (live[:, 0] / lp_bound <= threshold)
+        # 4. The k best non-eos candidates stay live; a sentence is done once none of them
+        #    can reach its n-best list (see the module docstring).
+        live, pos = top.masked_fill(is_eos, NEG_INF).topk(k, dim=1)  # (n, k)
+        lp_bound = lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
+        done = at_max | (live[:, 0] / lp_bound <= finished.threshold())
         rows = (torch.arange(n, device=device) * b)[:, None] + beam_of.gather(1, pos)  # (n, k)
-        live_tok = tok.gather(1, pos)
-        sentences_change = bool(done.any()) or b != k
+        live_tok = tok.gather(1, pos)  # (n, k)
+
+        # 5. Done sentences leave the batch; the cache follows the surviving beams.
         if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)
+            keep = (~done).nonzero().squeeze(1)  # (n',)
             if keep.numel() == 0:
                 break
-            rows, live_tok, live, threshold = rows[keep], live_tok[keep], live[keep], threshold[keep]
-            active = active[keep]
-            active_list = [active_list[i] for i in keep.tolist()]
-            memory, mask = _select_sentences(memory, mask, keep, b, k)
-        elif b != k:
-            memory, mask = _select_sentences(memory, mask, torch.arange(n, device=device), b, k)
-        rows = rows.view(-1)
-        # Beams only move within their sentence unless sentences leave or the beam fans out,
-        # so the memory k/v (identical for all beams of a sentence) need no copy otherwise.
-        cache.select(rows, reorder_memory=sentences_change)
+            rows, live_tok, live = rows[keep], live_tok[keep], live[keep]
+            active, max_lens, lp_max = active[keep], max_lens[keep], lp_max[keep]
+            memory, mask = memory.index_select(0, keep), mask.index_select(0, keep)
+            finished.keep(keep)
+            cache.select(rows.view(-1), sentences=keep)
+        else:
+            cache.select(rows.view(-1))  # beams move within their sentence: memory k/v stay
+        rows = rows.view(-1)  # (n*k,)
         if states is not None:
             states = [constraint.advance(states[r], tok_r)
                       for r, tok_r in zip(rows.tolist(), live_tok.view(-1).tolist())]
         tokens = torch.cat([tokens.index_select(0, rows), live_tok.view(-1, 1)], dim=1)
         scores, b = live, k
         step_in = live_tok.view(-1, 1)
-    return finished.hyps
-
-
-def _select_sentences(memory: Tensor, mask: Tensor, keep: Tensor, b: int, k: int) -> tuple[Tensor, Tensor]:
-    """Rows of memory/mask for sentences ``keep`` (laid out b rows each), each repeated k times.
-
-    All beams of a sentence share its memory, so beam reordering never touches these tensors;
-    they change only when the beam fans out (b = 1 -> k) or sentences leave the batch.
-    """
-    index = (keep * b).repeat_interleave(k)
-    return memory.index_select(0, index), mask.index_select(0, index)
+    return finished.nbest_lists(B)

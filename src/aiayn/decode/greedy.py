@@ -38,8 +38,9 @@ def greedy_search(
     tokens = torch.empty(B, 0, dtype=torch.long, device=device)
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
     cache = None
-    for t in range(1, int(max_lens.max()) + 1):
-        logits, cache = model.decode_step(step_in, memory, mask, cache)
+    T = int(max_lens.max())
+    for t in range(1, T + 1):
+        logits, cache = model.decode_step(step_in, memory, mask, cache, max_len=T)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)
         best, tok = lprobs.max(dim=-1)
         log_prob = log_prob + best
@@ -56,7 +57,7 @@ def greedy_search(
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            cache.select(keep)
+            cache.select(keep, sentences=keep)
             active, log_prob, tokens, tok = active[keep], log_prob[keep], tokens[keep], tok[keep]
             memory, mask = memory.index_select(0, keep), mask.index_select(0, keep)
         step_in = tok[:, None]

@@ -1,0 +1,37 @@
+"""CTranslate2 in a process of its own, for ``decode_throughput.py``.
+
+CTranslate2 brings its own OpenMP runtime and thread pool; sharing a process with PyTorch's
+would let one slow the other. The parent sends one JSON request per line on stdin and reads
+one JSON answer per line: {"sources": [[token, ...], ...], "batch": 32, "beam": 4,
+"min_len": 40, "max_len": 40} -> {"seconds": ..., "outputs": [[token, ...], ...]}.
+Never imports torch.
+
+    python benchmarks/ct2_worker.py CT2_MODEL_DIR float32|int8 THREADS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def main() -> None:
+    import ctranslate2
+
+    model_dir, compute_type, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type,
+                                        intra_threads=threads, inter_threads=1)
+    for line in sys.stdin:
+        req = json.loads(line)
+        start = time.perf_counter()
+        results = translator.translate_batch(
+            req["sources"], beam_size=req["beam"], max_batch_size=req["batch"],
+            min_decoding_length=req.get("min_len", 0), max_decoding_length=req["max_len"],
+            length_penalty=req.get("length_penalty", 0.6))
+        seconds = time.perf_counter() - start
+        print(json.dumps({"seconds": seconds, "outputs": [r.hypotheses[0] for r in results]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

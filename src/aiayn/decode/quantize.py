@@ -1,0 +1,46 @@
+"""int8 weights for decoding on the CPU (``--quantize int8``).
+
+    model, _ = load_transformer(checkpoint)      # safetensors: no pickle, no code executed
+    model = quantize(model, "int8")
+
+Every ``nn.Linear`` (attention projections, feed-forward, and the output projection, which
+gets its own int8 copy of the tied embedding matrix) becomes a dynamically quantized linear:
+int8 weights with one scale per output row, activations quantized per call from their
+observed range, int32 accumulation. These are PyTorch's own fbgemm/x86 kernels
+(``torch.ao.quantization.quantize_dynamic``): on this AVX2 CPU no other well-kept library
+offers an int8 GEMM callable from an eager PyTorch model (torchao's int8 path relies on
+``torch.compile`` to be fast on the CPU). Quantizing happens after the weights are loaded,
+so an int8 model is never stored or unpickled.
+
+Because activations are quantized per call, a sentence's int8 output can depend slightly on
+the other sentences of its batch (fp32 output does not).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+QUANTIZE_MODES = ("int8",)
+
+
+def quantize(model: nn.Module, mode: str | None) -> nn.Module:
+    """``mode`` None: the model as it is; "int8": its Linear layers quantized, in place."""
+    if mode is None:
+        return model
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"unknown quantization {mode!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        raise ValueError(f"--quantize {mode} runs on the CPU only, the model is on {device}")
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    model.eval()
+    with warnings.catch_warnings():
+        # torch.ao marks its eager quantization as deprecated in favour of torchao; it is
+        # still PyTorch's fast eager int8 path on the CPU.
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*deprecated.*")
+        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
