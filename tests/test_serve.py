@@ -184,6 +184,21 @@ def test_translations_are_the_librarys(translator):
     assert "attention" not in answers[0]
 
 
+def test_int8_server_answers_as_the_int8_library(checkpoint):
+    """``aiayn serve --quantize int8`` decodes with the same int8 model as ``aiayn translate
+    --quantize int8``, loaded from safetensors and quantized after loading."""
+    quantized = Translator.load(checkpoint, quantize="int8")
+    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantized.model.modules())
+    lines = SENTENCES[:3]
+    with client(quantized) as c:
+        r = c.post("/translate", json={"text": lines, "beam": 2})
+        info = c.get("/info").json()
+    assert r.status_code == 200 and info["quantized"] == "int8"
+    # one request: batched exactly as the library call below, so even int8 output matches
+    assert [a["text"] for a in r.json()["translations"]] == translate(
+        quantized.model, lines, quantized.vocab, DecodeConfig(beam=2))
+
+
 def test_nbest_lists_the_beams_best_first(translator):
     with client(translator) as c:
         answer = c.post("/translate", json={"text": [SENTENCES[2]], "beam": 4, "nbest": 3}).json()["translations"][0]

@@ -19,6 +19,7 @@ import torch
 from ..checkpoint import VOCAB, load_transformer, read_meta
 from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, decode_ids, encode_sources
+from ..decode import quantize as quantize_model
 from ..model import Transformer, count_parameters
 from ..plots import attention_weights
 
@@ -44,17 +45,19 @@ class Translator:
     """A Transformer and its vocabulary, answering ``TranslateJob``s with JSON-ready dicts."""
 
     def __init__(self, model: Transformer, vocab: Vocab, checkpoint: str | Path | None = None,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None, quantized: str | None = None) -> None:
         if len(vocab) != model.cfg.vocab_size:
             raise ValueError(f"vocabulary {vocab.path} has {len(vocab)} pieces, the model {model.cfg.vocab_size}")
         self.model, self.vocab = model.eval(), vocab
-        self.checkpoint, self.meta = checkpoint, meta or {}
+        self.checkpoint, self.meta, self.quantized = checkpoint, meta or {}, quantized
 
     @classmethod
-    def load(cls, checkpoint: str | Path, device: str = "cpu") -> "Translator":
-        """The checkpoint directory's model and its own ``spm.model``."""
-        model, _ = load_transformer(checkpoint, device)
-        return cls(model, Vocab.load(Path(checkpoint) / VOCAB), checkpoint, read_meta(Path(checkpoint)))
+    def load(cls, checkpoint: str | Path, device: str = "cpu", quantize: str | None = None) -> "Translator":
+        """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
+        --quantize``) and its own ``spm.model``."""
+        model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
+        return cls(model, Vocab.load(Path(checkpoint) / VOCAB), checkpoint, read_meta(Path(checkpoint)),
+                   quantized=quantize)
 
     @property
     def max_source_tokens(self) -> int:
@@ -126,4 +129,5 @@ class Translator:
             "vocabulary": {"path": str(self.vocab.path), "size": len(self.vocab),
                            "fingerprint": self.vocab.fingerprint},
             "device": str(next(self.model.parameters()).device),
+            "quantized": self.quantized,
         }
