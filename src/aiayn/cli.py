@@ -8,6 +8,7 @@
     aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
     aiayn evaluate --checkpoint runs/demo/averaged --data work/bible --split test
     echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
+    aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ def _demo(args: argparse.Namespace) -> None:
     print(format_report(report))
 
 
+def _export(args: argparse.Namespace) -> None:
+    from .export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.to, args.out, quantization=args.quantization)
+    print(f"exported {args.checkpoint} to {args.to} -> {out}")
+
+
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     p.add_argument("--decode-preset", default="translation", choices=["translation", "parsing"])
@@ -206,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-limit", type=int, help="evaluate on the first N test sentences only")
     p.add_argument("--fresh", action="store_true", help="delete the run directory first")
     p.set_defaults(func=_demo)
+
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face MarianMT or CTranslate2 model")
+    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])
+    p.add_argument("--out", required=True, help="new directory (or an earlier export, which is replaced)")
+    p.add_argument("--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)")
+    p.set_defaults(func=_export)
 
     from .parse_cli import add_parse_commands  # light: heavy imports happen inside handlers
 
