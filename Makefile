@@ -17,7 +17,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/pip install -q --disable-pip-version-check -e ".[test]"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,export]"
 	touch $@
 
 demo: setup

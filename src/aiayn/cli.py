@@ -9,6 +9,7 @@
     aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
     echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
     aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
+    aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
 """
 
 from __future__ import annotations
@@ -182,7 +183,15 @@ def _serve(args: argparse.Namespace) -> None:
 
     limits = Limits(max_chars=args.max_chars, max_sentences=args.max_sentences,
                     max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms)
-    run_server(args.checkpoint, host=args.host, port=args.port, device=args.device, limits=limits)
+    run_server(args.checkpoint, host=args.host, port=args.port, device=args.device, limits=limits,
+               quantize=args.quantize)
+
+
+def _export(args: argparse.Namespace) -> None:
+    from .export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.to, args.out, quantization=args.quantization)
+    print(f"exported {args.checkpoint} to {args.to} -> {out}")
 
 
 def _add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -259,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to join it")
     p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
+    p.add_argument("--quantize", choices=["int8"],
+                   help="int8 weights for the Linear layers (CPU; quantized after loading)")
     p.set_defaults(func=_serve)
 
     p = sub.add_parser("diagnose", help="does a checkpoint read its source? perplexity with rotated sources, "
@@ -292,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="raw validation text for BLEU (default: the bundled corpus's)")
     p.add_argument("--checkpoint", help="heads: the model to inspect")
     p.set_defaults(func=_experiment)
+
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face MarianMT or CTranslate2 model")
+    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])
+    p.add_argument("--out", required=True, help="new directory (or an earlier export, which is replaced)")
+    p.add_argument("--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)")
+    p.set_defaults(func=_export)
 
     from .parse_cli import add_parse_commands  # light: heavy imports happen inside handlers
 

@@ -1,0 +1,121 @@
+"""What every exporter shares: its error type, loading a checkpoint, and writing OUT safely.
+
+An export directory is built in a temporary sibling directory and renamed into place, so that
+a crash leaves either the old OUT or the new one. OUT is replaced only when it is empty or
+holds the marker file of an earlier export of ours (``aiayn-export.json``): an export never
+deletes a directory it did not create. Directories are written here rather than through
+``checkpoint``'s helpers because those replace their target unconditionally.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..config import ModelConfig
+
+MARKER = "aiayn-export.json"
+
+
+class ExportError(ValueError):
+    """A model or an output directory that cannot be exported as asked (a user error)."""
+
+
+def require(module: str, target: str) -> ModuleType:
+    """Import an optional exporter dependency, or say in one line how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ExportError(f"exporting to {target} needs the Python package {module!r}: "
+                          "pip install -e '.[export]'") from None
+
+
+def refuse_unsupported(cfg: ModelConfig, target: str, supported: set[str]) -> None:
+    """Raise ExportError naming every option of ``cfg`` that ``target`` cannot represent.
+
+    ``supported`` names the deviations (see ``deviations``) that the target does represent.
+    """
+    found = {name: why for name, why in deviations(cfg).items() if name not in supported}
+    if found:
+        raise ExportError(f"{target} cannot represent this model: " + "; ".join(found.values()))
+
+
+def deviations(cfg: ModelConfig) -> dict[str, str]:
+    """The model's departures from the paper's architecture that an exporter must map."""
+    found = {}
+    if cfg.norm == "pre":
+        found["norm"] = "norm='pre' (pre-LN)"
+    if cfg.positional == "learned":
+        found["positional"] = "positional='learned'"
+    if not cfg.scale_attention:
+        found["scale_attention"] = "scale_attention=False (no 1/sqrt(d_k))"
+    if cfg.attention_window is not None:
+        found["attention_window"] = f"attention_window={cfg.attention_window} (restricted attention)"
+    if cfg.dk * cfg.h != cfg.d_model or cfg.dv * cfg.h != cfg.d_model:
+        found["d_k"] = f"d_k={cfg.dk}, d_v={cfg.dv} with h={cfg.h} (need d_k = d_v = d_model / h = {cfg.d_model // cfg.h})"
+    return found
+
+
+def load_for_export(checkpoint: str | os.PathLike) -> tuple[Any, Any]:
+    """(Transformer in eval mode on CPU, Vocab) of a checkpoint or averaged directory."""
+    from ..checkpoint import VOCAB, load_transformer
+    from ..data import Vocab
+
+    model, _ = load_transformer(checkpoint, "cpu")
+    vocab_path = Path(checkpoint) / VOCAB
+    if not vocab_path.is_file():
+        raise ExportError(f"{checkpoint}: no {VOCAB}; an export needs the checkpoint's vocabulary")
+    return model, Vocab.load(vocab_path)
+
+
+def check_vocab_size(cfg: ModelConfig, vocab: Any) -> None:
+    if len(vocab) != cfg.vocab_size:
+        raise ExportError(f"{vocab.path} has {len(vocab)} pieces but the model's vocab_size is {cfg.vocab_size}")
+
+
+def _previous_export(out: Path) -> bool:
+    return (out / MARKER).is_file()
+
+
+def check_out(out: Path) -> None:
+    """Refuse an OUT that exists and is not an empty directory or an earlier export of ours."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ExportError(f"--out {out} exists and is not a directory; not overwriting it")
+    if any(out.iterdir()) and not _previous_export(out):
+        raise ExportError(f"--out {out} is a non-empty directory that is not an aiayn export "
+                          f"(no {MARKER}); not overwriting it")
+
+
+@contextmanager
+def export_dir(out: str | os.PathLike, info: dict[str, Any]) -> Iterator[Path]:
+    """Yield a temporary directory to fill; on success write the marker and rename it to OUT.
+
+    ``info`` (format, source checkpoint, ...) goes into the marker file.
+    """
+    out = Path(out)
+    check_out(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        (tmp / MARKER).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        check_out(out)  # again: OUT may have appeared while we wrote
+        old = None
+        if out.exists():
+            old = out.with_name(tmp.name.replace(".tmp", ".old"))
+            os.rename(out, old)
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,169 @@
+"""Export to CTranslate2, built with its converter API (``ctranslate2.specs``) from our weights.
+
+CTranslate2's ``TransformerSpec`` is the layout of OpenNMT's Transformer, which is ours: a fused
+Q/K/V projection for self-attention, a fused K/V projection for encoder-decoder attention,
+post-LN (or pre-LN with a final norm on each stack), scaled embeddings and a tied output layer.
+The positional table is stored explicitly, so ours (or the learned one of Table 3 row E) is
+used as it is. The SentencePiece model is copied beside ``model.bin`` as ``spm.model``; sources
+are given as pieces and CTranslate2 appends eos itself, as our data pipeline does.
+
+    import ctranslate2, sentencepiece as spm
+    sp, tr = spm.SentencePieceProcessor(model_file=f"{OUT}/spm.model"), ctranslate2.Translator(OUT)
+    print(sp.decode(tr.translate_batch([sp.encode("In the beginning", out_type=str)])[0].hypotheses[0]))
+
+CTranslate2 ranks finished hypotheses by ``log P / |Y|^alpha``, not by the paper's GNMT
+penalty; ``translate_pieces`` re-ranks its n-best list with ours and applies our length limits,
+which reproduces our beam search (see ``scripts/export_agreement.py`` for the measured share).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..decode import DecodeConfig, gnmt_length_penalty
+from ..model import Transformer
+from .common import ExportError, check_vocab_size, export_dir, refuse_unsupported, require
+
+TARGET = "CTranslate2"
+VOCAB_FILE = "spm.model"
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec: Any, linear: torch.nn.Linear) -> None:
+    spec.weight = _array(linear.weight)
+    spec.bias = _array(linear.bias)
+
+
+def _norm(spec: Any, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _positions(embed: torch.nn.Module) -> np.ndarray:
+    """The (max_len, d_model) table an ``Embedding`` adds: learned (Table 3 row E) or sinusoidal."""
+    return _array(embed.learned.weight if hasattr(embed, "learned") else embed.pe)
+
+
+def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
+    """A validated ``ctranslate2.specs.TransformerSpec`` holding our weights and vocabulary."""
+    require("ctranslate2", TARGET)
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.cfg
+    refuse_unsupported(c, TARGET, supported={"norm", "positional"})
+    check_vocab_size(c, vocab)
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU)
+    spec.config.layer_norm_epsilon = model.encoder[0].sublayer[0].norm.eps
+    spec.config.add_source_eos = True
+    spec.config.decoder_start_token = vocab.id_to_piece(vocab.bos_id)
+    for name, i in (("unk_token", vocab.unk_id), ("bos_token", vocab.bos_id), ("eos_token", vocab.eos_id)):
+        setattr(spec.config, name, vocab.id_to_piece(i))
+    enc, dec = spec.encoder, spec.decoder
+    enc.position_encodings.encodings = _positions(model.src_embed)
+    dec.position_encodings.encodings = _positions(model.tgt_embed)
+    enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
+    dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
+    dec.projection.weight = _array(model.generator.weight)  # tied: CTranslate2 aliases equal arrays
+    if c.norm == "pre":
+        _norm(enc.layer_norm, model.enc_norm)
+        _norm(dec.layer_norm, model.dec_norm)
+    for ours, theirs in zip(model.encoder, enc.layer):
+        _linear(theirs.self_attention.linear[0], ours.self_attn.W_QKV)
+        _linear(theirs.self_attention.linear[1], ours.self_attn.W_O)
+        _norm(theirs.self_attention.layer_norm, ours.sublayer[0].norm)
+        _linear(theirs.ffn.linear_0, ours.feed_forward.W_1)
+        _linear(theirs.ffn.linear_1, ours.feed_forward.W_2)
+        _norm(theirs.ffn.layer_norm, ours.sublayer[1].norm)
+    for ours, theirs in zip(model.decoder, dec.layer):
+        _linear(theirs.self_attention.linear[0], ours.self_attn.W_QKV)
+        _linear(theirs.self_attention.linear[1], ours.self_attn.W_O)
+        _norm(theirs.self_attention.layer_norm, ours.sublayer[0].norm)
+        _linear(theirs.attention.linear[0], ours.src_attn.W_Q)
+        _linear(theirs.attention.linear[1], ours.src_attn.W_KV)
+        _linear(theirs.attention.linear[2], ours.src_attn.W_O)
+        _norm(theirs.attention.layer_norm, ours.sublayer[1].norm)
+        _linear(theirs.ffn.linear_0, ours.feed_forward.W_1)
+        _linear(theirs.ffn.linear_1, ours.feed_forward.W_2)
+        _norm(theirs.ffn.layer_norm, ours.sublayer[2].norm)
+    pieces = [vocab.id_to_piece(i) for i in range(len(vocab))]
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.validate()
+    return spec
+
+
+def export_ctranslate2(model: Transformer, vocab: Any, out: str | os.PathLike,
+                       quantization: str | None = None, source: str | None = None) -> Path:
+    """Write a CTranslate2 model directory (``model.bin``, vocabulary, ``spm.model``).
+
+    ``quantization``: CTranslate2's weight type, e.g. "int8" (None keeps float32).
+    """
+    require("ctranslate2", TARGET)
+    from ctranslate2.converters.converter import Converter
+    from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
+
+    if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+        raise ExportError(f"quantization {quantization!r} is not one of CTranslate2's: {', '.join(ACCEPTED_MODEL_TYPES)}")
+    spec = ctranslate2_spec(model, vocab)
+
+    class _FromSpec(Converter):  # the converter API, fed with a spec built in memory
+        def _load(self) -> Any:
+            return spec
+
+    info = {"format": "ctranslate2", "quantization": quantization, "source": source}
+    with export_dir(out, info) as tmp:
+        _FromSpec().convert(str(tmp), quantization=quantization, force=True)
+        shutil.copyfile(vocab.path, tmp / VOCAB_FILE)
+    return Path(out)
+
+
+def translate_pieces(translator: Any, sources: Sequence[Sequence[str]], config: DecodeConfig = DecodeConfig(),
+                     *, max_len_cap: int | None = None, patience: float = 1.0,
+                     max_batch_size: int = 64, eos_piece: str = "</s>",
+                     never: Sequence[str] = ("<pad>", "<s>")) -> list[list[str]]:
+    """Our beam search, run by CTranslate2: sources as pieces (no eos) -> best outputs as pieces.
+
+    CTranslate2 searches with ``config.beam`` and returns its ``beam`` finished hypotheses with
+    scores ``log P / |Y|^alpha`` (|Y| counting eos, as ``return_end_token`` keeps it); these are
+    turned back into log P and re-ranked by the paper's GNMT penalty. Sources are grouped by
+    length so that each gets our output limit ``max_len_a * (len + 1) + max_len_b`` (+1: eos).
+    ``patience`` > 1 lets CTranslate2 collect more finished hypotheses before it stops. Pieces
+    in ``never`` (pad and bos) are never generated, as in our search.
+    """
+    limits = config.max_len(torch.tensor([len(s) + 1 for s in sources]), max_len_cap).tolist()
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, (source, limit) in enumerate(zip(sources, limits)):
+        if source:  # an empty line gives an empty output without the model, as in decode_ids
+            groups[limit].append(i)
+    outputs: list[list[str]] = [[] for _ in sources]
+    for limit, members in groups.items():
+        results = translator.translate_batch(
+            [list(sources[i]) for i in members], beam_size=config.beam, patience=patience,
+            num_hypotheses=config.beam, length_penalty=config.alpha, max_decoding_length=limit,
+            min_decoding_length=0, max_input_length=0, return_scores=True, return_end_token=True,
+            suppress_sequences=[[piece] for piece in never], max_batch_size=max_batch_size)
+        for i, result in zip(members, results):
+            outputs[i] = _best_by_gnmt(result.hypotheses, result.scores, config.alpha, eos_piece)
+    return outputs
+
+
+def _best_by_gnmt(hypotheses: list[list[str]], scores: list[float], alpha: float, eos_piece: str) -> list[str]:
+    """The hypothesis with the best log P / lp(|Y|), its final eos removed; CTranslate2's
+    ``scores`` are log P / |Y|^alpha (ties: the earlier, as in its own order)."""
+    def gnmt(j: int) -> float:
+        n = len(hypotheses[j])
+        return scores[j] * n**alpha / gnmt_length_penalty(n, alpha)
+
+    best = hypotheses[max(range(len(hypotheses)), key=lambda j: (gnmt(j), -j))]
+    return best[:-1] if best and best[-1] == eos_piece else list(best)

@@ -1,0 +1,89 @@
+"""Export plumbing that needs neither transformers nor ctranslate2: OUT is never clobbered,
+unrepresentable options are named, and the CLI turns both into one line and exit code 2."""
+
+import json
+
+import pytest
+
+from aiayn import ModelConfig, Transformer
+from aiayn.checkpoint import save_checkpoint
+from aiayn.cli import main
+from aiayn.config import to_dict
+from aiayn.export import MARKER, ExportError
+from aiayn.export.common import deviations, export_dir, refuse_unsupported
+
+
+def test_writes_to_a_new_directory_with_a_marker(tmp_path):
+    with export_dir(tmp_path / "out", {"format": "test"}) as tmp:
+        (tmp / "model.bin").write_text("weights")
+        assert not (tmp_path / "out").exists()  # nothing at OUT until the rename
+    assert (tmp_path / "out" / "model.bin").read_text() == "weights"
+    assert json.loads((tmp_path / "out" / MARKER).read_text()) == {"format": "test"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary left behind
+
+
+def test_replaces_a_previous_export_and_an_empty_directory(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for content in ("first", "second"):
+        with export_dir(out, {"format": "test"}) as tmp:
+            (tmp / content).write_text(content)
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "second"]
+
+
+@pytest.mark.parametrize("existing", ["foreign_dir", "file"])
+def test_refuses_to_overwrite_what_it_did_not_create(tmp_path, existing):
+    out = tmp_path / "out"
+    if existing == "file":
+        out.write_text("notes")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("notes")
+    with pytest.raises(ExportError, match="not overwriting"):
+        with export_dir(out, {"format": "test"}):
+            pytest.fail("the export must be refused before any work")
+    assert (out.read_text() if existing == "file" else (out / "notes.txt").read_text()) == "notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_failed_export_leaves_the_previous_one(tmp_path):
+    out = tmp_path / "out"
+    with export_dir(out, {"format": "test"}) as tmp:
+        (tmp / "old").write_text("old")
+    with pytest.raises(RuntimeError):
+        with export_dir(out, {"format": "test"}) as tmp:
+            (tmp / "half").write_text("half")
+            raise RuntimeError("crash while converting")
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "old"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_every_deviation_is_named():
+    cfg = ModelConfig.preset("tiny", norm="pre", positional="learned", scale_attention=False,
+                             attention_window=3, d_k=4, d_v=4)
+    assert sorted(deviations(cfg)) == ["attention_window", "d_k", "norm", "positional", "scale_attention"]
+    assert deviations(ModelConfig.preset("tiny")) == {}
+    with pytest.raises(ExportError, match=r"X cannot represent this model: scale_attention=False.*; attention_window=3"):
+        refuse_unsupported(cfg, "X", supported={"norm", "positional", "d_k"})
+
+
+def test_cli_refuses_a_foreign_out_in_one_line(tmp_path, capsys):
+    model = Transformer(ModelConfig.preset("tiny"))
+    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("keep me")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--checkpoint", str(ckpt), "--to", "hf", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("aiayn export: error: --out") and "not an aiayn export" in err[0]
+    assert (tmp_path / "out" / "mine.txt").read_text() == "keep me"
+
+
+def test_cli_needs_the_checkpoint_vocabulary(tmp_path, capsys):
+    model = Transformer(ModelConfig.preset("tiny"))
+    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None)
+    with pytest.raises(SystemExit):
+        main(["export", "--checkpoint", str(ckpt), "--to", "ctranslate2", "--out", str(tmp_path / "out")])
+    assert "no spm.model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,115 @@
+"""The CTranslate2 export: its log-probabilities and beam-4 outputs equal ours."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason="the ctranslate2 export needs ctranslate2: pip install -e '.[export]'")
+
+from _export_models import corpus_lines, seeded_model, trained_like_model  # noqa: E402
+from aiayn import ModelConfig, Transformer  # noqa: E402
+from aiayn.checkpoint import save_checkpoint  # noqa: E402
+from aiayn.cli import main  # noqa: E402
+from aiayn.config import to_dict  # noqa: E402
+from aiayn.data import Vocab  # noqa: E402
+from aiayn.decode import DecodeConfig, decode_ids  # noqa: E402
+from aiayn.export import MARKER, ExportError  # noqa: E402
+from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces  # noqa: E402
+
+VARIANTS = [("tiny", {}), ("tiny", {"norm": "pre"}), ("tiny", {"positional": "learned"}),
+            ("tiny", {"share_embeddings": False}), ("demo", {})]
+IDS = ["tiny", "tiny-pre-LN", "tiny-learned-positions", "tiny-unshared", "demo-shape"]
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_corpus):
+    return Vocab.load(tiny_corpus / "spm.model")
+
+
+def translator(path: Path):
+    return ctranslate2.Translator(str(path), device="cpu", compute_type="float32", intra_threads=1)
+
+
+def pieces(vocab, ids):
+    return [vocab.id_to_piece(i) for i in ids]
+
+
+@pytest.mark.parametrize("preset, overrides", VARIANTS, ids=IDS)
+def test_log_probs_equal_ours(vocab, tmp_path, preset, overrides):
+    model = seeded_model(len(vocab), preset, **overrides)
+    tr = translator(export_ctranslate2(model, vocab, tmp_path / "ct2"))
+    for src_line, ref_line in zip(corpus_lines("test", 0, 3), corpus_lines("test", 1, 3)):
+        src, ref = vocab.encode(src_line), vocab.encode(ref_line)
+        theirs = tr.score_batch([pieces(vocab, src)], [pieces(vocab, ref)])[0].log_probs
+        with torch.no_grad():
+            lprobs = F.log_softmax(model(torch.tensor([src + [vocab.eos_id]]), torch.tensor([[vocab.bos_id] + ref])), -1)[0]
+        ours = lprobs[torch.arange(len(ref) + 1), torch.tensor(ref + [vocab.eos_id])]  # ref then eos
+        torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("preset, overrides", VARIANTS, ids=IDS)
+def test_beam_outputs_equal_ours(vocab, tmp_path, preset, overrides):
+    model = trained_like_model(len(vocab), preset, **overrides)
+    tr = translator(export_ctranslate2(model, vocab, tmp_path / "ct2"))
+    sources = [vocab.encode(line) for line in corpus_lines("test", 0, 12)] + [[]]
+    config = DecodeConfig(max_len_a=0.5, max_len_b=8)
+    ours = [h[0].tokens if h else [] for h in decode_ids(model, [s + [vocab.eos_id] if s else [] for s in sources], config)]
+    theirs = translate_pieces(tr, [pieces(vocab, s) for s in sources], config)
+    assert len({len(o) for o in ours}) > 1  # outputs of several lengths, some cut at the limit
+    assert theirs == [pieces(vocab, o) for o in ours]
+
+
+def test_int8_quantization_shrinks_the_weights(vocab, tmp_path):
+    model = seeded_model(len(vocab), "demo")
+    full = export_ctranslate2(model, vocab, tmp_path / "fp32")
+    int8 = export_ctranslate2(model, vocab, tmp_path / "int8", quantization="int8")
+    ratio = (int8 / "model.bin").stat().st_size / (full / "model.bin").stat().st_size
+    assert 0.2 < ratio < 0.35  # 1 byte instead of 4 per weight, plus float32 scales and norms
+    with pytest.raises(ExportError, match="quantization 'int3' is not one of CTranslate2's"):
+        export_ctranslate2(model, vocab, tmp_path / "bad", quantization="int3")
+
+
+@pytest.mark.parametrize("overrides, named", [
+    ({"scale_attention": False}, "scale_attention=False"),
+    ({"attention_window": 4}, "restricted attention"),
+    ({"d_k": 4, "d_v": 4}, "d_k=4"),
+])
+def test_refuses_what_ctranslate2_cannot_represent(vocab, tmp_path, overrides, named):
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), **overrides))
+    with pytest.raises(ExportError, match=f"CTranslate2 cannot represent this model: .*{named}"):
+        export_ctranslate2(model, vocab, tmp_path / "ct2")
+    assert not (tmp_path / "ct2").exists()
+
+
+def test_cli_exports_a_checkpoint_and_replaces_its_own_export(vocab, tmp_path, capsys):
+    model = trained_like_model(len(vocab))
+    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path)
+    out = tmp_path / "ct2"
+    for _ in range(2):  # the second run replaces the first export
+        main(["export", "--checkpoint", str(ckpt), "--to", "ctranslate2", "--out", str(out), "--quantization", "int8"])
+    assert f"-> {out}" in capsys.readouterr().out
+    assert {"model.bin", "spm.model", MARKER} <= {p.name for p in out.iterdir()}
+    line = corpus_lines("test", 0, 1)[0]
+    result = translator(out).translate_batch([pieces(vocab, vocab.encode(line))], beam_size=1)[0]
+    ours = decode_ids(model, [vocab.encode(line) + [vocab.eos_id]], DecodeConfig(beam=1, max_len_a=0, max_len_b=256))
+    assert result.hypotheses[0][:3] == pieces(vocab, ours[0][0].tokens)[:3]  # int8: the first steps agree
+
+
+DEMO = os.environ.get("AIAYN_EXPORT_CHECKPOINT")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEMO, reason="set AIAYN_EXPORT_CHECKPOINT (e.g. runs/demo/averaged) and AIAYN_EXPORT_DATA")
+def test_demo_test_split_agrees_on_99_percent():
+    """The full split: minutes, not seconds; hence slow and opt-in."""
+    script = Path(__file__).parents[1] / "scripts" / "export_agreement.py"
+    run = subprocess.run([sys.executable, str(script), "--checkpoint", DEMO, "--data",
+                          os.environ["AIAYN_EXPORT_DATA"], "--require-ct2", "0.99"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
