@@ -260,7 +260,7 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
     model = quantize(load_transformer(checkpoint)[0], quantize_mode)
     vocab = Vocab.load(os.path.join(checkpoint, VOCAB))
     lines = read_lines(bundled_corpus_paths()["test"][0])
-    ids = [vocab.encode(line) + [vocab.eos_id] for line in lines if line.strip()]
+    ids = [vocab.encode_source(line) for line in lines if line.strip()]
     names = _Vocab(model.cfg.vocab_size)
     fp32 = load_transformer(checkpoint)[0] if quantize_mode else model
     ct2 = Ct2Process(ct2_from_marian(marian_from_ours(fp32), tmp)[0],

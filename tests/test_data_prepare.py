@@ -50,6 +50,19 @@ def test_vocab_special_ids_and_decode_stops_at_eos(small):
     assert vocab.decode([2, *ids, 3, *vocab.encode("garbage"), 0]) == vocab.decode(ids)
 
 
+def test_encode_source_is_the_one_source_form_with_one_truncation_rule(small):
+    """Every caller (translate, evaluate's perplexity, serve, plots, diagnose, parsing) reads a
+    source as subwords + eos; an over-long one loses subwords, never its eos."""
+    root, _, _ = small
+    vocab = Vocab.load(root / "bin" / "spm.model")
+    text = "In the beginning God created the heavens and the earth."
+    ids = vocab.encode(text)
+    assert vocab.encode_source(text) == ids + [vocab.eos_id]
+    assert vocab.encode_source(text, max_len=len(ids) + 1) == ids + [vocab.eos_id]
+    assert vocab.encode_source(text, max_len=5) == ids[:4] + [vocab.eos_id]
+    assert vocab.encode_source("  \t") == vocab.encode_source("") == []
+
+
 def test_user_defined_symbols_are_single_pieces(tmp_path):
     # "(NP" and ")NP" recur thousands of times: plain BPE learns pieces that span them and the
     # neighbouring text; declared as symbols (with the word-boundary mark they carry after

@@ -238,8 +238,9 @@ def test_large_beam_finds_exhaustive_optimum():
 class CharTokenizer:
     """'a'..'z' <-> 4..29."""
 
-    def encode(self, text: str) -> list[int]:
-        return [4 + ord(c) - ord("a") for c in text if c.isalpha()]
+    def encode_source(self, text: str) -> list[int]:
+        ids = [4 + ord(c) - ord("a") for c in text if c.isalpha()]
+        return ids + [3] if ids else []
 
     def decode(self, ids: list[int]) -> str:
         return "".join(chr(ord("a") + i - 4) if 4 <= i < 30 else "?" for i in ids)

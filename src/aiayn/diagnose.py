@@ -52,7 +52,7 @@ def encoder_spread(model: Transformer, vocab: Vocab, sources: Sequence[str]) -> 
     for line in sources:
         if not line.strip():
             continue
-        src = torch.tensor([vocab.encode(line)[: model.cfg.max_len - 1] + [vocab.eos_id]], device=device)
+        src = torch.tensor([vocab.encode_source(line, model.cfg.max_len)], device=device)
         x = model.src_embed(src)
         for i, layer in enumerate(model.encoder):
             x = layer(x, None)

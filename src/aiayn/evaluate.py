@@ -49,12 +49,13 @@ def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str
     model.eval()
     device = next(model.parameters()).device
     nll_sum, tokens = 0.0, 0
-    pairs = [(vocab.encode(s) + [vocab.eos_id], vocab.encode(r)) for s, r in zip(sources, references) if s.strip()]
+    pairs = [(vocab.encode_source(s, model.cfg.max_len), vocab.encode(r))
+             for s, r in zip(sources, references) if s.strip()]
     pairs.sort(key=lambda p: len(p[0]))
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
         refs = [r[: model.cfg.max_len - 1] for _, r in chunk]
-        src = pad_rows([s[: model.cfg.max_len] for s, _ in chunk], [], [], vocab.pad_id).to(device)
+        src = pad_rows([s for s, _ in chunk], [], [], vocab.pad_id).to(device)
         tgt_in = pad_rows(refs, [vocab.bos_id], [], vocab.pad_id).to(device)
         tgt_out = pad_rows(refs, [], [vocab.eos_id], vocab.pad_id).to(device)
         mask = tgt_out != vocab.pad_id

@@ -88,7 +88,7 @@ def plot_attention(weights: torch.Tensor, queries: Sequence[str], keys: Sequence
 
 def attention_maps(model: Transformer, vocab, source: str, target: str, out_dir: Path, name: str) -> list[Path]:
     """PNG per attention kind and layer for one sentence pair (e.g. a source and its translation)."""
-    src_ids = vocab.encode(source)[: model.cfg.max_len - 1] + [vocab.eos_id]
+    src_ids = vocab.encode_source(source, model.cfg.max_len)
     tgt_ids = [vocab.bos_id] + vocab.encode(target)[: model.cfg.max_len - 1]
     src_tokens = [vocab.id_to_piece(i) for i in src_ids]
     tgt_tokens = [vocab.id_to_piece(i) for i in tgt_ids]

@@ -129,6 +129,16 @@ class Vocab:
         """Subword ids of ``text``, without bos/eos (those are added when batching)."""
         return self.sp.encode(text, out_type=int)
 
+    def encode_source(self, text: str, max_len: int | None = None) -> list[int]:
+        """A source sentence as the model reads it, in the training data's form: its subwords
+        and eos. A blank line gives ``[]`` (nothing to read). Over ``max_len`` ids the subwords
+        are cut and the eos kept, the one truncation rule (``decode_ids`` applies it to id
+        sources too, with a warning; pass no ``max_len`` where that warning is wanted)."""
+        if not text.strip():
+            return []
+        ids = self.encode(text)
+        return (ids if max_len is None else ids[: max_len - 1]) + [self.eos_id]
+
     def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
         return self.sp.encode(texts, out_type=int, num_threads=num_threads)
 

@@ -6,7 +6,7 @@ from .config import DECODE_PRESETS, DecodeConfig
 from .greedy import greedy_search
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, quantize
-from .translate import decode_ids, encode_sources, length_batches, translate
+from .translate import decode_ids, length_batches, translate
 
 __all__ = [
     "DECODE_PRESETS",
@@ -16,7 +16,6 @@ __all__ = [
     "QUANTIZE_MODES",
     "beam_search",
     "decode_ids",
-    "encode_sources",
     "gnmt_length_penalty",
     "greedy_search",
     "length_batches",

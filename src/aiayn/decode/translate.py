@@ -23,7 +23,7 @@ from .greedy import greedy_search
 
 
 class Tokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...
+    def encode_source(self, text: str) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...
 
 
@@ -107,32 +107,19 @@ def decode_ids(
     return results
 
 
-def encode_sources(lines: Sequence[str], tokenizer: Tokenizer, *, append_eos: bool = True,
-                   eos_id: int = 3) -> list[list[int]]:
-    """Sentences -> source ids as the training data has them (ending with eos when
-    ``append_eos``); a blank line gives ``[]``, which ``decode_ids`` answers without the model."""
-    sources = []
-    for line in lines:
-        ids = tokenizer.encode(line) if line.strip() else []
-        sources.append(ids + [eos_id] if ids and append_eos else ids)
-    return sources
-
-
 def translate(
     model: Any,
     lines: Sequence[str],
     tokenizer: Tokenizer,
     config: DecodeConfig = DecodeConfig(),
-    *,
-    append_eos: bool = True,
     **kwargs: Any,
 ) -> list[str]:
     """Sentences -> best translations, in input order; empty (blank) lines give "".
 
-    ``append_eos`` ends each source with eos, as the training data does. Other keyword
+    Sources are read as ``tokenizer.encode_source`` makes them (subwords + eos). Keyword
     arguments are those of ``decode_ids`` (batch_size, max_tokens, device, progress, ...).
     """
-    sources = encode_sources(lines, tokenizer, append_eos=append_eos, eos_id=kwargs.get("eos_id", 3))
+    sources = [tokenizer.encode_source(line) for line in lines]
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()

@@ -60,7 +60,7 @@ def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> lis
     uniform: dict[str, torch.Tensor] = {}  # the same statistics for a head that attends evenly
     queries = 0
     for source, reference in pairs:
-        src_ids = vocab.encode(source)[: model.cfg.max_len - 1] + [vocab.eos_id]
+        src_ids = vocab.encode_source(source, model.cfg.max_len)
         tgt_ids = [vocab.bos_id] + vocab.encode(reference)[: model.cfg.max_len - 1]
         weights = attention_weights(model, torch.tensor([src_ids]), torch.tensor([tgt_ids]))
         punctuation = torch.tensor([is_punctuation(vocab.id_to_piece(i)) for i in src_ids])
@@ -142,7 +142,7 @@ def plot_lines(model, vocab: Vocab, sources: list[str], out: Path) -> Path:
 
     low, high = FIGURE_LENGTH
     source = next((s for s in sources if low <= len(vocab.encode(s)) + 1 <= high), sources[0])
-    ids = vocab.encode(source)[: model.cfg.max_len - 1] + [vocab.eos_id]
+    ids = vocab.encode_source(source, model.cfg.max_len)
     tokens = [vocab.id_to_piece(i) for i in ids]
     weights = attention_weights(model, torch.tensor([ids]), torch.tensor([[vocab.bos_id]]))
     last = weights["encoder self-attention"][-1]  # (h, n, n)

@@ -51,7 +51,7 @@ class SelfAttention(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         n = x.size(1)
         mask = window_mask(n, n, self.window, x.device) if self.window else None
-        return self.attn(x, mask)[0]
+        return self.attn(x, mask)
 
 
 class BandedSelfAttention(SelfAttention):

@@ -176,7 +176,7 @@ def _parse_words(
         markers = len(leaf_tokens(vocab))
         if (longest := max((len(words) for words in sentences), default=0)) > markers:
             raise ValueError(f"a sentence of {longest} words: this vocabulary marks at most {markers}")
-    sources = [vocab.encode(source_line(words, leaves)) + [vocab.eos_id] for words in sentences]
+    sources = [vocab.encode_source(source_line(words, leaves)) for words in sentences]
     # A parsing beam is wide (21) and outputs long (+300): keep batches small.
     nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress,
                        constraint=tree_constraint(vocab, leaves == "words") if constrained else None)

@@ -2,7 +2,7 @@
 
 Everything here runs on the batcher's worker thread (``decode``) or touches no model state
 (``encode``, ``info``), so the model is only ever used by one thread at a time. The library
-does the work: ``load_transformer`` reads the checkpoint, ``encode_sources`` makes the source
+does the work: ``load_transformer`` reads the checkpoint, ``Vocab.encode_source`` makes the source
 ids, ``decode_ids`` searches, and ``plots.attention_weights`` (the path behind the demo's
 attention pictures) gives the encoder-decoder attention of the best hypothesis.
 """
@@ -18,7 +18,7 @@ import torch
 
 from ..checkpoint import VOCAB, load_transformer, read_meta
 from ..data import Vocab
-from ..decode import DecodeConfig, Hypothesis, decode_ids, encode_sources
+from ..decode import DecodeConfig, Hypothesis, decode_ids
 from ..decode import quantize as quantize_model
 from ..model import Transformer, count_parameters
 from ..plots import attention_weights
@@ -64,7 +64,7 @@ class Translator:
         return self.model.cfg.max_len
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        return encode_sources(lines, self.vocab, eos_id=self.vocab.eos_id)
+        return [self.vocab.encode_source(line) for line in lines]
 
     def decode(self, jobs: list[TranslateJob]) -> list[list[dict[str, Any]]]:
         """Jobs that share one ``DecodeConfig`` -> per job, per sentence, its translation.
