@@ -1,4 +1,4 @@
-"""Beam search, greedy search and translate, against hand-computed and exhaustive answers."""
+"""Beam search (beam 1 included) and translate, against hand-computed and exhaustive answers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decode import DecodeConfig, beam_search, decode_ids, gnmt_length_penalty, greedy_search, translate
+from aiayn.decode import DecodeConfig, beam_search, decode_ids, gnmt_length_penalty, translate
 from aiayn.decode.translate import length_batches
 
 PAD, UNK, BOS, EOS, A, B_ = 0, 1, 2, 3, 4, 5
@@ -112,9 +112,10 @@ def test_scripted_min_len_forbids_early_eos():
     assert hyps[0].log_prob == pytest.approx(math.log(0.36), abs=1e-6)
 
 
-def test_scripted_greedy():
-    # Greedy: a (.6), then eos (.7): log .42; lp(2) with alpha .6 = (7/6)^.6.
-    hyp = greedy_search(ScriptedModel(TABLE), SRC, DecodeConfig(alpha=0.6))[0]
+def test_scripted_beam1():
+    # Beam 1: a (.6), then eos (.7): log .42; lp(2) with alpha .6 = (7/6)^.6. The live "aa"
+    # (.12) cannot beat it: .12 < .42 and longer outputs are penalised at most lp(max) times.
+    hyp = decode_ids(ScriptedModel(TABLE), SRC.tolist(), DecodeConfig(beam=1, alpha=0.6), max_src_len=None)[0][0]
     assert (hyp.tokens, hyp.length) == ([A], 2)
     assert hyp.score == pytest.approx(math.log(0.42) / (7 / 6) ** 0.6, abs=1e-6)
 
@@ -162,16 +163,33 @@ def test_eos_is_reached():
     assert any(n < 8 for n in lengths)  # the tests below exercise sentences leaving the batch
 
 
-def test_beam1_alpha0_equals_greedy():
-    # With k = 1 and alpha = 0 a live hypothesis can never beat a finished one (scores only
-    # drop), so beam search stops at the first eos, as greedy does. (With alpha > 0 beam 1 may
-    # rightly continue past an eos that a longer, better-normalised hypothesis beats.)
+def argmax_chain(model, src: torch.Tensor, steps: int) -> list[list[int]]:
+    """The most probable next token (never pad or bos) at every position, by full forwards
+    without a cache, until eos or ``steps`` tokens: greedy search written as plainly as can be."""
+    outputs = []
+    for row in src:
+        s, out = row[row != PAD][None], []
+        while len(out) < steps and (not out or out[-1] != EOS):
+            logits = model(s, torch.tensor([[BOS, *out]]))[0, -1]
+            logits[[PAD, BOS]] = float("-inf")
+            out.append(int(logits.argmax()))
+        outputs.append(out[:-1] if out[-1] == EOS else out)
+    return outputs
+
+
+def test_beam1_alpha0_is_greedy():
+    # decode_ids has one path: beam 1 is beam search with k = 1. With alpha = 0 a live
+    # hypothesis can never beat a finished one (scores only drop), so it stops at the first
+    # eos, as greedy search does. (With alpha > 0 beam 1 may rightly continue past an eos that
+    # a longer, better-normalised hypothesis beats; greedy search would not: beam search is
+    # what the paper's scoring asks for, so it is the one path.)
     model, src = tiny_model(), random_src()
     config = DecodeConfig(beam=1, alpha=0.0, max_len_a=1.0, max_len_b=6)
-    beam = [h[0] for h in beam_search(model, src, config)]
-    greedy = greedy_search(model, src, config)
-    assert [h.tokens for h in beam] == [h.tokens for h in greedy]
-    assert [h.log_prob for h in beam] == pytest.approx([h.log_prob for h in greedy], abs=1e-5)
+    with torch.no_grad():
+        expected = argmax_chain(model, src, steps=int(config.max_len(torch.tensor([9]))))
+    lengths = (src != PAD).sum(1).tolist()
+    got = [h[0].tokens for h in decode_ids(model, [r[:n] for r, n in zip(src.tolist(), lengths)], config)]
+    assert got == [e[: int(config.max_len(torch.tensor([n])))] for e, n in zip(expected, lengths)]
 
 
 class Uncached:

@@ -1,9 +1,8 @@
-"""Decoding (paper section 6): beam search with the GNMT length penalty, greedy search, and
+"""Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included) and
 whole-corpus translation. Depends only on the model's ``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
-from .greedy import greedy_search
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, quantize
 from .translate import decode_ids, length_batches, translate
@@ -17,7 +16,6 @@ __all__ = [
     "beam_search",
     "decode_ids",
     "gnmt_length_penalty",
-    "greedy_search",
     "length_batches",
     "quantize",
     "translate",

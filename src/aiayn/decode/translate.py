@@ -19,7 +19,6 @@ import torch
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
-from .greedy import greedy_search
 
 
 class Tokenizer(Protocol):
@@ -67,8 +66,9 @@ def decode_ids(
 
     Empty sources get no hypotheses (``[]``). Sources longer than ``max_src_len`` (default: the
     model's ``cfg.max_len`` when it has one) are truncated, keeping a final eos, with a warning.
-    Output lengths are capped at the model's positions as well. ``config.beam == 1`` decodes
-    greedily (unless a ``constraint`` is given: beam search with beam 1 then does it).
+    Output lengths are capped at the model's positions as well. Every beam size, 1 included,
+    is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
+    under the length penalty, which greedy search would not (they agree when alpha = 0).
     """
     cap = max_src_len if max_src_len is not None else getattr(getattr(model, "cfg", None), "max_len", None)
     device = torch.device(device) if device is not None else _model_device(model)
@@ -93,11 +93,7 @@ def decode_ids(
         for row, i in enumerate(members):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
         src = src.to(device)
-        if config.beam == 1 and constraint is None:
-            hyps = [[h] for h in greedy_search(model, src, config, min_len=min_len, max_len_cap=cap, **ids)]
-        else:
-            hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap,
-                               constraint=constraint, **ids)
+        hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap, constraint=constraint, **ids)
         for i, h in zip(members, hyps):
             results[i] = h
         if bar is not None:

@@ -53,7 +53,7 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: list[str] = Field(min_length=1, description="sentences to translate, one per item")
-    beam: int = Field(DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size; 1 is greedy search")
+    beam: int = Field(DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size (1: beam search with one beam)")
     alpha: float = Field(DEFAULT.alpha, ge=0.0, le=10.0, description="GNMT length penalty alpha")
     nbest: int = Field(1, ge=1, description="hypotheses per sentence, at most beam")
     attention: bool = Field(False, description="return the best hypothesis' encoder-decoder attention")
