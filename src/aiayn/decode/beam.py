@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
 
@@ -145,9 +146,9 @@ def beam_search(
     min_len: int = 0,
     max_len_cap: int | None = None,
     constraint: Constraint | None = None,
-    pad_id: int = 0,
-    bos_id: int = 2,
-    eos_id: int = 3,
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> list[list[Hypothesis]]:
     """src (B, S) -> for each sentence its ``config.nbest`` best hypotheses, best first.
 

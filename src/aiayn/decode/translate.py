@@ -18,6 +18,7 @@ from typing import Any, Iterator, Protocol, Sequence
 import torch
 
 from .beam import Constraint, Hypothesis, beam_search
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .config import DecodeConfig
 
 
@@ -58,9 +59,9 @@ def decode_ids(
     constraint: Constraint | None = None,
     device: torch.device | str | None = None,
     progress: bool = False,
-    pad_id: int = 0,
-    bos_id: int = 2,
-    eos_id: int = 3,
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> list[list[Hypothesis]]:
     """Token-id sources -> n-best hypotheses per source, in input order.
 
@@ -120,7 +121,8 @@ def translate(
     if hasattr(model, "eval"):
         model.eval()
     try:
-        nbest = decode_ids(model, sources, config, **kwargs)
+        ids = {name: getattr(tokenizer, name) for name in ("pad_id", "bos_id", "eos_id") if hasattr(tokenizer, name)}
+        nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
     finally:
         if was_training:
             model.train()
