@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.cli import build_parser
+from aiayn.cli.main import build_parser
 from aiayn.train import load_train_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -15,14 +15,14 @@ import argparse
 import json
 import sys
 
-from .cli import say_wrote
+from .main import say_wrote
 
 SAMPLE_VOCAB, FULL_VOCAB = 4000, 16000  # see docs/parsing.md; 16K is the paper's (WSJ only)
 
 
 def _prepare(args: argparse.Namespace) -> None:
-    from .parsing.pipeline import prepare_parsing
-    from .parsing import split_wsj, split_wsj_sample
+    from ..parsing.pipeline import prepare_parsing
+    from ..parsing import split_wsj, split_wsj_sample
 
     if (args.treebank is None) == (args.wsj_root is None):
         raise SystemExit("aiayn parse prepare: give exactly one of --treebank and --wsj-root")
@@ -38,8 +38,8 @@ def _prepare(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .train import distributed, load_train_config
-    from .train.trainer import Trainer
+    from ..train import distributed, load_train_config
+    from ..train.trainer import Trainer
 
     cfg = load_train_config(args.config, args.set or [], preset="parsing-cpu")
     trainer = Trainer(cfg, device=args.device)
@@ -51,14 +51,14 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _decode_config(args: argparse.Namespace):
-    from .decode import DecodeConfig
+    from ..decode import DecodeConfig
 
     overrides = {k: v for k, v in (("beam", args.beam), ("alpha", args.alpha)) if v is not None}
     return DecodeConfig.preset("parsing", **overrides)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .parsing.pipeline import evaluate_parser
+    from ..parsing.pipeline import evaluate_parser
 
     _set_threads(args)
     result = evaluate_parser(args.checkpoint, args.data, args.split, _decode_config(args),
@@ -69,8 +69,8 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _parse(args: argparse.Namespace) -> None:
-    from .io import iter_lines
-    from .parsing.pipeline import parse_lines
+    from ..io import iter_lines
+    from ..parsing.pipeline import parse_lines
 
     _set_threads(args)
     lines = list(iter_lines(args.input) if args.input else iter_lines(sys.stdin.buffer, "<stdin>"))

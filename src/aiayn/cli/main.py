@@ -25,19 +25,19 @@ def say_wrote(command: str, *paths: str | Path) -> None:
 
 
 def _info(args: argparse.Namespace) -> None:
-    from .info import preset_table
+    from ..info import preset_table
 
     print(preset_table())
 
 
 def _prepare(args: argparse.Namespace) -> None:
-    from .data import bundled_corpus_paths, prepare_corpus
+    from ..data import bundled_corpus_paths, prepare_corpus
 
     if args.bundled:
         splits = bundled_corpus_paths()
     elif args.wmt14:
-        from .data.corpus import check_target
-        from .data.wmt import download_wmt14
+        from ..data.corpus import check_target
+        from ..data.wmt import download_wmt14
 
         check_target(Path(args.out))  # before hours of downloading
         src, tgt = args.wmt14.split("-")[1], args.wmt14.split("-")[0]  # "de-en" -> en->de
@@ -56,8 +56,8 @@ def _prepare(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from .train import load_train_config
-    from .train.trainer import Trainer
+    from ..train import load_train_config
+    from ..train.trainer import Trainer
 
     cfg = load_train_config(args.config, args.set or [])
     trainer = Trainer(cfg, device=args.device)
@@ -65,7 +65,7 @@ def _train(args: argparse.Namespace) -> None:
     if trainer.dist.is_main:
         print(json.dumps(summary, indent=2))
         say_wrote("train", cfg.out)
-    from .train import distributed
+    from ..train import distributed
 
     distributed.teardown()
 
@@ -73,7 +73,7 @@ def _train(args: argparse.Namespace) -> None:
 def _average(args: argparse.Namespace) -> None:
     import warnings
 
-    from .checkpoint import average_checkpoints, choose_last
+    from ..checkpoint import average_checkpoints, choose_last
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -81,8 +81,8 @@ def _average(args: argparse.Namespace) -> None:
     for warning in caught:
         print(f"aiayn average: warning: {warning.message}", file=sys.stderr)
     if args.choose_on:
-        from .evaluate import average_last_best
-        from .io import read_lines
+        from ..evaluate import average_last_best
+        from ..io import read_lines
 
         sources, references = (read_lines(p) for p in args.choose_on)
         out, k_best, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references, force=args.force)
@@ -97,10 +97,10 @@ def _average(args: argparse.Namespace) -> None:
 def _diagnose(args: argparse.Namespace) -> None:
     import json
 
-    from .checkpoint import VOCAB, load_transformer
-    from .data import Vocab
-    from .diagnose import encoder_spread, source_sensitivity
-    from .io import read_lines
+    from ..checkpoint import VOCAB, load_transformer
+    from ..data import Vocab
+    from ..diagnose import encoder_spread, source_sensitivity
+    from ..io import read_lines
 
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     if len(sources) != len(references):
@@ -113,14 +113,14 @@ def _diagnose(args: argparse.Namespace) -> None:
 
 
 def _decode_config(args: argparse.Namespace):
-    from .decode import DecodeConfig
+    from ..decode import DecodeConfig
 
     overrides = {k: v for k, v in (("beam", args.beam), ("alpha", args.alpha)) if v is not None}
     return DecodeConfig.preset(args.decode_preset, **overrides)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .evaluate import evaluate_checkpoint
+    from ..evaluate import evaluate_checkpoint
 
     result = evaluate_checkpoint(args.checkpoint, args.src, args.ref, args.output,
                                  _decode_config(args), lang=args.lang, device=args.device)
@@ -130,8 +130,8 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
-    from .io import open_binary
-    from .translate_cli import translate_stream
+    from ..io import open_binary
+    from .translate import translate_stream
 
     source = open_binary(args.input) if args.input else sys.stdin.buffer  # bytes: aiayn.io splits lines
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
@@ -140,7 +140,7 @@ def _translate(args: argparse.Namespace) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from .demo import format_report, run_demo
+    from ..demo import format_report, run_demo
 
     report = run_demo(minutes=args.minutes, work=Path(args.work), out=Path(args.out), sets=args.set or [],
                       test_limit=args.test_limit, fresh=args.fresh)
@@ -149,18 +149,18 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _experiment(args: argparse.Namespace) -> None:
-    from .experiments import TRAINING, run_experiment
-    from .experiments.runner import read_budget
+    from ..experiments import TRAINING, run_experiment
+    from ..experiments.runner import read_budget
 
     budget = read_budget(args.budget or [])
     out = Path(args.out or f"runs/exp/{args.name}")
     inputs: dict = {}
     if args.name in TRAINING:
-        from .experiments.training import load_corpus
+        from ..experiments.training import load_corpus
 
         inputs["corpus"] = load_corpus(Path(args.data), args.valid)
     elif args.name == "heads":
-        from .experiments.training import valid_paths
+        from ..experiments.training import valid_paths
 
         if not args.checkpoint:
             raise ValueError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")
@@ -174,7 +174,7 @@ def _experiment(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> None:
     try:
-        from .serve import Limits, run_server
+        from ..serve import Limits, run_server
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("experiment", help="the paper's experiments and its open questions, resumable, "
                                           "with tables and plots (docs/experiments.md)")
-    from .experiments import MODULES  # torch-free: the names only
+    from ..experiments import MODULES  # torch-free: the names only
 
     p.add_argument("name", choices=list(MODULES))
     p.add_argument("--budget", action="append", metavar="KEY=VALUE",
@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="heads: the model to inspect")
     p.set_defaults(func=_experiment)
 
-    from .parse_cli import add_parse_commands  # light: heavy imports happen inside handlers
+    from .parse import add_parse_commands  # light: heavy imports happen inside handlers
 
     add_parse_commands(sub)
     return parser

@@ -7,10 +7,10 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TextIO
 
-from .checkpoint import VOCAB, load_transformer
-from .data import Vocab
-from .decode import DecodeConfig, translate
-from .io import InputError, decode_line, split_lines
+from ..checkpoint import VOCAB, load_transformer
+from ..data import Vocab
+from ..decode import DecodeConfig, translate
+from ..io import InputError, decode_line, split_lines
 
 
 def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, decode: DecodeConfig,
