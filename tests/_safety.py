@@ -3,7 +3,7 @@
 import shutil
 from pathlib import Path
 
-from aiayn.cli import main
+from aiayn.cli.main import main
 from aiayn.train import TrainConfig
 
 TINY = {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.cli import build_parser
+from aiayn.cli.main import build_parser
 from aiayn.train import load_train_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -63,3 +63,29 @@ def test_every_help_example_parses_and_reads_what_exists(monkeypatch):
                 f"`aiayn {shlex.join(argv)}` from `aiayn --help` reads {path}, which neither exists "
                 "nor is written by an example above it")
         written.update(writes)
+
+
+def test_the_library_never_imports_the_command_line():
+    """Imports flow cli -> library: a library module importing ``aiayn.cli`` would pull the
+    parser into every import and make a cycle; only ``python -m aiayn`` (``__main__``) starts it."""
+    import ast
+
+    src = REPO_ROOT / "src" / "aiayn"
+    offenders = []
+    for path in src.rglob("*.py"):
+        relative = path.relative_to(src)
+        if relative.parts[0] == "cli" or relative == Path("__main__.py"):
+            continue
+        package = ["aiayn", *relative.parent.parts]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                names = [".".join([*base, *(node.module or "").split(".")]).strip(".")]
+                if not node.module:
+                    names = [".".join([*base, alias.name]) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            offenders += [f"{relative}: {n}" for n in names if n == "aiayn.cli" or n.startswith("aiayn.cli.")]
+    assert not offenders, offenders

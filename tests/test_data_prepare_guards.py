@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiayn.cli import main
+from aiayn.cli.main import main
 from aiayn.data import DataError, Vocab, bundled_corpus_paths, check_vocab, prepare_corpus, read_parallel
 from aiayn.data import binarize as binarize_module
 from aiayn.data import corpus as corpus_module

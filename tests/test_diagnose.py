@@ -8,7 +8,7 @@ import torch
 
 import aiayn
 from aiayn.checkpoint import save_checkpoint
-from aiayn.cli import main
+from aiayn.cli.main import main
 from aiayn.data import Vocab
 from aiayn.diagnose import encoder_spread, source_sensitivity
 

@@ -1,6 +1,6 @@
 """Issue 12, first part: paths that destroyed data or trained on garbage while exiting 0.
 
-Each test drives the command (in-process, through ``aiayn.cli.main``) or the library call a
+Each test drives the command (in-process, through ``aiayn.cli.main.main``) or the library call a
 user would make, and checks both the error and that nothing was lost.
 """
 

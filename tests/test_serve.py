@@ -26,7 +26,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 import aiayn
 from aiayn.checkpoint import save_checkpoint
-from aiayn.cli import main
+from aiayn.cli.main import main
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, decode_ids, translate
 from aiayn.serve import Batcher, Limits, ShuttingDown, TranslateJob, Translator, create_app

@@ -50,7 +50,7 @@ sys.meta_path.insert(0, RefuseTorch())
 for current in json.loads(sys.argv[1]):
     try:
         if current == %r:
-            from aiayn.cli import build_parser
+            from aiayn.cli.main import build_parser
             build_parser().format_help()
         else:
             importlib.import_module(current)

@@ -1,5 +1,5 @@
 """``python -m aiayn``: the same command line as the ``aiayn`` script."""
 
-from .cli import main
+from .cli.main import main
 
 main()

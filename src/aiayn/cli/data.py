@@ -1,0 +1,61 @@
+"""``aiayn prepare`` (a corpus -> shared BPE vocabulary and binarised data) and ``aiayn info``
+(the presets' parameter counts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .common import say_wrote
+
+
+def _info(args: argparse.Namespace) -> None:
+    from ..info import preset_table
+
+    print(preset_table())
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    from ..data import bundled_corpus_paths, prepare_corpus
+
+    if args.bundled:
+        splits = bundled_corpus_paths()
+    elif args.wmt14:
+        from ..data.corpus import check_target
+        from ..data.wmt import download_wmt14
+
+        check_target(Path(args.out))  # before hours of downloading
+        src, tgt = args.wmt14.split("-")[1], args.wmt14.split("-")[0]  # "de-en" -> en->de
+        splits = download_wmt14(args.wmt14, src, tgt, Path(args.out) / "raw")
+    else:
+        if not (args.train_src and args.train_tgt):
+            raise SystemExit("aiayn prepare: give --bundled, or --train-src and --train-tgt")
+        splits = {"train": (Path(args.train_src), Path(args.train_tgt))}
+        for name in ("valid", "test"):
+            src, tgt = getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")
+            if src and tgt:
+                splits[name] = (Path(src), Path(tgt))
+    summary = prepare_corpus(splits, args.out, vocab_size=args.vocab_size, max_len=args.max_len)
+    print(json.dumps(summary, indent=2))
+    say_wrote("prepare", args.out)
+
+
+def add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("info", help="presets and their parameter counts")
+    p.add_argument("--presets", action="store_true", help="the Table 3 parameter-count table")
+    p.set_defaults(func=_info)
+
+
+def add_prepare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prepare", help="train the shared BPE vocabulary and binarise a corpus")
+    p.add_argument("--out", required=True, help="dataset directory to write")
+    p.add_argument("--bundled", action="store_true", help="the bundled English->Spanish Bible")
+    p.add_argument("--wmt14", choices=["de-en", "fr-en"],
+                   help="download WMT14 (English->German/French) with Hugging Face datasets (pip install -e '.[wmt]')")
+    for split in ("train", "valid", "test"):
+        p.add_argument(f"--{split}-src")
+        p.add_argument(f"--{split}-tgt")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-len", type=int, default=256, help="skip pairs longer than this (subwords)")
+    p.set_defaults(func=_prepare)

@@ -1,0 +1,29 @@
+"""``aiayn demo``: prepare, train, average and evaluate the bundled English->Spanish translator
+(``aiayn.demo``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import say_wrote
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from ..demo import format_report, run_demo
+
+    report = run_demo(minutes=args.minutes, work=Path(args.work), out=Path(args.out), sets=args.set or [],
+                      test_limit=args.test_limit, fresh=args.fresh)
+    print(format_report(report))
+    say_wrote("demo", args.work, args.out)
+
+
+def add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="train + evaluate an English->Spanish translator on the bundled corpus")
+    p.add_argument("--minutes", type=float, default=15.0, help="training budget (wall clock)")
+    p.add_argument("--work", default="work/bible", help="where the prepared corpus goes")
+    p.add_argument("--out", default="runs/demo", help="run directory")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="TrainConfig override")
+    p.add_argument("--test-limit", type=int, help="evaluate on the first N test sentences only")
+    p.add_argument("--fresh", action="store_true", help="delete the run directory first")
+    p.set_defaults(func=_demo)

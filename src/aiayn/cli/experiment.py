@@ -1,0 +1,48 @@
+"""``aiayn experiment NAME``: the paper's experiments and its open questions, resumable, with
+tables and plots (``aiayn.experiments``, docs/experiments.md)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _experiment(args: argparse.Namespace) -> None:
+    from ..experiments import TRAINING, run_experiment
+    from ..experiments.runner import read_budget
+
+    budget = read_budget(args.budget or [])
+    out = Path(args.out or f"runs/exp/{args.name}")
+    inputs: dict = {}
+    if args.name in TRAINING:
+        from ..experiments.training import load_corpus
+
+        inputs["corpus"] = load_corpus(Path(args.data), args.valid)
+    elif args.name == "heads":
+        from ..experiments.training import valid_paths
+
+        if not args.checkpoint:
+            raise ValueError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")
+        inputs = {"checkpoint": Path(args.checkpoint), "valid": valid_paths(args.valid)}
+    command = " ".join(["aiayn experiment", args.name, *(f"--budget {b}" for b in args.budget or []),
+                        *([f"--checkpoint {args.checkpoint}"] if args.checkpoint else []), f"--out {out}"])
+    results = run_experiment(args.name, out, budget, command=command, **inputs)
+    print(f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
+          + ", ".join(results["plots"]))
+
+
+def add_experiment(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("experiment", help="the paper's experiments and its open questions, resumable, "
+                                          "with tables and plots (docs/experiments.md)")
+    from ..experiments import MODULES  # torch-free: the names only
+
+    p.add_argument("name", choices=list(MODULES))
+    p.add_argument("--budget", action="append", metavar="KEY=VALUE",
+                   help="preset, updates, sentences, max_tokens, seconds, threads (experiments.runner.Budget)")
+    p.add_argument("--out", help="results directory (default runs/exp/NAME); a rerun skips finished rows")
+    p.add_argument("--data", default="work/bible", help="prepared dataset (the bundled corpus is prepared "
+                                                        "there when missing)")
+    p.add_argument("--valid", nargs=2, metavar=("SRC", "REF"),
+                   help="raw validation text for BLEU (default: the bundled corpus's)")
+    p.add_argument("--checkpoint", help="heads: the model to inspect")
+    p.set_defaults(func=_experiment)

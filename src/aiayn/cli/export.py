@@ -1,0 +1,21 @@
+"""``aiayn export``: a checkpoint as a Hugging Face MarianMT or a CTranslate2 model (``aiayn.export``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _export(args: argparse.Namespace) -> None:
+    from ..export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.to, args.out, quantization=args.quantization)
+    print(f"exported {args.checkpoint} to {args.to} -> {out}")
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face MarianMT or CTranslate2 model")
+    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])
+    p.add_argument("--out", required=True, help="new directory (or an earlier export, which is replaced)")
+    p.add_argument("--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)")
+    p.set_defaults(func=_export)

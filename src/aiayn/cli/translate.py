@@ -1,0 +1,130 @@
+"""The commands that run a trained translation checkpoint: ``aiayn translate`` (raw text in,
+detokenised text out, streamed), ``aiayn evaluate`` (BLEU and perplexity on a test set) and
+``aiayn diagnose`` (does the model read its source?)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from itertools import islice
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, TextIO
+
+from .common import add_decode_args, decode_config, say_wrote
+
+if TYPE_CHECKING:
+    from ..decode import DecodeConfig
+
+
+def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, decode: DecodeConfig,
+                     device: str = "cpu", chunk: int = 64, prompt: bool = False, name: str = "<stdin>",
+                     quantize: str | None = None) -> int:
+    """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
+    kept, flushed chunk by chunk so that a pipe sees results as they come; returns the number
+    of lines.
+
+    Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
+    output line (so outputs stay aligned with inputs) and the rest is translated; then
+    ``InputError`` names those lines (``name`` is what it calls the input). ``quantize``: None
+    or "int8" (see ``aiayn.decode.quantize``).
+    """
+    from ..checkpoint import VOCAB, load_transformer
+    from ..data import Vocab
+    from ..decode import quantize as quantize_model, translate
+    from ..io import InputError, decode_line, split_lines
+
+    if chunk < 1:
+        raise InputError(f"--chunk must be at least 1, got {chunk}")
+    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
+    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    lines = enumerate(split_lines(source), start=1)
+    count, bad = 0, []
+    while True:
+        if prompt:
+            sink.write("> ")
+            sink.flush()
+        texts = []
+        for lineno, raw in islice(lines, chunk):
+            try:
+                texts.append(decode_line(raw, name, lineno))
+            except InputError:
+                bad.append(lineno)
+                texts.append("")  # an empty line translates to an empty line
+        if not texts:
+            break
+        for out in translate(model, texts, vocab, decode, batch_size=chunk, max_tokens=8000):
+            sink.write(out + "\n")
+        sink.flush()
+        count += len(texts)
+    if bad:
+        shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
+        raise InputError(f"{name}: {len(bad)} line(s) not valid UTF-8 (line {shown}): their outputs are "
+                         f"empty lines; the other {count - len(bad)} were translated")
+    return count
+
+
+def _translate(args: argparse.Namespace) -> None:
+    from ..io import open_binary
+
+    source = open_binary(args.input) if args.input else sys.stdin.buffer  # bytes: aiayn.io splits lines
+    interactive = args.interactive or (args.input is None and sys.stdin.isatty())
+    translate_stream(args.checkpoint, source, sys.stdout, decode_config(args), device=args.device,
+                     chunk=1 if interactive else args.chunk, prompt=interactive, name=args.input or "<stdin>",
+                     quantize=args.quantize)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from ..evaluate import evaluate_checkpoint
+
+    result = evaluate_checkpoint(args.checkpoint, args.src, args.ref, args.output,
+                                 decode_config(args), lang=args.lang, device=args.device,
+                                 quantize=args.quantize)
+    print(json.dumps(result.as_dict(), indent=2))
+    if args.output:
+        say_wrote("evaluate", args.output)
+
+
+def _diagnose(args: argparse.Namespace) -> None:
+    from ..checkpoint import VOCAB, load_transformer
+    from ..data import Vocab
+    from ..diagnose import encoder_spread, source_sensitivity
+    from ..io import read_lines
+
+    sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
+    if len(sources) != len(references):
+        raise ValueError(f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}")
+    model, _ = load_transformer(args.checkpoint, "cpu")
+    vocab = Vocab.load(Path(args.checkpoint) / VOCAB)
+    report = {**source_sensitivity(model, vocab, sources, references),
+              "encoder_spread": encoder_spread(model, vocab, sources)}
+    print(json.dumps(report, indent=2))
+
+
+def add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("evaluate", help="translate a test set; SacreBLEU, paper BLEU, perplexity")
+    add_decode_args(p)
+    p.add_argument("--src", required=True, help="source text (.gz allowed)")
+    p.add_argument("--ref", required=True, help="reference text (.gz allowed)")
+    p.add_argument("--output", help="file to write the hypotheses to")
+    p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
+    p.set_defaults(func=_evaluate)
+
+
+def add_translate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("translate", help="translate raw text, one line in -> one line out")
+    add_decode_args(p)
+    p.add_argument("--input", help="a text file (default: stdin)")
+    p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
+    p.add_argument("--chunk", type=int, default=64, help="lines decoded together when reading a file")
+    p.set_defaults(func=_translate)
+
+
+def add_diagnose(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diagnose", help="does a checkpoint read its source? perplexity with rotated sources, "
+                                        "encoder collapse per layer")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--src", required=True, help="source text, e.g. the validation split")
+    p.add_argument("--ref", required=True, help="reference text")
+    p.add_argument("--limit", type=int, help="the first N sentences only")
+    p.set_defaults(func=_diagnose)
