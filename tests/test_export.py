@@ -7,7 +7,7 @@ import pytest
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import save_checkpoint
-from aiayn.cli import main
+from aiayn.cli.main import main
 from aiayn.config import to_dict
 from aiayn.export import MARKER, ExportError
 from aiayn.export.common import deviations, export_dir, refuse_unsupported

@@ -15,7 +15,7 @@ ctranslate2 = pytest.importorskip(
 from _export_models import corpus_lines, seeded_model, trained_like_model  # noqa: E402
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.checkpoint import save_checkpoint  # noqa: E402
-from aiayn.cli import main  # noqa: E402
+from aiayn.cli.main import main  # noqa: E402
 from aiayn.config import to_dict  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.decode import DecodeConfig, decode_ids  # noqa: E402

@@ -10,7 +10,7 @@ import torch
 
 import aiayn
 from aiayn.checkpoint import save_checkpoint
-from aiayn.cli import main
+from aiayn.cli.main import main
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, beam_search, quantize
 
