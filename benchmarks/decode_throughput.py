@@ -7,9 +7,10 @@ side), fp32 (``--quantize int8``: ours int8 vs CTranslate2 int8), 2 threads. Bef
 logits are checked against Hugging Face's. CTranslate2 runs in a process of its own
 (``ct2_worker.py``), so that its OpenMP runtime does not share a process with PyTorch's.
 
-``--testset CHECKPOINT``: the real job instead, the bundled test split (1,523 verses)
-translated with the checkpoint by us (``translate``, as ``aiayn evaluate`` does) and by
-CTranslate2 converted from the same weights; wall time of each, interleaved.
+``--testset CHECKPOINT``: the real job instead, the bundled test split (1,523 verses, from the
+source checkout's data/bible) translated with the checkpoint by us (``translate``, as ``aiayn
+evaluate`` does) and by CTranslate2 converted from the same weights (beam 4, its own length
+penalty, max length = longest source + 50); wall time of each, interleaved.
 
 Cost: about 2 minutes on 2 CPU cores for both configurations. Needs the peers (never the
 package's own venv):
