@@ -318,10 +318,10 @@ def test_iter_lines_follows_the_rule_or_names_the_line(tmp_path_factory, parts):
     data = b"".join(text + end for text, end in parts)
     path = tmp_path_factory.mktemp("lines") / "x.txt"
     path.write_bytes(data)
-    expected = data.split(b"\n")
-    if expected[-1] == b"":
-        expected.pop()  # a final LF ends the last line; it does not start another
-    expected = [line.removesuffix(b"\r") for line in expected]
+    *ended, last = data.split(b"\n")  # ``last``: text after the final LF, not ended by one
+    expected = [line.removesuffix(b"\r") for line in ended]  # CRLF: the CR goes
+    if last:
+        expected.append(last)  # no LF follows, so a CR at its end is bare and stays
     try:
         want = [line.decode("utf-8") for line in expected]
     except UnicodeDecodeError:

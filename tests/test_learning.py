@@ -37,14 +37,15 @@ def exact_match(model: Transformer, task: str, seed: int) -> float:
 
 @pytest.mark.parametrize("task", ["copy", "reverse"])
 def test_tiny_model_learns_task_exactly(task):
-    """Train until a validation sample is decoded perfectly (at most 1,000 updates, usually
-    150-300), then require 100% exact match on a separate test sample."""
+    """Train until a validation sample is decoded perfectly at two checks in a row (at most
+    1,000 updates, usually 200-350), then require 100% exact match on a separate test sample."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     cfg = ModelConfig(N_enc=2, N_dec=2, d_model=64, d_ff=128, h=4, P_drop=0.0, vocab_size=VOCAB, max_len=32)
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     eos = torch.full((64, 1), EOS)
+    perfect = 0
     for step in range(1000):
         seq = sample(64, g)
         target = seq if task == "copy" else seq.flip(1)
@@ -57,6 +58,8 @@ def test_tiny_model_learns_task_exactly(task):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step % 50 == 49 and exact_match(model, task, seed=7) == 1.0:
-            break
+        if step % 50 == 49:  # stop after two perfect checks in a row: one can be luck at the margin
+            perfect = perfect + 1 if exact_match(model, task, seed=7) == 1.0 else 0
+            if perfect == 2:
+                break
     assert exact_match(model, task, seed=123) == 1.0
