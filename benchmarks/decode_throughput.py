@@ -8,7 +8,7 @@ logits are checked against Hugging Face's. CTranslate2 runs in a process of its 
 (``ct2_worker.py``), so that its OpenMP runtime does not share a process with PyTorch's.
 
 ``--testset CHECKPOINT``: the real job instead, the bundled test split (1,523 verses, from the
-source checkout's data/bible) translated with the checkpoint by us (``translate``, as ``aiayn
+package's corpus/bible) translated with the checkpoint by us (``translate``, as ``aiayn
 evaluate`` does) and by CTranslate2 converted from the same weights (beam 4, its own length
 penalty, max length = longest source + 50); wall time of each, interleaved.
 
@@ -256,7 +256,7 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
     """The real job: the bundled test split, ours (as ``aiayn evaluate`` decodes) vs CTranslate2."""
     from aiayn.checkpoint import VOCAB, load_transformer
     from aiayn.data import Vocab, bundled_corpus_paths
-    from aiayn.evaluate import read_lines
+    from aiayn.io import read_lines
 
     model = quantize(load_transformer(checkpoint)[0], quantize_mode)
     vocab = Vocab.load(os.path.join(checkpoint, VOCAB))
