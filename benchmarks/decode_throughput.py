@@ -1,7 +1,8 @@
 """Decoding throughput on CPU: aiayn beam search vs Hugging Face Marian vs CTranslate2.
 
-Same weights in all three (ours copied into a ``MarianMTModel`` configured as the paper's
-post-LN Transformer, and that model converted with CTranslate2's ``TransformersConverter``),
+Same weights in all three, through ``aiayn export``'s own exporters (``to_marian``: a
+``MarianMTModel`` with equal logits; ``export_ctranslate2``: a CTranslate2 model built with its
+converter API),
 same random source sentences, beam 4, exactly 40 output tokens (eos forbidden before 40 on every
 side), fp32 (``--quantize int8``: ours int8 vs CTranslate2 int8), 2 threads. Before timing, our
 logits are checked against Hugging Face's. CTranslate2 runs in a process of its own
@@ -42,6 +43,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.decode import DecodeConfig, beam_search, quantize, translate  # noqa: E402
+from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
+from aiayn.export.hf import to_marian  # noqa: E402
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 OUT_LEN, BEAM = 40, 4
@@ -56,66 +59,6 @@ def our_model(fields: dict) -> Transformer:
     return Transformer(ModelConfig(P_drop=0.0, **fields)).eval()
 
 
-def marian_from_ours(model: Transformer):
-    """A MarianMTModel with the paper's architecture and our weights."""
-    from transformers import MarianConfig, MarianMTModel
-
-    c = model.cfg
-    config = MarianConfig(
-        vocab_size=c.vocab_size, decoder_vocab_size=c.vocab_size, d_model=c.d_model,
-        encoder_layers=c.N_enc, decoder_layers=c.N_dec, encoder_attention_heads=c.h,
-        decoder_attention_heads=c.h, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
-        activation_function="relu", max_position_embeddings=c.max_len, scale_embedding=True,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD,
-        eos_token_id=EOS, bos_token_id=BOS, decoder_start_token_id=BOS, forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, normalize_before=False,
-    )
-    hf = MarianMTModel(config).eval()
-    d = c.d_model
-    with torch.no_grad():
-        hf.model.shared.weight.copy_(model.src_embed.tokens.weight)
-        for stack in (hf.model.encoder, hf.model.decoder):
-            stack.embed_tokens.weight = hf.model.shared.weight
-            stack.embed_positions.weight.copy_(model.src_embed.pe[: c.max_len])
-        hf.lm_head.weight = hf.model.shared.weight
-        hf.final_logits_bias.zero_()
-
-        def copy(dst, src_w, src_b):
-            dst.weight.copy_(src_w)
-            dst.bias.copy_(src_b)
-
-        def self_attn(dst, mha):
-            for name, w, b in zip("qkv", mha.W_QKV.weight.split(d), mha.W_QKV.bias.split(d)):
-                copy(getattr(dst, f"{name}_proj"), w, b)
-            copy(dst.out_proj, mha.W_O.weight, mha.W_O.bias)
-
-        def ffn(dst, ff):
-            copy(dst.fc1, ff.W_1.weight, ff.W_1.bias)
-            copy(dst.fc2, ff.W_2.weight, ff.W_2.bias)
-
-        def norm(dst, sub):
-            copy(dst, sub.norm.weight, sub.norm.bias)
-
-        for ours, theirs in zip(model.encoder, hf.model.encoder.layers):
-            self_attn(theirs.self_attn, ours.self_attn)
-            norm(theirs.self_attn_layer_norm, ours.sublayer[0])
-            ffn(theirs, ours.feed_forward)
-            norm(theirs.final_layer_norm, ours.sublayer[1])
-        for ours, theirs in zip(model.decoder, hf.model.decoder.layers):
-            self_attn(theirs.self_attn, ours.self_attn)
-            norm(theirs.self_attn_layer_norm, ours.sublayer[0])
-            ca, mha = theirs.encoder_attn, ours.src_attn
-            copy(ca.q_proj, mha.W_Q.weight, mha.W_Q.bias)
-            (kw, vw), (kb, vb) = mha.W_KV.weight.split(d), mha.W_KV.bias.split(d)
-            copy(ca.k_proj, kw, kb)
-            copy(ca.v_proj, vw, vb)
-            copy(ca.out_proj, mha.W_O.weight, mha.W_O.bias)
-            norm(theirs.encoder_attn_layer_norm, ours.sublayer[1])
-            ffn(theirs, ours.feed_forward)
-            norm(theirs.final_layer_norm, ours.sublayer[2])
-    return hf
-
-
 def check_logits(model: Transformer, hf, src: torch.Tensor) -> float:
     tgt_in = torch.cat([torch.full((src.size(0), 1), BOS), src[:, :7].clamp(min=4)], dim=1)
     mask = (src != PAD).long()
@@ -127,49 +70,30 @@ def check_logits(model: Transformer, hf, src: torch.Tensor) -> float:
     return diff
 
 
-class _Vocab:
-    """The little a tokenizer must offer the converter: the token strings by id."""
+class _Pieces:
+    """Made-up pieces for random weights: what ``aiayn.export`` reads of a vocabulary (no
+    SentencePiece file, so none is copied beside the CTranslate2 model)."""
 
-    eos_token, unk_token, pad_token, bos_token = "</s>", "<unk>", "<pad>", "<s>"
+    pad_id, unk_id, bos_id, eos_id, path = PAD, UNK, BOS, EOS, None
 
     def __init__(self, size: int) -> None:
         self.tokens = ["<pad>", "<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(4, size)]
 
-    def get_vocab(self) -> dict[str, int]:
-        return {t: i for i, t in enumerate(self.tokens)}
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.tokens[i]
+
+    def source(self, ids: list[int]) -> list[str]:
+        """Pieces of an id source ending in eos, without it: the exported model appends it."""
+        return [self.tokens[i] for i in ids[:-1]]
 
 
-def ct2_from_marian(hf, out_dir: str):
-    import ctranslate2
-    from ctranslate2.converters import TransformersConverter
-    from ctranslate2.converters import transformers as ct2_hf
-
-    # The Marian loader assumes Marian's vocabulary (pad appended last, decoder started from a
-    # zero vector). Ours has pad = 0 and starts from the bos embedding, like Bart.
-    loader = ct2_hf.MarianMTLoader
-    loader._remove_pad_weights = lambda self, spec: None
-    loader.set_decoder = ct2_hf.BartLoader.set_decoder
-
-    def set_config(self, config, model, tokenizer):
-        config.eos_token, config.unk_token = tokenizer.eos_token, tokenizer.unk_token
-        config.bos_token = config.decoder_start_token = tokenizer.bos_token
-
-    loader.set_config = set_config
-
-    hf_dir = os.path.join(out_dir, "hf")
-    hf.config.save_pretrained(hf_dir)
-    vocab = _Vocab(hf.config.vocab_size)
-
-    class Converter(TransformersConverter):  # the model in memory, no tokenizer files
-        def load_model(self, *args, **kwargs):
-            return hf
-
-        def load_tokenizer(self, *args, **kwargs):
-            return vocab
-
-    ct2_dir = os.path.join(out_dir, "ct2")
-    Converter(hf_dir).convert(ct2_dir, force=True)
-    return ct2_dir, vocab
+def ct2_model(model: Transformer, out_dir: str) -> tuple[str, _Pieces]:
+    """``model`` converted by ``aiayn export``'s own CTranslate2 exporter."""
+    vocab = _Pieces(model.cfg.vocab_size)
+    return str(export_ctranslate2(model, vocab, os.path.join(out_dir, "ct2"))), vocab
 
 
 class Ct2Process:
@@ -233,7 +157,7 @@ def run_ct2(ct2: Ct2Process, vocab, srcs, size) -> float:
     """Seconds inside the worker, over the same chunks of ``size`` sentences in the same order."""
     seconds = 0.0
     for chunk, _ in batches(srcs, size):
-        res = ct2(sources=[[vocab.tokens[i] for i in s] for s in chunk], batch=size, beam=BEAM,
+        res = ct2(sources=[vocab.source(s) for s in chunk], batch=size, beam=BEAM,
                   min_len=OUT_LEN, max_len=OUT_LEN)
         assert len(res["outputs"][0]) >= OUT_LEN - 1
         seconds += res["seconds"]
@@ -262,10 +186,9 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
     vocab = Vocab.load(os.path.join(checkpoint, VOCAB))
     lines = read_lines(bundled_corpus_paths()["test"][0])
     ids = [vocab.encode_source(line) for line in lines if line.strip()]
-    names = _Vocab(model.cfg.vocab_size)
     fp32 = load_transformer(checkpoint)[0] if quantize_mode else model
-    ct2 = Ct2Process(ct2_from_marian(marian_from_ours(fp32), tmp)[0],
-                     "int8" if quantize_mode else "float32", torch.get_num_threads())
+    ct2_dir, names = ct2_model(fp32, tmp)
+    ct2 = Ct2Process(ct2_dir, "int8" if quantize_mode else "float32", torch.get_num_threads())
     max_len = max(map(len, ids)) + 50
 
     def ours() -> float:
@@ -276,7 +199,7 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
 
     def theirs() -> float:
         start = time.perf_counter()  # wall time, including the transfer to the worker
-        ct2(sources=[[names.tokens[i] for i in s] for s in ids], batch=64, beam=BEAM, max_len=max_len)
+        ct2(sources=[names.source(s) for s in ids], batch=64, beam=BEAM, max_len=max_len)
         return time.perf_counter() - start
 
     for repeat in range(repeats):
@@ -314,13 +237,13 @@ def main() -> None:
         ct2 = None
         with tempfile.TemporaryDirectory() as tmp:
             if peers:
-                hf = marian_from_ours(fp32)
+                hf = to_marian(fp32)
                 diff = check_logits(fp32, hf, next(batches(srcs[:4], 4))[1])
                 print(f"[{name}] logits ours vs HF Marian: max |diff| = {diff:.2e}")
                 if "hf" in peers:
                     systems["hf"] = lambda s, b: run_hf(hf, s, b)
                 if "ct2" in peers:
-                    ct2_dir, vocab = ct2_from_marian(hf, tmp)
+                    ct2_dir, vocab = ct2_model(fp32, tmp)
                     ct2 = Ct2Process(ct2_dir, "int8" if args.quantize else "float32", args.threads)
                     systems["ct2"] = lambda s, b: run_ct2(ct2, vocab, s, b)
             for size, n in ((1, args.n1), (32, args.n32)):

@@ -105,7 +105,8 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
 
 def export_ctranslate2(model: Transformer, vocab: Any, out: str | os.PathLike,
                        quantization: str | None = None, source: str | None = None) -> Path:
-    """Write a CTranslate2 model directory (``model.bin``, vocabulary, ``spm.model``).
+    """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model`` when
+    ``vocab.path`` names one).
 
     ``quantization``: CTranslate2's weight type, e.g. "int8" (None keeps float32).
     """
@@ -124,7 +125,8 @@ def export_ctranslate2(model: Transformer, vocab: Any, out: str | os.PathLike,
     info = {"format": "ctranslate2", "quantization": quantization, "source": source}
     with export_dir(out, info) as tmp:
         _FromSpec().convert(str(tmp), quantization=quantization, force=True)
-        shutil.copyfile(vocab.path, tmp / VOCAB_FILE)
+        if vocab.path is not None:  # a vocabulary without a file: made-up pieces (benchmarks)
+            shutil.copyfile(vocab.path, tmp / VOCAB_FILE)
     return Path(out)
 
 
