@@ -165,3 +165,23 @@ def test_bundled_corpus_counts_and_disjoint_chapters():
     assert not chapters["train"] & chapters["test"]
     assert not chapters["valid"] & chapters["test"]
     assert refs["train"][0] == "Genesis 1:1" and lines(paths["train"][1])[0].startswith("EN el principio")
+
+
+def test_subset_dataset_keeps_the_chosen_pairs_and_never_replaces_a_foreign_directory(small, tmp_path):
+    from aiayn.data.binarize import read_meta, subset_dataset
+
+    root, _, _ = small
+    full = TokenDataset(root / "bin", "train")
+    keep = np.array([0, 5, 7])
+    meta = subset_dataset(root / "bin", tmp_path / "sub", "train", keep)
+    sub = TokenDataset(tmp_path / "sub", "train")
+    assert meta["splits"]["train"]["pairs"] == len(sub) == 3
+    assert [sub.src(i).tolist() for i in range(3)] == [full.src(int(i)).tolist() for i in keep]
+    assert read_meta(tmp_path / "sub")["splits"]["valid"] == read_meta(root / "bin")["splits"]["valid"]
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(DataError, match="not a prepared dataset"):
+        subset_dataset(root / "bin", foreign, "train", keep)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..io import temp_dir_beside
 from .readers import DataError
 from .vocab import Vocab
 
@@ -205,23 +206,27 @@ def subset_dataset(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
         return read_meta(out)
     meta = read_meta(src)
     data = TokenDataset(src, split)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for path in src.iterdir():  # vocabulary and the other splits
-        if path.is_file() and path.name != "meta.json" and not path.name.startswith(f"{split}."):
-            shutil.copyfile(path, tmp / path.name)
-    tokens = {}
-    for side in SIDES:
-        writer = _SideWriter(tmp / f"{split}.{side}", np.dtype(meta["dtype"]))
-        try:
-            for start in range(0, len(keep), _CHUNK):
-                writer.append([data._get(side, int(i)).tolist() for i in keep[start:start + _CHUNK]])
-        finally:
-            writer.close()
-        tokens[side] = writer.tokens.n
-    splits = {**meta["splits"], split: {"pairs": len(keep), "subset_of": len(data),
-                                        "src_tokens": tokens["src"], "tgt_tokens": tokens["tgt"]}}
-    written = write_meta(tmp, Vocab.load(tmp / meta["vocab_model"]), splits)
-    os.rename(tmp, out)
+    if out.exists():
+        raise DataError(f"{out} exists and is not a prepared dataset (no meta.json); not replacing it")
+    tmp = temp_dir_beside(out)  # new and ours, removed on failure
+    try:
+        for path in src.iterdir():  # vocabulary and the other splits
+            if path.is_file() and path.name != "meta.json" and not path.name.startswith(f"{split}."):
+                shutil.copyfile(path, tmp / path.name)
+        tokens = {}
+        for side in SIDES:
+            writer = _SideWriter(tmp / f"{split}.{side}", np.dtype(meta["dtype"]))
+            try:
+                for start in range(0, len(keep), _CHUNK):
+                    writer.append([data._get(side, int(i)).tolist() for i in keep[start:start + _CHUNK]])
+            finally:
+                writer.close()
+            tokens[side] = writer.tokens.n
+        splits = {**meta["splits"], split: {"pairs": len(keep), "subset_of": len(data),
+                                            "src_tokens": tokens["src"], "tgt_tokens": tokens["tgt"]}}
+        written = write_meta(tmp, Vocab.load(tmp / meta["vocab_model"]), splits)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return written

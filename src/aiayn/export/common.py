@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from ..config import ModelConfig
+from ..io import publish_dir, temp_dir_beside
 
 MARKER = "aiayn-export.json"
 
@@ -104,18 +104,11 @@ def export_dir(out: str | os.PathLike, info: dict[str, Any]) -> Iterator[Path]:
     """
     out = Path(out)
     check_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = temp_dir_beside(out)
     try:
         yield tmp
         (tmp / MARKER).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         check_out(out)  # again: OUT may have appeared while we wrote
-        old = None
-        if out.exists():
-            old = out.with_name(tmp.name.replace(".tmp", ".old"))
-            os.rename(out, old)
-        os.rename(tmp, out)
-        if old is not None:
-            shutil.rmtree(old)
+        publish_dir(tmp, out)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
