@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from .io import atomic_file  # noqa: E402
+from .io import atomic_file, read_lines  # noqa: E402
 from .model import Transformer  # noqa: E402
 
 
@@ -29,7 +29,7 @@ def save_figure(fig, path: Path) -> Path:
 
 def plot_training(log_path: Path, out: Path, bleu_points: Sequence[tuple[float, float]] = ()) -> Path:
     """Training loss and validation perplexity against minutes; BLEU per checkpoint if given."""
-    records = [json.loads(line) for line in Path(log_path).read_text(encoding="utf-8").splitlines() if line]
+    records = [json.loads(line) for line in read_lines(log_path) if line]
     train = [(r["elapsed_s"] / 60, r["loss"]) for r in records if "loss" in r]
     valid = [(r["elapsed_s"] / 60, r["valid_ppl"]) for r in records if "valid_ppl" in r]
     panels = 3 if bleu_points else 2
