@@ -219,6 +219,8 @@ def main() -> None:
     parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2"])
     parser.add_argument("--quantize", choices=["int8"], help="ours int8 vs CTranslate2 int8 (no HF)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--unpacked", action="store_true",
+                        help="also time our fp32 model without packed weights (aiayn.decode.packed)")
     parser.add_argument("--testset", metavar="CHECKPOINT", help="time the bundled test split instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -234,6 +236,8 @@ def main() -> None:
         model = quantize(our_model(CONFIGS[name]), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
+        if args.unpacked and not args.quantize:  # the same model through F.linear (MKL), unpacked
+            systems["unpacked"] = lambda s, b: run_ours(fp32, s, b)
         ct2 = None
         with tempfile.TemporaryDirectory() as tmp:
             if peers:

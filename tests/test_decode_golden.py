@@ -8,7 +8,9 @@ arithmetic is reordered), hence the 1e-4 tolerance.
 
 The cases cover what the rewrite touches: sentences of different lengths in one batch that
 finish at different steps and leave the batch, n-best > 1, outputs cut at the maximum length,
-a forced minimum length, restricted self-attention, pre-LN, a prefix constraint, and greedy.
+a forced minimum length, restricted self-attention, pre-LN, a prefix constraint, and greedy. Each case runs on the model as trained and on its weights
+packed for oneDNN (``aiayn.decode.packed``, what ``translate`` decodes with on the CPU): the
+matmuls sum in another order, and the outputs must still be the golden ones.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decode import DecodeConfig, decode_ids
+from aiayn.decode import DecodeConfig, decode_ids, packed, quantize
 
 PAD, EOS = 0, 3
 FIXTURE = Path(__file__).with_name("decode_golden.json")
@@ -68,18 +70,25 @@ def golden_sources(n: int = 11, seed: int = 1) -> list[list[int]]:
     return [torch.randint(4, 100, (L - 1,), generator=g).tolist() + [EOS] for L in lengths]
 
 
-def run_case(case: dict) -> list[list[dict]]:
+def run_case(case: dict, pack: bool = False) -> list[list[dict]]:
     kwargs = dict(min_len=case.get("min_len", 0), batch_size=4)
     if case.get("constraint"):
         kwargs["constraint"] = EvenAfterThree()
-    nbest = decode_ids(golden_model(case["model"]), golden_sources(), DecodeConfig(**case["decode"]), **kwargs)
+    model = golden_model(case["model"])
+    if pack:
+        model = quantize(model, None)
+        assert any(isinstance(m, packed.PackedLinear) for m in model.modules())
+    nbest = decode_ids(model, golden_sources(), DecodeConfig(**case["decode"]), **kwargs)
     return [[{"tokens": h.tokens, "score": h.score, "length": h.length} for h in hyps] for hyps in nbest]
 
 
+@pytest.mark.parametrize("pack", [False, True], ids=["as-trained", "packed"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_nbest_equals_golden(name):
+def test_nbest_equals_golden(name, pack):
+    if pack and not packed.available():
+        pytest.skip("this PyTorch has no oneDNN linear ops: decoding runs unpacked")
     golden = json.loads(FIXTURE.read_text())[name]
-    out = run_case(CASES[name])
+    out = run_case(CASES[name], pack)
     assert [[h["tokens"] for h in hyps] for hyps in out] == [[h["tokens"] for h in hyps] for hyps in golden]
     assert [[h["length"] for h in hyps] for hyps in out] == [[h["length"] for h in hyps] for hyps in golden]
     for hyps, gold in zip(out, golden):

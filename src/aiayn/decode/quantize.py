@@ -1,7 +1,8 @@
-"""int8 weights for decoding on the CPU (``--quantize int8``).
+"""The weights' form for decoding on the CPU: fp32 packed for oneDNN, or int8 (``--quantize int8``).
 
     model, _ = load_transformer(checkpoint)      # safetensors: no pickle, no code executed
-    model = quantize(model, "int8")
+    model = quantize(model, None)                # fp32, Linear weights packed (see ``packed``)
+    model = quantize(model, "int8")              # or int8
 
 Every ``nn.Linear`` (attention projections, feed-forward, and the output projection, which
 gets its own int8 copy of the tied embedding matrix) becomes a dynamically quantized linear:
@@ -23,13 +24,17 @@ import warnings
 import torch
 from torch import nn
 
+from .packed import pack_linears
+
 QUANTIZE_MODES = ("int8",)
 
 
 def quantize(model: nn.Module, mode: str | None) -> nn.Module:
-    """``mode`` None: the model as it is; "int8": its Linear layers quantized, in place."""
+    """A loaded model made ready for decoding, in place: ``mode`` None keeps fp32 and packs the
+    Linear weights for oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it
+    is); "int8" quantizes them. Never for a model that will still be trained."""
     if mode is None:
-        return model
+        return pack_linears(model)
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"unknown quantization {mode!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
     device = next(model.parameters()).device

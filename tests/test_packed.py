@@ -1,0 +1,79 @@
+"""Linear weights packed for oneDNN (``aiayn.decode.packed``): the same model, computed faster.
+
+Equality of whole beam-search outputs is pinned by the golden test (tests/test_decode_golden.py,
+the "packed" cases); here: logits, what packing replaces and keeps, and the fallback.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import aiayn
+from aiayn.decode import packed, quantize
+
+pytestmark = pytest.mark.skipif(not packed.available(), reason="this PyTorch has no oneDNN linear ops")
+
+
+def model_pair(**overrides) -> tuple[aiayn.Transformer, aiayn.Transformer]:
+    """A random tiny model and a packed copy of it."""
+    torch.manual_seed(0)
+    plain = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", **overrides)).eval()
+    copy = aiayn.Transformer(plain.cfg).eval()
+    copy.load_state_dict(plain.state_dict())
+    return plain, quantize(copy, None)
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 100, (3, 9), generator=g)
+    src[1, 6:] = 0  # padding
+    return src, torch.randint(4, 100, (3, 7), generator=g)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, {"attention_window": 2}])
+def test_packed_logits_equal_plain(overrides):
+    plain, fast = model_pair(**overrides)
+    src, tgt = batch()
+    with torch.no_grad():
+        full_plain, full_fast = plain(src, tgt), fast(src, tgt)
+    assert full_fast.shape == full_plain.shape
+    torch.testing.assert_close(full_fast, full_plain, atol=1e-4, rtol=1e-4)
+    # Incremental decoding too, where the rows per matmul are few (what packing is for).
+    memory_plain, memory_fast = plain.encode(src), fast.encode(src)
+    mask = plain.src_mask(src)
+    cache_plain = cache_fast = None
+    for t in range(tgt.size(1)):
+        step_plain, cache_plain = plain.decode_step(tgt[:, t : t + 1], memory_plain, mask, cache_plain, max_len=8)
+        step_fast, cache_fast = fast.decode_step(tgt[:, t : t + 1], memory_fast, mask, cache_fast, max_len=8)
+        torch.testing.assert_close(step_fast, step_plain, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(step_fast, full_plain[:, t], atol=1e-4, rtol=1e-4)
+
+
+def test_packing_replaces_every_linear_and_keeps_the_embedding():
+    plain, fast = model_pair()
+    assert not any(type(m) is nn.Linear for m in fast.modules())
+    n_linear = sum(1 for m in plain.modules() if type(m) is nn.Linear)
+    assert sum(1 for m in fast.modules() if isinstance(m, packed.PackedLinear)) == n_linear
+    # The tied output projection got its own packed copy; the embedding matrix is untouched.
+    torch.testing.assert_close(fast.src_embed.tokens.weight, plain.src_embed.tokens.weight, atol=0, rtol=0)
+    # Packed weights are not parameters: nothing to train, save or move by accident.
+    assert sum(p.numel() for p in fast.parameters()) < sum(p.numel() for p in plain.parameters())
+    assert any(".W_" in k for k in plain.state_dict())
+    assert not any(k.startswith("generator") or ".W_" in k for k in fast.state_dict())
+
+
+def test_no_onednn_leaves_the_model_as_it_is(monkeypatch):
+    monkeypatch.setattr(packed, "available", lambda: False)
+    torch.manual_seed(0)
+    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny"))
+    assert quantize(model, None) is model
+    assert sum(1 for m in model.modules() if type(m) is nn.Linear) > 0
+
+
+def test_a_model_off_the_cpu_or_in_half_precision_is_left_alone():
+    torch.manual_seed(0)
+    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny")).to(torch.float64)
+    packed.pack_linears(model)
+    assert sum(1 for m in model.modules() if type(m) is nn.Linear) > 0
