@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer, count_parameters
-from aiayn.model import sinusoidal_encoding
+from aiayn.model import attention_mask, sinusoidal_encoding
 
 PAD = 0
 
@@ -252,3 +252,29 @@ def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
         prefixes = torch.cat([prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1)
         b = k
     assert sentences.tolist() == [2] and len(buffers) == 2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 0, 2])
+@pytest.mark.parametrize("T", [1, 3, 6])
+def test_attention_mask_is_the_definition(causal, window, T):
+    """Queries are the last T of S = 6 positions; checked cell by cell against the rules."""
+    S = 6
+    keys = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]  # (2, 1, 1, S)
+    for padding in (None, keys):
+        mask = attention_mask(T, S, torch.device("cpu"), causal=causal, window=window, keys=padding)
+        if not causal and window is None and padding is None:
+            assert mask is None
+            continue
+        expected = torch.zeros(2, 1, T, S, dtype=torch.bool)
+        for b in range(2):
+            for q in range(T):
+                i = S - T + q
+                for j in range(S):
+                    ok = (not causal or j <= i) and (window is None or abs(i - j) <= window)
+                    if padding is not None:
+                        ok = (ok and bool(keys[b, 0, 0, j])) or (j == i and (causal or window is not None))
+                    expected[b, 0, q, j] = ok
+        assert torch.equal(mask.expand(2, 1, T, S), expected)
+        if padding is not None:  # every query sees at least one key: the softmax stays finite
+            assert mask.expand(2, 1, T, S).any(-1).all()

@@ -114,7 +114,7 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
         if self.impl == "reference":
             if is_causal:
-                mask = causal_mask(q.size(2), k.size(2), q.device)
+                mask = attention_mask(q.size(2), k.size(2), q.device, causal=True)
             out, self.weights = reference_attention(q, k, v, mask, self.scale, dropout_p)
         else:
             out = F.scaled_dot_product_attention(
@@ -124,16 +124,35 @@ class MultiHeadAttention(nn.Module):
         return self.W_O(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))
 
 
-def causal_mask(T: int, S: int, device: torch.device) -> Tensor:
-    """(T, S) bool, True where query i (the last T of S positions) may attend to key j <= i."""
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+# --- Masks: which positions a query may attend (True = may attend, as SDPA) -----------------
 
 
-def window_mask(T: int, S: int, r: int, device: torch.device) -> Tensor:
-    """(T, S) bool for restricted self-attention (Table 1): |i - j| <= r."""
-    i = torch.arange(S - T, S, device=device)[:, None]
-    j = torch.arange(S, device=device)[None, :]
-    return (i - j).abs() <= r
+def attention_mask(T: int, S: int, device: torch.device, *, causal: bool = False, window: int | None = None,
+                   keys: Tensor | None = None) -> Tensor | None:
+    """The mask of T queries, the last T of S positions, over the S keys; None if none is masked.
+
+    ``causal``: query i sees keys j <= i (3.2.3: the decoder may not look ahead).
+    ``window`` = r: only keys with |i - j| <= r (restricted self-attention, Table 1).
+    ``keys`` (B, 1, 1, S): key padding (see ``key_padding``), combined with the above.
+    Returns (T, S), or (B, 1, T, S) with ``keys``. With a window and padding a padded query may
+    see no key at all; it also sees itself so that its softmax stays finite (its output is
+    padding and never read).
+    """
+    i = torch.arange(S - T, S, device=device)[:, None]  # (T, 1) query positions
+    j = torch.arange(S, device=device)[None, :]  # (1, S) key positions
+    mask = (j <= i) if causal else None
+    if window is not None:
+        near = (i - j).abs() <= window
+        mask = near if mask is None else mask & near
+    if keys is not None:
+        mask = keys if mask is None else (mask & keys) | (i == j)
+    return mask
+
+
+def key_padding(src_mask: Tensor) -> Tensor | None:
+    """``src_mask`` (B, 1, 1, S), or None when no key is padding (the fused kernel is faster
+    without a mask)."""
+    return None if bool(src_mask.all()) else src_mask
 
 
 # --- 3.3 Position-wise feed-forward networks --------------------------------------------
@@ -408,24 +427,10 @@ class Transformer(nn.Module):
         """(B, S) -> (B, 1, 1, S): True for real source tokens (keys that may be attended)."""
         return (src != self.cfg.pad_id)[:, None, None, :]
 
-    def _self_mask(self, key_mask: Tensor | None, T: int, S: int, device: torch.device) -> Tensor | None:
-        """Combine padding and the restricted-attention window into one self-attention mask."""
-        r = self.cfg.attention_window
-        if r is None:
-            return key_mask
-        mask = window_mask(T, S, r, device)
-        if key_mask is not None:
-            # A padded query may see no key inside its window; letting every query see itself
-            # keeps its softmax finite (its output is never read: it is padding).
-            mask = (mask & key_mask) | _diagonal(T, S, device)
-        return mask
-
     def encode(self, src: Tensor) -> Tensor:
         """src: (B, S) token ids -> memory (B, S, d_model)."""
-        key_mask = self.src_mask(src)
-        # With no padding the fused kernel runs faster without a mask.
-        mask = None if bool(key_mask.all()) else key_mask
-        mask = self._self_mask(mask, src.size(1), src.size(1), src.device)
+        S = src.size(1)
+        mask = attention_mask(S, S, src.device, window=self.cfg.attention_window, keys=key_padding(self.src_mask(src)))
         x = self.src_embed(src)
         for layer in self.encoder:
             x = layer(x, mask)
@@ -433,11 +438,10 @@ class Transformer(nn.Module):
 
     def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
         """Teacher-forced decoder: tgt_in (B, T) -> states (B, T, d_model)."""
-        T = tgt_in.size(1)
-        self_mask = None
-        if self.cfg.attention_window is not None:
-            self_mask = self._self_mask(None, T, T, tgt_in.device) & causal_mask(T, T, tgt_in.device)
-        memory_mask = None if bool(src_mask.all()) else src_mask
+        T, r = tgt_in.size(1), self.cfg.attention_window
+        # Causal alone goes to the fused kernel as is_causal; a window needs an explicit mask.
+        self_mask = None if r is None else attention_mask(T, T, tgt_in.device, causal=True, window=r)
+        memory_mask = key_padding(src_mask)
         y = self.tgt_embed(tgt_in)
         for layer in self.decoder:
             y = layer(y, memory, self_mask, memory_mask, is_causal=self_mask is None)
@@ -474,24 +478,17 @@ class Transformer(nn.Module):
             capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
             window = self.cfg.attention_window
             cache = DecoderCache(layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder],
-                                 memory_padded=not bool(src_mask.all()))
+                                 memory_padded=key_padding(src_mask) is not None)
         memory_mask = src_mask if cache.memory_padded else None  # the fused kernel is faster without
         n, S = tgt_in.size(1), cache.step + tgt_in.size(1)
-        self_mask = None  # one new position may see all cached ones (the window: see KVCache)
-        if n > 1:
-            self_mask = causal_mask(n, S, tgt_in.device)
-            if self.cfg.attention_window is not None:
-                self_mask = self_mask & window_mask(n, S, self.cfg.attention_window, tgt_in.device)
+        # One new position may see every cached one (KVCache returns only the window's).
+        self_mask = None if n == 1 else attention_mask(
+            n, S, tgt_in.device, causal=True, window=self.cfg.attention_window)
         y = self.tgt_embed(tgt_in, start=cache.step)
         for layer, layer_cache in zip(self.decoder, cache.layers):
             y = layer(y, memory, self_mask, memory_mask, cache=layer_cache)
         cache.step = S
         return self.generator(self.dec_norm(y[:, -1])), cache
-
-
-def _diagonal(T: int, S: int, device: torch.device) -> Tensor:
-    """(T, S) bool, True where key j is query i itself (queries are the last T positions)."""
-    return torch.arange(S - T, S, device=device)[:, None] == torch.arange(S, device=device)
 
 
 def count_parameters(cfg: ModelConfig) -> int:

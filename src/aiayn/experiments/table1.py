@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
 from ..config import ModelConfig
-from ..model import MultiHeadAttention, window_mask
+from ..model import MultiHeadAttention, attention_mask
 from .runner import Budget, Experiment, Row, markdown_table
 
 D, H, K, R = 512, 8, 3, 16  # representation size, heads, kernel width, restricted radius
@@ -50,7 +50,7 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         n = x.size(1)
-        mask = window_mask(n, n, self.window, x.device) if self.window else None
+        mask = attention_mask(n, n, x.device, window=self.window) if self.window else None
         return self.attn(x, mask)
 
 
