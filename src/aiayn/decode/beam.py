@@ -137,6 +137,69 @@ class _Finished:
         return hyps
 
 
+@dataclass
+class _Live:
+    """Per sentence still decoding (n of them), what the search keeps besides the beams."""
+
+    active: Tensor  # (n,) the sentence's index in the batch given to beam_search
+    max_lens: Tensor  # (n,) its limit on |Y|
+    lp_max: Tensor  # (n,) lp(max_len), for the early-termination bound
+    memory: Tensor  # (n, S, d_model) encoder output
+    mask: Tensor  # (n, 1, 1, S) source mask
+
+    def keep(self, sentences: Tensor) -> None:
+        """Only these sentences (n',) go on."""
+        for name in ("active", "max_lens", "lp_max", "memory", "mask"):
+            setattr(self, name, getattr(self, name).index_select(0, sentences))
+
+
+def expand(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Extend every live prefix by every token and keep the 2k best candidates per sentence.
+
+    scores (n, b) log P of the prefixes, lprobs (n*b, V) -> top (n, 2k) candidate log P, best
+    first; beam_of (n, 2k) the prefix (beam) each extends; tok (n, 2k) the token it appends.
+    """
+    (n, b), V = scores.shape, lprobs.size(-1)
+    cand = (scores.unsqueeze(-1) + lprobs.view(n, b, V)).view(n, b * V)  # (n, b*V)
+    if b * V < 2 * k:  # tiny vocabularies: pad with impossible candidates
+        cand = torch.cat([cand, cand.new_full((n, 2 * k - b * V), NEG_INF)], dim=1)
+    top, idx = cand.topk(2 * k, dim=1)
+    beam_of, tok = idx // V, idx % V
+    if b * V < 2 * k:
+        beam_of.clamp_(max=b - 1)
+    return top, beam_of, tok
+
+
+def finish(finished: _Finished, live: _Live, prefixes: Tensor, t: int, alpha: float, top: Tensor,
+           beam_of: Tensor, tok: Tensor, is_eos: Tensor, b: int) -> None:
+    """Finish the eos candidates that rank among the first k (at a sentence's length limit,
+    every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``."""
+    k = top.size(1) // 2
+    at_max = (live.max_lens <= t)[:, None]  # (n, 1)
+    rank_ok = torch.arange(2 * k, device=top.device) < k  # (2k,)
+    chosen = rank_ok & (is_eos | at_max) & (top > NEG_INF)  # (n, 2k)
+    if bool(chosen.any()):
+        i, j = chosen.nonzero(as_tuple=True)
+        outputs = torch.cat([prefixes.index_select(0, i * b + beam_of[i, j]), tok[i, j, None]], dim=1)
+        finished.add(gnmt_length_penalty(t, alpha), chosen, live.active, top, outputs, is_eos)
+
+
+def prune(finished: _Finished, live: _Live, t: int, alpha: float, top: Tensor, beam_of: Tensor, tok: Tensor,
+          is_eos: Tensor, b: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The k best non-eos candidates stay live; a sentence is done at its length limit or once
+    none of them can reach its n-best list (see the module docstring).
+
+    Returns rows (n, k), the prefix row (of n*b) each live beam extends; tokens (n, k) and
+    scores (n, k) of the live beams; done (n,) bool.
+    """
+    k = top.size(1) // 2
+    scores, pos = top.masked_fill(is_eos, NEG_INF).topk(k, dim=1)  # (n, k)
+    lp_bound = live.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
+    done = (live.max_lens <= t) | (scores[:, 0] / lp_bound <= finished.threshold())
+    rows = (torch.arange(top.size(0), device=top.device) * b)[:, None] + beam_of.gather(1, pos)
+    return rows, tok.gather(1, pos), scores, done
+
+
 @torch.no_grad()
 def beam_search(
     model: Any,
@@ -159,76 +222,49 @@ def beam_search(
     Shapes: n sentences still decoding (of B), b live beams per sentence (1 at the first step,
     then k = ``config.beam``), V vocabulary, t the step (= output position); row = sentence * b
     + beam. The memory and source mask stay one per sentence (n, ...): the model shares them
-    among a sentence's beams.
+    among a sentence's beams. Each step: ``expand``, ``finish``, ``prune``, then the sentences
+    that are done leave the batch.
     """
     k, alpha = config.beam, config.alpha
     memory, mask = model.encode(src), model.src_mask(src)  # (n, S, d_model), (n, 1, 1, S)
     B, device = src.size(0), src.device
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
-    lp_max = gnmt_length_penalty(max_lens, alpha)  # (n,)
+    live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha), memory, mask)
     T = int(max_lens.max())
     finished = _Finished(B, config.nbest, device)
 
-    active = torch.arange(B, device=device)  # (n,) original index of each sentence decoding
     b = 1  # live beams per sentence: one (the bos prefix) until the first step fans out to k
     scores = torch.zeros(B, 1, device=device)  # (n, b) log P of each live prefix
-    tokens = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
+    prefixes = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
-    rank_ok = torch.arange(2 * k, device=device) < k  # (2k,) candidates allowed to finish
     cache = None
     states = None if constraint is None else [  # one per live prefix
         constraint.start([i for i in row if i != pad_id], limit) for row, limit in zip(src.tolist(), max_lens.tolist())]
     for t in range(1, T + 1):
-        # 1. Extend every live prefix by every token: (n, b*V) candidate log-probabilities.
-        logits, cache = model.decode_step(step_in, memory, mask, cache, max_len=T)
+        logits, cache = model.decode_step(step_in, live.memory, live.mask, cache, max_len=T)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
         if states is not None:
             lprobs = constrain(lprobs, [constraint.allowed(state) for state in states])
-        n, V = scores.size(0), lprobs.size(-1)
-        cand = (scores.unsqueeze(-1) + lprobs.view(n, b, V)).view(n, b * V)
-        if b * V < 2 * k:  # tiny vocabularies: pad with impossible candidates
-            cand = torch.cat([cand, cand.new_full((n, 2 * k - b * V), NEG_INF)], dim=1)
-
-        # 2. The 2k best candidates of each sentence, best first.
-        top, idx = cand.topk(2 * k, dim=1)  # (n, 2k)
-        beam_of, tok = idx // V, idx % V
-        if b * V < 2 * k:
-            beam_of.clamp_(max=b - 1)
-
-        # 3. Finish the eos candidates among the first k (all of the first k at the limit).
+        top, beam_of, tok = expand(scores, lprobs, k)  # (n, 2k) each
         is_eos = tok == eos_id
-        at_max = max_lens <= t  # (n,) last step for these sentences
-        finish = rank_ok & (is_eos | at_max[:, None]) & (top > NEG_INF)
-        if bool(finish.any()):
-            i, j = finish.nonzero(as_tuple=True)
-            outputs = torch.cat([tokens.index_select(0, i * b + beam_of[i, j]), tok[i, j, None]], dim=1)
-            finished.add(gnmt_length_penalty(t, alpha), finish, active, top, outputs, is_eos)
+        finish(finished, live, prefixes, t, alpha, top, beam_of, tok, is_eos, b)
+        rows, tokens, scores, done = prune(finished, live, t, alpha, top, beam_of, tok, is_eos, b)  # (n, k), (n,)
 
-        # 4. The k best non-eos candidates stay live; a sentence is done once none of them
-        #    can reach its n-best list (see the module docstring).
-        live, pos = top.masked_fill(is_eos, NEG_INF).topk(k, dim=1)  # (n, k)
-        lp_bound = lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
-        done = at_max | (live[:, 0] / lp_bound <= finished.threshold())
-        rows = (torch.arange(n, device=device) * b)[:, None] + beam_of.gather(1, pos)  # (n, k)
-        live_tok = tok.gather(1, pos)  # (n, k)
-
-        # 5. Done sentences leave the batch; the cache follows the surviving beams.
+        # Done sentences leave the batch; the cache follows the surviving beams.
         if bool(done.any()):
             keep = (~done).nonzero().squeeze(1)  # (n',)
             if keep.numel() == 0:
                 break
-            rows, live_tok, live = rows[keep], live_tok[keep], live[keep]
-            active, max_lens, lp_max = active[keep], max_lens[keep], lp_max[keep]
-            memory, mask = memory.index_select(0, keep), mask.index_select(0, keep)
+            rows, tokens, scores = rows[keep], tokens[keep], scores[keep]
+            live.keep(keep)
             finished.keep(keep)
             cache.select(rows.view(-1), sentences=keep)
         else:
             cache.select(rows.view(-1))  # beams move within their sentence: memory k/v stay
-        rows = rows.view(-1)  # (n*k,)
+        rows = rows.view(-1)  # (n*k,) rows of the old n*b
         if states is not None:
-            states = [constraint.advance(states[r], tok_r)
-                      for r, tok_r in zip(rows.tolist(), live_tok.view(-1).tolist())]
-        tokens = torch.cat([tokens.index_select(0, rows), live_tok.view(-1, 1)], dim=1)
-        scores, b = live, k
-        step_in = live_tok.view(-1, 1)
+            states = [constraint.advance(states[r], tok_r) for r, tok_r in zip(rows.tolist(), tokens.view(-1).tolist())]
+        prefixes = torch.cat([prefixes.index_select(0, rows), tokens.view(-1, 1)], dim=1)  # (n*k, t)
+        b = k
+        step_in = tokens.view(-1, 1)
     return finished.nbest_lists(B)
