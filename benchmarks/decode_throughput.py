@@ -148,7 +148,7 @@ def run_hf(hf, srcs, size) -> float:
         for _, src in batches(srcs, size):
             out = hf.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=BEAM,
                               max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN, do_sample=False,
-                              length_penalty=0.6, early_stopping=False)
+                              length_penalty=0.6, early_stopping=False, max_length=None)
             assert out.size(1) >= OUT_LEN
     return time.perf_counter() - start
 
