@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from aiayn.data.readers import DataError
 from aiayn.data.readers import iter_lines as corpus_lines
-from aiayn.io import InputError, atomic_file, iter_lines, read_lines, write_lines_atomic, write_text_atomic
+from aiayn.io import (InputError, atomic_file, iter_lines, read_lines, write_lines_atomic, write_parallel,
+                      write_text_atomic)
 from aiayn.train import TrainConfig, load_train_config
 from aiayn.train.config import apply_sets
 
@@ -216,3 +217,21 @@ def test_keys_that_are_not_strings_are_rejected_by_name(tmp_path):
     path.write_text("preset: [tiny]\n")
     with pytest.raises(ValueError, match="preset"):
         load_train_config(path)
+
+
+def test_write_parallel_keeps_pairs_aligned_and_is_all_or_nothing(tmp_path):
+    src, tgt = tmp_path / "train.en", tmp_path / "train.es"
+    n = write_parallel([("a\nb ", "uno"), ("c", " dos\ntres")], src, tgt)
+    assert n == 2
+    assert src.read_text(encoding="utf-8") == "a b\nc\n"
+    assert tgt.read_text(encoding="utf-8") == "uno\ndos tres\n"
+
+    def broken():
+        yield "x", "y"
+        raise OSError("connection lost")
+
+    with pytest.raises(OSError):
+        write_parallel(broken(), src, tgt)
+    # The earlier complete pair is untouched, and no temporary file is left behind.
+    assert src.read_text(encoding="utf-8") == "a b\nc\n" and tgt.read_text(encoding="utf-8") == "uno\ndos tres\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.en", "train.es"]

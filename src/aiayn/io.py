@@ -141,6 +141,23 @@ def write_lines_atomic(path: PathLike, lines: Iterable[str]) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in lines))
 
 
+def write_parallel(pairs: Iterable[tuple[str, str]], src_path: PathLike, tgt_path: PathLike) -> int:
+    """Two aligned files, a (source, target) pair a line, streamed; returns the number of pairs.
+
+    A newline inside a segment would break the alignment, so it becomes a space (segments are
+    also stripped). Both files are written under temporary names and renamed only once both
+    are complete, so an interrupted run never leaves a truncated pair that looks finished.
+    """
+    n = 0
+    with atomic_file(src_path) as tmp_src, atomic_file(tgt_path) as tmp_tgt:
+        with open(tmp_src, "w", encoding="utf-8") as fs, open(tmp_tgt, "w", encoding="utf-8") as ft:
+            for src, tgt in pairs:
+                fs.write(" ".join(src.split("\n")).strip() + "\n")
+                ft.write(" ".join(tgt.split("\n")).strip() + "\n")
+                n += 1
+    return n
+
+
 def temp_dir_beside(path: PathLike) -> Path:
     """A new, empty directory beside ``path`` (same file system, so renaming it is atomic)."""
     path = Path(path)

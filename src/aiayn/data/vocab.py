@@ -146,8 +146,9 @@ class Vocab:
         """The subword string of id ``i`` (for attention-map axes)."""
         return self.sp.id_to_piece(int(i))
 
-    def decode(self, ids: Iterable[int]) -> str:
-        """Text of ``ids`` up to the first eos, ignoring pad and bos."""
+    @staticmethod
+    def content_ids(ids: Iterable[int]) -> list[int]:
+        """``ids`` up to the first eos, without pad and bos: what a decoded output says."""
         kept: list[int] = []
         for i in ids:
             i = int(i)
@@ -155,7 +156,11 @@ class Vocab:
                 break
             if i not in (PAD_ID, BOS_ID):
                 kept.append(i)
-        return self.sp.decode(kept)
+        return kept
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids`` up to the first eos, ignoring pad and bos."""
+        return self.sp.decode(self.content_ids(ids))
 
     @cached_property
     def fingerprint(self) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..io import write_parallel
 from .readers import DataError, iter_lines
 
 WMT14_PAIRS = ("de-en", "fr-en")
@@ -37,25 +38,6 @@ def read_sgm(path: str | os.PathLike) -> list[str]:
     if not segments:
         raise DataError(f"{path}: no <seg> elements found; is this a WMT .sgm file?")
     return segments
-
-
-def write_parallel(pairs: Iterable[tuple[str, str]], src_path: Path, tgt_path: Path) -> int:
-    """Write aligned files, one segment a line; returns the number of pairs.
-
-    Newlines inside a segment would break the alignment, so they become spaces. Both files
-    are written under temporary names and renamed at the end, so an interrupted download
-    never leaves a truncated pair of files that look complete.
-    """
-    n = 0
-    tmp_src, tmp_tgt = (p.with_name(f".{p.name}.tmp") for p in (src_path, tgt_path))
-    with open(tmp_src, "w", encoding="utf-8") as fs, open(tmp_tgt, "w", encoding="utf-8") as ft:
-        for src, tgt in pairs:
-            fs.write(" ".join(src.split("\n")).strip() + "\n")
-            ft.write(" ".join(tgt.split("\n")).strip() + "\n")
-            n += 1
-    os.replace(tmp_src, src_path)
-    os.replace(tmp_tgt, tgt_path)
-    return n
 
 
 def sgm_pairs(src_sgm: str | os.PathLike, ref_sgm: str | os.PathLike) -> Iterator[tuple[str, str]]:

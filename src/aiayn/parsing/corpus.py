@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from .. import io
 from .linearize import Leaves, linearize, source_text
 from .trees import Tree
 
@@ -70,11 +71,7 @@ def split_wsj(root: str | Path) -> WsjSplit:
 def write_parallel(trees: Iterable[Tree], src_path: str | Path, tgt_path: str | Path,
                    leaves: Leaves = "XX") -> int:
     """Write each tree's words to ``src_path`` and its linearisation to ``tgt_path``, one
-    sentence a line; returns the number of sentences. Trees should be ``preprocess``-ed."""
-    n = 0
-    with open(src_path, "w", encoding="utf-8") as src, open(tgt_path, "w", encoding="utf-8") as tgt:
-        for tree in trees:
-            src.write(source_text(tree, leaves) + "\n")
-            tgt.write(" ".join(linearize(tree, leaves)) + "\n")
-            n += 1
-    return n
+    sentence a line (``aiayn.io.write_parallel``: atomic, aligned); returns the number of
+    sentences. Trees should be ``preprocess``-ed."""
+    return io.write_parallel(((source_text(tree, leaves), " ".join(linearize(tree, leaves))) for tree in trees),
+                             src_path, tgt_path)

@@ -124,13 +124,7 @@ def ids_to_tokens(vocab: Vocab, ids: Iterable[int]) -> list[str]:
     joins them (``▁`` starts a token). Brackets are single pieces, so this is mostly one
     token per id; a stray subword piece merges into its neighbour and is then dropped by
     ``delinearize``'s repair rule 1."""
-    pieces: list[str] = []
-    for i in ids:
-        i = int(i)
-        if i == vocab.eos_id:
-            break
-        if i not in (vocab.pad_id, vocab.bos_id):
-            pieces.append(vocab.id_to_piece(i))
+    pieces = [vocab.id_to_piece(i) for i in vocab.content_ids(ids)]
     return "".join(pieces).replace(WORD_BOUNDARY, " ").split()
 
 
