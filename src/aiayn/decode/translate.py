@@ -18,6 +18,7 @@ from typing import Any, Iterator, Protocol, Sequence
 import torch
 
 from .beam import Constraint, Hypothesis, beam_search
+from ..data.collate import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .config import DecodeConfig
 
@@ -89,11 +90,7 @@ def decode_ids(
     ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
     for batch in batches:
         members = [nonempty[j] for j in batch]
-        width = max(len(sources[i]) for i in members)
-        src = torch.full((len(members), width), pad_id, dtype=torch.long)
-        for row, i in enumerate(members):
-            src[row, : len(sources[i])] = torch.tensor(sources[i])
-        src = src.to(device)
+        src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)  # (b, longest)
         hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap, constraint=constraint, **ids)
         for i, h in zip(members, hyps):
             results[i] = h
