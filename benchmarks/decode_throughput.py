@@ -11,7 +11,9 @@ logits are checked against Hugging Face's. CTranslate2 runs in a process of its 
 ``--testset CHECKPOINT``: the real job instead, the bundled test split (1,523 verses, from the
 package's corpus/bible) translated with the checkpoint by us (``translate``, as ``aiayn
 evaluate`` does) and by CTranslate2 converted from the same weights (beam 4, its own length
-penalty, max length = longest source + 50); wall time of each, interleaved.
+penalty, max length = longest source + 50); wall time of each, interleaved. With ``--unpacked``
+also our fp32 model without packed weights, and how many of its outputs equal the packed
+model's; ``--limit N`` takes the first N verses.
 
 Cost: about 2 minutes on 2 CPU cores for both configurations. Needs the peers (never the
 package's own venv):
@@ -25,6 +27,7 @@ Prints target tokens/s (40 x sentences / seconds) per system and batch size, and
 
     python benchmarks/decode_throughput.py --quantize int8      # ours int8 vs CTranslate2 int8
     python benchmarks/decode_throughput.py --testset runs/demo/averaged [--quantize int8]
+    python benchmarks/decode_throughput.py --testset runs/demo/averaged --unpacked --limit 300
 """
 
 from __future__ import annotations
@@ -176,26 +179,30 @@ def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, floa
     return {name: OUT_LEN * len(srcs) / t for name, t in best.items()}
 
 
-def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, tmp: str) -> None:
-    """The real job: the bundled test split, ours (as ``aiayn evaluate`` decodes) vs CTranslate2."""
+def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, tmp: str,
+                     unpacked: bool = False, limit: int | None = None) -> None:
+    """The real job: the bundled test split (its first ``limit`` verses), ours (as ``aiayn
+    evaluate`` decodes) vs CTranslate2; with ``unpacked`` also our fp32 model without packed
+    weights, and how many outputs it shares with the packed one."""
     from aiayn.checkpoint import VOCAB, load_transformer
     from aiayn.data import Vocab, bundled_corpus_paths
     from aiayn.io import read_lines
 
     model = quantize(load_transformer(checkpoint)[0], quantize_mode)
+    plain = load_transformer(checkpoint)[0].eval() if unpacked and not quantize_mode else None
     vocab = Vocab.load(os.path.join(checkpoint, VOCAB))
-    lines = read_lines(bundled_corpus_paths()["test"][0])
+    lines = read_lines(bundled_corpus_paths()["test"][0])[:limit]
     ids = [vocab.encode_source(line) for line in lines if line.strip()]
-    fp32 = load_transformer(checkpoint)[0] if quantize_mode else model
+    fp32 = load_transformer(checkpoint)[0]  # as trained, for the export: ours is packed or int8
     ct2_dir, names = ct2_model(fp32, tmp)
     ct2 = Ct2Process(ct2_dir, "int8" if quantize_mode else "float32", torch.get_num_threads())
     max_len = max(map(len, ids)) + 50
 
-    def ours() -> float:
+    def ours(m) -> tuple[float, list[str]]:
         start = time.perf_counter()
         with torch.inference_mode():
-            translate(model, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000)
-        return time.perf_counter() - start
+            out = translate(m, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000)
+        return time.perf_counter() - start, out
 
     def theirs() -> float:
         start = time.perf_counter()  # wall time, including the transfer to the worker
@@ -203,10 +210,15 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
         return time.perf_counter() - start
 
     for repeat in range(repeats):
-        t_ours, t_ct2 = ours(), theirs()
-        print(f"[test split, {len(ids)} sentences, {quantize_mode or 'fp32'}] repeat {repeat + 1}: "
-              f"ours {t_ours:.1f} s ({len(ids) / t_ours:.1f} sent/s)  ct2 {t_ct2:.1f} s "
-              f"({len(ids) / t_ct2:.1f} sent/s)  ours/ct2 speed {t_ct2 / t_ours:.2f}", flush=True)
+        (t_ours, out), t_ct2 = ours(model), theirs()
+        line = (f"[test split, {len(ids)} sentences, {quantize_mode or 'fp32'}] repeat {repeat + 1}: "
+                f"ours {t_ours:.1f} s ({len(ids) / t_ours:.1f} sent/s)  ct2 {t_ct2:.1f} s "
+                f"({len(ids) / t_ct2:.1f} sent/s)  ours/ct2 speed {t_ct2 / t_ours:.2f}")
+        if plain is not None:
+            t_plain, out_plain = ours(plain)
+            same = sum(a == b for a, b in zip(out, out_plain))
+            line += f"  unpacked {t_plain:.1f} s, ours/unpacked speed {t_plain / t_ours:.2f}, identical {same}/{len(out)}"
+        print(line, flush=True)
     ct2.close()
 
 
@@ -222,13 +234,14 @@ def main() -> None:
     parser.add_argument("--unpacked", action="store_true",
                         help="also time our fp32 model without packed weights (aiayn.decode.packed)")
     parser.add_argument("--testset", metavar="CHECKPOINT", help="time the bundled test split instead")
+    parser.add_argument("--limit", type=int, help="--testset: only the first LIMIT verses")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     precision = args.quantize or "fp32"
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, beam {BEAM}, {precision}")
     if args.testset:
         with tempfile.TemporaryDirectory() as tmp:
-            test_split_times(args.testset, args.quantize, args.repeats, tmp)
+            test_split_times(args.testset, args.quantize, args.repeats, tmp, args.unpacked, args.limit)
         return
     peers = [p for p in args.peers if not (args.quantize and p == "hf")]
     for name in args.configs:
