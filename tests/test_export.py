@@ -4,6 +4,7 @@ unrepresentable options are named, and the CLI turns both into one line and exit
 import json
 
 import pytest
+import torch
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import save_checkpoint
@@ -87,3 +88,23 @@ def test_cli_needs_the_checkpoint_vocabulary(tmp_path, capsys):
         main(["export", "--checkpoint", str(ckpt), "--to", "ctranslate2", "--out", str(tmp_path / "out")])
     assert "no spm.model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("mode", [None, "int8"])
+def test_a_model_converted_for_decoding_is_refused(mode):
+    """Packing or int8 replaces the nn.Linear weights the exporters read: a clear error, not an AttributeError."""
+    from aiayn.decode import quantize
+    from aiayn.export.common import refuse_decoding_form
+
+    model = Transformer(ModelConfig.preset("tiny")).eval()
+    refuse_decoding_form(model)  # as trained: accepted
+    converted = quantize(model, mode)
+    if mode is None and all(type(m) is torch.nn.Linear for m in converted.modules() if hasattr(m, "in_features")):
+        pytest.skip("this PyTorch has no oneDNN: quantize(model, None) leaves the Linear layers as they are")
+    with pytest.raises(ExportError, match="packed or quantized for decoding"):
+        refuse_decoding_form(converted)
+    pytest.importorskip("transformers")
+    from aiayn.export.hf import to_marian
+
+    with pytest.raises(ExportError, match="packed or quantized for decoding"):
+        to_marian(converted)  # the exporter itself refuses, before reading any weight

@@ -1,7 +1,7 @@
 """Table 3 in miniature: every variation of the paper's base model, applied to a small base.
 
-    aiayn experiment table3                          # demo preset, 400 updates per row
-    aiayn experiment table3 --budget updates=2000    # closer to convergence, 5x the time
+    aiayn experiment table3                          # demo preset, 1000 updates per row
+    aiayn experiment table3 --budget updates=2000    # closer to convergence, twice the time
 
 The base is the ``demo`` preset (3+3 layers, d_model 256, d_ff 1024, h 4, d_k 64) with the
 paper's dropout 0.1 and label smoothing 0.1, trained with the demo's batches and schedule.

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import torch
+
 from ..config import ModelConfig
 from ..io import publish_dir, temp_dir_beside
 
@@ -46,6 +48,16 @@ def refuse_unsupported(cfg: ModelConfig, target: str, supported: set[str]) -> No
     found = {name: why for name, why in deviations(cfg).items() if name not in supported}
     if found:
         raise ExportError(f"{target} cannot represent this model: " + "; ".join(found.values()))
+
+
+def refuse_decoding_form(model: Any) -> None:
+    """Refuse a model whose Linear layers ``aiayn.decode.quantize`` converted for decoding
+    (packed for oneDNN or int8): the exporters read ``nn.Linear`` weights, which are gone."""
+    converted = [name for name, m in model.named_modules()
+                 if hasattr(m, "in_features") and not isinstance(m, torch.nn.Linear)]
+    if converted:
+        raise ExportError(f"{len(converted)} Linear layers (e.g. {converted[0]}) were packed or quantized for "
+                          "decoding; export the model as loaded from its checkpoint")
 
 
 def deviations(cfg: ModelConfig) -> dict[str, str]:

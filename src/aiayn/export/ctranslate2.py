@@ -30,7 +30,7 @@ import torch
 
 from ..decode import DecodeConfig, gnmt_length_penalty
 from ..model import Transformer
-from .common import ExportError, check_vocab_size, export_dir, refuse_unsupported, require
+from .common import ExportError, check_vocab_size, export_dir, refuse_decoding_form, refuse_unsupported, require
 
 TARGET = "CTranslate2"
 VOCAB_FILE = "spm.model"
@@ -61,6 +61,7 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
 
     c = model.cfg
     refuse_unsupported(c, TARGET, supported={"norm", "positional"})
+    refuse_decoding_form(model)
     check_vocab_size(c, vocab)
     spec = transformer_spec.TransformerSpec.from_config(
         (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU)

@@ -39,7 +39,7 @@ from torch import Tensor
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..decode import DecodeConfig
 from ..model import Transformer
-from .common import check_vocab_size, export_dir, refuse_unsupported, require
+from .common import check_vocab_size, export_dir, refuse_decoding_form, refuse_unsupported, require
 
 TARGET = "Hugging Face MarianMT"
 
@@ -114,6 +114,7 @@ def to_marian(model: Transformer, decode: DecodeConfig = DecodeConfig()) -> Any:
     """A MarianMTModel (eval mode, CPU) computing the same logits as ``model``."""
     transformers = require("transformers", TARGET)
     config = marian_config(model)
+    refuse_decoding_form(model)
     hf = transformers.MarianMTModel(config).eval()
     state = marian_state_dict(model)
     missing, unexpected = hf.load_state_dict(state, strict=False)
