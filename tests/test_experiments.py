@@ -73,6 +73,46 @@ def test_runner_stops_when_a_row_is_out_of_budget_and_resumes_the_rest(tmp_path)
     assert "3 of 3 rows" in (tmp_path / "results.md").read_text()
 
 
+def test_runner_skips_a_row_another_process_holds(tmp_path):
+    import fcntl
+    import os
+
+    (tmp_path / "locks").mkdir()
+    fd = os.open(tmp_path / "locks" / "b", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another process is training row b
+    calls = []
+    try:
+        first = run_rows(_counting(tmp_path, calls), Budget(), tmp_path)
+    finally:
+        os.close(fd)
+    assert [r["name"] for r in first["rows"]] == ["a", "c"] and calls == ["a", "c"]
+    again = run_rows(_counting(tmp_path, calls), Budget(), tmp_path)  # b's process died: b is free
+    assert [r["name"] for r in again["rows"]] == ["a", "b", "c"] and calls == ["a", "c", "b"]
+
+
+def test_two_runs_fill_one_table_without_recomputing_or_losing_rows(tmp_path):
+    """While this run trains row a, a second run of the same command (here: started from inside
+    row a) takes b and c; the first then finds them finished, and results.json holds all three."""
+    calls = []
+
+    def row(name):
+        def go():
+            if name == "a":
+                run_rows(_counting(tmp_path, calls), Budget(), tmp_path)  # the second process
+            calls.append(name)
+            return {"by": "first" if name == "a" else "?"}
+        return go
+
+    first = Experiment(name="toy", rows=[Row(n, row(n)) for n in "abc"], report=lambda rows: f"{len(rows)} rows",
+                       plot=lambda rows, out: [], budget_keys=("updates",))
+    result = run_rows(first, Budget(), tmp_path)
+    assert calls == ["b", "c", "a"]  # each row computed once, b and c by the second run
+    assert [(r["name"], r.get("by")) for r in result["rows"]] == [("a", "first"), ("b", None), ("c", None)]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert [r["name"] for r in saved["rows"]] == ["a", "b", "c"]
+    assert "3 of 3 rows" in (tmp_path / "results.md").read_text()
+
+
 def test_runner_writes_a_report_when_no_row_fits(tmp_path):
     result = run_rows(_counting(tmp_path, [], stop_at="a"), Budget(), tmp_path)
     assert result["rows"] == [] and "No row fitted in the budget yet." in (tmp_path / "results.md").read_text()

@@ -3,6 +3,10 @@
 An experiment is a list of rows (a model trained and scored, a sequence length measured ...).
 ``run_rows`` runs the rows not yet in ``OUT/results.json``, saving the file after each one,
 so an interrupted run continues where it stopped and a finished row is never recomputed.
+Several processes may fill one table (one per GPU or core, the same command): each row is
+claimed with an exclusive lock on ``OUT/locks/ROW`` (the OS releases it when the process ends,
+so a crashed row is taken by the next run), a process skips the rows another one holds, and
+results.json is re-read and merged under its own lock before every write.
 One tqdm bar counts the rows (its ETA is weighted by each row's estimated cost); a row that
 trains shows the trainer's own bar beneath it. At the end it writes ``OUT/results.md`` (the
 experiment's table) and its PNG plots. Written by hand because no library runs resumable
@@ -12,10 +16,13 @@ experiment tables this small (hydra/optuna sweep parameters; they do not write a
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
+import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,37 +81,87 @@ class Experiment:
 
 
 def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "") -> dict[str, Any]:
-    """Run the rows missing from ``out/results.json``; write results.json/.md and plots."""
+    """Run the rows missing from ``out/results.json`` that no other process holds; write
+    results.json/.md and plots (of every row finished so far, by any process)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     relevant = {k: getattr(budget, k) for k in experiment.budget_keys}
-    results = _load(path, experiment, relevant)
-    done: dict[str, dict[str, Any]] = {r["name"]: r for r in results["rows"]}
-    todo = [row for row in experiment.rows if row.name not in done]
+    with _locked(out / "locks" / "results.json"):
+        results = _load(path, experiment, relevant)
     total = sum(row.cost for row in experiment.rows)
-    bar = tqdm(total=total, initial=total - sum(row.cost for row in todo), unit="row-cost",
-               desc=experiment.name, dynamic_ncols=True, file=sys.stderr,
+    bar = tqdm(total=total, initial=sum(row.cost for row in experiment.rows if _finished(results, row.name)),
+               unit="row-cost", desc=experiment.name, dynamic_ncols=True, file=sys.stderr,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| elapsed {elapsed}, ETA {remaining}")
-    for row in todo:
-        bar.set_description(f"{experiment.name} [{row.name}]")
-        start = time.monotonic()
-        measured = row.run()
-        if measured is None:  # out of budget: stop here, a rerun continues
-            break
-        done[row.name] = {"name": row.name, **measured, "wall_s": time.monotonic() - start}
-        results["rows"] = [done[r.name] for r in experiment.rows if r.name in done]
-        write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
+    for row in experiment.rows:
+        if _finished(results, row.name):
+            continue
+        with _claimed(out / "locks" / row.name) as mine:
+            if not mine:  # another process is running this row
+                continue
+            with _locked(out / "locks" / "results.json"):
+                results = _load(path, experiment, relevant)  # it may have been finished meanwhile
+            if _finished(results, row.name):
+                continue
+            bar.set_description(f"{experiment.name} [{row.name}]")
+            start = time.monotonic()
+            measured = row.run()
+            if measured is None:  # out of budget: stop here, a rerun continues
+                break
+            finished = {"name": row.name, **measured, "wall_s": time.monotonic() - start}
+            with _locked(out / "locks" / "results.json"):
+                results = _merge(_load(path, experiment, relevant), finished, experiment)
+                write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
         bar.update(row.cost)
     bar.close()
-    rows = results["rows"]
-    header = (f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
-              f"budget: {', '.join(f'{k}={v}' for k, v in relevant.items())}; "
-              f"{len(rows)} of {len(experiment.rows)} rows.\n\n")
-    body = experiment.report(rows) if rows else "No row fitted in the budget yet."
-    write_text_atomic(out / "results.md", header + body + "\n")
-    results["plots"] = [p.name for p in experiment.plot(rows, out)] if rows else []
-    write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
+    with _locked(out / "locks" / "results.json"):
+        results = _load(path, experiment, relevant)
+        rows = results["rows"]
+        header = (f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
+                  f"budget: {', '.join(f'{k}={v}' for k, v in relevant.items())}; "
+                  f"{len(rows)} of {len(experiment.rows)} rows.\n\n")
+        body = experiment.report(rows) if rows else "No row fitted in the budget yet."
+        write_text_atomic(out / "results.md", header + body + "\n")
+        results["plots"] = [p.name for p in experiment.plot(rows, out)] if rows else []
+        write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
     return results
+
+
+def _finished(results: dict[str, Any], name: str) -> bool:
+    return any(r["name"] == name for r in results["rows"])
+
+
+def _merge(results: dict[str, Any], finished: dict[str, Any], experiment: Experiment) -> dict[str, Any]:
+    """``results`` with ``finished`` added, rows in the experiment's order."""
+    done = {r["name"]: r for r in results["rows"]} | {finished["name"]: finished}
+    return {**results, "rows": [done[r.name] for r in experiment.rows if r.name in done]}
+
+
+@contextmanager
+def _claimed(lock: Path) -> Iterator[bool]:
+    """Try to hold ``lock`` exclusively without waiting: yields whether this process got it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+@contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """Hold ``lock`` exclusively, waiting for it (results.json's read-merge-write)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[str, Any]:
