@@ -58,5 +58,7 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     for ax, key, label in ((axes[0], "valid_ppl", "dev perplexity"), (axes[1], "bleu", "BLEU")):
         ax.plot(pairs, [r[key] for r in rows], marker="o")
         ax.set(xscale="log", xlabel="training pairs", ylabel=label, title=f"{label} against data size")
-        ax.grid(alpha=0.3, which="both")
+        ax.set_xticks(pairs, [f"{p:,}" for p in pairs])  # one label a row (log minor labels overlap)
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
     return [save_figure(fig, out / "low_resource.png")]
