@@ -278,3 +278,32 @@ def test_attention_mask_is_the_definition(causal, window, T):
         assert torch.equal(mask.expand(2, 1, T, S), expected)
         if padding is not None:  # every query sees at least one key: the softmax stays finite
             assert mask.expand(2, 1, T, S).any(-1).all()
+
+
+def test_init_schemes_draw_what_they_promise():
+    """"xavier": zero biases, one Xavier bound over a stacked W_QKV; "fairseq": W_Q, W_K, W_V
+    each Xavier with gain 1/sqrt(2), PyTorch-default biases, feed-forward weights within
+    1/sqrt(fan_in) (W_2 about half of Xavier's bound). Embeddings and W_O alike in both."""
+    cfg = ModelConfig.preset("tiny")
+    torch.manual_seed(0)
+    xavier = Transformer(cfg, init="xavier")
+    torch.manual_seed(0)
+    fairseq = Transformer(cfg)  # the default
+    d, d_ff = cfg.d_model, cfg.d_ff
+    for model in (xavier, fairseq):
+        layer = model.encoder[0]
+        assert torch.count_nonzero(layer.self_attn.W_O.bias) == 0
+        assert layer.self_attn.W_O.weight.abs().max() <= (6 / (2 * d)) ** 0.5
+        emb = model.src_embed.tokens.weight
+        assert abs(emb[1:].std().item() - d**-0.5) < 0.1 * d**-0.5 and torch.count_nonzero(emb[cfg.pad_id]) == 0
+    x_layer, f_layer = xavier.encoder[0], fairseq.encoder[0]
+    assert torch.count_nonzero(x_layer.self_attn.W_QKV.bias) == 0 and torch.count_nonzero(x_layer.feed_forward.W_2.bias) == 0
+    assert x_layer.feed_forward.W_2.weight.abs().max() > d_ff**-0.5  # Xavier's bound sqrt(6/(d+d_ff)) is wider
+    assert f_layer.feed_forward.W_2.weight.abs().max() <= d_ff**-0.5
+    assert 0 < f_layer.feed_forward.W_2.bias.abs().max() <= d_ff**-0.5
+    assert 0 < f_layer.self_attn.W_QKV.bias.abs().max() <= d**-0.5
+    for block in f_layer.self_attn.W_QKV.weight.split(d, dim=0):  # W_Q, W_K, W_V
+        assert block.abs().max() <= 2**-0.5 * (6 / (2 * d)) ** 0.5
+        assert block.abs().max() > 0.9 * 2**-0.5 * (6 / (2 * d)) ** 0.5  # and fills its range
+    cross = fairseq.decoder[0].src_attn
+    assert cross.W_Q.weight.abs().max() <= 2**-0.5 * (6 / (2 * d)) ** 0.5 and torch.count_nonzero(cross.W_KV.bias) > 0

@@ -153,6 +153,13 @@ def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
         assert torch.equal(a[name], b[name]), name
 
 
+@pytest.mark.parametrize("init", ["fairseq", "xavier"])
+def test_a_new_run_starts_from_the_configured_init(tiny_corpus, tmp_path, init):
+    trainer = Trainer(config(tiny_corpus, tmp_path / init, init=init), device="cpu")
+    bias = trainer.model.encoder[0].feed_forward.W_2.bias
+    assert (torch.count_nonzero(bias) > 0) == (init == "fairseq")  # xavier's biases are 0
+
+
 def test_resume_refuses_another_vocabulary(tiny_corpus, tmp_path):
     cfg = config(tiny_corpus, tmp_path / "run", max_updates=1)
     Trainer(cfg).run()

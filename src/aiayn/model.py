@@ -23,6 +23,8 @@ from torch import Tensor, nn
 from .config import ModelConfig
 
 AttentionImpl = Literal["fused", "reference"]
+# How a new model's weights start (the paper does not say; see ``Transformer.reset_parameters``).
+Init = Literal["fairseq", "xavier"]
 
 
 # --- 3.2.1 Scaled dot-product attention -------------------------------------------------
@@ -72,6 +74,26 @@ class MultiHeadAttention(nn.Module):
         self.W_O = nn.Linear(v, cfg.d_model)
         self.impl: AttentionImpl = "fused"
         self.weights: Tensor | None = None  # last attention weights, reference path only
+
+    def reset_parameters(self, init: Init) -> None:
+        """W_O: Xavier-uniform, bias 0. W_Q, W_K, W_V: "xavier" treats a stacked matrix (W_QKV,
+        W_KV) as one; "fairseq" draws each of W_Q, W_K, W_V as its own Xavier-uniform matrix with
+        gain 1/sqrt(2) (on W_QKV that equals Xavier on the stack) and gives them PyTorch's default
+        biases, U(+-1/sqrt(d_model)), instead of 0."""
+        qk, v = self.h * self.d_k, self.h * self.d_v
+        stacks = [(self.W_QKV, [qk, qk, v])] if self.self_attention else [(self.W_Q, [qk]), (self.W_KV, [qk, v])]
+        for linear, sizes in stacks:
+            if init == "xavier":
+                nn.init.xavier_uniform_(linear.weight)
+                nn.init.zeros_(linear.bias)
+                continue
+            with torch.no_grad():
+                for block in linear.weight.split(sizes, dim=0):  # (rows of W_Q / W_K / W_V, d_model) views
+                    nn.init.xavier_uniform_(block, gain=2**-0.5)
+            bound = linear.in_features**-0.5
+            nn.init.uniform_(linear.bias, -bound, bound)
+        nn.init.xavier_uniform_(self.W_O.weight)
+        nn.init.zeros_(self.W_O.bias)
 
     def _heads(self, x: Tensor, d: int) -> Tensor:
         B, L, _ = x.shape
@@ -165,6 +187,17 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.W_1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.W_2 = nn.Linear(cfg.d_ff, cfg.d_model)
+
+    def reset_parameters(self, init: Init) -> None:
+        """"xavier": Xavier-uniform weights, biases 0. "fairseq": ``nn.Linear``'s default, weights
+        and biases U(+-1/sqrt(fan_in)), which makes W_2 (fan_in d_ff) ~2x smaller than Xavier, so
+        each sub-layer starts closer to the identity."""
+        for linear in (self.W_1, self.W_2):
+            if init == "fairseq":
+                linear.reset_parameters()
+            else:
+                nn.init.xavier_uniform_(linear.weight)
+                nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.W_2(F.relu(self.W_1(x)))
@@ -387,7 +420,7 @@ class Transformer(nn.Module):
     with a key/value cache, the interface the beam search depends on.
     """
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, init: Init = "fairseq") -> None:
         super().__init__()
         self.cfg = cfg
         # 3.4: one weight matrix for the source embedding, target embedding and pre-softmax
@@ -404,14 +437,24 @@ class Transformer(nn.Module):
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
-        self._init_weights()
+        self.reset_parameters(init)
 
-    def _init_weights(self) -> None:
-        """Xavier-uniform for projections (as tensor2tensor), N(0, d_model^-1/2) embeddings."""
+    def reset_parameters(self, init: Init = "fairseq") -> None:
+        """Initial weights: embeddings N(0, d_model^-1/2) (so that embedding * sqrt(d_model) has unit
+        variance), LayerNorms at identity, projections by ``init``.
+
+        The paper does not say how its weights start. "xavier" (Xavier-uniform projections, zero
+        biases, as in tensor2tensor-style reimplementations) was our default until 2026-11-30;
+        "fairseq" is fairseq's (see ``MultiHeadAttention`` and ``PositionwiseFeedForward``) and
+        learns much faster early on: the demo recipe reached dev perplexity 45.9 after 772 updates
+        against 67.1 with "xavier" (50.1 with only the feed-forward layers changed; fairseq itself
+        48.2), same data, batches and schedule (docs/experiments.md, "peers").
+        """
         for module in self.modules():
-            if isinstance(module, nn.Linear) and module is not self.generator:
-                nn.init.xavier_uniform_(module.weight)
-                nn.init.zeros_(module.bias)
+            if isinstance(module, (MultiHeadAttention, PositionwiseFeedForward)):
+                module.reset_parameters(init)
+            elif isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
         for emb in {id(e.tokens): e.tokens for e in (self.src_embed, self.tgt_embed)}.values():
             nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
             with torch.no_grad():

@@ -73,7 +73,7 @@ class Trainer:
         check_vocab(cfg.data, self.vocab)  # ids binarised with another vocabulary are garbage
         self.model_cfg = cfg.model_config(vocab_size=len(self.vocab))
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = Transformer(self.model_cfg).to(self.device)
+        self.model = Transformer(self.model_cfg, init=self.cfg.init).to(self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
         # fused=True: one kernel for all parameters (5x faster than the default per-parameter
