@@ -16,6 +16,9 @@ from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 
+# How a new model's weights start; the paper does not say (``model.Transformer.reset_parameters``).
+Init = Literal["fairseq", "xavier"]
+
 
 @dataclass
 class ModelConfig:

@@ -20,11 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import ModelConfig
+from .config import Init, ModelConfig
 
 AttentionImpl = Literal["fused", "reference"]
-# How a new model's weights start (the paper does not say; see ``Transformer.reset_parameters``).
-Init = Literal["fairseq", "xavier"]
 
 
 # --- 3.2.1 Scaled dot-product attention -------------------------------------------------

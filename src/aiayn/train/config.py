@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..config import PRESETS, ModelConfig, from_dict, with_overrides
+from ..config import PRESETS, Init, ModelConfig, from_dict, with_overrides
 
 
 @dataclass
@@ -50,7 +50,7 @@ class TrainConfig:
     keep_last: int = 5
     # how a new run's weights start (the paper does not say): "fairseq" learns much faster
     # early than "xavier", our default until 2026-11-30 (model.Transformer.reset_parameters)
-    init: Literal["fairseq", "xavier"] = "fairseq"
+    init: Init = "fairseq"
     # machinery
     seed: int = 1
     amp: Literal["auto", "bf16", "fp16", "none"] = "auto"  # auto: bf16 on capable CUDA, fp32 on CPU
