@@ -86,7 +86,7 @@ def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     relevant = {k: getattr(budget, k) for k in experiment.budget_keys}
-    with _locked(out / "locks" / "results.json"):
+    with _lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
     total = sum(row.cost for row in experiment.rows)
     bar = tqdm(total=total, initial=sum(row.cost for row in experiment.rows if _finished(results, row.name)),
@@ -95,10 +95,10 @@ def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "
     for row in experiment.rows:
         if _finished(results, row.name):
             continue
-        with _claimed(out / "locks" / row.name) as mine:
+        with _lock(out / "locks" / row.name, wait=False) as mine:
             if not mine:  # another process is running this row
                 continue
-            with _locked(out / "locks" / "results.json"):
+            with _lock(out / "locks" / "results.json"):
                 results = _load(path, experiment, relevant)  # it may have been finished meanwhile
             if _finished(results, row.name):
                 continue
@@ -108,12 +108,12 @@ def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "
             if measured is None:  # out of budget: stop here, a rerun continues
                 break
             finished = {"name": row.name, **measured, "wall_s": time.monotonic() - start}
-            with _locked(out / "locks" / "results.json"):
+            with _lock(out / "locks" / "results.json"):
                 results = _merge(_load(path, experiment, relevant), finished, experiment)
                 write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
         bar.update(row.cost)
     bar.close()
-    with _locked(out / "locks" / "results.json"):
+    with _lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
         rows = results["rows"]
         header = (f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
@@ -137,31 +137,20 @@ def _merge(results: dict[str, Any], finished: dict[str, Any], experiment: Experi
 
 
 @contextmanager
-def _claimed(lock: Path) -> Iterator[bool]:
-    """Try to hold ``lock`` exclusively without waiting: yields whether this process got it."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+def _lock(path: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold ``path`` exclusively (flock; the OS releases it when the process ends). ``wait``
+    False: do not wait for another holder; yields whether this process got the lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
         yield True
     finally:
         os.close(fd)  # closing releases the lock
-
-
-@contextmanager
-def _locked(lock: Path) -> Iterator[None]:
-    """Hold ``lock`` exclusively, waiting for it (results.json's read-merge-write)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[str, Any]:
