@@ -128,6 +128,19 @@ def test_runner_refuses_results_of_another_budget_or_experiment(tmp_path):
         run_rows(other, Budget(updates=5), tmp_path)
 
 
+def test_bundled_validation_text_is_recorded_by_name_not_install_path(tmp_path):
+    """A table measured with one install must continue from another checkout or venv, where
+    the bundled files sit elsewhere; user-given files are recorded by their paths."""
+    from aiayn.data import bundled_corpus_paths
+    bundled = training.valid_paths(None)
+    assert bundled == bundled_corpus_paths()["valid"]
+    assert training.Corpus(tmp_path, bundled).record() == {"data": str(tmp_path), "valid": "bundled"}
+    copies = (tmp_path / "v.en.gz", tmp_path / "v.es.gz")
+    for source, copy in zip(bundled, copies):
+        copy.write_bytes(source.read_bytes())
+    assert training.Corpus(tmp_path, copies).record()["valid"] == [str(p) for p in copies]
+
+
 def test_budget_is_typed_and_checked():
     assert read_budget(["updates=7", "preset=tiny", "seconds=2.5"]) == Budget(updates=7, preset="tiny", seconds=2.5)
     with pytest.raises(ValueError, match="unknown key 'update'"):

@@ -42,7 +42,7 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
 
     return Experiment(name="extrapolation", rows=[Row(p, runner(p)) for p in ("sinusoidal", "learned")],
                       report=report, plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs={"data": str(corpus.data), "valid": [str(p) for p in corpus.valid]})
+                      inputs=corpus.record())
 
 
 def buckets(checkpoint: Path, corpus: Corpus, L: int, limit: int) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from ..data import Vocab
 from ..io import read_lines
 from ..plots import attention_weights
 from .runner import Budget, Experiment, Row, markdown_table
+from .training import recorded_valid
 
 SHARES = ("previous", "next", "itself", "punctuation", "eos")
 FIGURE_LENGTH = (10, 22)  # source pieces (eos included) of the sentence drawn
@@ -102,7 +103,7 @@ def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) 
                 plot_lines(model, vocab, [s for s, _ in pairs], out / "heads_lines.png")]
 
     return Experiment(name="heads", rows=rows, report=report, plot=plot, budget_keys=("sentences",),
-                      inputs={"checkpoint": str(checkpoint), "valid": [str(p) for p in valid]})
+                      inputs={"checkpoint": str(checkpoint), "valid": recorded_valid(valid)})
 
 
 def report(rows: list[dict[str, Any]]) -> str:

@@ -41,7 +41,7 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
 
     return Experiment(name="low-resource", rows=[Row(f"{f:.0%}", runner(f)) for f in FRACTIONS], report=report,
                       plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs={"data": str(corpus.data), "valid": [str(p) for p in corpus.valid]})
+                      inputs=corpus.record())
 
 
 def report(rows: list[dict[str, Any]]) -> str:

@@ -28,7 +28,7 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     variants = {_name(r): ({"attention_window": r}, {}) for r in RADII}
     return Experiment(name="restricted", rows=variant_rows(out, budget, corpus, variants), report=report,
                       plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs={"data": str(corpus.data), "valid": [str(p) for p in corpus.valid]})
+                      inputs=corpus.record())
 
 
 def report(rows: list[dict[str, Any]]) -> str:

@@ -73,7 +73,7 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
                 for name, (model, train) in changes(ModelConfig.preset(budget.preset)).items()}
     return Experiment(name="table3", rows=variant_rows(out, budget, corpus, variants), report=report, plot=plot,
                       budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs={"data": str(corpus.data), "valid": [str(p) for p in corpus.valid]})
+                      inputs=corpus.record())
 
 
 def paper_change(name: str) -> str:

@@ -39,12 +39,23 @@ class Corpus:
             raise ValueError(f"{self.valid[0]} has {len(sources)} lines, {self.valid[1]} {len(references)}")
         return sources[:limit], references[:limit]
 
+    def record(self) -> dict[str, Any]:
+        """What results.json records of this corpus (a rerun must match it to continue)."""
+        return {"data": str(self.data), "valid": recorded_valid(self.valid)}
+
 
 def valid_paths(valid: Sequence[str] | None) -> tuple[Path, Path]:
     """The given raw validation files, or the bundled corpus's."""
     if valid:
         return Path(valid[0]), Path(valid[1])
     return bundled_corpus_paths()["valid"]
+
+
+def recorded_valid(valid: tuple[Path, Path]) -> str | list[str]:
+    """``"bundled"`` for the bundled corpus's validation split, else the two paths: the
+    bundled files' absolute paths depend on where the package is installed, and a table must
+    still continue after a reinstall or from another checkout."""
+    return "bundled" if valid == bundled_corpus_paths()["valid"] else [str(p) for p in valid]
 
 
 def load_corpus(data: Path, valid: Sequence[str] | None = None) -> Corpus:
