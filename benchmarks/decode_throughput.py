@@ -45,7 +45,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
-from aiayn.decode import DecodeConfig, beam_search, quantize, translate  # noqa: E402
+from aiayn.decode import DecodeConfig, beam_search, for_decoding, translate  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 from aiayn.export.hf import to_marian  # noqa: E402
 
@@ -188,7 +188,7 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
     from aiayn.data import Vocab, bundled_corpus_paths
     from aiayn.io import read_lines
 
-    model = quantize(load_transformer(checkpoint)[0], quantize_mode)
+    model = for_decoding(load_transformer(checkpoint)[0], quantize_mode)
     plain = load_transformer(checkpoint)[0].eval() if unpacked and not quantize_mode else None
     vocab = Vocab.load(os.path.join(checkpoint, VOCAB))
     lines = read_lines(bundled_corpus_paths()["test"][0])[:limit]
@@ -246,7 +246,7 @@ def main() -> None:
     peers = [p for p in args.peers if not (args.quantize and p == "hf")]
     for name in args.configs:
         fp32 = our_model(CONFIGS[name])
-        model = quantize(our_model(CONFIGS[name]), args.quantize)
+        model = for_decoding(our_model(CONFIGS[name]), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
         if args.unpacked and not args.quantize:  # the same model through F.linear (MKL), unpacked

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decode import DecodeConfig, decode_ids, packed, quantize
+from aiayn.decode import DecodeConfig, decode_ids, for_decoding, packed
 
 PAD, EOS = 0, 3
 FIXTURE = Path(__file__).with_name("decode_golden.json")
@@ -77,7 +77,7 @@ def run_case(case: dict, pack: bool = False) -> list[list[dict]]:
         kwargs["constraint"] = EvenAfterThree()
     model = golden_model(case["model"])
     if pack:
-        model = quantize(model, None)
+        model = for_decoding(model)
         assert any(isinstance(m, packed.PackedLinear) for m in model.modules())
     nbest = decode_ids(model, golden_sources(), DecodeConfig(**case["decode"]), **kwargs)
     return [[{"tokens": h.tokens, "score": h.score, "length": h.length} for h in hyps] for hyps in nbest]

@@ -93,14 +93,14 @@ def test_cli_needs_the_checkpoint_vocabulary(tmp_path, capsys):
 @pytest.mark.parametrize("mode", [None, "int8"])
 def test_a_model_converted_for_decoding_is_refused(mode):
     """Packing or int8 replaces the nn.Linear weights the exporters read: a clear error, not an AttributeError."""
-    from aiayn.decode import quantize
+    from aiayn.decode import for_decoding
     from aiayn.export.common import refuse_decoding_form
 
     model = Transformer(ModelConfig.preset("tiny")).eval()
     refuse_decoding_form(model)  # as trained: accepted
-    converted = quantize(model, mode)
+    converted = for_decoding(model, mode)
     if mode is None and all(type(m) is torch.nn.Linear for m in converted.modules() if hasattr(m, "in_features")):
-        pytest.skip("this PyTorch has no oneDNN: quantize(model, None) leaves the Linear layers as they are")
+        pytest.skip("this PyTorch has no oneDNN: for_decoding(model) leaves the Linear layers as they are")
     with pytest.raises(ExportError, match="packed or quantized for decoding"):
         refuse_decoding_form(converted)
     pytest.importorskip("transformers")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import aiayn
-from aiayn.decode import packed, quantize
+from aiayn.decode import for_decoding, packed
 
 pytestmark = pytest.mark.skipif(not packed.available(), reason="this PyTorch has no oneDNN linear ops")
 
@@ -22,7 +22,7 @@ def model_pair(**overrides) -> tuple[aiayn.Transformer, aiayn.Transformer]:
     plain = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", **overrides)).eval()
     copy = aiayn.Transformer(plain.cfg).eval()
     copy.load_state_dict(plain.state_dict())
-    return plain, quantize(copy, None)
+    return plain, for_decoding(copy)
 
 
 def batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +68,7 @@ def test_no_onednn_leaves_the_model_as_it_is(monkeypatch):
     monkeypatch.setattr(packed, "available", lambda: False)
     torch.manual_seed(0)
     model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny"))
-    assert quantize(model, None) is model
+    assert for_decoding(model) is model
     assert sum(1 for m in model.modules() if type(m) is nn.Linear) > 0
 
 

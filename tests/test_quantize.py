@@ -12,7 +12,7 @@ import aiayn
 from aiayn.checkpoint import save_checkpoint
 from aiayn.cli.main import main
 from aiayn.data import Vocab
-from aiayn.decode import DecodeConfig, beam_search, quantize
+from aiayn.decode import DecodeConfig, beam_search, for_decoding
 
 BOS, EOS, VOCAB, LENGTH = 2, 3, 24, 6
 
@@ -51,7 +51,7 @@ def test_int8_outputs_mostly_equal_fp32(copy_model):
     fp32 = [h[0].tokens for h in beam_search(copy_model, src, config)]
     correct = sum(out == row[:-1] for out, row in zip(fp32, src.tolist()))
     assert correct >= 90, f"the fp32 model copies only {correct}/100: not trained enough to test"
-    int8_model = quantize(_clone(copy_model), "int8")
+    int8_model = for_decoding(_clone(copy_model), "int8")
     assert isinstance(int8_model.generator, torch.ao.nn.quantized.dynamic.Linear)
     int8 = [h[0].tokens for h in beam_search(int8_model, src, config)]
     same = sum(a == b for a, b in zip(fp32, int8))
@@ -66,7 +66,7 @@ def _clone(model: aiayn.Transformer) -> aiayn.Transformer:
 
 def test_unknown_quantization_is_named():
     with pytest.raises(ValueError, match="'int4'.*int8"):
-        quantize(aiayn.Transformer(aiayn.ModelConfig.preset("tiny")), "int4")
+        for_decoding(aiayn.Transformer(aiayn.ModelConfig.preset("tiny")), "int4")
 
 
 def test_int8_translate_loads_without_pickle(tiny_corpus, tmp_path, monkeypatch, capsys):

@@ -22,7 +22,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
-from .decode import DecodeConfig, quantize
+from .decode import DecodeConfig, for_decoding
 from .evaluate import Evaluation, average_last_best, evaluate_model
 from .io import InputError, read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
@@ -64,7 +64,7 @@ def bleu_over_time(out: Path, vocab: Vocab, sources: list[str], references: list
     """SacreBLEU of each kept checkpoint on a validation subset, against training minutes."""
     points = []
     for path in ckpt.list_checkpoints(out / "checkpoints"):
-        model = quantize(ckpt.load_transformer(path)[0], None)  # fp32, packed for decoding
+        model = for_decoding(ckpt.load_transformer(path)[0])  # fp32, packed for decoding
         result = evaluate_model(model, vocab, sources, references, DecodeConfig(), lang="es")
         points.append((ckpt.read_meta(path)["elapsed_s"] / 60, result.sacrebleu))
     return points
@@ -112,7 +112,7 @@ def run_demo(
     valid_src, valid_ref = (read_lines(p) for p in paths["valid"])
     kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
     averaged, k_best, valid_ppl_by_k = average_last_best(kept, out / "averaged", valid_src, valid_ref)
-    model = quantize(ckpt.load_transformer(averaged)[0], None)  # fp32, packed for decoding
+    model = for_decoding(ckpt.load_transformer(averaged)[0])  # fp32, packed for decoding
     vocab = Vocab.load(averaged / ckpt.VOCAB)
     progress("      valid ppl by number averaged: "
              + ", ".join(f"{k}: {ppl:.2f}" for k, ppl in valid_ppl_by_k.items()))

@@ -15,7 +15,7 @@ import torch
 from .checkpoint import VOCAB, average_checkpoints, check_average_out, load_transformer
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, quantize as quantize_model, translate
+from .decode import DecodeConfig, for_decoding, translate
 from .io import InputError, check_output_file, publish_dir, read_lines, temp_dir_beside, write_lines_atomic
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
@@ -132,7 +132,7 @@ def evaluate_checkpoint(
         raise InputError(f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)")
     if len(sources) != len(references):
         raise InputError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
-    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
+    model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)
     if hyp_path is not None:

@@ -31,12 +31,12 @@ def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, de
     """
     from ..checkpoint import VOCAB, load_transformer
     from ..data import Vocab
-    from ..decode import quantize as quantize_model, translate
+    from ..decode import for_decoding, translate
     from ..io import InputError, decode_line, split_lines
 
     if chunk < 1:
         raise InputError(f"--chunk must be at least 1, got {chunk}")
-    model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
+    model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     lines = enumerate(split_lines(source), start=1)
     count, bad = 0, []

@@ -4,7 +4,7 @@ whole-corpus translation. Depends only on the model's ``encode``/``src_mask``/``
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .penalties import gnmt_length_penalty
-from .quantize import QUANTIZE_MODES, quantize
+from .quantize import QUANTIZE_MODES, for_decoding
 from .translate import decode_ids, length_batches, translate
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The weights' form for decoding on the CPU: fp32 packed for oneDNN, or int8 (``--quantize int8``).
 
     model, _ = load_transformer(checkpoint)      # safetensors: no pickle, no code executed
-    model = quantize(model, None)                # fp32, Linear weights packed (see ``packed``)
-    model = quantize(model, "int8")              # or int8
+    model = for_decoding(model)                  # fp32, Linear weights packed (see ``packed``)
+    model = for_decoding(model, "int8")          # or int8
 
 Every ``nn.Linear`` (attention projections, feed-forward, and the output projection, which
 gets its own int8 copy of the tied embedding matrix) becomes a dynamically quantized linear:
@@ -29,17 +29,17 @@ from .packed import pack_linears
 QUANTIZE_MODES = ("int8",)
 
 
-def quantize(model: nn.Module, mode: str | None) -> nn.Module:
-    """A loaded model made ready for decoding, in place: ``mode`` None keeps fp32 and packs the
+def for_decoding(model: nn.Module, quantize: str | None = None) -> nn.Module:
+    """A loaded model made ready for decoding, in place: ``quantize`` None keeps fp32 and packs the
     Linear weights for oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it
     is); "int8" quantizes them. Never for a model that will still be trained."""
-    if mode is None:
+    if quantize is None:
         return pack_linears(model)
-    if mode not in QUANTIZE_MODES:
-        raise ValueError(f"unknown quantization {mode!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
+    if quantize not in QUANTIZE_MODES:
+        raise ValueError(f"unknown quantization {quantize!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
     device = next(model.parameters()).device
     if device.type != "cpu":
-        raise ValueError(f"--quantize {mode} runs on the CPU only, the model is on {device}")
+        raise ValueError(f"--quantize {quantize} runs on the CPU only, the model is on {device}")
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     model.eval()

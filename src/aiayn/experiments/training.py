@@ -15,7 +15,7 @@ from typing import Any
 from .. import checkpoint as ckpt
 from ..config import ModelConfig
 from ..data import Vocab, bundled_corpus_paths
-from ..decode import DecodeConfig, quantize
+from ..decode import DecodeConfig, for_decoding
 from ..demo import demo_train_config, prepare_bundled
 from ..evaluate import evaluate_model
 from ..io import read_lines
@@ -105,6 +105,6 @@ def variant_rows(out: Path, budget: Budget, corpus: Corpus,
 
 def score(checkpoint: Path, sources: list[str], references: list[str], lang: str) -> dict[str, Any]:
     """SacreBLEU (beam 4, alpha 0.6) and reference perplexity of ``checkpoint`` on the pairs."""
-    model = quantize(ckpt.load_transformer(checkpoint)[0], None)  # fp32, packed for decoding
+    model = for_decoding(ckpt.load_transformer(checkpoint)[0])  # fp32, packed for decoding
     vocab = Vocab.load(checkpoint / ckpt.VOCAB)
     return evaluate_model(model, vocab, sources, references, DecodeConfig(), lang=lang).as_dict()

@@ -19,7 +19,7 @@ import torch
 from ..checkpoint import VOCAB, load_transformer, read_meta
 from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, decode_ids
-from ..decode import quantize as quantize_model
+from ..decode import for_decoding
 from ..model import Transformer, count_parameters
 from ..plots import attention_weights
 
@@ -55,7 +55,7 @@ class Translator:
     def load(cls, checkpoint: str | Path, device: str = "cpu", quantize: str | None = None) -> "Translator":
         """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
         --quantize``) and its own ``spm.model``."""
-        model = quantize_model(load_transformer(checkpoint, device)[0], quantize)
+        model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
         return cls(model, Vocab.load(Path(checkpoint) / VOCAB), checkpoint, read_meta(Path(checkpoint)),
                    quantized=quantize)
 
