@@ -228,19 +228,42 @@ def test_table3_direction(ours, base, paper, paper_base, lower, expected):
     assert table3.direction(ours, base, paper, paper_base, lower) == expected
 
 
+def test_table3_direction_within_seed_noise_is_same():
+    assert table3.direction(4.4, 4.0, 5.29, 4.92, True, noise=0.5) == "same/worse"
+    assert table3.direction(4.6, 4.0, 5.29, 4.92, True, noise=0.5) == "worse/worse ✓"
+
+
+def _row(name, ppl, bleu, **variant):
+    return {"name": name, "valid_ppl": ppl, "bleu": bleu, "params": 7.5e6, "tokens_per_s": 1e3, "variant": variant}
+
+
+def test_table3_report_judges_rows_against_the_seed_noise():
+    rows = [_row("base", 40.0, 10.0), _row(table3.SEED_ROW, 42.0, 11.0, seed=2),
+            _row("A-h1", 41.0, 12.0, h=1), _row("C-N2", 50.0, 8.0, N_enc=1, N_dec=1), _row("D-ls0.0", 30.0, 9.5)]
+    text = table3.report(rows)
+    assert "differ by 2.00 in perplexity and 1.00 BLEU" in text
+    assert "| A-h1 |" in text and "| same/worse | better/worse ✗ |" in text  # PPL +1 < 2; BLEU +2 > 1
+    assert "| C-N2 |" in text and "| worse/worse ✓ | worse/worse ✓ |" in text
+    assert "| D-ls0.0 |" in text and "| better/better ✓ | same/worse |" in text
+    assert f"| {table3.SEED_ROW} | (not in the paper" in text and "| - | - |" in text
+    assert "paper's way in 2, the other way in 0, and by less than the seed noise in 1" in text
+    assert "not measured yet" in table3.report([rows[0], *rows[2:]])
+
+
 @pytest.mark.slow
 def test_table3_smoke_and_rerun(corpus, tmp_path, monkeypatch):
     budget = read_budget(TINY)
     result = run_experiment("table3", tmp_path, budget, corpus=corpus)
     rows = result["rows"]
-    assert [r["name"] for r in rows] == list(table3.PAPER)
+    assert [r["name"] for r in rows] == ["base", table3.SEED_ROW, *list(table3.PAPER)[1:]]
+    assert rows[1]["variant"]["seed"] == 2 and rows[1]["valid_ppl"] != rows[0]["valid_ppl"]
     for r in rows:
         assert r["updates"] == 2 and _finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"]])
-        model = {k: v for k, v in r["variant"].items() if k != "eps_ls"}
+        model = {k: v for k, v in r["variant"].items() if k not in ("eps_ls", "seed")}
         assert r["params"] == count_parameters(ModelConfig.preset("tiny", vocab_size=300, **model))
     assert next(r for r in rows if r["name"] == "D-ls0.2")["eps_ls"] == 0.2
     table = (tmp_path / "results.md").read_text()
-    assert "| row | paper change | our change | params (M) |" in table and table.count("\n| ") == 21
+    assert "| row | paper change | our change | params (M) |" in table and table.count("\n| ") == 22
     assert "| A-h1 | h=1 d_k=512 d_v=512 | h=1 d_k=32 d_v=32 |" in table
     assert (tmp_path / "table3.png").is_file()
     _forbid(monkeypatch, training, "train_row")
