@@ -113,6 +113,15 @@ def test_two_runs_fill_one_table_without_recomputing_or_losing_rows(tmp_path):
     assert "3 of 3 rows" in (tmp_path / "results.md").read_text()
 
 
+def test_report_only_writes_the_finished_rows_and_runs_none(tmp_path):
+    calls = []
+    run_rows(_counting(tmp_path, calls, stop_at="b"), Budget(), tmp_path)  # a finished, b and c left
+    (tmp_path / "results.md").unlink()
+    result = run_rows(_counting(tmp_path, calls), Budget(), tmp_path, report_only=True)
+    assert calls == ["a"] and [r["name"] for r in result["rows"]] == ["a"]
+    assert "1 of 3 rows." in (tmp_path / "results.md").read_text()
+
+
 def test_runner_writes_a_report_when_no_row_fits(tmp_path):
     result = run_rows(_counting(tmp_path, [], stop_at="a"), Budget(), tmp_path)
     assert result["rows"] == [] and "No row fitted in the budget yet." in (tmp_path / "results.md").read_text()

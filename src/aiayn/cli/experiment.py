@@ -25,8 +25,10 @@ def _experiment(args: argparse.Namespace) -> None:
             raise ValueError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")
         inputs = {"checkpoint": Path(args.checkpoint), "valid": valid_paths(args.valid)}
     command = " ".join(["aiayn experiment", args.name, *(f"--budget {b}" for b in args.budget or []),
+                        *([f"--data {args.data}"] if args.name in TRAINING else []),
+                        *([f"--valid {args.valid[0]} {args.valid[1]}"] if args.valid else []),
                         *([f"--checkpoint {args.checkpoint}"] if args.checkpoint else []), f"--out {out}"])
-    results = run_experiment(args.name, out, budget, command=command, **inputs)
+    results = run_experiment(args.name, out, budget, command=command, report_only=args.report_only, **inputs)
     print(f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
           + ", ".join(results["plots"]))
 
@@ -45,4 +47,7 @@ def add_experiment(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--valid", nargs=2, metavar=("SRC", "REF"),
                    help="raw validation text for BLEU (default: the bundled corpus's)")
     p.add_argument("--checkpoint", help="heads: the model to inspect")
+    p.add_argument("--report-only", action="store_true",
+                   help="write results.md and the plots from the rows finished so far (by any process); "
+                        "run none")
     p.set_defaults(func=_experiment)

@@ -24,12 +24,14 @@ TRAINING = ("table3", "scaling", "restricted", "extrapolation", "low-resource")
 __all__ = ["MODULES", "TRAINING", "run_experiment"]
 
 
-def run_experiment(name: str, out: Path, budget: Any, command: str = "", **inputs: Any) -> dict[str, Any]:
+def run_experiment(name: str, out: Path, budget: Any, command: str = "", report_only: bool = False,
+                   **inputs: Any) -> dict[str, Any]:
     """Plan experiment ``name`` (a ``runner.Budget``, ``inputs`` such as the corpus or the
-    checkpoint) and run it into ``out``. Imported lazily: the CLI lists the names cheaply."""
+    checkpoint) and run it into ``out`` (``report_only``: write the report of the rows
+    finished so far, run none). Imported lazily: the CLI lists the names cheaply."""
     from .runner import run_rows
 
     if name not in MODULES:
         raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(MODULES)}")
     module = importlib.import_module(f".{MODULES[name]}", __name__)
-    return run_rows(module.plan(budget, out, **inputs), budget, out, command)
+    return run_rows(module.plan(budget, out, **inputs), budget, out, command, report_only)

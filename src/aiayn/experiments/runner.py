@@ -80,9 +80,11 @@ class Experiment:
     inputs: dict[str, Any] = field(default_factory=dict)  # data, checkpoint ...: recorded
 
 
-def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "") -> dict[str, Any]:
-    """Run the rows missing from ``out/results.json`` that no other process holds; write
-    results.json/.md and plots (of every row finished so far, by any process)."""
+def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "",
+             report_only: bool = False) -> dict[str, Any]:
+    """Run the rows missing from ``out/results.json`` that no other process holds (none when
+    ``report_only``: a look at a table still being filled); write results.json/.md and plots
+    (of every row finished so far, by any process)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     relevant = {k: getattr(budget, k) for k in experiment.budget_keys}
@@ -90,9 +92,9 @@ def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "
         results = _load(path, experiment, relevant)
     total = sum(row.cost for row in experiment.rows)
     bar = tqdm(total=total, initial=sum(row.cost for row in experiment.rows if _finished(results, row.name)),
-               unit="row-cost", desc=experiment.name, dynamic_ncols=True, file=sys.stderr,
+               unit="row-cost", desc=experiment.name, dynamic_ncols=True, file=sys.stderr, disable=report_only,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| elapsed {elapsed}, ETA {remaining}")
-    for row in experiment.rows:
+    for row in [] if report_only else experiment.rows:
         if _finished(results, row.name):
             continue
         with _lock(out / "locks" / row.name, wait=False) as mine:
