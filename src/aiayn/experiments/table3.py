@@ -171,5 +171,5 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         ax.set(xlabel=f"paper: {title} change vs base (%)", ylabel=f"ours: {title} change vs base (%)",
                title=f"Table 3, {title}")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=7)
+        ax.legend(loc="best", fontsize=7)
     return [save_figure(fig, out / "table3.png")]
