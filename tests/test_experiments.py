@@ -168,6 +168,17 @@ def test_cli_reports_a_bad_budget_in_one_line(tmp_path):
     assert not (tmp_path / "t1").exists()
 
 
+def test_cli_report_only_on_an_empty_table_is_one_line_and_writes_nothing(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "aiayn", "experiment", "table3", "--report-only",
+                             "--data", str(tmp_path / "data"), "--out", str(tmp_path / "t3")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"aiayn experiment: error: {tmp_path / 't3' / 'results.json'} does not exist: "
+        "no row of table3 has been measured there"]
+    assert not (tmp_path / "t3").exists() and not (tmp_path / "data").exists()
+
+
 # --- table1 -------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,8 @@ def _experiment(args: argparse.Namespace) -> None:
 
     budget = read_budget(args.budget or [])
     out = Path(args.out or f"runs/exp/{args.name}")
+    if args.report_only and not (out / "results.json").exists():  # before preparing any corpus
+        raise ValueError(f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there")
     inputs: dict = {}
     if args.name in TRAINING:
         from ..experiments.training import load_corpus
