@@ -54,13 +54,12 @@ def test_noam_schedule(step, expected):
 
 def _capture_gradients(trainer: Trainer) -> list[list[torch.Tensor]]:
     """Record the gradients the optimizer is about to apply, at every step."""
-    seen, step = [], trainer.optimizer.step
-
-    def recording_step(*args, **kwargs):
-        seen.append([p.grad.clone() for p in trainer.model.parameters()])
-        return step(*args, **kwargs)
-
-    trainer.optimizer.step = recording_step
+    seen: list[list[torch.Tensor]] = []
+    # A pre-step hook, not a replaced optimizer.step: the scheduler wraps step and warns if it
+    # is swapped out after the scheduler was built.
+    trainer.optimizer.register_step_pre_hook(
+        lambda optimizer, args, kwargs: seen.append([p.grad.clone() for p in trainer.model.parameters()])
+    )
     return seen
 
 
