@@ -15,6 +15,7 @@ from aiayn.config import ModelConfig
 from aiayn.data import TokenDataset
 from aiayn.decode import DecodeConfig
 from aiayn.experiments import run_experiment, table1, table3, training
+from aiayn.experiments.corpus import Corpus, valid_paths
 from aiayn.experiments.heads import head_statistics, is_punctuation
 from aiayn.experiments.runner import Budget, Experiment, Row, read_budget, run_rows
 from aiayn.model import count_parameters
@@ -35,7 +36,7 @@ def quick_rows(monkeypatch):
 @pytest.fixture(scope="module")
 def corpus(tiny_corpus):
     root = tiny_corpus.parent
-    return training.Corpus(tiny_corpus, (root / "valid.en", root / "valid.es"))
+    return Corpus(tiny_corpus, (root / "valid.en", root / "valid.es"))
 
 
 def _forbid(monkeypatch, module, name):
@@ -141,13 +142,13 @@ def test_bundled_validation_text_is_recorded_by_name_not_install_path(tmp_path):
     """A table measured with one install must continue from another checkout or venv, where
     the bundled files sit elsewhere; user-given files are recorded by their paths."""
     from aiayn.data import bundled_corpus_paths
-    bundled = training.valid_paths(None)
+    bundled = valid_paths(None)
     assert bundled == bundled_corpus_paths()["valid"]
-    assert training.Corpus(tmp_path, bundled).record() == {"data": str(tmp_path), "valid": "bundled"}
+    assert Corpus(tmp_path, bundled).record() == {"data": str(tmp_path), "valid": "bundled"}
     copies = (tmp_path / "v.en.gz", tmp_path / "v.es.gz")
     for source, copy in zip(bundled, copies):
         copy.write_bytes(source.read_bytes())
-    assert training.Corpus(tmp_path, copies).record()["valid"] == [str(p) for p in copies]
+    assert Corpus(tmp_path, copies).record()["valid"] == [str(p) for p in copies]
 
 
 def test_budget_is_typed_and_checked():

@@ -17,11 +17,11 @@ def _experiment(args: argparse.Namespace) -> None:
         raise ValueError(f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there")
     inputs: dict = {}
     if args.name in TRAINING:
-        from ..experiments.training import load_corpus
+        from ..experiments.corpus import load_corpus
 
         inputs["corpus"] = load_corpus(Path(args.data), args.valid)
     elif args.name == "heads":
-        from ..experiments.training import valid_paths
+        from ..experiments.corpus import valid_paths
 
         if not args.checkpoint:
             raise ValueError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")

@@ -20,7 +20,8 @@ import numpy as np
 from ..data import Vocab
 from ..data.binarize import TokenDataset, subset_dataset
 from .runner import Budget, Experiment, Row, markdown_table
-from .training import Corpus, score, train_row
+from .corpus import Corpus
+from .training import score, train_row
 
 BUCKETS = ((0.0, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0))  # source length / L
 

@@ -26,7 +26,7 @@ from ..data import Vocab
 from ..io import read_lines
 from ..plots import attention_weights
 from .runner import Budget, Experiment, Row, markdown_table
-from .training import recorded_valid
+from .corpus import recorded_valid
 
 SHARES = ("previous", "next", "itself", "punctuation", "eos")
 FIGURE_LENGTH = (10, 22)  # source pieces (eos included) of the sentence drawn

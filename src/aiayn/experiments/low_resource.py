@@ -17,7 +17,8 @@ import numpy as np
 
 from ..data.binarize import TokenDataset, read_meta, subset_dataset
 from .runner import Budget, Experiment, Row, markdown_table
-from .training import Corpus, train_row
+from .corpus import Corpus
+from .training import train_row
 
 FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 

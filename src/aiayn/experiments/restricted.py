@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .runner import Budget, Experiment, markdown_table
-from .training import Corpus, variant_rows
+from .corpus import Corpus
+from .training import variant_rows
 
 RADII: list[int | None] = [1, 2, 4, 8, 16, None]
 

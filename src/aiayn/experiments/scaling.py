@@ -15,7 +15,8 @@ from typing import Any
 
 from ..config import ModelConfig
 from .runner import Budget, Experiment, markdown_table
-from .training import Corpus, variant_rows
+from .corpus import Corpus
+from .training import variant_rows
 
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:

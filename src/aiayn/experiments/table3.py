@@ -26,7 +26,8 @@ from typing import Any
 
 from ..config import PRESETS, ModelConfig
 from .runner import Budget, Experiment, markdown_table
-from .training import Corpus, variant_rows
+from .corpus import Corpus
+from .training import variant_rows
 
 # The paper's Table 3 (newstest2013): dev perplexity per word-piece and BLEU, per row.
 PAPER: dict[str, tuple[float, float]] = {
