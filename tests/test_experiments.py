@@ -180,6 +180,23 @@ def test_cli_report_only_on_an_empty_table_is_one_line_and_writes_nothing(tmp_pa
     assert not (tmp_path / "t3").exists() and not (tmp_path / "data").exists()
 
 
+
+def test_cli_report_only_prepares_no_corpus_and_names_a_wrong_data_dir(tmp_path):
+    """A report of a table measured on another --data is refused in one line, before the
+    corpus would be prepared into the wrong directory."""
+    (tmp_path / "t3").mkdir()
+    budget = {"preset": "demo", "updates": 1000, "sentences": 200, "max_tokens": 1024}
+    (tmp_path / "t3" / "results.json").write_text(json.dumps(
+        {"experiment": "table3", "budget": budget, "inputs": {"data": "work/bible", "valid": "bundled"}, "rows": []}))
+    result = subprocess.run([sys.executable, "-m", "aiayn", "experiment", "table3", "--report-only",
+                             "--data", str(tmp_path / "data"), "--out", str(tmp_path / "t3")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"aiayn experiment: error: {tmp_path / 't3' / 'results.json'} was measured with inputs")
+    assert str(tmp_path / "data") in line
+    assert not (tmp_path / "data").exists()
+
 # --- table1 -------------------------------------------------------------------------------------
 
 

@@ -17,9 +17,11 @@ def _experiment(args: argparse.Namespace) -> None:
         raise ValueError(f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there")
     inputs: dict = {}
     if args.name in TRAINING:
-        from ..experiments.corpus import load_corpus
+        from ..experiments.corpus import Corpus, load_corpus, valid_paths
 
-        inputs["corpus"] = load_corpus(Path(args.data), args.valid)
+        # --report-only runs nothing, so it prepares no corpus: the record check names a wrong --data
+        inputs["corpus"] = (Corpus(Path(args.data), valid_paths(args.valid)) if args.report_only
+                            else load_corpus(Path(args.data), args.valid))
     elif args.name == "heads":
         from ..experiments.corpus import valid_paths
 
