@@ -1,0 +1,10 @@
+"""The one error type for mistakes a user can fix. Torch-free.
+
+The command line prints a ``UserError`` as one line naming the file, line or key and the
+problem; every other exception is a bug (ours or a library's) and keeps its traceback.
+It subclasses ``ValueError`` so that library callers catching bad values keep working.
+"""
+
+
+class UserError(ValueError):
+    """Input a user can fix (a file, a line, a key, a flag); the message names it and the problem."""
