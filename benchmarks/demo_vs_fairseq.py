@@ -92,7 +92,8 @@ from aiayn import checkpoint as ckpt  # noqa: E402
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.data import TokenDataset, Vocab, bundled_corpus_paths  # noqa: E402
 from aiayn.demo import prepare_bundled  # noqa: E402
-from aiayn.io import (InputError, publish_dir, read_lines, temp_dir_beside, write_lines_atomic,  # noqa: E402
+from aiayn.errors import UserError
+from aiayn.io import (publish_dir, read_lines, temp_dir_beside, write_lines_atomic,  # noqa: E402
                       write_text_atomic)
 from aiayn.metrics import sacre_bleu  # noqa: E402
 from aiayn.train import TrainConfig, load_train_config  # noqa: E402
@@ -119,10 +120,10 @@ def fairseq_dictionary(pieces: list[str]) -> list[str]:
     lines = []
     for i, piece in enumerate(pieces[4:], start=4):
         if not piece or any(c.isspace() for c in piece):
-            raise InputError(f"vocabulary piece {i} ({piece!r}) is empty or holds whitespace: "
+            raise UserError(f"vocabulary piece {i} ({piece!r}) is empty or holds whitespace: "
                              "fairseq's dictionary format cannot hold it")
         if piece in FAIRSEQ_SPECIALS:
-            raise InputError(f"vocabulary piece {i} is {piece!r}, one of fairseq's special symbols")
+            raise UserError(f"vocabulary piece {i} is {piece!r}, one of fairseq's special symbols")
         lines.append(f"{piece} 1")
     return lines
 
@@ -136,14 +137,14 @@ def fairseq_train_args(cfg: TrainConfig, model: ModelConfig, data_bin: Path, sav
                        save_every_updates: int) -> list[str]:
     """``fairseq-train`` arguments for our recipe ``cfg``/``model``; refuses what has no equal."""
     if model.norm != "post" or model.positional != "sinusoidal" or not model.share_embeddings:
-        raise InputError("the fairseq side covers post-LN, sinusoidal, shared-embedding models only")
+        raise UserError("the fairseq side covers post-LN, sinusoidal, shared-embedding models only")
     if model.d_k is not None or model.d_v is not None or model.attention_window is not None:
-        raise InputError("fairseq has no d_k/d_v other than d_model/h, nor restricted attention")
+        raise UserError("fairseq has no d_k/d_v other than d_model/h, nor restricted attention")
     if cfg.max_src_tokens != cfg.max_tgt_tokens:
-        raise InputError("fairseq's --max-tokens bounds source and target together: "
+        raise UserError("fairseq's --max-tokens bounds source and target together: "
                          "max_src_tokens and max_tgt_tokens must be equal")
     if cfg.max_minutes is None:
-        raise InputError("the comparison is by wall-clock budget: max_minutes must be set")
+        raise UserError("the comparison is by wall-clock budget: max_minutes must be set")
     return [
         str(data_bin), "--task", "translation", "--source-lang", SRC_LANG, "--target-lang", TGT_LANG,
         "--arch", "transformer", "--share-all-embeddings",
@@ -208,7 +209,7 @@ def read_fairseq_train_log(lines: list[str]) -> dict[str, float]:
         seconds += float(record["train_train_wall"])
         updates = now
     if not updates:
-        raise InputError("fairseq-train's log holds no end-of-epoch line: it made no update")
+        raise UserError("fairseq-train's log holds no end-of-epoch line: it made no update")
     return {"updates": updates, "target_tokens": tokens, "train_s": seconds}
 
 
@@ -222,7 +223,7 @@ def read_fairseq_hypotheses(lines: list[str], n: int) -> list[list[str]]:
             found.setdefault(int(m[1]), m[2].split())
     missing = [i for i in range(n) if i not in found]
     if missing:
-        raise InputError(f"fairseq-generate gave no hypothesis for {len(missing)} of {n} sentences "
+        raise UserError(f"fairseq-generate gave no hypothesis for {len(missing)} of {n} sentences "
                          f"(first: {missing[0]})")
     return [found[i] for i in range(n)]
 
@@ -356,7 +357,7 @@ def check_out(out: Path) -> None:
     except (OSError, ValueError, AttributeError):
         ours = False
     if not ours:
-        raise InputError(f"{out} exists and was not written by this script (no {mark} of {BENCHMARK}); "
+        raise UserError(f"{out} exists and was not written by this script (no {mark} of {BENCHMARK}); "
                          "choose another --out")
 
 
@@ -365,10 +366,10 @@ def fairseq_version(python: str) -> str:
         done = subprocess.run([python, "-c", "import fairseq, torch; print(fairseq.__version__, torch.__version__)"],
                               capture_output=True, text=True, env=thread_env(1))
     except OSError as e:
-        raise InputError(f"--fairseq-python {python}: cannot run it ({e.strerror})") from None
+        raise UserError(f"--fairseq-python {python}: cannot run it ({e.strerror})") from None
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise InputError(f"--fairseq-python {python}: cannot import fairseq ({last}); see this script's "
+        raise UserError(f"--fairseq-python {python}: cannot import fairseq ({last}); see this script's "
                          "docstring for the venv")
     return done.stdout.split()[0]
 
@@ -383,13 +384,13 @@ def main() -> None:
     args = p.parse_args()
     try:
         if not (math.isfinite(args.minutes) and args.minutes > 0):
-            raise InputError(f"--minutes must be a positive number, got {args.minutes}")
+            raise UserError(f"--minutes must be a positive number, got {args.minutes}")
         if args.threads < 1 or (args.test_limit is not None and args.test_limit < 1):
-            raise InputError("--threads and --test-limit must be at least 1")
+            raise UserError("--threads and --test-limit must be at least 1")
         out = Path(args.out).resolve()
         check_out(out)
         args.fairseq_version = fairseq_version(args.fairseq_python)
-    except InputError as e:
+    except UserError as e:
         print(f"{BENCHMARK}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
 
@@ -431,6 +432,6 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (RuntimeError, InputError) as e:  # a child failed or gave what we cannot read: its log is kept
+    except (RuntimeError, UserError) as e:  # a child failed or gave what we cannot read: its log is kept
         print(f"{BENCHMARK}: {e}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -9,8 +9,9 @@ import pytest
 import sentencepiece as spm
 import torch
 
+from aiayn.errors import UserError
 from aiayn.data import (
-    DataError, TokenBudgetSampler, TokenDataset, Vocab, bundled_corpus_paths, check_vocab,
+    TokenBudgetSampler, TokenDataset, Vocab, bundled_corpus_paths, check_vocab,
     collate, prepare_corpus, read_parallel,
 )
 
@@ -83,7 +84,7 @@ def test_model_with_other_special_ids_is_rejected(tmp_path):
         sentence_iterator=iter(["a b c d e f g h"] * 20), model_prefix=str(tmp_path / "d"),
         vocab_size=20, model_type="bpe", minloglevel=2,
     )  # sentencepiece defaults: unk=0, bos=1, eos=2, no pad
-    with pytest.raises(DataError, match=r"special ids \(pad, unk, bos, eos\) are \(-1, 0, 1, 2\)"):
+    with pytest.raises(UserError, match=r"special ids \(pad, unk, bos, eos\) are \(-1, 0, 1, 2\)"):
         Vocab.load(tmp_path / "d.model")
 
 
@@ -116,7 +117,7 @@ def test_vocab_mismatch_is_detected(small, tmp_path):
     root, files, _ = small
     check_vocab(root / "bin", Vocab.load(root / "bin" / "spm.model"))  # its own: fine
     other = Vocab.train([files["train"][0]], tmp_path / "other", vocab_size=150)
-    with pytest.raises(DataError, match=r"vocabulary mismatch: .* 200 pieces .* has 150 pieces"):
+    with pytest.raises(UserError, match=r"vocabulary mismatch: .* 200 pieces .* has 150 pieces"):
         check_vocab(root / "bin", other)
 
 
@@ -181,7 +182,7 @@ def test_subset_dataset_keeps_the_chosen_pairs_and_never_replaces_a_foreign_dire
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(DataError, match="not a prepared dataset"):
+    with pytest.raises(UserError, match="not a prepared dataset"):
         subset_dataset(root / "bin", foreign, "train", keep)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiayn.cli.main import main
-from aiayn.data import DataError, Vocab, bundled_corpus_paths, check_vocab, prepare_corpus, read_parallel
+from aiayn.errors import UserError
+from aiayn.data import Vocab, bundled_corpus_paths, check_vocab, prepare_corpus, read_parallel
 from aiayn.data import binarize as binarize_module
 from aiayn.data import corpus as corpus_module
 from aiayn.data.binarize import binarize_split, split_files
@@ -119,7 +120,7 @@ def test_failed_prepare_leaves_the_previous_dataset_untouched(corpus, tmp_path):
     # this used to leave the new spm.model beside the old ids).
     bad_valid = tmp_path / "short.es"
     bad_valid.write_text("uno\n", encoding="utf-8")
-    with pytest.raises(DataError, match="line counts differ"):
+    with pytest.raises(UserError, match="line counts differ"):
         prepare_corpus({**corpus, "valid": (corpus["valid"][0], bad_valid)}, out, vocab_size=80)
     assert snapshot(out) == before
     assert leftovers(tmp_path) == []
@@ -189,7 +190,7 @@ def test_prepare_refuses_a_directory_it_did_not_write(corpus, tmp_path, make, me
     out.mkdir()
     make(out)
     before = snapshot(out)
-    with pytest.raises(DataError, match=message):
+    with pytest.raises(UserError, match=message):
         prepare_corpus(corpus, out, vocab_size=60)
     assert snapshot(out) == before and leftovers(tmp_path) == []
 
@@ -273,7 +274,7 @@ def test_bad_sizes_are_one_line_errors(corpus, tmp_path, capsys, flags, message)
 
 
 def test_too_large_vocab_size_says_the_limit(corpus, tmp_path):
-    with pytest.raises(DataError, match=r"at most (\d+) pieces; ask for \1 or fewer") as e:
+    with pytest.raises(UserError, match=r"at most (\d+) pieces; ask for \1 or fewer") as e:
         prepare_corpus({"train": corpus["train"]}, tmp_path / "o", vocab_size=5000)
     limit = int(e.value.args[0].split("at most ")[1].split()[0])
     assert len(Vocab.train(list(corpus["train"]), tmp_path / "v", vocab_size=limit)) == limit
@@ -325,7 +326,7 @@ def test_iter_lines_follows_the_rule_or_names_the_line(tmp_path_factory, parts):
     try:
         want = [line.decode("utf-8") for line in expected]
     except UnicodeDecodeError:
-        with pytest.raises(DataError, match=rf"{path}: line \d+: invalid UTF-8"):
+        with pytest.raises(UserError, match=rf"{path}: line \d+: invalid UTF-8"):
             list(iter_lines(path))
     else:
         assert list(iter_lines(path)) == want

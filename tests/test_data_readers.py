@@ -4,7 +4,8 @@ import gzip
 
 import pytest
 
-from aiayn.data import DataError, read_parallel, read_tsv
+from aiayn.errors import UserError
+from aiayn.data import read_parallel, read_tsv
 
 
 def write(path, text: str | bytes) -> None:
@@ -31,7 +32,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path, n_src, n_tg
     src, tgt = tmp_path / "train.en", tmp_path / "train.de"
     write(src, "x\n" * n_src)
     write(tgt, "y\n" * n_tgt)
-    with pytest.raises(DataError) as e:
+    with pytest.raises(UserError) as e:
         read_parallel(src, tgt)
     assert f"{src} has {n_src} lines" in str(e.value)
     assert f"{tgt} has {n_tgt}" in str(e.value)
@@ -41,7 +42,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
     src, tgt = tmp_path / "train.en", tmp_path / "train.de"
     write(src, b"ok\nfine\nbad \xff byte\n")
     write(tgt, "a\nb\nc\n")
-    with pytest.raises(DataError, match=rf"{src}: line 3: invalid UTF-8"):
+    with pytest.raises(UserError, match=rf"{src}: line 3: invalid UTF-8"):
         read_parallel(src, tgt)
 
 
@@ -62,5 +63,5 @@ def test_tsv_reads_pairs_and_rejects_wrong_field_count(tmp_path):
     assert stats.empty == 1
     bad = tmp_path / "bad.tsv"
     write(bad, "a\tb\nno tab here\n")
-    with pytest.raises(DataError, match=rf"{bad}: line 2: expected 2 tab-separated fields, found 1"):
+    with pytest.raises(UserError, match=rf"{bad}: line 2: expected 2 tab-separated fields, found 1"):
         read_tsv(bad)

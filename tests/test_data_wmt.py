@@ -2,7 +2,8 @@
 
 import pytest
 
-from aiayn.data import DataError, read_parallel
+from aiayn.errors import UserError
+from aiayn.data import read_parallel
 from aiayn.data.wmt import read_sgm, sgm_pairs, write_hf_split
 
 SGM_SRC = """<srcset setid="newstest2014" srclang="any">
@@ -33,7 +34,7 @@ def test_sgm_pairs_align_and_count_mismatch_fails(tmp_path):
     pairs = list(sgm_pairs(tmp_path / "src.sgm", tmp_path / "ref.sgm"))
     assert pairs[0] == ("Gutach: Increased safety for pedestrians", "Gutach: Noch mehr Sicherheit für Fußgänger")
     (tmp_path / "short.sgm").write_text(SGM_REF.replace('<seg id="2">', "<!--"), encoding="utf-8")
-    with pytest.raises(DataError, match="segment counts differ: .* has 2, .* has 1"):
+    with pytest.raises(UserError, match="segment counts differ: .* has 2, .* has 1"):
         sgm_pairs(tmp_path / "src.sgm", tmp_path / "short.sgm")
 
 

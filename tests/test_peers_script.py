@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.demo import demo_train_config
-from aiayn.io import InputError
+from aiayn.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "demo_vs_fairseq.py"
@@ -41,7 +41,7 @@ def test_dictionary_keeps_every_piece_at_our_id():
 
 @pytest.mark.parametrize("bad", ["a b", "", "<pad>"])
 def test_dictionary_refuses_a_piece_fairseq_cannot_hold(bad):
-    with pytest.raises(InputError, match="piece 5"):
+    with pytest.raises(UserError, match="piece 5"):
         peers.fairseq_dictionary(["<pad>", "<unk>", "<s>", "</s>", "▁x", bad])
 
 
@@ -76,10 +76,10 @@ def test_train_flags_are_the_demo_recipe(tmp_path):
 def test_train_flags_refuse_what_fairseq_would_train_differently(tmp_path):
     cfg = demo_train_config(tmp_path, tmp_path / "out", minutes=1)
     pre_ln = dataclasses.replace(cfg.model_config(8000), norm="pre")
-    with pytest.raises(InputError, match="post-LN"):
+    with pytest.raises(UserError, match="post-LN"):
         peers.fairseq_train_args(cfg, pre_ln, tmp_path, tmp_path, 1)
     cfg.max_tgt_tokens = 2048
-    with pytest.raises(InputError, match="max_src_tokens and max_tgt_tokens"):
+    with pytest.raises(UserError, match="max_src_tokens and max_tgt_tokens"):
         peers.fairseq_train_args(cfg, cfg.model_config(8000), tmp_path, tmp_path, 1)
 
 
@@ -108,7 +108,7 @@ def test_train_log_sums_epochs():
              _epoch(2, 130, 1000.0, 12)]
     assert peers.read_fairseq_train_log(lines) == {"updates": 130, "target_tokens": 100 * 900.0 + 30 * 1000.0,
                                                    "train_s": 52.0}
-    with pytest.raises(InputError, match="no end-of-epoch line"):
+    with pytest.raises(UserError, match="no end-of-epoch line"):
         peers.read_fairseq_train_log([inner])
 
 
@@ -116,7 +116,7 @@ def test_hypotheses_in_test_order():
     lines = ["S-1\t▁b", "H-1\t-0.5\t▁dos ▁palabras", "D-1\t-0.5\tdos palabras", "P-1\t-0.1 -0.2",
              "H-0\t-1.2\t▁uno", "H-2\t-3.0\t"]
     assert peers.read_fairseq_hypotheses(lines, 3) == [["▁uno"], ["▁dos", "▁palabras"], []]
-    with pytest.raises(InputError, match="no hypothesis for 1 of 4 sentences"):
+    with pytest.raises(UserError, match="no hypothesis for 1 of 4 sentences"):
         peers.read_fairseq_hypotheses(lines, 4)
 
 
@@ -139,7 +139,7 @@ def test_out_is_replaced_only_if_this_script_wrote_it(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "results.json").write_text('{"benchmark": "table3"}')
-    with pytest.raises(InputError, match="not written by this script"):
+    with pytest.raises(UserError, match="not written by this script"):
         peers.check_out(foreign)
     (foreign / "results.json").write_text('{"benchmark": "demo_vs_fairseq"}')
     peers.check_out(foreign)

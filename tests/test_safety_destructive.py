@@ -14,7 +14,8 @@ import torch
 from aiayn.checkpoint import (
     META, VOCAB, WEIGHTS, average_checkpoints, is_averaged_checkpoint, latest_checkpoint, list_checkpoints,
 )
-from aiayn.data import DataError, Vocab
+from aiayn.errors import UserError
+from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.io import read_lines
 from aiayn.train import TrainConfig, load_train_config
@@ -208,7 +209,7 @@ def test_a_dataset_without_valid_split_fails_at_start_up(tiny_corpus, tmp_path):
     meta = json.loads((data / "meta.json").read_text())
     del meta["splits"]["valid"]
     (data / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(DataError, match="no split 'valid'.*validate=false"):
+    with pytest.raises(UserError, match="no split 'valid'.*validate=false"):
         Trainer(config(data, tmp_path / "run", validate=True))
     assert not (tmp_path / "run").exists()
     Trainer(config(data, tmp_path / "run", validate=False))  # without validation it may train
@@ -216,7 +217,7 @@ def test_a_dataset_without_valid_split_fails_at_start_up(tiny_corpus, tmp_path):
 
 def test_a_validation_failure_saves_the_trained_weights_first(tiny_corpus, tmp_path, monkeypatch):
     def broken(self):
-        raise DataError("valid.src.tokens.npy: damaged")
+        raise UserError("valid.src.tokens.npy: damaged")
 
     monkeypatch.setattr(Trainer, "validate", broken)
     trainer = Trainer(config(tiny_corpus, tmp_path / "run", validate=True, max_updates=3, save_every_updates=3))
@@ -270,7 +271,7 @@ def test_training_stops_when_the_scaler_skips_every_step(tiny_corpus, tmp_path, 
 
 
 def test_model_max_len_shorter_than_the_data_fails_at_start_up(tiny_corpus, tmp_path):
-    with pytest.raises(DataError, match=r"model.max_len=8 is shorter than the train split.*raise model.max_len"):
+    with pytest.raises(UserError, match=r"model.max_len=8 is shorter than the train split.*raise model.max_len"):
         Trainer(config(tiny_corpus, tmp_path / "run", model={**TINY, "max_len": 8}))
     assert not (tmp_path / "run").exists()
 
@@ -281,12 +282,12 @@ def test_model_max_len_shorter_than_the_data_fails_at_start_up(tiny_corpus, tmp_
 
 def test_demo_fresh_refuses_a_directory_that_is_not_a_demo_run(tmp_path):
     from aiayn.demo import run_demo
-    from aiayn.io import InputError
+    from aiayn.errors import UserError
 
     home = tmp_path / "home"
     home.mkdir()
     (home / "notes.txt").write_text("keep me")
-    with pytest.raises(InputError, match="not a demo run directory.*notes.txt"):
+    with pytest.raises(UserError, match="not a demo run directory.*notes.txt"):
         run_demo(out=home, fresh=True, work=tmp_path / "work", progress=lambda message: None)
     assert (home / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "work").exists()

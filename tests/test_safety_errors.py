@@ -12,7 +12,7 @@ import torch
 
 from aiayn import checkpoint
 from aiayn.checkpoint import META, TRAINER, WEIGHTS, latest_checkpoint, list_checkpoints, load_trainer_state
-from aiayn.io import InputError
+from aiayn.errors import UserError
 from aiayn.train import load_train_config
 
 from _safety import config, copy_run, one_line_error, run_cli
@@ -105,7 +105,7 @@ class Planted:
 def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(ckpt, tiny_corpus, tmp_path, capsys):
     marker = tmp_path / "code-ran"
     torch.save({"optimizer": Planted(marker)}, ckpt / TRAINER)
-    with pytest.raises(InputError, match="not a trusted checkpoint") as info:
+    with pytest.raises(UserError, match="not a trusted checkpoint") as info:
         load_trainer_state(ckpt)
     assert "weights_only=False" not in str(info.value) and "weights_only" not in str(info.value)
     cfg_path = tmp_path / "c.json"
@@ -199,6 +199,40 @@ def test_latest_never_points_outside_the_run(tiny_run, tmp_path, pointer):
     shutil.copytree(ckpts / "update_0000003", outside)
     (ckpts / "update_0000009").symlink_to(outside)
     (ckpts / "latest").write_text(("update_0000009" if pointer == "link" else pointer) + "\n")
-    with pytest.raises(InputError, match="not a checkpoint directory inside"):
+    with pytest.raises(UserError, match="not a checkpoint directory inside"):
         latest_checkpoint(ckpts)
     assert "update_0000009" not in [p.name for p in list_checkpoints(ckpts)]  # a link is no checkpoint
+
+
+def test_a_bug_raising_valueerror_keeps_its_traceback_while_a_user_error_is_one_line(capsys, monkeypatch):
+    """Only ``UserError`` (and OSError) become one line: a ValueError from inside numpy, torch or
+    our own code is a bug, and hiding its traceback would hide where it happened."""
+    import aiayn.cli.main as parser_main
+    from aiayn.errors import UserError
+
+    def bug(args):
+        raise ValueError("math domain error deep inside a library")
+
+    args = parser_main.build_parser().parse_args(["info", "--presets"])
+    monkeypatch.setattr(parser_main, "build_parser", lambda: _FixedParser(args, bug))
+    with pytest.raises(ValueError, match="math domain error"):
+        parser_main.main(["info"])
+
+    def mistake(args):
+        raise UserError("corpus.txt: line 3: expected 2 tab-separated fields, found 1")
+
+    monkeypatch.setattr(parser_main, "build_parser", lambda: _FixedParser(args, mistake))
+    code, _, err = run_cli(capsys, "info")
+    assert code == 2
+    one_line_error(err, "aiayn info: error: corpus.txt: line 3")
+
+
+class _FixedParser:
+    """A parser whose parse_args returns ``args`` with ``func`` replaced."""
+
+    def __init__(self, args, func):
+        self.args, self.func = args, func
+
+    def parse_args(self, argv):
+        self.args.func = self.func
+        return self.args

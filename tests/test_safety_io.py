@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiayn.data.readers import DataError
 from aiayn.data.readers import iter_lines as corpus_lines
-from aiayn.io import (InputError, atomic_file, iter_lines, read_lines, write_lines_atomic, write_parallel,
+from aiayn.errors import UserError
+from aiayn.io import (atomic_file, iter_lines, read_lines, write_lines_atomic, write_parallel,
                       write_text_atomic)
 from aiayn.train import TrainConfig, load_train_config
 from aiayn.train.config import apply_sets
@@ -53,14 +53,14 @@ def test_gzip_is_read_transparently(tmp_path):
 def test_invalid_utf8_names_file_and_line(tmp_path):
     path = tmp_path / "f.txt"
     path.write_bytes(b"ok\nstill ok\n\xc3(\n")
-    with pytest.raises(InputError, match=rf"^{path}: line 3: invalid UTF-8"):
+    with pytest.raises(UserError, match=rf"^{path}: line 3: invalid UTF-8"):
         read_lines(path)
-    with pytest.raises(DataError, match=rf"^{path}: line 3: invalid UTF-8"):
+    with pytest.raises(UserError, match=rf"^{path}: line 3: invalid UTF-8"):
         list(corpus_lines(path))
 
 
 def test_a_directory_is_not_a_text_file(tmp_path):
-    with pytest.raises(InputError, match="is a directory"):
+    with pytest.raises(UserError, match="is a directory"):
         read_lines(tmp_path)
 
 
@@ -85,7 +85,7 @@ def test_any_bytes_give_the_rule_or_a_named_error(tmp_path, data):
     want = expected_lines(data)
     try:
         got = list(iter_lines(std_io.BytesIO(data), "in.txt"))
-    except InputError as e:
+    except UserError as e:
         bad = next(i for i, raw in enumerate(want, start=1) if not _valid(raw))
         assert str(e).startswith(f"in.txt: line {bad}: invalid UTF-8")
         return
@@ -138,7 +138,7 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
 
 def test_an_output_that_is_a_directory_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
-    with pytest.raises(InputError, match="is a directory; give a file name"):
+    with pytest.raises(UserError, match="is a directory; give a file name"):
         write_text_atomic(tmp_path / "out", "x")
 
 

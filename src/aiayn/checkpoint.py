@@ -32,7 +32,8 @@ from torch import nn
 
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
-from .io import InputError, publish_dir, temp_dir_beside, write_text_atomic
+from .errors import UserError
+from .io import publish_dir, temp_dir_beside, write_text_atomic
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
@@ -105,7 +106,7 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
         name = pointer.read_text(encoding="utf-8", errors="replace").strip()
         path = ckpt_root / name
         if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
-            raise InputError(f"{pointer} names {name!r}, which is not a checkpoint directory inside "
+            raise UserError(f"{pointer} names {name!r}, which is not a checkpoint directory inside "
                              f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there")
         if (path / META).is_file():
             return path
@@ -120,18 +121,18 @@ def read_meta(ckpt: Path) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: invalid UTF-8 at byte {e.start}: the checkpoint is damaged") from None
+        raise UserError(f"{path}: invalid UTF-8 at byte {e.start}: the checkpoint is damaged") from None
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: line {e.lineno}: invalid JSON ({e.msg}): the checkpoint is damaged") from None
+        raise UserError(f"{path}: line {e.lineno}: invalid JSON ({e.msg}): the checkpoint is damaged") from None
     if not isinstance(meta, dict):
-        raise InputError(f"{path}: expected a JSON object, found {type(meta).__name__}: the checkpoint is damaged")
+        raise UserError(f"{path}: expected a JSON object, found {type(meta).__name__}: the checkpoint is damaged")
     return meta
 
 
 def meta_field(meta: dict[str, Any], key: str, ckpt: Path) -> Any:
     """``meta[key]``, or an error naming the checkpoint's meta.json and the missing key."""
     if key not in meta:
-        raise InputError(f"{Path(ckpt) / META}: no {key!r} entry: not a checkpoint written by aiayn train")
+        raise UserError(f"{Path(ckpt) / META}: no {key!r} entry: not a checkpoint written by aiayn train")
     return meta[key]
 
 
@@ -147,10 +148,10 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     except pickle.UnpicklingError as e:
         detail = next((line.strip() for line in str(e).splitlines()
                        if "global" in line.lower() and "weights_only" not in line), "")
-        raise InputError(f"{path}: not a trusted checkpoint: it holds objects other than tensors and plain "
+        raise UserError(f"{path}: not a trusted checkpoint: it holds objects other than tensors and plain "
                          f"data, which aiayn never loads{f' ({detail})' if detail else ''}") from None
     except RuntimeError as e:
-        raise InputError(f"{path}: unreadable ({str(e).splitlines()[0]}): the checkpoint is damaged") from None
+        raise UserError(f"{path}: unreadable ({str(e).splitlines()[0]}): the checkpoint is damaged") from None
 
 
 def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -161,7 +162,7 @@ def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except SafetensorError as e:
-        raise InputError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
+        raise UserError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
                          "(truncated?)") from None
 
 
@@ -173,12 +174,12 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
     try:
         missing, unexpected = load_model(model, str(path), strict=True)
     except SafetensorError as e:
-        raise InputError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
+        raise UserError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
                          "(truncated?)") from None
     except RuntimeError as e:  # shapes that do not fit the model config in meta.json
-        raise InputError(f"{path}: weights do not fit the model of {META}: {str(e).splitlines()[-1].strip()}") from None
+        raise UserError(f"{path}: weights do not fit the model of {META}: {str(e).splitlines()[-1].strip()}") from None
     if missing or unexpected:
-        raise InputError(f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}")
+        raise UserError(f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}")
 
 
 def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
@@ -217,9 +218,9 @@ def check_average_out(out: Path, inputs: Sequence[Path], force: bool = False) ->
     for p in inputs:
         source = Path(p).resolve()
         if source == target or target in source.parents:
-            raise InputError(f"--out {out} holds the checkpoint {p} being averaged; choose a new directory")
+            raise UserError(f"--out {out} holds the checkpoint {p} being averaged; choose a new directory")
     if (out.exists() or out.is_symlink()) and not force and not is_averaged_checkpoint(out):
-        raise InputError(f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "
+        raise UserError(f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "
                          "or pass --force to replace it")
 
 
@@ -239,9 +240,9 @@ def check_same_model(paths: Sequence[Path]) -> None:
     for p in paths[1:]:
         meta = read_meta(Path(p))
         if meta.get("model_config") != first_meta.get("model_config"):
-            raise InputError(f"{p} and {first} have different model configs: cannot average them")
+            raise UserError(f"{p} and {first} have different model configs: cannot average them")
         if vocab_fingerprint(Path(p)) != first_vocab:
-            raise InputError(f"{p} and {first} have different vocabularies ({VOCAB}): cannot average them")
+            raise UserError(f"{p} and {first} have different vocabularies ({VOCAB}): cannot average them")
 
 
 def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -> Path:
@@ -254,7 +255,7 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     what it may replace.
     """
     if not paths:
-        raise InputError("no checkpoints to average")
+        raise UserError("no checkpoints to average")
     out = Path(out)
     check_average_out(out, paths, force)
     check_same_model(paths)
@@ -262,7 +263,7 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     names = set(states[0])
     for p, state in zip(paths, states):
         if set(state) != names:
-            raise InputError(f"{p} holds different tensors than {paths[0]}: cannot average")
+            raise UserError(f"{p} holds different tensors than {paths[0]}: cannot average")
     averaged: dict[str, torch.Tensor] = {}
     for name in sorted(names):
         last = states[-1][name]
@@ -291,10 +292,10 @@ def choose_last(ckpt_root: Path, last: int) -> list[Path]:
     """The newest ``last`` complete checkpoints under ``ckpt_root``, oldest first; warns when
     fewer exist (``keep_last`` in training bounds how many are kept)."""
     if last < 1:
-        raise InputError(f"--last must be at least 1, got {last}")
+        raise UserError(f"--last must be at least 1, got {last}")
     found = list_checkpoints(Path(ckpt_root))
     if not found:
-        raise InputError(f"no checkpoints under {ckpt_root}")
+        raise UserError(f"no checkpoints under {ckpt_root}")
     if len(found) < last:
         warnings.warn(f"asked for the last {last} checkpoints, but {ckpt_root} holds only {len(found)}: "
                       f"averaging {len(found)} (the run's keep_last bounds how many are kept)", stacklevel=2)

@@ -13,6 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
+from .errors import UserError
 
 T = TypeVar("T")
 
@@ -63,31 +64,31 @@ class ModelConfig:
     def validate(self) -> None:
         for name in ("N_enc", "N_dec", "d_model", "d_ff", "h", "vocab_size", "max_len"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+                raise UserError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
         for name in ("d_k", "d_v", "attention_window"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"ModelConfig.{name} must be positive or None, got {value}")
+                raise UserError(f"ModelConfig.{name} must be positive or None, got {value}")
         if (self.d_k is None or self.d_v is None) and self.d_model % self.h:
-            raise ValueError(
+            raise UserError(
                 f"d_model={self.d_model} is not divisible by h={self.h}; "
                 "set d_k and d_v explicitly or choose another h"
             )
         for name in ("P_drop", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"ModelConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+                raise UserError(f"ModelConfig.{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id={self.pad_id} outside the vocabulary of {self.vocab_size}")
+            raise UserError(f"pad_id={self.pad_id} outside the vocabulary of {self.vocab_size}")
         if self.norm not in ("post", "pre"):
-            raise ValueError(f"norm must be 'post' (paper) or 'pre', got {self.norm!r}")
+            raise UserError(f"norm must be 'post' (paper) or 'pre', got {self.norm!r}")
         if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+            raise UserError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
         """The named preset (see ``PRESETS``), with optional field overrides."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
+            raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
         return cls(**{**PRESETS[name].fields, **overrides})
 
 
@@ -152,16 +153,16 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     """Build dataclass ``cls`` from ``data``, rejecting unknown keys and wrong types."""
     known = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping of keys to values, got {data!r}")
+        raise UserError(f"{where}: expected a mapping of keys to values, got {data!r}")
     unknown = sorted(set(data) - set(known), key=repr)  # keys of a YAML file need not be strings
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+        raise UserError(f"{where}: unknown key(s) {unknown}; valid keys: {sorted(known)}")
     hints = typing.get_type_hints(cls)
     checked = {key: _check(value, hints[key], f"{where}: {key}") for key, value in data.items()}
     try:
         return cls(**checked)
     except ValueError as e:  # a range check of the dataclass: say where the value came from
-        raise ValueError(f"{where}: {e}") from None
+        raise UserError(f"{where}: {e}") from None
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -175,15 +176,15 @@ def with_overrides(obj: T, assignments: list[str], where: str = "--set") -> T:
     for item in assignments:
         key, sep, text = item.partition("=")
         if not sep:
-            raise ValueError(f"{where}: expected key=value, got {item!r}")
+            raise UserError(f"{where}: expected key=value, got {item!r}")
         key = key.strip()
         if key not in hints:
-            raise ValueError(f"{where}: unknown key {key!r}; valid keys: {sorted(hints)}")
+            raise UserError(f"{where}: unknown key {key!r}; valid keys: {sorted(hints)}")
         changes[key] = _parse(text.strip(), hints[key], f"{where} {key}")
     try:
         return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise UserError(f"{where}: {e}") from None
 
 
 def _options(tp: Any) -> tuple[Any, ...]:
@@ -212,7 +213,7 @@ def _check(value: Any, tp: Any, where: str) -> Any:
             return value
         if typing.get_origin(option) is dict and isinstance(value, dict):
             return value
-    raise ValueError(f"{where}: expected {_name(tp)}, got {value!r}")
+    raise UserError(f"{where}: expected {_name(tp)}, got {value!r}")
 
 
 def _parse(text: str, tp: Any, where: str) -> Any:
@@ -230,7 +231,7 @@ def _parse(text: str, tp: Any, where: str) -> Any:
                 continue
         if option is str:
             return text
-    raise ValueError(f"{where}: cannot read {text!r} as {_name(tp)}")
+    raise UserError(f"{where}: cannot read {text!r} as {_name(tp)}")
 
 
 def _name(tp: Any) -> str:

@@ -24,7 +24,8 @@ from . import checkpoint as ckpt
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig, for_decoding
 from .evaluate import Evaluation, average_last_best, evaluate_model
-from .io import InputError, read_lines, write_lines_atomic, write_text_atomic
+from .errors import UserError
+from .io import read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
 from .train import TrainConfig
 from .train.config import apply_sets
@@ -77,10 +78,10 @@ DEMO_OUTPUTS = frozenset({"checkpoints", "config.json", "log.jsonl", "tensorboar
 
 def _check_demo_run(out: Path) -> None:
     if out.is_symlink() or not out.is_dir():
-        raise InputError(f"--fresh would delete {out}, which is not a demo run directory; choose another --out")
+        raise UserError(f"--fresh would delete {out}, which is not a demo run directory; choose another --out")
     strangers = sorted(p.name for p in out.iterdir() if p.name not in DEMO_OUTPUTS and not p.name.startswith("."))
     if strangers:
-        raise InputError(f"--fresh would delete {out}, which is not a demo run directory (it holds "
+        raise UserError(f"--fresh would delete {out}, which is not a demo run directory (it holds "
                          f"{', '.join(strangers[:5])}); choose another --out")
 
 

@@ -25,6 +25,7 @@ import torch
 from .data import Vocab
 from .evaluate import reference_perplexity
 from .model import Transformer
+from .errors import UserError
 
 __all__ = ["source_sensitivity", "encoder_spread"]
 
@@ -34,7 +35,7 @@ def source_sensitivity(model: Transformer, vocab: Vocab, sources: Sequence[str],
     """Perplexity with the true sources and with the sources rotated by one sentence, and
     their ratio (rotated / true; 1.0 means the source is ignored)."""
     if len(sources) < 2:
-        raise ValueError("need at least two sentences to pair a reference with another source")
+        raise UserError("need at least two sentences to pair a reference with another source")
     true = reference_perplexity(model, vocab, sources, references)
     rotated = reference_perplexity(model, vocab, list(sources[1:]) + [sources[0]], references)
     return {"ppl_true": true, "ppl_rotated": rotated, "ratio": rotated / true}
@@ -60,5 +61,5 @@ def encoder_spread(model: Transformer, vocab: Vocab, sources: Sequence[str]) -> 
             totals[i] += float(deviation / x.norm(dim=-1).mean())
         n += 1
     if n == 0:
-        raise ValueError("no non-empty source sentence")
+        raise UserError("no non-empty source sentence")
     return [t / n for t in totals]

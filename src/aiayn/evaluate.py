@@ -16,7 +16,8 @@ from .checkpoint import VOCAB, average_checkpoints, check_average_out, load_tran
 from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, for_decoding, translate
-from .io import InputError, check_output_file, publish_dir, read_lines, temp_dir_beside, write_lines_atomic
+from .errors import UserError
+from .io import check_output_file, publish_dir, read_lines, temp_dir_beside, write_lines_atomic
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
 from .train.loss import perplexity
@@ -99,7 +100,7 @@ def evaluate_model(
     progress: bool = False,
 ) -> Evaluation:
     if len(sources) != len(references):
-        raise ValueError(f"{len(sources)} sources but {len(references)} references")
+        raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
     hyps = translate(model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress)
     decode_s = time.perf_counter() - start
@@ -127,11 +128,11 @@ def evaluate_checkpoint(
         check_output_file(hyp_path)
     sources, references = read_lines(src_path), read_lines(ref_path)
     if not sources and not references:
-        raise InputError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
+        raise UserError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
     if not references:
-        raise InputError(f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)")
+        raise UserError(f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)")
     if len(sources) != len(references):
-        raise InputError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
+        raise UserError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
     model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from .config import ModelConfig
+from .errors import UserError
 
 
 def forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:
@@ -31,7 +32,7 @@ def forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[
     Norms, softmax and adds are ignored (<1%).
     """
     if len(src_lens) != len(tgt_lens):
-        raise ValueError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
+        raise UserError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
     d, qk, v = cfg.d_model, cfg.h * cfg.dk, cfg.h * cfg.dv
     per_position = d * (2 * qk + v) + v * d + 2 * d * cfg.d_ff  # W_Q, W_K, W_V, W_O; W_1, W_2
     per_pair = qk + v  # Q K^T and the weighted sum of V, per (query, key)

@@ -23,11 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from .errors import UserError
+
 PathLike = str | os.PathLike
-
-
-class InputError(ValueError):
-    """Input a user can fix; the message names the file (and line) and the problem."""
 
 
 # ----------------------------------------------------------------------------------------
@@ -37,7 +35,7 @@ class InputError(ValueError):
 def open_binary(path: PathLike) -> IO[bytes]:
     """Open ``path`` for reading bytes, decompressing when its name ends in ``.gz``."""
     if Path(path).is_dir():
-        raise InputError(f"{path} is a directory, not a text file")
+        raise UserError(f"{path} is a directory, not a text file")
     return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
 
 
@@ -54,11 +52,11 @@ def split_lines(stream: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def decode_line(raw: bytes, source: str, lineno: int) -> str:
-    """Strict UTF-8 of one line; ``InputError`` naming ``source`` and ``lineno`` if invalid."""
+    """Strict UTF-8 of one line; ``UserError`` naming ``source`` and ``lineno`` if invalid."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{source}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise UserError(f"{source}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def iter_lines(source: PathLike | IO[bytes], name: str | None = None) -> Iterator[str]:
@@ -96,12 +94,12 @@ def check_output_file(path: PathLike) -> Path:
     """Fail early (before hours of decoding) if ``path`` cannot become a file."""
     path = Path(path)
     if path.is_dir():
-        raise InputError(f"{path} is a directory; give a file name for the output")
+        raise UserError(f"{path} is a directory; give a file name for the output")
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
-        raise InputError(f"cannot write {path}: {parent} is a file, not a directory")
+        raise UserError(f"cannot write {path}: {parent} is a file, not a directory")
     return path
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from ..errors import UserError
 
 
 def _experiment(args: argparse.Namespace) -> None:
@@ -14,7 +15,7 @@ def _experiment(args: argparse.Namespace) -> None:
     budget = read_budget(args.budget or [])
     out = Path(args.out or f"runs/exp/{args.name}")
     if args.report_only and not (out / "results.json").exists():  # before preparing any corpus
-        raise ValueError(f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there")
+        raise UserError(f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there")
     inputs: dict = {}
     if args.name in TRAINING:
         from ..experiments.corpus import Corpus, load_corpus, valid_paths
@@ -26,7 +27,7 @@ def _experiment(args: argparse.Namespace) -> None:
         from ..experiments.corpus import valid_paths
 
         if not args.checkpoint:
-            raise ValueError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")
+            raise UserError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")
         inputs = {"checkpoint": Path(args.checkpoint), "valid": valid_paths(args.valid)}
     command = " ".join(["aiayn experiment", args.name, *(f"--budget {b}" for b in args.budget or []),
                         *([f"--data {args.data}"] if args.name in TRAINING else []),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import UserError
 from . import data, demo, experiment, export, parse, serve, train, translate
 
 # The sub-commands in the order `aiayn --help` lists them.
@@ -38,6 +39,6 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, OSError) as err:  # bad input, missing file, full disk: one clear line, no traceback
+    except (UserError, OSError) as err:  # bad input, missing file, full disk: one line; a bug keeps its traceback
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -11,6 +11,7 @@ from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TextIO
 
+from ..errors import UserError
 from .common import add_decode_args, decode_config, say_wrote
 
 if TYPE_CHECKING:
@@ -26,16 +27,16 @@ def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, de
 
     Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
-    ``InputError`` names those lines (``name`` is what it calls the input). ``quantize``: None
+    ``UserError`` names those lines (``name`` is what it calls the input). ``quantize``: None
     or "int8" (see ``aiayn.decode.quantize``).
     """
     from ..checkpoint import VOCAB, load_transformer
     from ..data import Vocab
     from ..decode import for_decoding, translate
-    from ..io import InputError, decode_line, split_lines
+    from ..io import decode_line, split_lines
 
     if chunk < 1:
-        raise InputError(f"--chunk must be at least 1, got {chunk}")
+        raise UserError(f"--chunk must be at least 1, got {chunk}")
     model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     lines = enumerate(split_lines(source), start=1)
@@ -48,7 +49,7 @@ def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, de
         for lineno, raw in islice(lines, chunk):
             try:
                 texts.append(decode_line(raw, name, lineno))
-            except InputError:
+            except UserError:
                 bad.append(lineno)
                 texts.append("")  # an empty line translates to an empty line
         if not texts:
@@ -59,7 +60,7 @@ def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, de
         count += len(texts)
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
-        raise InputError(f"{name}: {len(bad)} line(s) not valid UTF-8 (line {shown}): their outputs are "
+        raise UserError(f"{name}: {len(bad)} line(s) not valid UTF-8 (line {shown}): their outputs are "
                          f"empty lines; the other {count - len(bad)} were translated")
     return count
 
@@ -93,7 +94,7 @@ def _diagnose(args: argparse.Namespace) -> None:
 
     sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
     if len(sources) != len(references):
-        raise ValueError(f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}")
+        raise UserError(f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}")
     model, _ = load_transformer(args.checkpoint, "cpu")
     vocab = Vocab.load(Path(args.checkpoint) / VOCAB)
     report = {**source_sensitivity(model, vocab, sources, references),

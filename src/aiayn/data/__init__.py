@@ -15,11 +15,11 @@ from .batching import TokenBudgetSampler
 from .binarize import TokenDataset, check_vocab, read_meta
 from .collate import Batch, collate
 from .corpus import bundled_corpus_paths, prepare_corpus
-from .readers import DataError, ReadStats, iter_parallel, iter_tsv, read_parallel, read_tsv
+from .readers import ReadStats, iter_parallel, iter_tsv, read_parallel, read_tsv
 from .vocab import Vocab
 
 __all__ = [
-    "Batch", "DataError", "ReadStats", "TokenBudgetSampler", "TokenDataset", "Vocab",
+    "Batch", "ReadStats", "TokenBudgetSampler", "TokenDataset", "Vocab",
     "bundled_corpus_paths", "check_vocab", "collate", "iter_parallel", "iter_tsv",
     "prepare_corpus", "read_meta", "read_parallel", "read_tsv",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from ..errors import UserError
 
 import numpy as np
 
@@ -101,7 +102,7 @@ class TokenBudgetSampler:
         while True:
             batches = self.epoch_batches(self.epoch)
             if not batches:
-                raise ValueError("no batch fits: every pair exceeds the token budget or the data is empty")
+                raise UserError("no batch fits: every pair exceeds the token budget or the data is empty")
             while self.position < len(batches):
                 self.position += 1  # before yielding, so state_dict() counts this batch as done
                 yield batches[self.position - 1]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..io import temp_dir_beside
-from .readers import DataError
+from ..errors import UserError
 from .vocab import Vocab
 
 SIDES = ("src", "tgt")
@@ -135,27 +135,27 @@ def is_dataset_file(name: str) -> bool:
 
 
 def read_meta(dataset_dir: str | os.PathLike) -> dict[str, Any]:
-    """The dataset's ``meta.json``; ``DataError`` naming the file if it is missing or is not
+    """The dataset's ``meta.json``; ``UserError`` naming the file if it is missing or is not
     one that ``prepare`` wrote."""
     path = Path(dataset_dir) / META
     if not path.is_file():
-        raise DataError(f"{dataset_dir} is not a prepared dataset (no {META})")
+        raise UserError(f"{dataset_dir} is not a prepared dataset (no {META})")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(f"{path}: not a dataset's {META}: {e}") from None
+        raise UserError(f"{path}: not a dataset's {META}: {e}") from None
     missing = [k for k in ("vocab_fingerprint", "vocab_size", "splits")
                if not isinstance(meta, dict) or k not in meta]
     if missing:
-        raise DataError(f"{path}: not a dataset's {META}: no {', '.join(missing)}")
+        raise UserError(f"{path}: not a dataset's {META}: no {', '.join(missing)}")
     return meta
 
 
 def check_vocab(dataset_dir: str | os.PathLike, vocab: Vocab) -> None:
-    """Raise ``DataError`` unless ``dataset_dir`` was binarised with ``vocab``."""
+    """Raise ``UserError`` unless ``dataset_dir`` was binarised with ``vocab``."""
     meta = read_meta(dataset_dir)
     if meta["vocab_fingerprint"] != vocab.fingerprint:
-        raise DataError(
+        raise UserError(
             f"vocabulary mismatch: {Path(dataset_dir) / META} records a vocabulary of "
             f"{meta['vocab_size']} pieces (fingerprint {meta['vocab_fingerprint'][:12]}), "
             f"but {vocab.path} has {len(vocab)} pieces (fingerprint {vocab.fingerprint[:12]}); "
@@ -171,7 +171,7 @@ class TokenDataset:
         self.dir, self.split = Path(dataset_dir), split
         self.meta = read_meta(dataset_dir)
         if split not in self.meta["splits"]:
-            raise DataError(f"{dataset_dir} has no split {split!r}; it has {sorted(self.meta['splits'])}")
+            raise UserError(f"{dataset_dir} has no split {split!r}; it has {sorted(self.meta['splits'])}")
         self._tokens, self._offsets = {}, {}
         for side in SIDES:
             base = self.dir / f"{split}.{side}"
@@ -207,7 +207,7 @@ def subset_dataset(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
     meta = read_meta(src)
     data = TokenDataset(src, split)
     if out.exists():
-        raise DataError(f"{out} exists and is not a prepared dataset (no meta.json); not replacing it")
+        raise UserError(f"{out} exists and is not a prepared dataset (no meta.json); not replacing it")
     tmp = temp_dir_beside(out)  # new and ours, removed on failure
     try:
         for path in src.iterdir():  # vocabulary and the other splits

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..io import fsync_dir, fsync_tree
 from .binarize import META, binarize_split, is_dataset_file, read_meta, split_files, write_meta
-from .readers import DataError, ReadStats, iter_lines, iter_parallel
+from ..errors import UserError
+from .readers import ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
 
 PathPair = tuple[str | os.PathLike, str | os.PathLike]
@@ -35,7 +36,7 @@ def bundled_corpus_paths(src: str = "en", tgt: str = "es") -> dict[str, tuple[Pa
     """
     root = Path(str(resources.files("aiayn") / "corpus" / "bible"))
     if not (root / "train.en.gz").is_file():
-        raise DataError(f"bundled corpus not found: no {root / 'train.en.gz'}; reinstall aiayn")
+        raise UserError(f"bundled corpus not found: no {root / 'train.en.gz'}; reinstall aiayn")
     return {s: (root / f"{s}.{src}.gz", root / f"{s}.{tgt}.gz") for s in BIBLE_SPLITS}
 
 
@@ -59,16 +60,16 @@ def prepare_corpus(
     prepare leaves a previous dataset untouched: never a new vocabulary beside old ids.
     """
     if "train" not in splits:
-        raise DataError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
+        raise UserError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
     for name, value in (("max_len", max_len), ("max_words", max_words)):
         if value is not None and value < 1:
-            raise DataError(f"{name} must be a positive number (or None for no limit), got {value}")
+            raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
     inputs = [Path(p) for pair in splits.values() for p in pair]
     for path in inputs:
         if not path.exists():
-            raise DataError(f"{path}: no such file")
+            raise UserError(f"{path}: no such file")
         if path.is_dir():
-            raise DataError(f"{path}: is a directory; expected a text file of sentences")
+            raise UserError(f"{path}: is a directory; expected a text file of sentences")
     out = Path(out_dir).resolve()
     check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -85,7 +86,7 @@ def prepare_corpus(
 
 
 def check_target(out: Path) -> None:
-    """Raise ``DataError`` unless ``prepare`` may write a dataset to ``out``: a new or empty
+    """Raise ``UserError`` unless ``prepare`` may write a dataset to ``out``: a new or empty
     directory, a dataset that ``prepare`` wrote before (its ``meta.json`` says so), or a
     directory without dataset files. Entries that are not dataset files (``aiayn parse
     prepare`` keeps its text and gold trees there) are never touched; dataset files that no
@@ -94,14 +95,14 @@ def check_target(out: Path) -> None:
     if not out.exists():
         return
     if not out.is_dir():
-        raise DataError(f"output directory {out}: is a file")
+        raise UserError(f"output directory {out}: is a file")
     if (out / META).exists():
-        read_meta(out)  # a DataError naming meta.json unless prepare wrote it
+        read_meta(out)  # a UserError naming meta.json unless prepare wrote it
         return
     ours = sorted(e.name for e in out.iterdir() if is_dataset_file(e.name))
     if ours:
         shown = ", ".join(ours[:3]) + (", ..." if len(ours) > 3 else "")
-        raise DataError(f"output directory {out}: holds {shown} but no {META}, so not a dataset "
+        raise UserError(f"output directory {out}: holds {shown} but no {META}, so not a dataset "
                         "prepare wrote; choose another directory or remove them")
 
 
@@ -118,7 +119,7 @@ def _build(splits: dict[str, PathPair], out: Path, vocab_size: int, max_len: int
         pairs = iter_parallel(src_path, tgt_path, max_words, stats)
         counts = binarize_split(pairs, vocab, out, split, max_len)
         if counts["pairs"] == 0:
-            raise DataError(
+            raise UserError(
                 f"{split} split ({src_path}, {tgt_path}): 0 of {stats.read} pairs kept: "
                 f"{stats.empty} with an empty side, {stats.too_long} over max_words={max_words}, "
                 f"{counts['skipped_too_long_tokens']} over max_len={max_len} subwords")
@@ -168,4 +169,4 @@ def _nonempty(*paths: Path) -> Iterator[str]:
                 n += 1
                 yield line
         if n == 0:
-            raise DataError(f"{path}: empty training file (no line with text)")
+            raise UserError(f"{path}: empty training file (no line with text)")

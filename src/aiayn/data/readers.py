@@ -12,13 +12,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .. import io
+from ..errors import UserError
+from ..io import iter_lines
 
 PathLike = str | os.PathLike
-
-
-class DataError(ValueError):
-    """Input data that cannot be used as given (misaligned, undecodable, malformed)."""
 
 
 @dataclass
@@ -35,20 +32,6 @@ class ReadStats:
         self.kept += other.kept
         self.empty += other.empty
         self.too_long += other.too_long
-
-
-def iter_lines(path: PathLike) -> Iterator[str]:
-    """Yield the lines of a UTF-8 file without their line endings, by the one rule of
-    ``aiayn.io`` (split at LF only, a CRLF's CR removed, a bare CR kept).
-
-    The project's one rule: lines end at "\n" only, and one "\r" before it (CRLF) is
-    dropped; a bare "\r" stays inside its line, so a file has the same number of lines for
-    every reader. Decoding is strict and per line so that an error can name the line.
-    """
-    try:
-        yield from io.iter_lines(path)
-    except io.InputError as e:
-        raise DataError(str(e)) from None
 
 
 def _count_rest(lines: Iterator[str]) -> int:
@@ -76,7 +59,7 @@ def iter_parallel(
     """Yield stripped (source, target) pairs from two line-aligned files.
 
     Streaming (so WMT-sized files need no memory); ``stats`` is filled in as pairs go by.
-    Raises ``DataError`` if the files have different line counts, naming both counts; the
+    Raises ``UserError`` if the files have different line counts, naming both counts; the
     check necessarily fires only when the shorter file runs out.
     """
     stats = stats if stats is not None else ReadStats()
@@ -86,7 +69,7 @@ def iter_parallel(
         tgt = next(tgt_lines, None)
         if tgt is None:
             n_src = n + 1 + _count_rest(src_lines)
-            raise DataError(
+            raise UserError(
                 f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n}"
             )
         n += 1
@@ -95,7 +78,7 @@ def iter_parallel(
             yield src, tgt
     n_tgt = n + _count_rest(tgt_lines)
     if n_tgt != n:
-        raise DataError(f"line counts differ: {src_path} has {n} lines, {tgt_path} has {n_tgt}")
+        raise UserError(f"line counts differ: {src_path} has {n} lines, {tgt_path} has {n_tgt}")
 
 
 def iter_tsv(
@@ -106,7 +89,7 @@ def iter_tsv(
     for lineno, line in enumerate(iter_lines(path), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
-            raise DataError(
+            raise UserError(
                 f"{path}: line {lineno}: expected 2 tab-separated fields, found {len(fields)}"
             )
         src, tgt = fields[0].strip(), fields[1].strip()

@@ -16,22 +16,23 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from .readers import DataError, iter_lines
+from ..errors import UserError
+from .readers import iter_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
-def _trainer_error(message: str, vocab_size: int) -> DataError | None:
-    """A one-line ``DataError`` for sentencepiece's complaints about the vocabulary size, which
+def _trainer_error(message: str, vocab_size: int) -> UserError | None:
+    """A one-line ``UserError`` for sentencepiece's complaints about the vocabulary size, which
     arrive as an internal check with C++ file names; ``None`` for anything else."""
     if m := re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message):
-        return DataError(f"vocab size {vocab_size} is too large: this training text yields at most "
+        return UserError(f"vocab size {vocab_size} is too large: this training text yields at most "
                          f"{m[1]} pieces; ask for {m[1]} or fewer, or give more text")
     if m := re.search(r"smaller than required_chars\. \d+ vs (\d+)", message):
-        return DataError(f"vocab size {vocab_size} is too small: the training text's characters and "
+        return UserError(f"vocab size {vocab_size} is too small: the training text's characters and "
                          f"the special pieces need at least {m[1]}")
     if "!sentences_.empty()" in message:
-        return DataError("no training sentences: every line of the training text is empty")
+        return UserError("no training sentences: every line of the training text is empty")
     return None
 
 
@@ -53,7 +54,7 @@ class Vocab:
         expected = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
         found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if found != expected:
-            raise DataError(f"{path}: special ids (pad, unk, bos, eos) are {found}, need {expected}")
+            raise UserError(f"{path}: special ids (pad, unk, bos, eos) are {found}, need {expected}")
         self.sp = processor
         self.path = path
 
@@ -76,14 +77,14 @@ class Vocab:
         ``input_sentence_size`` sentences are sampled, which bounds training time on WMT.
         """
         if vocab_size < 1:
-            raise DataError(f"vocab size must be a positive number of pieces, got {vocab_size}")
+            raise UserError(f"vocab size must be a positive number of pieces, got {vocab_size}")
         prefix = Path(out_prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
         failures: list[Exception] = []
 
         def sentences() -> Iterator[str]:
             # sentencepiece turns an exception raised here into a RuntimeError holding only
-            # the text; keep the original (a DataError naming the file and line) to re-raise.
+            # the text; keep the original (a UserError naming the file and line) to re-raise.
             try:
                 yield from _sentences(texts_or_files)
             except Exception as e:
@@ -119,7 +120,7 @@ class Vocab:
     def load(cls, path: str | os.PathLike) -> "Vocab":
         path = Path(path)
         if not path.is_file():
-            raise DataError(f"vocabulary model {path} does not exist")
+            raise UserError(f"vocabulary model {path} does not exist")
         return cls(spm.SentencePieceProcessor(model_file=str(path)), path)
 
     def __len__(self) -> int:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_parallel
-from .readers import DataError, iter_lines
+from ..errors import UserError
+from .readers import iter_lines
 
 WMT14_PAIRS = ("de-en", "fr-en")
 HF_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
@@ -36,14 +37,14 @@ def read_sgm(path: str | os.PathLike) -> list[str]:
         if m:
             segments.append(m[1].strip())
     if not segments:
-        raise DataError(f"{path}: no <seg> elements found; is this a WMT .sgm file?")
+        raise UserError(f"{path}: no <seg> elements found; is this a WMT .sgm file?")
     return segments
 
 
 def sgm_pairs(src_sgm: str | os.PathLike, ref_sgm: str | os.PathLike) -> Iterator[tuple[str, str]]:
     src, ref = read_sgm(src_sgm), read_sgm(ref_sgm)
     if len(src) != len(ref):
-        raise DataError(f"segment counts differ: {src_sgm} has {len(src)}, {ref_sgm} has {len(ref)}")
+        raise UserError(f"segment counts differ: {src_sgm} has {len(src)}, {ref_sgm} has {len(ref)}")
     return zip(src, ref)
 
 
@@ -68,9 +69,9 @@ def download_wmt14(pair: str, src: str, tgt: str, out_dir: str | os.PathLike,
     Needs network and ``datasets``; the EN-FR training set is 36M pairs (several GB).
     """
     if pair not in WMT14_PAIRS:
-        raise ValueError(f"unknown WMT14 pair {pair!r}; choose one of {WMT14_PAIRS}")
+        raise UserError(f"unknown WMT14 pair {pair!r}; choose one of {WMT14_PAIRS}")
     if {src, tgt} != set(pair.split("-")):
-        raise ValueError(f"languages {src}->{tgt} do not match pair {pair}")
+        raise UserError(f"languages {src}->{tgt} do not match pair {pair}")
     try:
         from datasets import load_dataset
     except ImportError as e:

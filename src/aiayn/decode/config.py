@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from ..errors import UserError
 
 
 @dataclass(frozen=True)
@@ -30,21 +31,21 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         if self.beam < 1:
-            raise ValueError(f"beam must be >= 1, got {self.beam}")
+            raise UserError(f"beam must be >= 1, got {self.beam}")
         if not (math.isfinite(self.alpha) and self.alpha >= 0):
-            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha}")
+            raise UserError(f"alpha must be a finite number >= 0, got {self.alpha}")
         if not math.isfinite(self.max_len_a):
-            raise ValueError(f"max_len_a must be finite, got {self.max_len_a}")
+            raise UserError(f"max_len_a must be finite, got {self.max_len_a}")
         if not 1 <= self.nbest <= self.beam:
-            raise ValueError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
+            raise UserError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
         if self.max_len_a < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
-            raise ValueError(f"max_len_a={self.max_len_a}, max_len_b={self.max_len_b} allow no output")
+            raise UserError(f"max_len_a={self.max_len_a}, max_len_b={self.max_len_b} allow no output")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "DecodeConfig":
         """"translation" or "parsing", with optional field overrides."""
         if name not in DECODE_PRESETS:
-            raise ValueError(f"unknown decode preset {name!r}; choose one of: {', '.join(DECODE_PRESETS)}")
+            raise UserError(f"unknown decode preset {name!r}; choose one of: {', '.join(DECODE_PRESETS)}")
         return replace(DECODE_PRESETS[name], **overrides)
 
     def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .packed import pack_linears
+from ..errors import UserError
 
 QUANTIZE_MODES = ("int8",)
 
@@ -36,10 +37,10 @@ def for_decoding(model: nn.Module, quantize: str | None = None) -> nn.Module:
     if quantize is None:
         return pack_linears(model)
     if quantize not in QUANTIZE_MODES:
-        raise ValueError(f"unknown quantization {quantize!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
+        raise UserError(f"unknown quantization {quantize!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
     device = next(model.parameters()).device
     if device.type != "cpu":
-        raise ValueError(f"--quantize {quantize} runs on the CPU only, the model is on {device}")
+        raise UserError(f"--quantize {quantize} runs on the CPU only, the model is on {device}")
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     model.eval()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from typing import Any
+from ..errors import UserError
 
 # name -> module; every module has plan(budget, out, **inputs) -> Experiment
 MODULES = {"table1": "table1", "table3": "table3", "scaling": "scaling", "restricted": "restricted",
@@ -32,6 +33,6 @@ def run_experiment(name: str, out: Path, budget: Any, command: str = "", report_
     from .runner import run_rows
 
     if name not in MODULES:
-        raise ValueError(f"unknown experiment {name!r}; choose one of: {', '.join(MODULES)}")
+        raise UserError(f"unknown experiment {name!r}; choose one of: {', '.join(MODULES)}")
     module = importlib.import_module(f".{MODULES[name]}", __name__)
     return run_rows(module.plan(budget, out, **inputs), budget, out, command, report_only)

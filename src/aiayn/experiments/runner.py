@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from ..io import write_text_atomic
 from ..config import with_overrides
+from ..errors import UserError
 
 
 @dataclass
@@ -48,9 +49,9 @@ class Budget:
     def __post_init__(self) -> None:
         for name in ("updates", "sentences", "max_tokens", "threads"):
             if getattr(self, name) < 1:
-                raise ValueError(f"--budget {name} must be >= 1, got {getattr(self, name)}")
+                raise UserError(f"--budget {name} must be >= 1, got {getattr(self, name)}")
         if self.seconds <= 0:
-            raise ValueError(f"--budget seconds must be positive, got {self.seconds}")
+            raise UserError(f"--budget seconds must be positive, got {self.seconds}")
 
 
 def read_budget(assignments: Sequence[str]) -> Budget:
@@ -163,11 +164,11 @@ def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[
         return fresh
     old = json.loads(path.read_text(encoding="utf-8"))
     if old.get("experiment") != experiment.name:
-        raise ValueError(f"{path} holds experiment {old.get('experiment')!r}, not {experiment.name!r}: "
+        raise UserError(f"{path} holds experiment {old.get('experiment')!r}, not {experiment.name!r}: "
                          "choose another --out")
     for key, saved in (("budget", relevant), ("inputs", _plain(experiment.inputs))):
         if old.get(key) != saved:
-            raise ValueError(f"{path} was measured with {key} {old.get(key)}, now {saved}: "
+            raise UserError(f"{path} was measured with {key} {old.get(key)}, now {saved}: "
                              "rerun with the same values or choose another --out")
     return old
 

@@ -29,6 +29,7 @@ from itertools import accumulate
 from typing import NamedTuple
 
 from .linearize import LEAF
+from ..errors import UserError
 
 
 class TreeState(NamedTuple):
@@ -89,7 +90,7 @@ class TreeConstraint:
                 self.close_id[token[1:]] = i
         self.leaf_ids = [leaf_id[t] for t in leaf_tokens if t in leaf_id]
         if not (self.leaf_ids or copy_words) or not self.open_label:
-            raise ValueError(f"the vocabulary has no leaf pieces ({boundary}{LEAF} or tags) or no "
+            raise UserError(f"the vocabulary has no leaf pieces ({boundary}{LEAF} or tags) or no "
                              "opening-bracket pieces: not a parsing vocabulary")
         self.leaf_set = frozenset(self.leaf_ids)
         # A constituent that could never be closed is never opened.

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .trees import Leaf, Tree
+from ..errors import UserError
 
 __all__ = [
     "EvalbParams",
@@ -303,7 +304,7 @@ def evalb_score(
     the gold tags (see ``delinearize``) or punctuation will not line up.
     """
     if len(gold_trees) != len(test_trees):
-        raise ValueError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
+        raise UserError(f"{len(gold_trees)} gold trees but {len(test_trees)} test trees")
     canon = _canonical_labels(params)
     result = EvalbResult(EvalbTotals(), EvalbTotals(), params.cutoff_len)
     errors = 0

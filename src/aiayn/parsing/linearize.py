@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from .trees import Leaf, Tree
+from ..errors import UserError
 
 __all__ = ["LEAF", "PLACEHOLDER_TAG", "Leaves", "linearize", "is_bracket", "index_token", "source_line",
            "source_text", "delinearize"]
@@ -197,7 +198,7 @@ def delinearize(
     the leaves still take the source ``words`` in order, whatever the model wrote.
     """
     if not words:
-        raise ValueError("cannot build a tree over no words")
+        raise UserError("cannot build a tree over no words")
     if tags is None and leaves == "tags":
         # Leaves keep their order through repair (surplus is cut at the end, missing ones are
         # appended), so the i-th leaf token is the i-th word's tag.
@@ -206,7 +207,7 @@ def delinearize(
     if tags is None:
         tags = [PLACEHOLDER_TAG] * len(words)
     if len(tags) != len(words):
-        raise ValueError(f"{len(tags)} tags for {len(words)} words")
+        raise UserError(f"{len(tags)} tags for {len(words)} words")
     if leaves != "XX":
         tokens = [tok if is_bracket(tok) else LEAF for tok in tokens]
     items, repaired = _parse(tokens)

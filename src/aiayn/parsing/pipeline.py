@@ -39,6 +39,7 @@ from .evalb import evalb_score
 from .linearize import Leaves, delinearize, index_token, is_bracket, linearize, source_line
 from .trees import Tree, read_treebank, to_bracketed, write_lines
 from .trees import read_lines as read_tree_lines
+from ..errors import UserError
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 PARSING_SPLITS = ("train", "dev", "test")
@@ -101,7 +102,7 @@ def prepare_parsing(
              "test": read_treebank(test_files)}
     for split, split_trees in trees.items():
         if not split_trees:
-            raise ValueError(f"the {split} split has no trees")
+            raise UserError(f"the {split} split has no trees")
         write_parallel(split_trees, *text_paths(out, split), leaves=leaves)
         if split != "train":
             write_lines(split_trees, gold_path(out, split))
@@ -169,7 +170,7 @@ def _parse_words(
     if leaves == "index":
         markers = len(leaf_tokens(vocab))
         if (longest := max((len(words) for words in sentences), default=0)) > markers:
-            raise ValueError(f"a sentence of {longest} words: this vocabulary marks at most {markers}")
+            raise UserError(f"a sentence of {longest} words: this vocabulary marks at most {markers}")
     sources = [vocab.encode_source(source_line(words, leaves)) for words in sentences]
     # A parsing beam is wide (21) and outputs long (+300): keep batches small.
     nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress,
@@ -202,14 +203,14 @@ def evaluate_parser(
     well-formed trees (``aiayn.parsing.constraint``; not the paper's search).
     """
     if split not in ("dev", "test"):
-        raise ValueError(f"split must be 'dev' or 'test', got {split!r}")
+        raise UserError(f"split must be 'dev' or 'test', got {split!r}")
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     check_vocab(data_dir, vocab)
     gold = read_tree_lines(gold_path(data_dir, split))
     if limit is not None:
         gold = gold[:limit]
     if any(tree is None for tree in gold):
-        raise ValueError(f"{gold_path(data_dir, split)} has a blank line")
+        raise UserError(f"{gold_path(data_dir, split)} has a blank line")
     model, _ = load_transformer(checkpoint, device)
     leaves = prepared_leaves(data_dir)
     parsed = _parse_words(model, vocab, [g.words() for g in gold], decode,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io import iter_lines, write_lines_atomic
+from ..errors import UserError
 
 __all__ = [
     "Leaf",
@@ -190,7 +191,7 @@ def preprocess(tree: Tree) -> Tree:
     lone preterminal, is kept and labelled ``TOP`` (which EVALB deletes)."""
     cleaned = _clean(tree)
     if not isinstance(cleaned, Tree):
-        raise ValueError(f"tree has no words once empty elements are removed: {to_bracketed(tree)}")
+        raise UserError(f"tree has no words once empty elements are removed: {to_bracketed(tree)}")
     if cleaned.label in ROOT_LABELS or tree.label in ROOT_LABELS:
         if len(cleaned.children) == 1 and isinstance(cleaned.children[0], Tree):
             return cleaned.children[0]

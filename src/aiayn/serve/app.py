@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException
 from ..decode import DECODE_PRESETS, DecodeConfig
 from .batcher import Batcher, ShuttingDown
 from .translator import TranslateJob, Translator
+from ..errors import UserError
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32
@@ -44,7 +45,7 @@ class Limits:
     def __post_init__(self) -> None:
         for name, least in (("max_chars", 1), ("max_sentences", 1), ("max_batch_tokens", 0), ("max_wait_ms", 0)):
             if getattr(self, name) < least:
-                raise ValueError(f"{name} must be >= {least}, got {getattr(self, name)}")
+                raise UserError(f"{name} must be >= {least}, got {getattr(self, name)}")
 
 
 class TranslateRequest(BaseModel):
@@ -61,7 +62,7 @@ class TranslateRequest(BaseModel):
     @model_validator(mode="after")
     def _nbest_within_beam(self) -> "TranslateRequest":
         if self.nbest > self.beam:
-            raise ValueError(f"nbest ({self.nbest}) must be <= beam ({self.beam})")
+            raise UserError(f"nbest ({self.nbest}) must be <= beam ({self.beam})")
         return self
 
     def decode_config(self) -> DecodeConfig:

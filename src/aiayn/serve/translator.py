@@ -22,6 +22,7 @@ from ..decode import DecodeConfig, Hypothesis, decode_ids
 from ..decode import for_decoding
 from ..model import Transformer, count_parameters
 from ..plots import attention_weights
+from ..errors import UserError
 
 DECODE_MAX_TOKENS = 8000  # padded source tokens per forward pass, as ``aiayn translate``
 ENC_DEC = "encoder-decoder attention"
@@ -47,7 +48,7 @@ class Translator:
     def __init__(self, model: Transformer, vocab: Vocab, checkpoint: str | Path | None = None,
                  meta: dict[str, Any] | None = None, quantized: str | None = None) -> None:
         if len(vocab) != model.cfg.vocab_size:
-            raise ValueError(f"vocabulary {vocab.path} has {len(vocab)} pieces, the model {model.cfg.vocab_size}")
+            raise UserError(f"vocabulary {vocab.path} has {len(vocab)} pieces, the model {model.cfg.vocab_size}")
         self.model, self.vocab = model.eval(), vocab
         self.checkpoint, self.meta, self.quantized = checkpoint, meta or {}, quantized
 

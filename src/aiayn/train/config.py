@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from ..config import PRESETS, Init, ModelConfig, from_dict, with_overrides
+from ..errors import UserError
 
 
 @dataclass
@@ -63,25 +64,25 @@ class TrainConfig:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate
         would otherwise train on garbage for the whole run and exit 0."""
         if self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
+            raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         for name in ("max_src_tokens", "max_tgt_tokens", "update_freq", "warmup", "keep_last",
                      "max_nonfinite", "log_every", "max_updates", "save_every_updates", "num_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {value}")
+                raise UserError(f"TrainConfig.{name} must be >= 1, got {value}")
         if self.num_threads is not None and self.num_threads > 1024:
-            raise ValueError(f"TrainConfig.num_threads must be at most 1024, got {self.num_threads}")
+            raise UserError(f"TrainConfig.num_threads must be at most 1024, got {self.num_threads}")
         if not 0 <= self.seed < 2**32:
-            raise ValueError(f"TrainConfig.seed must be in [0, 2**32), got {self.seed}")
+            raise UserError(f"TrainConfig.seed must be in [0, 2**32), got {self.seed}")
         for name in ("adam_beta1", "adam_beta2", "eps_ls"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+                raise UserError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)}")
         for name in ("adam_eps", "lr_scale", "max_minutes", "save_every_minutes"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"TrainConfig.{name} must be a positive finite number, got {value}")
+                raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
-            raise ValueError("set max_updates or max_minutes (or both): training must stop")
+            raise UserError("set max_updates or max_minutes (or both): training must stop")
         self.model_config(vocab_size=None)  # type-checks the model overrides early
 
     def model_config(self, vocab_size: int | None) -> ModelConfig:
@@ -98,21 +99,21 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     line of its first error."""
     path = Path(path)
     if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
-        raise ValueError(f"{path}: config files are .yaml, .yml, .toml or .json")
+        raise UserError(f"{path}: config files are .yaml, .yml, .toml or .json")
     if not path.is_file():
-        raise ValueError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}, not a config file")
+        raise UserError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}, not a config file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+        raise UserError(f"{path}: invalid UTF-8 at byte {e.start}") from None
     try:
         data = _parse_config(text, path.suffix)
     except RecursionError:
-        raise ValueError(f"{path}: nested too deeply to be a config") from None
+        raise UserError(f"{path}: nested too deeply to be a config") from None
     except (yaml.YAMLError, ValueError) as e:  # every decoder error of the three is one of these
-        raise ValueError(f"{path}: {_config_error(e, path.suffix)}") from None
+        raise UserError(f"{path}: {_config_error(e, path.suffix)}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of keys to values at the top level")
+        raise UserError(f"{path}: expected a mapping of keys to values at the top level")
     return data
 
 

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from .. import checkpoint as ckpt
-from ..data import DataError, TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..io import write_text_atomic
 from ..model import Transformer
@@ -36,6 +36,7 @@ from . import distributed
 from .config import TrainConfig
 from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
+from ..errors import UserError
 
 
 class NonFiniteLossError(RuntimeError):
@@ -107,19 +108,19 @@ class Trainer:
         the model's positions."""
         cfg = self.cfg
         if not len(self.sampler.usable):
-            raise DataError(f"no pair of the train split of {cfg.data} fits max_src_tokens={cfg.max_src_tokens} "
+            raise UserError(f"no pair of the train split of {cfg.data} fits max_src_tokens={cfg.max_src_tokens} "
                             f"and max_tgt_tokens={cfg.max_tgt_tokens}")
         self._check_lengths(self.train_data, self.sampler.usable)
         if not cfg.validate:
             return
         try:
             valid = TokenDataset(cfg.data, "valid")
-        except DataError as e:
-            raise DataError(f"{e}: validation needs it (or set validate=false)") from None
+        except UserError as e:
+            raise UserError(f"{e}: validation needs it (or set validate=false)") from None
         usable = TokenBudgetSampler(valid.src_lens, valid.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens,
                                     shuffle=False).usable
         if not len(usable):
-            raise DataError(f"the valid split of {cfg.data} has no pair within max_src_tokens/max_tgt_tokens: "
+            raise UserError(f"the valid split of {cfg.data} has no pair within max_src_tokens/max_tgt_tokens: "
                             "nothing to validate on (or set validate=false)")
         self._check_lengths(valid, usable)
 
@@ -128,7 +129,7 @@ class Trainer:
         needed = 1 + max(int(data.src_lens[usable].max()), int(data.tgt_lens[usable].max()))
         limit = self.model_cfg.max_len
         if needed > limit:
-            raise DataError(
+            raise UserError(
                 f"model.max_len={limit} is shorter than the {data.split} split of {self.cfg.data}, whose longest "
                 f"pair needs {needed} positions (subwords + eos/bos): raise model.max_len to {needed}, "
                 f"or prepare the data with --max-len {limit - 1}")
@@ -259,7 +260,7 @@ class Trainer:
         if failure is not None:
             saved = f"validation failed at update {self.update}; the trained weights were saved first, in {path}"
             if isinstance(failure, ValueError):  # a data problem: one line for the CLI
-                raise ValueError(f"{saved}: {failure}") from failure
+                raise UserError(f"{saved}: {failure}") from failure
             failure.add_note(saved)
             raise failure
         return path
@@ -268,12 +269,12 @@ class Trainer:
         """Restore weights, optimizer, schedule, RNG and data position from checkpoint ``path``."""
         meta = ckpt.read_meta(path)
         if meta["vocab_fingerprint"] != self.vocab.fingerprint:
-            raise ValueError(
+            raise UserError(
                 f"{path} was trained with a different vocabulary than {self.vocab_file}; "
                 "resume with the dataset it was trained on, or start a new run directory"
             )
         if meta["model_config"] != dataclasses.asdict(self.model_cfg):
-            raise ValueError(f"{path}: the model config differs from the current one; "
+            raise UserError(f"{path}: the model config differs from the current one; "
                              f"saved {meta['model_config']}, now {dataclasses.asdict(self.model_cfg)}")
         if meta["world_size"] != self.dist.world_size:
             warnings.warn(f"{path} was written by {meta['world_size']} processes, now "
