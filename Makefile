@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 MINUTES ?= 15
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test lint bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -23,8 +23,13 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/aiayn demo --minutes $(MINUTES)
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest
+
+# The formatter and the linter (rules in pyproject.toml); `ruff format .` applies the format.
+lint: setup
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
 
 bench: setup
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"

@@ -20,17 +20,25 @@ def main() -> None:
     import ctranslate2
 
     model_dir, compute_type, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    translator = ctranslate2.Translator(model_dir, device="cpu", compute_type=compute_type,
-                                        intra_threads=threads, inter_threads=1)
+    translator = ctranslate2.Translator(
+        model_dir, device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
+    )
     for line in sys.stdin:
         req = json.loads(line)
         start = time.perf_counter()
         results = translator.translate_batch(
-            req["sources"], beam_size=req["beam"], max_batch_size=req["batch"],
-            min_decoding_length=req.get("min_len", 0), max_decoding_length=req["max_len"],
-            length_penalty=req.get("length_penalty", 0.6))
+            req["sources"],
+            beam_size=req["beam"],
+            max_batch_size=req["batch"],
+            min_decoding_length=req.get("min_len", 0),
+            max_decoding_length=req["max_len"],
+            length_penalty=req.get("length_penalty", 0.6),
+        )
         seconds = time.perf_counter() - start
-        print(json.dumps({"seconds": seconds, "outputs": [r.hypotheses[0] for r in results]}), flush=True)
+        print(
+            json.dumps({"seconds": seconds, "outputs": [r.hypotheses[0] for r in results]}),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

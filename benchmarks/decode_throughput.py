@@ -105,8 +105,13 @@ class Ct2Process:
     def __init__(self, model_dir: str, compute_type: str, threads: int) -> None:
         worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        self.proc = subprocess.Popen([sys.executable, worker, model_dir, compute_type, str(threads)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, worker, model_dir, compute_type, str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     def __call__(self, **request) -> dict:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -149,9 +154,17 @@ def run_hf(hf, srcs, size) -> float:
     start = time.perf_counter()
     with torch.inference_mode():
         for _, src in batches(srcs, size):
-            out = hf.generate(input_ids=src, attention_mask=(src != PAD).long(), num_beams=BEAM,
-                              max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN, do_sample=False,
-                              length_penalty=0.6, early_stopping=False, max_length=None)
+            out = hf.generate(
+                input_ids=src,
+                attention_mask=(src != PAD).long(),
+                num_beams=BEAM,
+                max_new_tokens=OUT_LEN,
+                min_new_tokens=OUT_LEN,
+                do_sample=False,
+                length_penalty=0.6,
+                early_stopping=False,
+                max_length=None,
+            )
             assert out.size(1) >= OUT_LEN
     return time.perf_counter() - start
 
@@ -160,8 +173,13 @@ def run_ct2(ct2: Ct2Process, vocab, srcs, size) -> float:
     """Seconds inside the worker, over the same chunks of ``size`` sentences in the same order."""
     seconds = 0.0
     for chunk, _ in batches(srcs, size):
-        res = ct2(sources=[vocab.source(s) for s in chunk], batch=size, beam=BEAM,
-                  min_len=OUT_LEN, max_len=OUT_LEN)
+        res = ct2(
+            sources=[vocab.source(s) for s in chunk],
+            batch=size,
+            beam=BEAM,
+            min_len=OUT_LEN,
+            max_len=OUT_LEN,
+        )
         assert len(res["outputs"][0]) >= OUT_LEN - 1
         seconds += res["seconds"]
     return seconds
@@ -179,8 +197,14 @@ def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, floa
     return {name: OUT_LEN * len(srcs) / t for name, t in best.items()}
 
 
-def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, tmp: str,
-                     unpacked: bool = False, limit: int | None = None) -> None:
+def test_split_times(
+    checkpoint: str,
+    quantize_mode: str | None,
+    repeats: int,
+    tmp: str,
+    unpacked: bool = False,
+    limit: int | None = None,
+) -> None:
     """The real job: the bundled test split (its first ``limit`` verses), ours (as ``aiayn
     evaluate`` decodes) vs CTranslate2; with ``unpacked`` also our fp32 model without packed
     weights, and how many outputs it shares with the packed one."""
@@ -201,7 +225,9 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
     def ours(m) -> tuple[float, list[str]]:
         start = time.perf_counter()
         with torch.inference_mode():
-            out = translate(m, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000)
+            out = translate(
+                m, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000
+            )
         return time.perf_counter() - start, out
 
     def theirs() -> float:
@@ -211,9 +237,11 @@ def test_split_times(checkpoint: str, quantize_mode: str | None, repeats: int, t
 
     for repeat in range(repeats):
         (t_ours, out), t_ct2 = ours(model), theirs()
-        line = (f"[test split, {len(ids)} sentences, {quantize_mode or 'fp32'}] repeat {repeat + 1}: "
-                f"ours {t_ours:.1f} s ({len(ids) / t_ours:.1f} sent/s)  ct2 {t_ct2:.1f} s "
-                f"({len(ids) / t_ct2:.1f} sent/s)  ours/ct2 speed {t_ct2 / t_ours:.2f}")
+        line = (
+            f"[test split, {len(ids)} sentences, {quantize_mode or 'fp32'}] repeat {repeat + 1}: "
+            f"ours {t_ours:.1f} s ({len(ids) / t_ours:.1f} sent/s)  ct2 {t_ct2:.1f} s "
+            f"({len(ids) / t_ct2:.1f} sent/s)  ours/ct2 speed {t_ct2 / t_ours:.2f}"
+        )
         if plain is not None:
             t_plain, out_plain = ours(plain)
             same = sum(a == b for a, b in zip(out, out_plain))
@@ -229,11 +257,18 @@ def main() -> None:
     parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2"])
-    parser.add_argument("--quantize", choices=["int8"], help="ours int8 vs CTranslate2 int8 (no HF)")
+    parser.add_argument(
+        "--quantize", choices=["int8"], help="ours int8 vs CTranslate2 int8 (no HF)"
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--unpacked", action="store_true",
-                        help="also time our fp32 model without packed weights (aiayn.decode.packed)")
-    parser.add_argument("--testset", metavar="CHECKPOINT", help="time the bundled test split instead")
+    parser.add_argument(
+        "--unpacked",
+        action="store_true",
+        help="also time our fp32 model without packed weights (aiayn.decode.packed)",
+    )
+    parser.add_argument(
+        "--testset", metavar="CHECKPOINT", help="time the bundled test split instead"
+    )
     parser.add_argument("--limit", type=int, help="--testset: only the first LIMIT verses")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -241,7 +276,9 @@ def main() -> None:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, beam {BEAM}, {precision}")
     if args.testset:
         with tempfile.TemporaryDirectory() as tmp:
-            test_split_times(args.testset, args.quantize, args.repeats, tmp, args.unpacked, args.limit)
+            test_split_times(
+                args.testset, args.quantize, args.repeats, tmp, args.unpacked, args.limit
+            )
         return
     peers = [p for p in args.peers if not (args.quantize and p == "hf")]
     for name in args.configs:
@@ -266,7 +303,9 @@ def main() -> None:
             for size, n in ((1, args.n1), (32, args.n32)):
                 rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
-                ratios = "  ".join(f"ours/{k} {rates['aiayn'] / v:.2f}" for k, v in rates.items() if k != "aiayn")
+                ratios = "  ".join(
+                    f"ours/{k} {rates['aiayn'] / v:.2f}" for k, v in rates.items() if k != "aiayn"
+                )
                 print(f"[{name} {precision}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
             if ct2 is not None:
                 ct2.close()

@@ -93,8 +93,13 @@ from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.data import TokenDataset, Vocab, bundled_corpus_paths  # noqa: E402
 from aiayn.demo import prepare_bundled  # noqa: E402
 from aiayn.errors import UserError
-from aiayn.io import (publish_dir, read_lines, temp_dir_beside, write_lines_atomic,  # noqa: E402
-                      write_text_atomic)
+from aiayn.io import (
+    publish_dir,
+    read_lines,
+    temp_dir_beside,
+    write_lines_atomic,  # noqa: E402
+    write_text_atomic,
+)
 from aiayn.metrics import sacre_bleu  # noqa: E402
 from aiayn.train import TrainConfig, load_train_config  # noqa: E402
 from aiayn.train.schedule import noam_rate  # noqa: E402
@@ -102,7 +107,12 @@ from aiayn.train.schedule import noam_rate  # noqa: E402
 BENCHMARK = "demo_vs_fairseq"  # results.json's mark: an --out holding it may be replaced
 AVERAGE = 3
 BEAM, ALPHA, MAX_LEN_A, MAX_LEN_B = 4, 0.6, 1, 50
-FAIRSEQ_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's ids 0-3, written by Dictionary itself
+FAIRSEQ_SPECIALS = (
+    "<s>",
+    "<pad>",
+    "</s>",
+    "<unk>",
+)  # fairseq's ids 0-3, written by Dictionary itself
 SRC_LANG, TGT_LANG = "en", "es"
 
 
@@ -120,8 +130,10 @@ def fairseq_dictionary(pieces: list[str]) -> list[str]:
     lines = []
     for i, piece in enumerate(pieces[4:], start=4):
         if not piece or any(c.isspace() for c in piece):
-            raise UserError(f"vocabulary piece {i} ({piece!r}) is empty or holds whitespace: "
-                             "fairseq's dictionary format cannot hold it")
+            raise UserError(
+                f"vocabulary piece {i} ({piece!r}) is empty or holds whitespace: "
+                "fairseq's dictionary format cannot hold it"
+            )
         if piece in FAIRSEQ_SPECIALS:
             raise UserError(f"vocabulary piece {i} is {piece!r}, one of fairseq's special symbols")
         lines.append(f"{piece} 1")
@@ -133,50 +145,139 @@ def peak_lr(cfg: TrainConfig, model: ModelConfig) -> float:
     return noam_rate(cfg.warmup, model.d_model, cfg.warmup, cfg.lr_scale)
 
 
-def fairseq_train_args(cfg: TrainConfig, model: ModelConfig, data_bin: Path, save_dir: Path,
-                       save_every_updates: int) -> list[str]:
+def fairseq_train_args(
+    cfg: TrainConfig, model: ModelConfig, data_bin: Path, save_dir: Path, save_every_updates: int
+) -> list[str]:
     """``fairseq-train`` arguments for our recipe ``cfg``/``model``; refuses what has no equal."""
     if model.norm != "post" or model.positional != "sinusoidal" or not model.share_embeddings:
         raise UserError("the fairseq side covers post-LN, sinusoidal, shared-embedding models only")
     if model.d_k is not None or model.d_v is not None or model.attention_window is not None:
         raise UserError("fairseq has no d_k/d_v other than d_model/h, nor restricted attention")
     if cfg.max_src_tokens != cfg.max_tgt_tokens:
-        raise UserError("fairseq's --max-tokens bounds source and target together: "
-                         "max_src_tokens and max_tgt_tokens must be equal")
+        raise UserError(
+            "fairseq's --max-tokens bounds source and target together: "
+            "max_src_tokens and max_tgt_tokens must be equal"
+        )
     if cfg.max_minutes is None:
         raise UserError("the comparison is by wall-clock budget: max_minutes must be set")
     return [
-        str(data_bin), "--task", "translation", "--source-lang", SRC_LANG, "--target-lang", TGT_LANG,
-        "--arch", "transformer", "--share-all-embeddings",
-        "--encoder-layers", str(model.N_enc), "--decoder-layers", str(model.N_dec),
-        "--encoder-embed-dim", str(model.d_model), "--decoder-embed-dim", str(model.d_model),
-        "--encoder-ffn-embed-dim", str(model.d_ff), "--decoder-ffn-embed-dim", str(model.d_ff),
-        "--encoder-attention-heads", str(model.h), "--decoder-attention-heads", str(model.h),
-        "--max-source-positions", str(model.max_len), "--max-target-positions", str(model.max_len),
-        "--activation-fn", "relu", "--dropout", str(model.P_drop),
-        "--attention-dropout", str(model.attention_dropout), "--activation-dropout", "0",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(cfg.eps_ls),
-        "--optimizer", "adam", "--adam-betas", f"({cfg.adam_beta1}, {cfg.adam_beta2})",
-        "--adam-eps", str(cfg.adam_eps), "--weight-decay", "0", "--clip-norm", "0",
-        "--lr", repr(peak_lr(cfg, model)), "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", str(cfg.warmup), "--warmup-init-lr", "0",
-        "--max-tokens", str(cfg.max_src_tokens), "--required-batch-size-multiple", "1",
-        "--update-freq", str(cfg.update_freq), "--seed", str(cfg.seed),
-        "--stop-time-hours", repr(cfg.max_minutes / 60),
-        "--save-dir", str(save_dir), "--save-interval-updates", str(save_every_updates),
-        "--keep-interval-updates", str(AVERAGE), "--no-epoch-checkpoints", "--disable-validation",
-        "--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", str(cfg.log_every),
+        str(data_bin),
+        "--task",
+        "translation",
+        "--source-lang",
+        SRC_LANG,
+        "--target-lang",
+        TGT_LANG,
+        "--arch",
+        "transformer",
+        "--share-all-embeddings",
+        "--encoder-layers",
+        str(model.N_enc),
+        "--decoder-layers",
+        str(model.N_dec),
+        "--encoder-embed-dim",
+        str(model.d_model),
+        "--decoder-embed-dim",
+        str(model.d_model),
+        "--encoder-ffn-embed-dim",
+        str(model.d_ff),
+        "--decoder-ffn-embed-dim",
+        str(model.d_ff),
+        "--encoder-attention-heads",
+        str(model.h),
+        "--decoder-attention-heads",
+        str(model.h),
+        "--max-source-positions",
+        str(model.max_len),
+        "--max-target-positions",
+        str(model.max_len),
+        "--activation-fn",
+        "relu",
+        "--dropout",
+        str(model.P_drop),
+        "--attention-dropout",
+        str(model.attention_dropout),
+        "--activation-dropout",
+        "0",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        str(cfg.eps_ls),
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        f"({cfg.adam_beta1}, {cfg.adam_beta2})",
+        "--adam-eps",
+        str(cfg.adam_eps),
+        "--weight-decay",
+        "0",
+        "--clip-norm",
+        "0",
+        "--lr",
+        repr(peak_lr(cfg, model)),
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        str(cfg.warmup),
+        "--warmup-init-lr",
+        "0",
+        "--max-tokens",
+        str(cfg.max_src_tokens),
+        "--required-batch-size-multiple",
+        "1",
+        "--update-freq",
+        str(cfg.update_freq),
+        "--seed",
+        str(cfg.seed),
+        "--stop-time-hours",
+        repr(cfg.max_minutes / 60),
+        "--save-dir",
+        str(save_dir),
+        "--save-interval-updates",
+        str(save_every_updates),
+        "--keep-interval-updates",
+        str(AVERAGE),
+        "--no-epoch-checkpoints",
+        "--disable-validation",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(cfg.log_every),
     ]
 
 
 def fairseq_generate_args(data_bin: Path, checkpoint: Path) -> list[str]:
     """``fairseq-generate`` arguments: beam 4 on the test subset; ``--lenpen`` is |Y|^0.6, not GNMT's."""
     return [
-        str(data_bin), "--task", "translation", "--source-lang", SRC_LANG, "--target-lang", TGT_LANG,
-        "--path", str(checkpoint), "--gen-subset", "test", "--beam", str(BEAM), "--lenpen", str(ALPHA),
-        "--max-len-a", str(MAX_LEN_A), "--max-len-b", str(MAX_LEN_B), "--batch-size", "64",
-        "--required-batch-size-multiple", "1",  # with fairseq's default 8 it dropped 4 of 20 sentences
-        "--cpu", "--num-workers", "0",
+        str(data_bin),
+        "--task",
+        "translation",
+        "--source-lang",
+        SRC_LANG,
+        "--target-lang",
+        TGT_LANG,
+        "--path",
+        str(checkpoint),
+        "--gen-subset",
+        "test",
+        "--beam",
+        str(BEAM),
+        "--lenpen",
+        str(ALPHA),
+        "--max-len-a",
+        str(MAX_LEN_A),
+        "--max-len-b",
+        str(MAX_LEN_B),
+        "--batch-size",
+        "64",
+        "--required-batch-size-multiple",
+        "1",  # with fairseq's default 8 it dropped 4 of 20 sentences
+        "--cpu",
+        "--num-workers",
+        "0",
     ]
 
 
@@ -202,7 +303,11 @@ def read_fairseq_train_log(lines: list[str]) -> dict[str, float]:
             record = json.loads(line[start:])
         except json.JSONDecodeError:
             continue
-        if not isinstance(record, dict) or "epoch" not in record or "train_num_updates" not in record:
+        if (
+            not isinstance(record, dict)
+            or "epoch" not in record
+            or "train_num_updates" not in record
+        ):
             continue
         now = int(record["train_num_updates"])
         tokens += float(record["train_wpb"]) * (now - updates)
@@ -223,8 +328,10 @@ def read_fairseq_hypotheses(lines: list[str], n: int) -> list[list[str]]:
             found.setdefault(int(m[1]), m[2].split())
     missing = [i for i in range(n) if i not in found]
     if missing:
-        raise UserError(f"fairseq-generate gave no hypothesis for {len(missing)} of {n} sentences "
-                         f"(first: {missing[0]})")
+        raise UserError(
+            f"fairseq-generate gave no hypothesis for {len(missing)} of {n} sentences "
+            f"(first: {missing[0]})"
+        )
     return [found[i] for i in range(n)]
 
 
@@ -236,15 +343,19 @@ def averaged_inputs(save_dir_names: list[str], last_update: int) -> list[str]:
         m = re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", name)
         if m and int(m[1]) < last_update:
             interval.append((int(m[1]), name))
-    return [name for _, name in sorted(interval)[-(AVERAGE - 1):]] + ["checkpoint_last.pt"]
+    return [name for _, name in sorted(interval)[-(AVERAGE - 1) :]] + ["checkpoint_last.pt"]
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| system | updates | train s | target tok/s | SacreBLEU last | SacreBLEU avg 3 |\n"
-            "|---|---:|---:|---:|---:|---:|\n")
+    head = (
+        "| system | updates | train s | target tok/s | SacreBLEU last | SacreBLEU avg 3 |\n"
+        "|---|---:|---:|---:|---:|---:|\n"
+    )
     return head + "".join(
         f"| {r['system']} | {r['updates']:,} | {r['train_s']:.0f} | {r['target_tokens_per_s']:,.0f} "
-        f"| {r['sacrebleu_last']:.2f} | {r['sacrebleu_avg3']:.2f} |\n" for r in rows)
+        f"| {r['sacrebleu_last']:.2f} | {r['sacrebleu_avg3']:.2f} |\n"
+        for r in rows
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,7 +365,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 def run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> list[str]:
     """Run ``cmd`` with its output to ``log`` (and back as lines); a failure names the log."""
     with open(log, "w", encoding="utf-8") as f:
-        rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+        rc = subprocess.run(
+            cmd, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        ).returncode
     lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     if rc:
         tail = "\n".join(lines[-15:])
@@ -281,22 +394,74 @@ def run_ours(tmp: Path, work: Path, args: argparse.Namespace, test: tuple[Path, 
     env = thread_env(args.threads, PYTHONPATH=str(SRC))
     aiayn = [sys.executable, "-m", "aiayn"]
     out = tmp / "ours"
-    run(aiayn + ["demo", "--minutes", repr(args.minutes), "--work", str(work), "--out", str(out),
-                 "--test-limit", "1"], env, tmp / "ours.demo.log", "aiayn demo")
+    run(
+        aiayn
+        + [
+            "demo",
+            "--minutes",
+            repr(args.minutes),
+            "--work",
+            str(work),
+            "--out",
+            str(out),
+            "--test-limit",
+            "1",
+        ],
+        env,
+        tmp / "ours.demo.log",
+        "aiayn demo",
+    )
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     last = ckpt.list_checkpoints(out / "checkpoints")[-1]
-    run(aiayn + ["average", str(out / "checkpoints"), "--last", str(AVERAGE), "--out", str(tmp / "ours-avg3")],
-        env, tmp / "ours.average.log", "aiayn average")
+    run(
+        aiayn
+        + [
+            "average",
+            str(out / "checkpoints"),
+            "--last",
+            str(AVERAGE),
+            "--out",
+            str(tmp / "ours-avg3"),
+        ],
+        env,
+        tmp / "ours.average.log",
+        "aiayn average",
+    )
     hyps = {}
     for name, model in (("last", last), ("avg3", tmp / "ours-avg3")):
         hyp = tmp / f"ours.{name}.hyp.es"
-        run(aiayn + ["evaluate", "--checkpoint", str(model), "--src", str(test[0]), "--ref", str(test[1]),
-                     "--lang", TGT_LANG, "--beam", str(BEAM), "--alpha", str(ALPHA), "--output", str(hyp)],
-            env, tmp / f"ours.evaluate.{name}.log", "aiayn evaluate")
+        run(
+            aiayn
+            + [
+                "evaluate",
+                "--checkpoint",
+                str(model),
+                "--src",
+                str(test[0]),
+                "--ref",
+                str(test[1]),
+                "--lang",
+                TGT_LANG,
+                "--beam",
+                str(BEAM),
+                "--alpha",
+                str(ALPHA),
+                "--output",
+                str(hyp),
+            ],
+            env,
+            tmp / f"ours.evaluate.{name}.log",
+            "aiayn evaluate",
+        )
         hyps[name] = read_lines(hyp)
-    return {"system": "aiayn (ours)", "updates": summary["updates"], "train_s": summary["elapsed_s"],
-            "target_tokens": summary["tokens"]["tgt"], "hypotheses": hyps,
-            "averaged": [p.name for p in ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE:]]}
+    return {
+        "system": "aiayn (ours)",
+        "updates": summary["updates"],
+        "train_s": summary["elapsed_s"],
+        "target_tokens": summary["tokens"]["tgt"],
+        "hypotheses": hyps,
+        "averaged": [p.name for p in ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE:]],
+    }
 
 
 def write_fairseq_text(tmp: Path, work: Path, vocab: Vocab, test: tuple[Path, Path]) -> Path:
@@ -306,8 +471,10 @@ def write_fairseq_text(tmp: Path, work: Path, vocab: Vocab, test: tuple[Path, Pa
     for split in ("train", "valid"):
         data = TokenDataset(work, split)
         for side, get in ((SRC_LANG, data.src), (TGT_LANG, data.tgt)):
-            write_lines_atomic(text / f"{split}.{side}",
-                               (" ".join(vocab.sp.id_to_piece(get(i).tolist())) for i in range(len(data))))
+            write_lines_atomic(
+                text / f"{split}.{side}",
+                (" ".join(vocab.sp.id_to_piece(get(i).tolist())) for i in range(len(data))),
+            )
     for side, path in zip((SRC_LANG, TGT_LANG), test):
         pieces = vocab.sp.encode(read_lines(path), out_type=str)
         write_lines_atomic(text / f"test.{side}", (" ".join(p) for p in pieces))
@@ -316,35 +483,87 @@ def write_fairseq_text(tmp: Path, work: Path, vocab: Vocab, test: tuple[Path, Pa
     return text
 
 
-def run_fairseq(tmp: Path, work: Path, cfg: TrainConfig, model: ModelConfig, args: argparse.Namespace,
-                test: tuple[Path, Path], ours_updates: int) -> dict:
+def run_fairseq(
+    tmp: Path,
+    work: Path,
+    cfg: TrainConfig,
+    model: ModelConfig,
+    args: argparse.Namespace,
+    test: tuple[Path, Path],
+    ours_updates: int,
+) -> dict:
     vocab = Vocab.load(work / "spm.model")
     text = write_fairseq_text(tmp, work, vocab, test)
     fs = tmp / "fairseq"
     py = [args.fairseq_python]
     env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     data_bin, save_dir = fs / "data-bin", fs / "checkpoints"
-    run(py + ["-m", "fairseq_cli.preprocess", "--source-lang", SRC_LANG, "--target-lang", TGT_LANG,
-              "--trainpref", str(text / "train"), "--validpref", str(text / "valid"),
-              "--testpref", str(text / "test"), "--destdir", str(data_bin), "--srcdict", str(fs / "dict.txt"),
-              "--joined-dictionary", "--workers", "1"], env, fs / "preprocess.log", "fairseq-preprocess")
+    run(
+        py
+        + [
+            "-m",
+            "fairseq_cli.preprocess",
+            "--source-lang",
+            SRC_LANG,
+            "--target-lang",
+            TGT_LANG,
+            "--trainpref",
+            str(text / "train"),
+            "--validpref",
+            str(text / "valid"),
+            "--testpref",
+            str(text / "test"),
+            "--destdir",
+            str(data_bin),
+            "--srcdict",
+            str(fs / "dict.txt"),
+            "--joined-dictionary",
+            "--workers",
+            "1",
+        ],
+        env,
+        fs / "preprocess.log",
+        "fairseq-preprocess",
+    )
     interval = save_every_updates(cfg, ours_updates)
-    log = run(py + ["-m", "fairseq_cli.train"] + fairseq_train_args(cfg, model, data_bin, save_dir, interval),
-              env, fs / "train.log", "fairseq-train")
+    log = run(
+        py
+        + ["-m", "fairseq_cli.train"]
+        + fairseq_train_args(cfg, model, data_bin, save_dir, interval),
+        env,
+        fs / "train.log",
+        "fairseq-train",
+    )
     trained = read_fairseq_train_log(log)
     inputs = averaged_inputs(sorted(p.name for p in save_dir.iterdir()), trained["updates"])
-    run(py + [str(HERE / "fairseq_average.py"), str(fs / "avg3.pt")] + [str(save_dir / n) for n in inputs],
-        env, fs / "average.log", "fairseq checkpoint averaging")
+    run(
+        py
+        + [str(HERE / "fairseq_average.py"), str(fs / "avg3.pt")]
+        + [str(save_dir / n) for n in inputs],
+        env,
+        fs / "average.log",
+        "fairseq checkpoint averaging",
+    )
     n = len(read_lines(test[0]))
     hyps = {}
     for name, model_file in (("last", save_dir / "checkpoint_last.pt"), ("avg3", fs / "avg3.pt")):
-        out = run(py + ["-m", "fairseq_cli.generate"] + fairseq_generate_args(data_bin, model_file),
-                  env, fs / f"generate.{name}.log", "fairseq-generate")
+        out = run(
+            py + ["-m", "fairseq_cli.generate"] + fairseq_generate_args(data_bin, model_file),
+            env,
+            fs / f"generate.{name}.log",
+            "fairseq-generate",
+        )
         hyps[name] = [vocab.sp.decode_pieces(p) for p in read_fairseq_hypotheses(out, n)]
         write_lines_atomic(fs / f"{name}.hyp.es", hyps[name])
-    return {"system": f"fairseq {args.fairseq_version}", "updates": trained["updates"],
-            "train_s": trained["train_s"], "target_tokens": trained["target_tokens"], "hypotheses": hyps,
-            "averaged": inputs, "save_every_updates": interval}
+    return {
+        "system": f"fairseq {args.fairseq_version}",
+        "updates": trained["updates"],
+        "train_s": trained["train_s"],
+        "target_tokens": trained["target_tokens"],
+        "hypotheses": hyps,
+        "averaged": inputs,
+        "save_every_updates": interval,
+    }
 
 
 def check_out(out: Path) -> None:
@@ -353,24 +572,35 @@ def check_out(out: Path) -> None:
         return
     mark = out / "results.json"
     try:
-        ours = not out.is_symlink() and json.loads(mark.read_text(encoding="utf-8")).get("benchmark") == BENCHMARK
+        ours = (
+            not out.is_symlink()
+            and json.loads(mark.read_text(encoding="utf-8")).get("benchmark") == BENCHMARK
+        )
     except (OSError, ValueError, AttributeError):
         ours = False
     if not ours:
-        raise UserError(f"{out} exists and was not written by this script (no {mark} of {BENCHMARK}); "
-                         "choose another --out")
+        raise UserError(
+            f"{out} exists and was not written by this script (no {mark} of {BENCHMARK}); "
+            "choose another --out"
+        )
 
 
 def fairseq_version(python: str) -> str:
     try:
-        done = subprocess.run([python, "-c", "import fairseq, torch; print(fairseq.__version__, torch.__version__)"],
-                              capture_output=True, text=True, env=thread_env(1))
+        done = subprocess.run(
+            [python, "-c", "import fairseq, torch; print(fairseq.__version__, torch.__version__)"],
+            capture_output=True,
+            text=True,
+            env=thread_env(1),
+        )
     except OSError as e:
         raise UserError(f"--fairseq-python {python}: cannot run it ({e.strerror})") from None
     if done.returncode:
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        raise UserError(f"--fairseq-python {python}: cannot import fairseq ({last}); see this script's "
-                         "docstring for the venv")
+        raise UserError(
+            f"--fairseq-python {python}: cannot import fairseq ({last}); see this script's "
+            "docstring for the venv"
+        )
     return done.stdout.split()[0]
 
 
@@ -379,7 +609,9 @@ def main() -> None:
     p.add_argument("--fairseq-python", required=True, help="python of the venv that holds fairseq")
     p.add_argument("--minutes", type=float, default=15.0, help="training budget of each system")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of each system")
-    p.add_argument("--test-limit", type=int, help="score the first N test sentences only (smoke runs)")
+    p.add_argument(
+        "--test-limit", type=int, help="score the first N test sentences only (smoke runs)"
+    )
     p.add_argument("--out", default="runs/peers", help="results and both runs")
     args = p.parse_args()
     try:
@@ -400,8 +632,10 @@ def main() -> None:
     work = tmp / "work"
     prepare_bundled(work)
     test = test_split(tmp, args.test_limit)
-    print(f"[1/2] ours: aiayn demo --minutes {args.minutes:g}, then the last checkpoint and the last {AVERAGE} "
-          "averaged on the test split")
+    print(
+        f"[1/2] ours: aiayn demo --minutes {args.minutes:g}, then the last checkpoint and the last {AVERAGE} "
+        "averaged on the test split"
+    )
     ours = run_ours(tmp, work, args, test)
     cfg = load_train_config(tmp / "ours" / "config.json")  # the recipe ours trained with, resolved
     model = cfg.model_config(len(Vocab.load(work / "spm.model")))
@@ -417,14 +651,24 @@ def main() -> None:
             row[f"sacrebleu_{name}"], signature = sacre_bleu(hyps, references)
         rows.append(row)
     results = {
-        "benchmark": BENCHMARK, "started": started, "minutes": args.minutes, "threads": args.threads,
-        "test_sentences": len(references), "beam": BEAM, "alpha": ALPHA, "peak_lr": peak_lr(cfg, model),
-        "sacrebleu_signature": signature, "rows": rows,
+        "benchmark": BENCHMARK,
+        "started": started,
+        "minutes": args.minutes,
+        "threads": args.threads,
+        "test_sentences": len(references),
+        "beam": BEAM,
+        "alpha": ALPHA,
+        "peak_lr": peak_lr(cfg, model),
+        "sacrebleu_signature": signature,
+        "rows": rows,
     }
     table = format_table(rows)
     write_text_atomic(tmp / "results.json", json.dumps(results, indent=2))
-    write_text_atomic(tmp / "results.md", f"{args.minutes:g} minutes of training each, {args.threads} thread(s), "
-                                          f"{len(references)} test sentences, beam {BEAM}\n\n{table}")
+    write_text_atomic(
+        tmp / "results.md",
+        f"{args.minutes:g} minutes of training each, {args.threads} thread(s), "
+        f"{len(references)} test sentences, beam {BEAM}\n\n{table}",
+    )
     publish_dir(tmp, out)
     print(f"\n{table}\nSacreBLEU {signature}\nwrote {out}/results.json and results.md")
 
@@ -432,6 +676,9 @@ def main() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (RuntimeError, UserError) as e:  # a child failed or gave what we cannot read: its log is kept
+    except (
+        RuntimeError,
+        UserError,
+    ) as e:  # a child failed or gave what we cannot read: its log is kept
         print(f"{BENCHMARK}: {e}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -1,6 +1,6 @@
 """torch.profiler table of one aiayn training step (the step of train_throughput.py), CPU, fp32.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --config small [--variant lsloss]
+PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --config small [--variant lsloss]
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import argparse
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-
 from train_throughput import SHAPES, Runner, make_batches
 
 

@@ -46,13 +46,17 @@ def sentences(n: int, max_words: int) -> list[str]:
     return [line for line in iter_lines(src) if 0 < len(line.split()) <= max_words][:n]
 
 
-def expected_translations(checkpoint: str, lines: list[str], beam: int, alpha: float, threads: int) -> dict[str, str]:
+def expected_translations(
+    checkpoint: str, lines: list[str], beam: int, alpha: float, threads: int
+) -> dict[str, str]:
     import torch
 
     torch.set_num_threads(threads)
     model, _ = load_transformer(checkpoint)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
-    outputs = translate(model, lines, vocab, DecodeConfig(beam=beam, alpha=alpha), batch_size=64, max_tokens=8000)
+    outputs = translate(
+        model, lines, vocab, DecodeConfig(beam=beam, alpha=alpha), batch_size=64, max_tokens=8000
+    )
     return dict(zip(lines, outputs))
 
 
@@ -60,10 +64,29 @@ def start_server(checkpoint: str, args: list[str], threads: int) -> tuple[subpro
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--host", "127.0.0.1",
-                             "--port", str(port), *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "serve",
+            "--checkpoint",
+            checkpoint,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *args,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if proc.poll() is not None:
@@ -77,8 +100,16 @@ def start_server(checkpoint: str, args: list[str], threads: int) -> tuple[subpro
     raise SystemExit("server did not start")
 
 
-async def load(url: str, lines: list[str], expected: dict[str, str], clients: int, requests: int, beam: int,
-               alpha: float, max_seconds: float) -> dict:
+async def load(
+    url: str,
+    lines: list[str],
+    expected: dict[str, str],
+    clients: int,
+    requests: int,
+    beam: int,
+    alpha: float,
+    max_seconds: float,
+) -> dict:
     latencies: list[float] = []
     wrong, errors = [], []
     deadline = time.monotonic() + max_seconds
@@ -91,7 +122,9 @@ async def load(url: str, lines: list[str], expected: dict[str, str], clients: in
                     return
                 line = lines[(c * requests + r) % len(lines)]
                 start = time.perf_counter()
-                resp = await http.post("/translate", json={"text": [line], "beam": beam, "alpha": alpha})
+                resp = await http.post(
+                    "/translate", json={"text": [line], "beam": beam, "alpha": alpha}
+                )
                 latencies.append(time.perf_counter() - start)
                 if resp.status_code != 200:
                     errors.append(f"{resp.status_code}: {resp.text[:200]}")
@@ -104,46 +137,82 @@ async def load(url: str, lines: list[str], expected: dict[str, str], clients: in
         stats = (await http.get("/health")).json()
     latencies.sort()
     pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]  # noqa: E731
-    return {"answered": len(latencies), "planned": clients * requests, "correct": len(latencies) - len(wrong) - len(errors),
-            "errors": errors[:3], "wrong": wrong[:3], "p50_s": pick(0.50), "p99_s": pick(0.99),
-            "sentences_per_s": len(latencies) / elapsed, "elapsed_s": elapsed,
-            "decode_calls": stats["batches"], "largest_batch": stats["largest"],
-            "requests_per_call": stats["requests"] / max(1, stats["batches"])}
+    return {
+        "answered": len(latencies),
+        "planned": clients * requests,
+        "correct": len(latencies) - len(wrong) - len(errors),
+        "errors": errors[:3],
+        "wrong": wrong[:3],
+        "p50_s": pick(0.50),
+        "p99_s": pick(0.99),
+        "sentences_per_s": len(latencies) / elapsed,
+        "elapsed_s": elapsed,
+        "decode_calls": stats["batches"],
+        "largest_batch": stats["largest"],
+        "requests_per_call": stats["requests"] / max(1, stats["batches"]),
+    }
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--checkpoint", default="runs/demo/averaged")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--requests", type=int, default=50, help="per client")
-    p.add_argument("--sentences", type=int, default=200, help="distinct test sentences cycled through")
+    p.add_argument(
+        "--sentences", type=int, default=200, help="distinct test sentences cycled through"
+    )
     p.add_argument("--max-words", type=int, default=12)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--threads", type=int, default=2, help="the server's intra-op threads (OMP_NUM_THREADS)")
-    p.add_argument("--max-seconds", type=float, default=600, help="per mode: no new requests after this")
+    p.add_argument(
+        "--threads", type=int, default=2, help="the server's intra-op threads (OMP_NUM_THREADS)"
+    )
+    p.add_argument(
+        "--max-seconds", type=float, default=600, help="per mode: no new requests after this"
+    )
     args = p.parse_args()
 
     lines = sentences(args.sentences, args.max_words)
     t = time.perf_counter()
     expected = expected_translations(args.checkpoint, lines, args.beam, args.alpha, args.threads)
-    print(f"{len(lines)} distinct sentences; reference translations in {time.perf_counter() - t:.1f} s", flush=True)
+    print(
+        f"{len(lines)} distinct sentences; reference translations in {time.perf_counter() - t:.1f} s",
+        flush=True,
+    )
     results = {}
     for mode, server_args in MODES.items():
         proc, url = start_server(args.checkpoint, server_args, args.threads)
         try:
-            results[mode] = asyncio.run(load(url, lines, expected, args.clients, args.requests, args.beam,
-                                             args.alpha, args.max_seconds))
+            results[mode] = asyncio.run(
+                load(
+                    url,
+                    lines,
+                    expected,
+                    args.clients,
+                    args.requests,
+                    args.beam,
+                    args.alpha,
+                    args.max_seconds,
+                )
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=120)
         print(mode, json.dumps(results[mode]), flush=True)
-    print(f"\ncheckpoint {args.checkpoint}, {args.clients} clients x {args.requests} requests, beam {args.beam}, "
-          f"server threads {args.threads}")
-    print(f"{'mode':<13} {'answered':>9} {'correct':>8} {'p50 s':>7} {'p99 s':>7} {'sent/s':>7} {'req/call':>8}")
+    print(
+        f"\ncheckpoint {args.checkpoint}, {args.clients} clients x {args.requests} requests, beam {args.beam}, "
+        f"server threads {args.threads}"
+    )
+    print(
+        f"{'mode':<13} {'answered':>9} {'correct':>8} {'p50 s':>7} {'p99 s':>7} {'sent/s':>7} {'req/call':>8}"
+    )
     for mode, r in results.items():
-        print(f"{mode:<13} {r['answered']:>4}/{r['planned']:<4} {r['correct']:>8} {r['p50_s']:>7.2f} "
-              f"{r['p99_s']:>7.2f} {r['sentences_per_s']:>7.2f} {r['requests_per_call']:>8.1f}")
+        print(
+            f"{mode:<13} {r['answered']:>4}/{r['planned']:<4} {r['correct']:>8} {r['p50_s']:>7.2f} "
+            f"{r['p99_s']:>7.2f} {r['sentences_per_s']:>7.2f} {r['requests_per_call']:>8.1f}"
+        )
 
 
 if __name__ == "__main__":

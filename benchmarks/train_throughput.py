@@ -36,8 +36,8 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -83,7 +83,9 @@ class Batch:
         return self.n_src + self.n_tgt
 
 
-def make_batches(n: int, batch: int, max_len: int, min_len: int, vocab: int, seed: int) -> list[Batch]:
+def make_batches(
+    n: int, batch: int, max_len: int, min_len: int, vocab: int, seed: int
+) -> list[Batch]:
     """n random batches: each sentence has a length in [min_len, max_len] (incl. BOS/EOS)."""
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -102,7 +104,9 @@ def make_batches(n: int, batch: int, max_len: int, min_len: int, vocab: int, see
             tgt[i, t] = EOS
         tgt_in, tgt_out = tgt[:, :-1].clone(), tgt[:, 1:].clone()
         tgt_in[tgt_in == EOS] = PAD  # the EOS position is never an input
-        out.append(Batch(src, tgt_in, tgt_out, s_len, int(s_len.sum()), int((tgt_out != PAD).sum())))
+        out.append(
+            Batch(src, tgt_in, tgt_out, s_len, int(s_len.sum()), int((tgt_out != PAD).sum()))
+        )
     return out
 
 
@@ -120,15 +124,27 @@ def sinusoidal(max_len: int, d: int) -> Tensor:
 def ls_cross_entropy(logits: Tensor, target: Tensor, eps: float = 0.1) -> Tensor:
     """Label-smoothed cross-entropy summed over non-pad targets (PyTorch's formulation)."""
     return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), target.reshape(-1),
-        ignore_index=PAD, label_smoothing=eps, reduction="sum",
+        logits.reshape(-1, logits.size(-1)),
+        target.reshape(-1),
+        ignore_index=PAD,
+        label_smoothing=eps,
+        reduction="sum",
     )
 
 
 def model_config(sh: Shape) -> ModelConfig:
     """The shape as aiayn's config: what ours trains, and what every peer's FLOPs are counted on."""
-    return ModelConfig(N_enc=sh.N, N_dec=sh.N, d_model=sh.d_model, d_ff=sh.d_ff, h=sh.h, vocab_size=sh.vocab,
-                       pad_id=PAD, max_len=256, P_drop=0.1)
+    return ModelConfig(
+        N_enc=sh.N,
+        N_dec=sh.N,
+        d_model=sh.d_model,
+        d_ff=sh.d_ff,
+        h=sh.h,
+        vocab_size=sh.vocab,
+        pad_id=PAD,
+        max_len=256,
+        P_drop=0.1,
+    )
 
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
@@ -163,7 +179,9 @@ def _ours_loss(variant: str) -> Callable[[Tensor, Tensor], Tensor]:
         from aiayn.train.loss import label_smoothed_nll
 
         return lambda logits, target: label_smoothed_nll(logits, target, 0.1, PAD)[0]
-    return lambda logits, target: F.cross_entropy(logits, target, label_smoothing=0.1, reduction="sum")
+    return lambda logits, target: F.cross_entropy(
+        logits, target, label_smoothing=0.1, reduction="sum"
+    )
 
 
 class TorchNNSeq2Seq(nn.Module):
@@ -180,8 +198,11 @@ class TorchNNSeq2Seq(nn.Module):
         dec = nn.TransformerDecoderLayer(d, sh.h, sh.d_ff, p, batch_first=True, norm_first=False)
         # norm=None: the paper's post-LN stacks have no final LayerNorm (nn.Transformer adds one).
         self.transformer = nn.Transformer(
-            d, sh.h, custom_encoder=nn.TransformerEncoder(enc, sh.N, norm=None, enable_nested_tensor=False),
-            custom_decoder=nn.TransformerDecoder(dec, sh.N, norm=None), batch_first=True,
+            d,
+            sh.h,
+            custom_encoder=nn.TransformerEncoder(enc, sh.N, norm=None, enable_nested_tensor=False),
+            custom_decoder=nn.TransformerDecoder(dec, sh.N, norm=None),
+            batch_first=True,
         )
         for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
             layer.dropout = nn.Identity()  # no ReLU dropout (torch.nn ties it to `dropout`)
@@ -197,8 +218,12 @@ class TorchNNSeq2Seq(nn.Module):
         causal = nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.bool)
         src_pad = src == PAD
         h = self.transformer(
-            self.embed_pos(src), self.embed_pos(tgt_in), tgt_mask=causal, tgt_is_causal=True,
-            src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad,
+            self.embed_pos(src),
+            self.embed_pos(tgt_in),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            memory_key_padding_mask=src_pad,
             tgt_key_padding_mask=tgt_in == PAD,
         )
         return h @ self.embed.weight.t()  # tied pre-softmax projection
@@ -217,21 +242,38 @@ def build_hf(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch],
     from transformers import MarianConfig, MarianMTModel
 
     cfg = MarianConfig(
-        vocab_size=sh.vocab, decoder_vocab_size=sh.vocab, d_model=sh.d_model,
-        encoder_layers=sh.N, decoder_layers=sh.N,
-        encoder_attention_heads=sh.h, decoder_attention_heads=sh.h,
-        encoder_ffn_dim=sh.d_ff, decoder_ffn_dim=sh.d_ff, activation_function="relu",
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=256,
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-        normalize_before=False, pad_token_id=PAD, eos_token_id=EOS, decoder_start_token_id=BOS,
+        vocab_size=sh.vocab,
+        decoder_vocab_size=sh.vocab,
+        d_model=sh.d_model,
+        encoder_layers=sh.N,
+        decoder_layers=sh.N,
+        encoder_attention_heads=sh.h,
+        decoder_attention_heads=sh.h,
+        encoder_ffn_dim=sh.d_ff,
+        decoder_ffn_dim=sh.d_ff,
+        activation_function="relu",
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=256,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        normalize_before=False,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
         use_cache=False,
     )
     model = MarianMTModel(cfg)
 
     def step_loss(b: Batch) -> Tensor:
         logits = model(
-            input_ids=b.src, attention_mask=b.src != PAD, decoder_input_ids=b.tgt_in,
-            decoder_attention_mask=b.tgt_in != PAD, use_cache=False,
+            input_ids=b.src,
+            attention_mask=b.src != PAD,
+            decoder_input_ids=b.tgt_in,
+            decoder_attention_mask=b.tgt_in != PAD,
+            use_cache=False,
         ).logits
         return ls_cross_entropy(logits, b.tgt_out) / b.n_tgt
 
@@ -254,13 +296,27 @@ def build_fairseq(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Ba
         source_dictionary = target_dictionary = vocab
 
     args = Namespace(
-        encoder_embed_dim=sh.d_model, encoder_ffn_embed_dim=sh.d_ff, encoder_layers=sh.N,
-        encoder_attention_heads=sh.h, decoder_embed_dim=sh.d_model, decoder_ffn_embed_dim=sh.d_ff,
-        decoder_layers=sh.N, decoder_attention_heads=sh.h, share_all_embeddings=True,
-        encoder_normalize_before=False, decoder_normalize_before=False, layernorm_embedding=False,
-        no_scale_embedding=False, encoder_learned_pos=False, decoder_learned_pos=False,
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, activation_fn="relu",
-        max_source_positions=256, max_target_positions=256,
+        encoder_embed_dim=sh.d_model,
+        encoder_ffn_embed_dim=sh.d_ff,
+        encoder_layers=sh.N,
+        encoder_attention_heads=sh.h,
+        decoder_embed_dim=sh.d_model,
+        decoder_ffn_embed_dim=sh.d_ff,
+        decoder_layers=sh.N,
+        decoder_attention_heads=sh.h,
+        share_all_embeddings=True,
+        encoder_normalize_before=False,
+        decoder_normalize_before=False,
+        layernorm_embedding=False,
+        no_scale_embedding=False,
+        encoder_learned_pos=False,
+        decoder_learned_pos=False,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation_fn="relu",
+        max_source_positions=256,
+        max_target_positions=256,
     )
     base_architecture(args)
     model = TransformerModel.build_model(args, Task())
@@ -295,7 +351,9 @@ class Runner:
         self.model.train()
         adam = "fused" if "fusedadam" in variant else "foreach" if "foreach" in variant else adam
         kw = {"foreach": adam == "foreach", "fused": adam == "fused"} if adam != "default" else {}
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kw)
+        self.opt = torch.optim.Adam(
+            self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **kw
+        )
 
     def step(self, b: Batch) -> float:
         loss = self.step_loss(b)
@@ -317,7 +375,9 @@ def step_flops(sh: Shape, b: Batch) -> float:
 
 
 def bench_shape(sh: Shape, peers: list[str], args: argparse.Namespace) -> dict[str, list[float]]:
-    batches = make_batches(args.batches, args.batch, args.max_len, args.min_len, sh.vocab, args.seed)
+    batches = make_batches(
+        args.batches, args.batch, args.max_len, args.min_len, sh.vocab, args.seed
+    )
     runners = []
     for name in peers:
         variant = name.partition("+")[2]
@@ -326,31 +386,44 @@ def bench_shape(sh: Shape, peers: list[str], args: argparse.Namespace) -> dict[s
             t0 = time.perf_counter()
             r = Runner(name, sh, args.adam, variant)
             r.run(batches[: args.warmup])  # warm-up (and compilation, for +compile)
-            print(f"  {name:<22} ready: built + {args.warmup} warm-up steps in "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"  {name:<22} ready: built + {args.warmup} warm-up steps in "
+                f"{time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
             runners.append(r)
         except ImportError as e:
             print(f"  {name:<22} skipped: {e}", flush=True)
     rates: dict[str, list[float]] = {r.name: [] for r in runners}
     for rep in range(args.reps):
         chunk = [batches[(rep * args.steps + i) % len(batches)] for i in range(args.steps)]
-        order = runners[rep % len(runners):] + runners[: rep % len(runners)]  # rotate who goes first
+        order = (
+            runners[rep % len(runners) :] + runners[: rep % len(runners)]
+        )  # rotate who goes first
         for r in order:
             tokens, seconds = r.run(chunk)
             rates[r.name].append(tokens / seconds)
-        print(f"  rep {rep + 1}/{args.reps}: " + ", ".join(
-            f"{n} {v[-1]:.0f}" for n, v in rates.items()), flush=True)
-    rates["_flops_per_token"] = [sum(step_flops(sh, b) for b in batches) / sum(b.tokens for b in batches)]
+        print(
+            f"  rep {rep + 1}/{args.reps}: "
+            + ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items()),
+            flush=True,
+        )
+    rates["_flops_per_token"] = [
+        sum(step_flops(sh, b) for b in batches) / sum(b.tokens for b in batches)
+    ]
     return rates
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", default="small,base", help="comma list of: " + ", ".join(SHAPES))
-    p.add_argument("--peers", default="ours,torch.nn,hf-marian,fairseq",
-                   help="comma list; variants of ours join options with '+': compile (torch.compile, "
-                        "dynamic), lsloss (aiayn.train.loss), fusedadam / foreach (Adam for this row only), "
-                        "math (SDPA math backend)")
+    p.add_argument(
+        "--peers",
+        default="ours,torch.nn,hf-marian,fairseq",
+        help="comma list; variants of ours join options with '+': compile (torch.compile, "
+        "dynamic), lsloss (aiayn.train.loss), fusedadam / foreach (Adam for this row only), "
+        "math (SDPA math backend)",
+    )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")
     p.add_argument("--min-len", type=int, default=20, help="shortest (= max-len: no padding)")
@@ -358,28 +431,40 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=4, help="steps per peer per repetition")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--adam", default="default", choices=["default", "foreach", "fused"],
-                   help="Adam implementation, the same for every peer")
+    p.add_argument(
+        "--adam",
+        default="default",
+        choices=["default", "foreach", "fused"],
+        help="Adam implementation, the same for every peer",
+    )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     peers = args.peers.split(",")
-    print(f"torch {torch.__version__}, {args.threads} threads, batch {args.batch} x "
-          f"lengths {args.min_len}..{args.max_len}, Adam {args.adam}, "
-          f"{args.reps} reps x {args.steps} steps, interleaved", flush=True)
+    print(
+        f"torch {torch.__version__}, {args.threads} threads, batch {args.batch} x "
+        f"lengths {args.min_len}..{args.max_len}, Adam {args.adam}, "
+        f"{args.reps} reps x {args.steps} steps, interleaved",
+        flush=True,
+    )
     results = {}
     peaks = [measure_matmul_peak()]
     for name in args.configs.split(","):
         sh = SHAPES[name]
-        print(f"{name}: d_model {sh.d_model}, N {sh.N}+{sh.N}, h {sh.h}, d_ff {sh.d_ff}, "
-              f"vocab {sh.vocab} (all peers)", flush=True)
+        print(
+            f"{name}: d_model {sh.d_model}, N {sh.N}+{sh.N}, h {sh.h}, d_ff {sh.d_ff}, "
+            f"vocab {sh.vocab} (all peers)",
+            flush=True,
+        )
         results[name] = bench_shape(sh, peers, args)
         peaks.append(measure_matmul_peak())
     peak = max(peaks)  # the machine is shared: the best probe is the closest to the peak
-    print(f"\nfp32 matmul peak (2048^3, {args.threads} threads, best of {len(peaks)} probes): "
-          f"{peak / 1e9:.1f} GFLOP/s")
+    print(
+        f"\nfp32 matmul peak (2048^3, {args.threads} threads, best of {len(peaks)} probes): "
+        f"{peak / 1e9:.1f} GFLOP/s"
+    )
     report(results, peak)
 
 
@@ -391,7 +476,9 @@ def report(results: dict[str, dict[str, list[float]]], peak: float) -> None:
     of each peer's own speed, the median shows how much the bursts hit it. Rows of variants of
     ours give their ratio to the fastest peer instead.
     """
-    print("\n| config | peer | tokens/s median | best | ratio (median) | ratio (best) | MFU (best) |")
+    print(
+        "\n| config | peer | tokens/s median | best | ratio (median) | ratio (best) | MFU (best) |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|")
     for cfg, rates in results.items():
         flops_per_token = rates.pop("_flops_per_token")[0]
@@ -403,11 +490,16 @@ def report(results: dict[str, dict[str, list[float]]], peak: float) -> None:
                 r_med = f"{med[n] / max(med[p] for p in peers):.2f}x fastest"
                 r_best = f"{best[n] / max(best[p] for p in peers):.2f}x fastest"
             elif "ours" in med and not n.startswith("ours"):
-                r_med, r_best = f"ours {med['ours'] / med[n]:.2f}x", f"ours {best['ours'] / best[n]:.2f}x"
+                r_med, r_best = (
+                    f"ours {med['ours'] / med[n]:.2f}x",
+                    f"ours {best['ours'] / best[n]:.2f}x",
+                )
             else:
                 r_med = r_best = "-"
-            print(f"| {cfg} | {n} | {med[n]:,.0f} | {best[n]:,.0f} | {r_med} | {r_best} | "
-                  f"{100 * mfu(flops_per_token, 1 / best[n], peak):.1f}% |")  # one token's FLOPs, its time
+            print(
+                f"| {cfg} | {n} | {med[n]:,.0f} | {best[n]:,.0f} | {r_med} | {r_best} | "
+                f"{100 * mfu(flops_per_token, 1 / best[n], peak):.1f}% |"
+            )  # one token's FLOPs, its time
     sys.stdout.flush()
 
 

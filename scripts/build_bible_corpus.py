@@ -73,11 +73,15 @@ def verses(entries: dict[str, str]) -> dict[tuple[str, int, int], str]:
     return out
 
 
-def _length_cost(en: dict, es: dict, chapter: tuple[str, int], verses: list[int], shift: int) -> float:
+def _length_cost(
+    en: dict, es: dict, chapter: tuple[str, int], verses: list[int], shift: int
+) -> float:
     pairs = [(v, v + shift) for v in verses if (*chapter, v + shift) in es]
     if len(pairs) < 0.6 * len(verses):
         return math.inf
-    return sum(abs(math.log(len(en[(*chapter, a)]) / len(es[(*chapter, b)]))) for a, b in pairs) / len(pairs)
+    return sum(
+        abs(math.log(len(en[(*chapter, a)]) / len(es[(*chapter, b)]))) for a, b in pairs
+    ) / len(pairs)
 
 
 def shifted_chapters(en: dict, es: dict, keys: list[tuple[str, int, int]]) -> set[tuple[str, int]]:
@@ -88,8 +92,10 @@ def shifted_chapters(en: dict, es: dict, keys: list[tuple[str, int, int]]) -> se
     for book, chapter, verse in keys:
         verses.setdefault((book, chapter), []).append(verse)
     return {
-        c for c, vs in verses.items()
-        if min(_length_cost(en, es, c, vs, s) for s in (-1, 1)) < 0.8 * _length_cost(en, es, c, vs, 0)
+        c
+        for c, vs in verses.items()
+        if min(_length_cost(en, es, c, vs, s) for s in (-1, 1))
+        < 0.8 * _length_cost(en, es, c, vs, 0)
     }
 
 
@@ -121,10 +127,13 @@ def build(sword_path: str) -> dict[str, list[tuple[str, str, str]]]:
     splits: dict[str, list[tuple[str, str, str]]] = {"train": [], "valid": [], "test": []}
     for book, chapter, verse in keys:
         index = chapters.setdefault((book, chapter), len(chapters))
-        if (book, chapter) in shifted or not plausible(en[book, chapter, verse], es[book, chapter, verse]):
+        if (book, chapter) in shifted or not plausible(
+            en[book, chapter, verse], es[book, chapter, verse]
+        ):
             continue
-        splits[split_of(index)].append((f"{book} {chapter}:{verse}", en[book, chapter, verse],
-                                        es[book, chapter, verse]))
+        splits[split_of(index)].append(
+            (f"{book} {chapter}:{verse}", en[book, chapter, verse], es[book, chapter, verse])
+        )
     seen = {text for _, e, s in splits["train"] for text in (e, s)}
     for split in ("valid", "test"):
         splits[split] = [t for t in splits[split] if t[1] not in seen and t[2] not in seen]
@@ -139,7 +148,9 @@ def write_gz(path: Path, lines: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "src" / "aiayn" / "corpus" / "bible")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parents[1] / "src" / "aiayn" / "corpus" / "bible"
+    )
     parser.add_argument("--sword-path", default="/usr/share/sword")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

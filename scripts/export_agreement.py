@@ -37,7 +37,9 @@ from aiayn.export.common import load_for_export
 
 
 def ours(model, sources: list[list[int]], config: DecodeConfig, eos: int) -> list[list[int]]:
-    return [h[0].tokens if h else [] for h in decode_ids(model, [s + [eos] for s in sources], config)]
+    return [
+        h[0].tokens if h else [] for h in decode_ids(model, [s + [eos] for s in sources], config)
+    ]
 
 
 def ct2(model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path, threads: int):
@@ -45,16 +47,27 @@ def ct2(model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path,
 
     from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces
 
-    translator = ctranslate2.Translator(str(export_ctranslate2(model, vocab, tmp / "ct2")), device="cpu",
-                                        compute_type="float32", intra_threads=threads)
+    translator = ctranslate2.Translator(
+        str(export_ctranslate2(model, vocab, tmp / "ct2")),
+        device="cpu",
+        compute_type="float32",
+        intra_threads=threads,
+    )
     pieces = [[vocab.id_to_piece(i) for i in s] for s in sources]
     ids = lambda out: [vocab.sp.piece_to_id(p) for p in out]  # noqa: E731
     start = time.perf_counter()
-    gnmt = [ids(o) for o in translate_pieces(translator, pieces, config, max_len_cap=model.cfg.max_len)]
+    gnmt = [
+        ids(o) for o in translate_pieces(translator, pieces, config, max_len_cap=model.cfg.max_len)
+    ]
     seconds = time.perf_counter() - start
     limit = int(config.max_len(torch.tensor([max(map(len, sources)) + 1]), model.cfg.max_len)[0])
-    plain = translator.translate_batch(pieces, beam_size=config.beam, length_penalty=config.alpha,
-                                       max_decoding_length=limit, max_batch_size=64)
+    plain = translator.translate_batch(
+        pieces,
+        beam_size=config.beam,
+        length_penalty=config.alpha,
+        max_decoding_length=limit,
+        max_batch_size=64,
+    )
     return gnmt, [ids(r.hypotheses[0]) for r in plain], seconds
 
 
@@ -73,15 +86,21 @@ def hf(model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path) 
     with torch.inference_mode():
         for limit, members in groups.items():
             for start in range(0, len(members), 32):
-                chunk = members[start:start + 32]
+                chunk = members[start : start + 32]
                 width = max(len(sources[i]) + 1 for i in chunk)
                 src = torch.full((len(chunk), width), pad)
                 for row, i in enumerate(chunk):
                     src[row, : len(sources[i]) + 1] = torch.tensor(sources[i] + [eos])
-                generated = marian.generate(input_ids=src, attention_mask=(src != pad).long(),
-                                            max_new_tokens=limit, max_length=None)
+                generated = marian.generate(
+                    input_ids=src,
+                    attention_mask=(src != pad).long(),
+                    max_new_tokens=limit,
+                    max_length=None,
+                )
                 for i, row in zip(chunk, generated[:, 1:].tolist()):  # drop the decoder start
-                    outputs[i] = row[: row.index(eos)] if eos in row else [t for t in row if t != pad]
+                    outputs[i] = (
+                        row[: row.index(eos)] if eos in row else [t for t in row if t != pad]
+                    )
     return outputs
 
 
@@ -95,7 +114,9 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="prepared dataset directory")
     parser.add_argument("--split", default="test")
     parser.add_argument("--limit", type=int, help="the first N sentences only")
-    parser.add_argument("--hf-limit", type=int, default=0, help="sentences decoded with HF generate (0: none)")
+    parser.add_argument(
+        "--hf-limit", type=int, default=0, help="sentences decoded with HF generate (0: none)"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--require-ct2", type=float, help="exit 1 if the ct2 share is below this")
     args = parser.parse_args()
@@ -107,16 +128,25 @@ def main() -> None:
     config = DecodeConfig.preset("translation")
     start = time.perf_counter()
     reference = ours(model, sources, config, vocab.eos_id)
-    report = {"checkpoint": args.checkpoint, "split": args.split, "sentences": n,
-              "ours_seconds": round(time.perf_counter() - start, 1)}
+    report = {
+        "checkpoint": args.checkpoint,
+        "split": args.split,
+        "sentences": n,
+        "ours_seconds": round(time.perf_counter() - start, 1),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         gnmt, plain, seconds = ct2(model, vocab, sources, config, Path(tmp), args.threads)
-        report.update(ct2=share_equal(reference, gnmt), ct2_plain=share_equal(reference, plain),
-                      ct2_seconds=round(seconds, 1))
+        report.update(
+            ct2=share_equal(reference, gnmt),
+            ct2_plain=share_equal(reference, plain),
+            ct2_seconds=round(seconds, 1),
+        )
         if args.hf_limit:
             m = min(args.hf_limit, n)
-            report.update(hf=share_equal(reference[:m], hf(model, vocab, sources[:m], config, Path(tmp))),
-                          hf_sentences=m)
+            report.update(
+                hf=share_equal(reference[:m], hf(model, vocab, sources[:m], config, Path(tmp))),
+                hf_sentences=m,
+            )
     print(json.dumps(report, indent=2))
     if args.require_ct2 is not None and report["ct2"] < args.require_ct2:
         sys.exit(1)

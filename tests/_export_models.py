@@ -17,14 +17,20 @@ from aiayn.data import bundled_corpus_paths
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 
 
-def seeded_model(vocab_size: int, preset: str = "tiny", init: str = "fairseq", **overrides) -> Transformer:
+def seeded_model(
+    vocab_size: int, preset: str = "tiny", init: str = "fairseq", **overrides
+) -> Transformer:
     """A freshly initialised model, seed 0, in eval mode (the default init: non-zero biases in
     the attention and feed-forward layers, so an exporter that dropped one would show)."""
     torch.manual_seed(0)
-    return Transformer(ModelConfig.preset(preset, P_drop=0.0, vocab_size=vocab_size, **overrides), init=init).eval()
+    return Transformer(
+        ModelConfig.preset(preset, P_drop=0.0, vocab_size=vocab_size, **overrides), init=init
+    ).eval()
 
 
-def trained_like_model(vocab_size: int, preset: str = "tiny", eos_scale: float = 4.0, **overrides) -> Transformer:
+def trained_like_model(
+    vocab_size: int, preset: str = "tiny", eos_scale: float = 4.0, **overrides
+) -> Transformer:
     """``seeded_model`` with pad and bos made improbable and eos made decisive (module doc). Its
     init is "xavier": the eos scale and the lengths the tests rely on were tuned on those weights."""
     model = seeded_model(vocab_size, preset, init="xavier", **overrides)

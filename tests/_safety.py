@@ -28,9 +28,20 @@ def one_line_error(err: str, *needles: str) -> None:
 
 
 def config(data: Path, out: Path, **overrides) -> TrainConfig:
-    base = dict(data=str(data), out=str(out), preset="tiny", model=dict(TINY), max_src_tokens=400,
-                max_tgt_tokens=400, warmup=10, max_updates=2, save_every_minutes=None,
-                validate=False, num_threads=1, log_every=1)
+    base = dict(
+        data=str(data),
+        out=str(out),
+        preset="tiny",
+        model=dict(TINY),
+        max_src_tokens=400,
+        max_tgt_tokens=400,
+        warmup=10,
+        max_updates=2,
+        save_every_minutes=None,
+        validate=False,
+        num_threads=1,
+        log_every=1,
+    )
     return TrainConfig(**{**base, **overrides})
 
 

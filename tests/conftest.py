@@ -21,7 +21,9 @@ def tiny_corpus(tmp_path_factory) -> Path:
     for split, n in (("train", 400), ("valid", 40), ("test", 40)):
         src_path, tgt_path = bundled_corpus_paths()[split]
         for side, path in (("en", src_path), ("es", tgt_path)):
-            (root / f"{split}.{side}").write_text("\n".join(_head(path, n)) + "\n", encoding="utf-8")
+            (root / f"{split}.{side}").write_text(
+                "\n".join(_head(path, n)) + "\n", encoding="utf-8"
+            )
         files[split] = (root / f"{split}.en", root / f"{split}.es")
     prepare_corpus(files, root / "data", vocab_size=300, max_len=48)
     return root / "data"
@@ -37,9 +39,20 @@ def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
     from aiayn.train.trainer import Trainer
 
     out = tmp_path_factory.mktemp("tiny_run")
-    cfg = TrainConfig(data=str(tiny_corpus), out=str(out), preset="tiny",
-                      model={"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2},
-                      max_src_tokens=400, max_tgt_tokens=400, warmup=10, max_updates=3, save_every_updates=1,
-                      save_every_minutes=None, validate=False, num_threads=1, log_every=1)
+    cfg = TrainConfig(
+        data=str(tiny_corpus),
+        out=str(out),
+        preset="tiny",
+        model={"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2},
+        max_src_tokens=400,
+        max_tgt_tokens=400,
+        warmup=10,
+        max_updates=3,
+        save_every_updates=1,
+        save_every_minutes=None,
+        validate=False,
+        num_threads=1,
+        log_every=1,
+    )
     Trainer(cfg).run(resume=None)
     return out

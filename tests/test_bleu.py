@@ -16,7 +16,8 @@ REFS = ["The well-known cat sat on a mat.", "It is the test."]
 
 def test_moses_and_compound_split():
     assert moses_tokenize('Das "rich-text" Format, 3,5 & mehr!', "de") == (
-        "Das &quot; rich-text &quot; Format , 3,5 &amp; mehr !")
+        "Das &quot; rich-text &quot; Format , 3,5 &amp; mehr !"
+    )
     assert atat_split("rich-text format") == "rich ##AT##-##AT## text format"
     assert atat_split("a-b-c") == "a ##AT##-##AT## b-c"  # Perl's s///g does not overlap
     assert atat_split("- x -") == "- x -"
@@ -42,17 +43,22 @@ def test_paper_bleu_without_compound_split_by_hand():
     # p = 7/8, 5/7, 3/6, 2/5; sentence 2 as above. Corpus p = 11/13, 7/11, 3/9, 2/7, BP = 1.
     # BLEU = (11*7*3*2 / (13*11*9*7)) ** 0.25 = (6/117) ** 0.25 = 47.588...
     expected = 100 * (6 / 117) ** 0.25
-    assert paper_bleu(HYPS, REFS, lang="en", compound_split=False) == pytest.approx(expected, abs=1e-9)
+    assert paper_bleu(HYPS, REFS, lang="en", compound_split=False) == pytest.approx(
+        expected, abs=1e-9
+    )
 
 
-@pytest.mark.parametrize("hyp,ref,expected", [
-    # c = 5 < r = 6: all precisions 1, BP = exp(1 - 6/5).
-    ("the cat sat on the", "the cat sat on the mat", 100 * math.exp(1 - 6 / 5)),
-    # no 4-gram at all: multi-bleu's log(0) -> BLEU 0 (no smoothing).
-    ("a b c", "a b c d", 0.0),
-    # identical
-    ("a b c d e", "a b c d e", 100.0),
-])
+@pytest.mark.parametrize(
+    "hyp,ref,expected",
+    [
+        # c = 5 < r = 6: all precisions 1, BP = exp(1 - 6/5).
+        ("the cat sat on the", "the cat sat on the mat", 100 * math.exp(1 - 6 / 5)),
+        # no 4-gram at all: multi-bleu's log(0) -> BLEU 0 (no smoothing).
+        ("a b c", "a b c d", 0.0),
+        # identical
+        ("a b c d e", "a b c d e", 100.0),
+    ],
+)
 def test_multi_bleu_rules(hyp, ref, expected):
     assert multi_bleu([hyp], [ref]) == pytest.approx(expected, abs=1e-9)
 

@@ -25,7 +25,7 @@ def _examples() -> list[list[str]]:
         for command in line.split("|"):  # echo ... | aiayn translate ...
             words = shlex.split(command, comments=True)
             if "aiayn" in words:  # `aiayn ...` and `torchrun ... -m aiayn ...`
-                examples.append(words[words.index("aiayn") + 1:])
+                examples.append(words[words.index("aiayn") + 1 :])
     return examples
 
 
@@ -61,7 +61,8 @@ def test_every_help_example_parses_and_reads_what_exists(monkeypatch):
         for path in reads:
             assert path in written or Path(path).exists(), (
                 f"`aiayn {shlex.join(argv)}` from `aiayn --help` reads {path}, which neither exists "
-                "nor is written by an example above it")
+                "nor is written by an example above it"
+            )
         written.update(writes)
 
 
@@ -87,5 +88,7 @@ def test_the_library_never_imports_the_command_line():
                 names = [alias.name for alias in node.names]
             else:
                 continue
-            offenders += [f"{relative}: {n}" for n in names if n == "aiayn.cli" or n.startswith("aiayn.cli.")]
+            offenders += [
+                f"{relative}: {n}" for n in names if n == "aiayn.cli" or n.startswith("aiayn.cli.")
+            ]
     assert not offenders, offenders

@@ -49,7 +49,7 @@ def test_ranks_are_disjoint_equal_sized_and_cover_all_but_the_dropped_remainder(
     assert all(len(s) == per_rank for s in shards)
     seen = [i for s in shards for b in s for i in b]
     assert len(seen) == len(set(seen))
-    dropped = full[per_rank * world_size:]  # the remainder, dropped so ranks stay in step
+    dropped = full[per_rank * world_size :]  # the remainder, dropped so ranks stay in step
     assert sorted(seen + [i for b in dropped for i in b]) == list(range(500))
 
 

@@ -9,11 +9,17 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from aiayn.errors import UserError
 from aiayn.data import (
-    TokenBudgetSampler, TokenDataset, Vocab, bundled_corpus_paths, check_vocab,
-    collate, prepare_corpus, read_parallel,
+    TokenBudgetSampler,
+    TokenDataset,
+    Vocab,
+    bundled_corpus_paths,
+    check_vocab,
+    collate,
+    prepare_corpus,
+    read_parallel,
 )
+from aiayn.errors import UserError
 
 SPLIT_PAIRS = {"train": 27959, "valid": 1403, "test": 1523}
 
@@ -69,20 +75,35 @@ def test_user_defined_symbols_are_single_pieces(tmp_path):
     # neighbouring text; declared as symbols (with the word-boundary mark they carry after
     # normalisation) each stays exactly one piece, with ids right after the specials.
     text = ["(S (NP XX XX )NP (VP XX (NP XX )NP )VP )S the dog barks"] * 200
-    symbols = ["\u2581(S", "\u2581)S", "\u2581(NP", "\u2581)NP", "\u2581(VP", "\u2581)VP", "\u2581XX"]
+    symbols = [
+        "\u2581(S",
+        "\u2581)S",
+        "\u2581(NP",
+        "\u2581)NP",
+        "\u2581(VP",
+        "\u2581)VP",
+        "\u2581XX",
+    ]
     plain = Vocab.train(text, tmp_path / "plain", vocab_size=40)
     atomic = Vocab.train(text, tmp_path / "atomic", vocab_size=40, user_defined_symbols=symbols)
     line = "(S (NP XX XX )NP (VP XX )VP )S"
-    assert [atomic.id_to_piece(i) for i in atomic.encode(line)] == ["\u2581" + t for t in line.split()]
+    assert [atomic.id_to_piece(i) for i in atomic.encode(line)] == [
+        "\u2581" + t for t in line.split()
+    ]
     assert [atomic.id_to_piece(i) for i in range(4, 11)] == symbols
-    assert [plain.id_to_piece(i) for i in plain.encode(line)] != ["\u2581" + t for t in line.split()]
+    assert [plain.id_to_piece(i) for i in plain.encode(line)] != [
+        "\u2581" + t for t in line.split()
+    ]
     assert atomic.decode(atomic.encode(line)) == line
 
 
 def test_model_with_other_special_ids_is_rejected(tmp_path):
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(["a b c d e f g h"] * 20), model_prefix=str(tmp_path / "d"),
-        vocab_size=20, model_type="bpe", minloglevel=2,
+        sentence_iterator=iter(["a b c d e f g h"] * 20),
+        model_prefix=str(tmp_path / "d"),
+        vocab_size=20,
+        model_type="bpe",
+        minloglevel=2,
     )  # sentencepiece defaults: unk=0, bos=1, eos=2, no pad
     with pytest.raises(UserError, match=r"special ids \(pad, unk, bos, eos\) are \(-1, 0, 1, 2\)"):
         Vocab.load(tmp_path / "d.model")
@@ -109,7 +130,7 @@ def test_binarised_round_trip_equals_encoding(small):
     for i in (0, 1, len(ds) // 2, len(ds) - 1):
         assert ds.src(i).tolist() == vocab.encode(kept[i][0])
         assert ds.tgt(i).tolist() == vocab.encode(kept[i][1])
-    assert ds.src_lens[: 3].tolist() == [len(vocab.encode(s)) for s, _ in kept[:3]]
+    assert ds.src_lens[:3].tolist() == [len(vocab.encode(s)) for s, _ in kept[:3]]
     assert isinstance(ds._tokens["src"], np.memmap)  # mapped, not read: O(1) loading
 
 
@@ -165,10 +186,14 @@ def test_bundled_corpus_counts_and_disjoint_chapters():
     assert not chapters["train"] & chapters["valid"]
     assert not chapters["train"] & chapters["test"]
     assert not chapters["valid"] & chapters["test"]
-    assert refs["train"][0] == "Genesis 1:1" and lines(paths["train"][1])[0].startswith("EN el principio")
+    assert refs["train"][0] == "Genesis 1:1" and lines(paths["train"][1])[0].startswith(
+        "EN el principio"
+    )
 
 
-def test_subset_dataset_keeps_the_chosen_pairs_and_never_replaces_a_foreign_directory(small, tmp_path):
+def test_subset_dataset_keeps_the_chosen_pairs_and_never_replaces_a_foreign_directory(
+    small, tmp_path
+):
     from aiayn.data.binarize import read_meta, subset_dataset
 
     root, _, _ = small
@@ -178,7 +203,9 @@ def test_subset_dataset_keeps_the_chosen_pairs_and_never_replaces_a_foreign_dire
     sub = TokenDataset(tmp_path / "sub", "train")
     assert meta["splits"]["train"]["pairs"] == len(sub) == 3
     assert [sub.src(i).tolist() for i in range(3)] == [full.src(int(i)).tolist() for i in keep]
-    assert read_meta(tmp_path / "sub")["splits"]["valid"] == read_meta(root / "bin")["splits"]["valid"]
+    assert (
+        read_meta(tmp_path / "sub")["splits"]["valid"] == read_meta(root / "bin")["splits"]["valid"]
+    )
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")

@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiayn.cli.main import main
-from aiayn.errors import UserError
 from aiayn.data import Vocab, bundled_corpus_paths, check_vocab, prepare_corpus, read_parallel
 from aiayn.data import binarize as binarize_module
 from aiayn.data import corpus as corpus_module
 from aiayn.data.binarize import binarize_split, split_files
 from aiayn.data.readers import iter_lines, iter_parallel
+from aiayn.errors import UserError
 from aiayn.train import TrainConfig
 
 WORDS = "the a house dog cat runs sees big small red green old new and with in on of".split()
@@ -174,17 +174,33 @@ def test_a_dataset_directory_is_swapped_whole(corpus, tmp_path):
     out.chmod(0o750)
     prepare_corpus(corpus, out, vocab_size=80)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["meta.json", "spm.model", "spm.vocab", *split_files("train"), *split_files("valid")])
+        ["meta.json", "spm.model", "spm.vocab", *split_files("train"), *split_files("valid")]
+    )
     assert len(Vocab.load(out / "spm.model")) == 80 and (out.stat().st_mode & 0o777) == 0o750
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: (d / "spm.model").write_text("x"), r"holds spm.model but no meta.json, so not a dataset"),
-    (lambda d: (d / "train.src.tokens.npy").write_text("x"), r"holds train.src.tokens.npy but no meta.json"),
-    (lambda d: (d / "meta.json").write_text("{\"a\": 1"), r"meta.json: not a dataset's meta.json"),
-    (lambda d: (d / "meta.json").write_text("{}"), r"meta.json: not a dataset's meta.json: no vocab_fingerprint"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda d: (d / "spm.model").write_text("x"),
+            r"holds spm.model but no meta.json, so not a dataset",
+        ),
+        (
+            lambda d: (d / "train.src.tokens.npy").write_text("x"),
+            r"holds train.src.tokens.npy but no meta.json",
+        ),
+        (
+            lambda d: (d / "meta.json").write_text('{"a": 1'),
+            r"meta.json: not a dataset's meta.json",
+        ),
+        (
+            lambda d: (d / "meta.json").write_text("{}"),
+            r"meta.json: not a dataset's meta.json: no vocab_fingerprint",
+        ),
+    ],
+)
 def test_prepare_refuses_a_directory_it_did_not_write(corpus, tmp_path, make, message):
     out = tmp_path / "mine"
     out.mkdir()
@@ -202,9 +218,17 @@ def test_training_refuses_ids_binarised_with_another_vocabulary(tiny_corpus, tmp
     data = tmp_path / "data"
     shutil.copytree(tiny_corpus, data)
     other = Vocab.train([tiny_corpus.parent / "train.es"], tmp_path / "other", vocab_size=300)
-    shutil.copyfile(other.path, data / "spm.model")  # same size, other pieces: ids mean other things
-    cfg = TrainConfig(data=str(data), out=str(tmp_path / "run"), preset="tiny", max_updates=1,
-                      validate=False, num_threads=1)
+    shutil.copyfile(
+        other.path, data / "spm.model"
+    )  # same size, other pieces: ids mean other things
+    cfg = TrainConfig(
+        data=str(data),
+        out=str(tmp_path / "run"),
+        preset="tiny",
+        max_updates=1,
+        validate=False,
+        num_threads=1,
+    )
     (tmp_path / "cfg.json").write_text(json.dumps(dataclasses.asdict(cfg)))
     with pytest.raises(SystemExit) as e:
         main(["train", str(tmp_path / "cfg.json"), "--device", "cpu"])
@@ -232,8 +256,17 @@ def test_invalid_utf8_in_training_text_names_file_and_line(tmp_path, capsys):
     data = src.read_bytes().split(b"\n")
     data[3000] = b"caf\xe9 " + data[3000]
     src.write_bytes(b"\n".join(data))
-    err = run_prepare(capsys, "--train-src", str(src), "--train-tgt", str(tgt), "--out", str(tmp_path / "o"),
-                      "--vocab-size", "60")
+    err = run_prepare(
+        capsys,
+        "--train-src",
+        str(src),
+        "--train-tgt",
+        str(tgt),
+        "--out",
+        str(tmp_path / "o"),
+        "--vocab-size",
+        "60",
+    )
     assert f"{src}: line 3001: invalid UTF-8" in err
     assert leftovers(tmp_path) == [] and not (tmp_path / "o").exists()
 
@@ -242,9 +275,21 @@ def test_invalid_utf8_in_a_valid_split_names_file_and_line(corpus, tmp_path, cap
     src, tgt = write_pair(tmp_path, "valid", 5)
     tgt.write_bytes(tgt.read_bytes() + b"\xff\n")
     src.write_bytes(src.read_bytes() + b"x\n")
-    err = run_prepare(capsys, "--train-src", str(corpus["train"][0]), "--train-tgt", str(corpus["train"][1]),
-                      "--valid-src", str(src), "--valid-tgt", str(tgt), "--out", str(tmp_path / "o"),
-                      "--vocab-size", "60")
+    err = run_prepare(
+        capsys,
+        "--train-src",
+        str(corpus["train"][0]),
+        "--train-tgt",
+        str(corpus["train"][1]),
+        "--valid-src",
+        str(src),
+        "--valid-tgt",
+        str(tgt),
+        "--out",
+        str(tmp_path / "o"),
+        "--vocab-size",
+        "60",
+    )
     assert f"{tgt}: line 6: invalid UTF-8" in err and not (tmp_path / "o").exists()
 
 
@@ -252,23 +297,52 @@ def test_invalid_utf8_in_a_valid_split_names_file_and_line(corpus, tmp_path, cap
 def test_an_empty_training_file_is_named(corpus, tmp_path, capsys, content):
     empty = tmp_path / "empty.es"
     empty.write_text(content, encoding="utf-8")
-    err = run_prepare(capsys, "--train-src", str(corpus["train"][0]), "--train-tgt", str(empty),
-                      "--out", str(tmp_path / "o"))
+    err = run_prepare(
+        capsys,
+        "--train-src",
+        str(corpus["train"][0]),
+        "--train-tgt",
+        str(empty),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert f"{empty}: empty training file" in err
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--vocab-size", "0"], "vocab size must be a positive number of pieces, got 0"),
-    (["--vocab-size", "-5"], "vocab size must be a positive number of pieces, got -5"),
-    (["--vocab-size", "5"], "vocab size 5 is too small: the training text's characters and the special pieces need at least"),
-    (["--vocab-size", "5000"], "vocab size 5000 is too large: this training text yields at most"),
-    (["--max-len", "0"], "max_len must be a positive number"),
-    (["--max-len", "1"], "train split ({src}, {tgt}): 0 of 300 pairs kept: 0 with an empty side, 0 over max_words=None, 300 over max_len=1"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--vocab-size", "0"], "vocab size must be a positive number of pieces, got 0"),
+        (["--vocab-size", "-5"], "vocab size must be a positive number of pieces, got -5"),
+        (
+            ["--vocab-size", "5"],
+            "vocab size 5 is too small: the training text's characters and the special pieces need at least",
+        ),
+        (
+            ["--vocab-size", "5000"],
+            "vocab size 5000 is too large: this training text yields at most",
+        ),
+        (["--max-len", "0"], "max_len must be a positive number"),
+        (
+            ["--max-len", "1"],
+            "train split ({src}, {tgt}): 0 of 300 pairs kept: 0 with an empty side, 0 over max_words=None, 300 over max_len=1",
+        ),
+    ],
+)
 def test_bad_sizes_are_one_line_errors(corpus, tmp_path, capsys, flags, message):
     src, tgt = corpus["train"]
-    err = run_prepare(capsys, "--train-src", str(src), "--train-tgt", str(tgt), "--out", str(tmp_path / "o"),
-                      "--vocab-size", "60", *flags)
+    err = run_prepare(
+        capsys,
+        "--train-src",
+        str(src),
+        "--train-tgt",
+        str(tgt),
+        "--out",
+        str(tmp_path / "o"),
+        "--vocab-size",
+        "60",
+        *flags,
+    )
     assert message.format(src=src, tgt=tgt) in err
     assert not (tmp_path / "o").exists() and leftovers(tmp_path) == []
 
@@ -280,21 +354,36 @@ def test_too_large_vocab_size_says_the_limit(corpus, tmp_path):
     assert len(Vocab.train(list(corpus["train"]), tmp_path / "v", vocab_size=limit)) == limit
 
 
-@pytest.mark.parametrize("which, message", [("dir", "is a directory; expected a text file"),
-                                            ("missing", "no such file")])
+@pytest.mark.parametrize(
+    "which, message", [("dir", "is a directory; expected a text file"), ("missing", "no such file")]
+)
 def test_a_path_that_is_not_a_file_is_named(corpus, tmp_path, capsys, which, message):
     bad = tmp_path / which
     if which == "dir":
         bad.mkdir()
-    err = run_prepare(capsys, "--train-src", str(corpus["train"][0]), "--train-tgt", str(bad),
-                      "--out", str(tmp_path / "o"))
+    err = run_prepare(
+        capsys,
+        "--train-src",
+        str(corpus["train"][0]),
+        "--train-tgt",
+        str(bad),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert f"{bad}: {message}" in err
 
 
 def test_out_that_is_a_file_is_refused(corpus, tmp_path, capsys):
     (tmp_path / "o").write_text("keep me")
-    err = run_prepare(capsys, "--train-src", str(corpus["train"][0]), "--train-tgt", str(corpus["train"][1]),
-                      "--out", str(tmp_path / "o"))
+    err = run_prepare(
+        capsys,
+        "--train-src",
+        str(corpus["train"][0]),
+        "--train-tgt",
+        str(corpus["train"][1]),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert f"output directory {tmp_path / 'o'}: is a file" in err
     assert (tmp_path / "o").read_text() == "keep me"
 
@@ -308,13 +397,24 @@ def test_prepare_counts_lines_by_lf_only(tmp_path):
     tgt.write_bytes(b"uno\ndos\ntres\n")
     assert list(iter_lines(src)) == ["one", "two\rstill two", "three\r"]
     stats = corpus_module.ReadStats()
-    assert [s for s, _ in iter_parallel(src, tgt, stats=stats)] == ["one", "two\rstill two", "three"]
+    assert [s for s, _ in iter_parallel(src, tgt, stats=stats)] == [
+        "one",
+        "two\rstill two",
+        "three",
+    ]
     assert stats.read == 3
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.binary(max_size=12).filter(lambda b: b"\n" not in b),
-                          st.sampled_from([b"\n", b"\r\n", b"\r", b""])), max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(max_size=12).filter(lambda b: b"\n" not in b),
+            st.sampled_from([b"\n", b"\r\n", b"\r", b""]),
+        ),
+        max_size=8,
+    )
+)
 def test_iter_lines_follows_the_rule_or_names_the_line(tmp_path_factory, parts):
     data = b"".join(text + end for text, end in parts)
     path = tmp_path_factory.mktemp("lines") / "x.txt"

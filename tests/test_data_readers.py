@@ -4,8 +4,8 @@ import gzip
 
 import pytest
 
-from aiayn.errors import UserError
 from aiayn.data import read_parallel, read_tsv
+from aiayn.errors import UserError
 
 
 def write(path, text: str | bytes) -> None:
@@ -63,5 +63,7 @@ def test_tsv_reads_pairs_and_rejects_wrong_field_count(tmp_path):
     assert stats.empty == 1
     bad = tmp_path / "bad.tsv"
     write(bad, "a\tb\nno tab here\n")
-    with pytest.raises(UserError, match=rf"{bad}: line 2: expected 2 tab-separated fields, found 1"):
+    with pytest.raises(
+        UserError, match=rf"{bad}: line 2: expected 2 tab-separated fields, found 1"
+    ):
         read_tsv(bad)

@@ -46,7 +46,9 @@ class ScriptedModel:
         if cache is None:
             cache = PrefixCache([() for _ in range(tgt_in.size(0))])
         assert len(cache.rows) == tgt_in.size(0)
-        cache.rows = [p + tuple(x for x in row if x != BOS) for p, row in zip(cache.rows, tgt_in.tolist())]
+        cache.rows = [
+            p + tuple(x for x in row if x != BOS) for p, row in zip(cache.rows, tgt_in.tolist())
+        ]
         logits = torch.full((tgt_in.size(0), self.vocab), float("-inf"))
         for r, prefix in enumerate(cache.rows):
             for tok, p in self.table[prefix].items():
@@ -59,7 +61,9 @@ TABLE = {
     (): {A: 0.6, B_: 0.4},
     (A,): {EOS: 0.7, A: 0.2, B_: 0.1},
     (B_,): {A: 0.9, EOS: 0.1},
-    (A, A): {EOS: 1.0}, (A, B_): {EOS: 1.0}, (B_, A): {EOS: 1.0},
+    (A, A): {EOS: 1.0},
+    (A, B_): {EOS: 1.0},
+    (B_, A): {EOS: 1.0},
 }
 SRC = torch.tensor([[7, 8, 9]])
 
@@ -115,14 +119,16 @@ def test_scripted_min_len_forbids_early_eos():
 def test_scripted_beam1():
     # Beam 1: a (.6), then eos (.7): log .42; lp(2) with alpha .6 = (7/6)^.6. The live "aa"
     # (.12) cannot beat it: .12 < .42 and longer outputs are penalised at most lp(max) times.
-    hyp = decode_ids(ScriptedModel(TABLE), SRC.tolist(), DecodeConfig(beam=1, alpha=0.6), max_src_len=None)[0][0]
+    hyp = decode_ids(
+        ScriptedModel(TABLE), SRC.tolist(), DecodeConfig(beam=1, alpha=0.6), max_src_len=None
+    )[0][0]
     assert (hyp.tokens, hyp.length) == ([A], 2)
     assert hyp.score == pytest.approx(math.log(0.42) / (7 / 6) ** 0.6, abs=1e-6)
 
 
 def test_gnmt_penalty_values():
     assert gnmt_length_penalty(1, 0.6) == pytest.approx(1.0)
-    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)
+    assert gnmt_length_penalty(7, 0.6) == pytest.approx(2**0.6)
     assert gnmt_length_penalty(torch.tensor([1, 7]), 1.0).tolist() == pytest.approx([1.0, 2.0])
 
 
@@ -138,7 +144,9 @@ def test_presets():
 def tiny_model(vocab: int = 100, seed: int = 0) -> aiayn.Transformer:
     """Seeded random weights (init "xavier": the eos scale below was tuned on them)."""
     torch.manual_seed(seed)
-    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", vocab_size=vocab), init="xavier").eval()
+    model = aiayn.Transformer(
+        aiayn.ModelConfig.preset("tiny", vocab_size=vocab), init="xavier"
+    ).eval()
     with torch.no_grad():  # make eos likely enough that sentences finish at different steps
         model.src_embed.tokens.weight[EOS] *= 6.0
     return model
@@ -148,7 +156,7 @@ def random_src(batch: int = 5, seed: int = 1, vocab: int = 100) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, vocab, (batch, 9), generator=g)
     for i in range(batch):
-        src[i, 9 - i:] = PAD  # different lengths
+        src[i, 9 - i :] = PAD  # different lengths
     return src
 
 
@@ -189,7 +197,10 @@ def test_beam1_alpha0_is_greedy():
     with torch.no_grad():
         expected = argmax_chain(model, src, steps=int(config.max_len(torch.tensor([9]))))
     lengths = (src != PAD).sum(1).tolist()
-    got = [h[0].tokens for h in decode_ids(model, [r[:n] for r, n in zip(src.tolist(), lengths)], config)]
+    got = [
+        h[0].tokens
+        for h in decode_ids(model, [r[:n] for r, n in zip(src.tolist(), lengths)], config)
+    ]
     assert got == [e[: int(config.max_len(torch.tensor([n])))] for e, n in zip(expected, lengths)]
 
 
@@ -220,13 +231,18 @@ def _select_tensor_rows(self, rows, sentences=None):
 def test_cached_equals_uncached(monkeypatch):
     monkeypatch.setattr(PrefixCache, "select", _select_tensor_rows)
     model, src = tiny_model(), random_src()
-    assert as_tuples(beam_search(model, src, SHORT)) == as_tuples(beam_search(Uncached(model), src, SHORT))
+    assert as_tuples(beam_search(model, src, SHORT)) == as_tuples(
+        beam_search(Uncached(model), src, SHORT)
+    )
 
 
 def test_batched_equals_one_by_one():
     model, src = tiny_model(), random_src()
     batched = beam_search(model, src, SHORT)
-    single = [beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], SHORT)[0] for i in range(len(src))]
+    single = [
+        beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], SHORT)[0]
+        for i in range(len(src))
+    ]
     assert as_tuples(batched) == as_tuples(single)
 
 
@@ -239,11 +255,15 @@ def test_large_beam_finds_exhaustive_optimum():
     outputs = [list(w) + [EOS] for n in range(max_len) for w in itertools.product(words, repeat=n)]
     outputs += [list(w) for w in itertools.product(words, repeat=max_len)]
     with torch.no_grad():
+
         def log_prob(y):
             tgt = torch.tensor([[BOS] + y])
             lp = torch.log_softmax(model(src, tgt[:, :-1]), -1)[0]
             return float(lp.gather(1, tgt[0, 1:, None]).sum())
-        exhaustive = sorted(((log_prob(y) / gnmt_length_penalty(len(y), alpha), y) for y in outputs), reverse=True)
+
+        exhaustive = sorted(
+            ((log_prob(y) / gnmt_length_penalty(len(y), alpha), y) for y in outputs), reverse=True
+        )
     config = DecodeConfig(beam=len(outputs), alpha=alpha, max_len_a=0, max_len_b=max_len, nbest=3)
     hyps = beam_search(model, src, config)[0]
     for (score, y), hyp in zip(exhaustive[:3], hyps):
@@ -279,14 +299,19 @@ def test_translate_restores_order_and_empty_lines():
 def test_overlong_source_truncated_with_warning():
     model = tiny_model()  # tiny: max_len 256 positions
     with pytest.warns(UserWarning, match="truncated"):
-        hyps = decode_ids(model, [[5] * 300 + [EOS]], DecodeConfig(beam=2, max_len_a=0, max_len_b=3))
+        hyps = decode_ids(
+            model, [[5] * 300 + [EOS]], DecodeConfig(beam=2, max_len_a=0, max_len_b=3)
+        )
     assert len(hyps[0]) == 1
 
 
-@pytest.mark.parametrize("batch_size,max_tokens,expected", [
-    (2, None, [[1, 3], [0, 2], [4]]),
-    (None, 10, [[1], [3, 0], [2, 4]]),
-])
+@pytest.mark.parametrize(
+    "batch_size,max_tokens,expected",
+    [
+        (2, None, [[1, 3], [0, 2], [4]]),
+        (None, 10, [[1], [3, 0], [2, 4]]),
+    ],
+)
 def test_length_batches(batch_size, max_tokens, expected):
     # lengths 4, 6, 3, 5, 1: sorted longest first = 1, 3, 0, 2, 4.
     assert list(length_batches([4, 6, 3, 5, 1], batch_size, max_tokens)) == expected

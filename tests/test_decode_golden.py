@@ -43,13 +43,30 @@ class EvenAfterThree:
 
 
 CASES = {
-    "beam4_nbest4": dict(model={}, decode=dict(beam=4, alpha=0.6, max_len_a=0.5, max_len_b=8, nbest=4)),
-    "beam5_nbest2_long": dict(model={}, decode=dict(beam=5, alpha=1.0, max_len_a=1.0, max_len_b=12, nbest=2)),
-    "beam4_alpha0_nbest3": dict(model={}, decode=dict(beam=4, alpha=0.0, max_len_a=1.0, max_len_b=10, nbest=3)),
-    "min_len6": dict(model={}, decode=dict(beam=4, alpha=0.6, max_len_a=0.0, max_len_b=9, nbest=2), min_len=6),
-    "window2": dict(model={"attention_window": 2}, decode=dict(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=3)),
-    "pre_ln": dict(model={"norm": "pre"}, decode=dict(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=2)),
-    "constrained": dict(model={}, decode=dict(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=2), constraint=True),
+    "beam4_nbest4": dict(
+        model={}, decode=dict(beam=4, alpha=0.6, max_len_a=0.5, max_len_b=8, nbest=4)
+    ),
+    "beam5_nbest2_long": dict(
+        model={}, decode=dict(beam=5, alpha=1.0, max_len_a=1.0, max_len_b=12, nbest=2)
+    ),
+    "beam4_alpha0_nbest3": dict(
+        model={}, decode=dict(beam=4, alpha=0.0, max_len_a=1.0, max_len_b=10, nbest=3)
+    ),
+    "min_len6": dict(
+        model={}, decode=dict(beam=4, alpha=0.6, max_len_a=0.0, max_len_b=9, nbest=2), min_len=6
+    ),
+    "window2": dict(
+        model={"attention_window": 2},
+        decode=dict(beam=3, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=3),
+    ),
+    "pre_ln": dict(
+        model={"norm": "pre"}, decode=dict(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=2)
+    ),
+    "constrained": dict(
+        model={},
+        decode=dict(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=2),
+        constraint=True,
+    ),
     "greedy": dict(model={}, decode=dict(beam=1, alpha=0.6, max_len_a=1.0, max_len_b=10, nbest=1)),
 }
 
@@ -80,7 +97,9 @@ def run_case(case: dict, pack: bool = False) -> list[list[dict]]:
         model = for_decoding(model)
         assert any(isinstance(m, packed.PackedLinear) for m in model.modules())
     nbest = decode_ids(model, golden_sources(), DecodeConfig(**case["decode"]), **kwargs)
-    return [[{"tokens": h.tokens, "score": h.score, "length": h.length} for h in hyps] for hyps in nbest]
+    return [
+        [{"tokens": h.tokens, "score": h.score, "length": h.length} for h in hyps] for hyps in nbest
+    ]
 
 
 @pytest.mark.parametrize("pack", [False, True], ids=["as-trained", "packed"])
@@ -90,8 +109,12 @@ def test_nbest_equals_golden(name, pack):
         pytest.skip("this PyTorch has no oneDNN linear ops: decoding runs unpacked")
     golden = json.loads(FIXTURE.read_text())[name]
     out = run_case(CASES[name], pack)
-    assert [[h["tokens"] for h in hyps] for hyps in out] == [[h["tokens"] for h in hyps] for hyps in golden]
-    assert [[h["length"] for h in hyps] for hyps in out] == [[h["length"] for h in hyps] for hyps in golden]
+    assert [[h["tokens"] for h in hyps] for hyps in out] == [
+        [h["tokens"] for h in hyps] for hyps in golden
+    ]
+    assert [[h["length"] for h in hyps] for hyps in out] == [
+        [h["length"] for h in hyps] for hyps in golden
+    ]
     for hyps, gold in zip(out, golden):
         assert [h["score"] for h in hyps] == pytest.approx([h["score"] for h in gold], abs=1e-4)
 
@@ -111,5 +134,7 @@ if __name__ == "__main__":
     # Regenerate only from a known-good implementation (see the module docstring).
     if "--write" not in sys.argv:
         sys.exit("usage: python tests/test_decode_golden.py --write  (overwrites the fixture)")
-    FIXTURE.write_text(json.dumps({name: run_case(case) for name, case in CASES.items()}, indent=1) + "\n")
+    FIXTURE.write_text(
+        json.dumps({name: run_case(case) for name, case in CASES.items()}, indent=1) + "\n"
+    )
     print(f"wrote {FIXTURE}")

@@ -18,19 +18,36 @@ from aiayn.io import read_lines
 def demo(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
     sets = ["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600", "save_every_minutes=0.02"]
-    report = run_demo(minutes=0.1, work=root / "work", out=root / "run", sets=sets, test_limit=6,
-                      curve_sentences=3, progress=lambda message: None)
+    report = run_demo(
+        minutes=0.1,
+        work=root / "work",
+        out=root / "run",
+        sets=sets,
+        test_limit=6,
+        curve_sentences=3,
+        progress=lambda message: None,
+    )
     return root, report
 
 
 def test_demo_writes_every_artefact(demo):
     root, report = demo
     run = root / "run"
-    for name in ("averaged/model.safetensors", "averaged/spm.model", "averaged/meta.json",
-                 "test.hyp.es", "training.png", "report.json", "log.jsonl", "summary.json"):
+    for name in (
+        "averaged/model.safetensors",
+        "averaged/spm.model",
+        "averaged/meta.json",
+        "test.hyp.es",
+        "training.png",
+        "report.json",
+        "log.jsonl",
+        "summary.json",
+    ):
         assert (run / name).is_file(), name
     maps = sorted((run / "attention").glob("*.png"))
-    assert len(maps) == report["artefacts"]["n_attention_maps"] == 3 * 3 * 2  # 3 sentences, 3 kinds, 2 layers
+    assert (
+        len(maps) == report["artefacts"]["n_attention_maps"] == 3 * 3 * 2
+    )  # 3 sentences, 3 kinds, 2 layers
     assert len(json.loads((run / "report.json").read_text())["samples"]) == 6
     assert len(report["bleu_per_checkpoint"]) >= 2
     assert report["training"]["updates"] >= 1 and report["training"]["elapsed_s"] >= 6
@@ -41,7 +58,9 @@ def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
     hyps = read_lines(root / "run/test.hyp.es")
     refs = read_lines(bundled_corpus_paths()["test"][1])[:6]
     assert len(hyps) == 6
-    assert report["test"]["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+    assert report["test"]["sacrebleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9
+    )
     text = format_report(report)
     assert f"SacreBLEU   {report['test']['sacrebleu']:.2f}" in text and "MFU" in text
 
@@ -53,10 +72,12 @@ def test_demo_averages_the_number_of_checkpoints_with_the_best_validation_perple
     chosen = ckpt.read_meta(root / "run/averaged")["averaged_from"]
     assert by_k[len(chosen)] == min(by_k.values()) == report["valid_ppl_averaged"]
     kept = [p.name for p in ckpt.list_checkpoints(root / "run/checkpoints")]
-    assert chosen == kept[-len(chosen):]
+    assert chosen == kept[-len(chosen) :]
     model, _ = ckpt.load_transformer(root / "run/averaged")
     valid_src, valid_ref = (read_lines(p) for p in bundled_corpus_paths()["valid"])
-    ppl = reference_perplexity(model, Vocab.load(root / "run/averaged/spm.model"), valid_src, valid_ref)
+    ppl = reference_perplexity(
+        model, Vocab.load(root / "run/averaged/spm.model"), valid_src, valid_ref
+    )
     assert ppl == pytest.approx(report["valid_ppl_averaged"], rel=1e-5)
     assert not (root / "run/.averaged.candidates").exists()
 
@@ -65,9 +86,15 @@ def test_demo_rerun_reuses_data_and_training(demo):
     root, report = demo
     vocab = root / "work/spm.model"
     stamp = vocab.stat().st_mtime_ns
-    again = run_demo(minutes=0.1, work=root / "work", out=root / "run",
-                     sets=["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600"], test_limit=6,
-                     curve_sentences=3, progress=lambda message: None)
+    again = run_demo(
+        minutes=0.1,
+        work=root / "work",
+        out=root / "run",
+        sets=["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600"],
+        test_limit=6,
+        curve_sentences=3,
+        progress=lambda message: None,
+    )
     assert vocab.stat().st_mtime_ns == stamp  # the prepared corpus was reused
     assert again["training"]["updates"] == report["training"]["updates"]  # budget already spent
     assert again["test"]["sacrebleu"] == report["test"]["sacrebleu"]
@@ -77,8 +104,21 @@ def test_translate_cli_keeps_lines_and_order(demo):
     root, _ = demo
     text = "In the beginning God created the heavens and the earth.\n\nAnd God said.\n"
     result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(root / "run/averaged"), "--beam", "2"],
-        input=text, capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "translate",
+            "--checkpoint",
+            str(root / "run/averaged"),
+            "--beam",
+            "2",
+        ],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = result.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines in, 3 lines out
     assert lines[0] and lines[2]
@@ -91,13 +131,35 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
     ref.write_text("Y dijo Dios.\nSea la luz.\n")
     out = tmp_path / "hyp.es"
     result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "evaluate", "--checkpoint", str(root / "run/averaged"), "--src", str(src),
-         "--ref", str(ref), "--output", str(out), "--lang", "es"], capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "evaluate",
+            "--checkpoint",
+            str(root / "run/averaged"),
+            "--src",
+            str(src),
+            "--ref",
+            str(ref),
+            "--output",
+            str(out),
+            "--lang",
+            "es",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     scores = json.loads(result.stdout)
     assert scores["sentences"] == 2 and scores["signature"].startswith("nrefs:1")
-    assert scores["decode_s"] > 0 and scores["sentences_per_s"] == pytest.approx(2 / scores["decode_s"])
+    assert scores["decode_s"] > 0 and scores["sentences_per_s"] == pytest.approx(
+        2 / scores["decode_s"]
+    )
     hyps = read_lines(out)
-    assert scores["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [read_lines(ref)]).score)
+    assert scores["sacrebleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [read_lines(ref)]).score
+    )
 
 
 def test_average_cli_chooses_how_many_by_perplexity(demo, tmp_path):
@@ -108,19 +170,39 @@ def test_average_cli_chooses_how_many_by_perplexity(demo, tmp_path):
     ref.write_text("\n".join(valid_ref) + "\n")
     out = tmp_path / "averaged"
     result = subprocess.run(
-        [sys.executable, "-m", "aiayn", "average", str(root / "run/checkpoints"), "--last", "3",
-         "--choose-on", str(src), str(ref), "--out", str(out)], capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "average",
+            str(root / "run/checkpoints"),
+            "--last",
+            "3",
+            "--choose-on",
+            str(src),
+            str(ref),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     line = result.stdout.splitlines()[0].split(": ", 1)[1]
     ppl = {int(k): float(v) for k, v in (item.split(": ") for item in line.split(", "))}
     assert sorted(ppl) == [1, 2, 3]
     chosen = ckpt.read_meta(out)["averaged_from"]
     assert ppl[len(chosen)] == min(ppl.values())
-    assert chosen == [p.name for p in ckpt.list_checkpoints(root / "run/checkpoints")][-len(chosen):]
+    assert (
+        chosen == [p.name for p in ckpt.list_checkpoints(root / "run/checkpoints")][-len(chosen) :]
+    )
 
 
 def test_bad_config_key_is_one_clear_line(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("preset: tiny\nlearning_rate: 3\n")
-    result = subprocess.run([sys.executable, "-m", "aiayn", "train", str(cfg)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "train", str(cfg)], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert "unknown key(s) ['learning_rate']" in result.stderr and "Traceback" not in result.stderr

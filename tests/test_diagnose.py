@@ -12,17 +12,23 @@ from aiayn.cli.main import main
 from aiayn.data import Vocab
 from aiayn.diagnose import encoder_spread, source_sensitivity
 
-SOURCES = ["In the beginning God created the heaven and the earth.",
-           "And the earth was without form, and void.",
-           "And God said, Let there be light: and there was light."]
-REFERENCES = ["En el principio creó Dios los cielos y la tierra.",
-              "Y la tierra estaba desordenada y vacía.",
-              "Y dijo Dios: Sea la luz: y fue la luz."]
+SOURCES = [
+    "In the beginning God created the heaven and the earth.",
+    "And the earth was without form, and void.",
+    "And God said, Let there be light: and there was light.",
+]
+REFERENCES = [
+    "En el principio creó Dios los cielos y la tierra.",
+    "Y la tierra estaba desordenada y vacía.",
+    "Y dijo Dios: Sea la luz: y fue la luz.",
+]
 
 
 def _model(vocab: Vocab) -> aiayn.Transformer:
     torch.manual_seed(0)
-    cfg = aiayn.ModelConfig(N_enc=2, N_dec=1, d_model=32, d_ff=64, h=4, vocab_size=len(vocab), P_drop=0.0)
+    cfg = aiayn.ModelConfig(
+        N_enc=2, N_dec=1, d_model=32, d_ff=64, h=4, vocab_size=len(vocab), P_drop=0.0
+    )
     return aiayn.Transformer(cfg).eval()
 
 
@@ -66,6 +72,16 @@ def test_diagnose_command_reports_both(vocab, tmp_path, capsys):
     ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, meta, None, vocab.path)
     (tmp_path / "src").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
     (tmp_path / "ref").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    main(["diagnose", "--checkpoint", str(ckpt), "--src", str(tmp_path / "src"), "--ref", str(tmp_path / "ref")])
+    main(
+        [
+            "diagnose",
+            "--checkpoint",
+            str(ckpt),
+            "--src",
+            str(tmp_path / "src"),
+            "--ref",
+            str(tmp_path / "ref"),
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["ratio"] == pytest.approx(1.0, abs=1e-5) and report["encoder_spread"][-1] < 1e-5

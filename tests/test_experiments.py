@@ -30,7 +30,9 @@ def quick_rows(monkeypatch):
     model never says eos), and a second to the trainer's matmul-peak measurement: a smoke
     run decodes 3 tokens and skips the peak, which no figure here uses."""
     monkeypatch.setattr(trainer_module, "measure_matmul_peak", lambda *args, **kwargs: 1e9)
-    monkeypatch.setattr(training, "DecodeConfig", functools.partial(DecodeConfig, max_len_a=0.0, max_len_b=3))
+    monkeypatch.setattr(
+        training, "DecodeConfig", functools.partial(DecodeConfig, max_len_a=0.0, max_len_b=3)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,7 @@ def corpus(tiny_corpus):
 def _forbid(monkeypatch, module, name):
     def fail(*args, **kwargs):
         raise AssertionError(f"{name} ran again for a finished row")
+
     monkeypatch.setattr(module, name, fail)
 
 
@@ -59,9 +62,16 @@ def _counting(out, calls, names=("a", "b", "c"), stop_at=None):
                 return None
             calls.append(name)
             return {"value": float(len(calls))}
+
         return go
-    return Experiment(name="toy", rows=[Row(n, run(n)) for n in names], report=lambda rows: f"{len(rows)} rows",
-                      plot=lambda rows, out: [], budget_keys=("updates",))
+
+    return Experiment(
+        name="toy",
+        rows=[Row(n, run(n)) for n in names],
+        report=lambda rows: f"{len(rows)} rows",
+        plot=lambda rows, out: [],
+        budget_keys=("updates",),
+    )
 
 
 def test_runner_stops_when_a_row_is_out_of_budget_and_resumes_the_rest(tmp_path):
@@ -102,13 +112,23 @@ def test_two_runs_fill_one_table_without_recomputing_or_losing_rows(tmp_path):
                 run_rows(_counting(tmp_path, calls), Budget(), tmp_path)  # the second process
             calls.append(name)
             return {"by": "first" if name == "a" else "?"}
+
         return go
 
-    first = Experiment(name="toy", rows=[Row(n, row(n)) for n in "abc"], report=lambda rows: f"{len(rows)} rows",
-                       plot=lambda rows, out: [], budget_keys=("updates",))
+    first = Experiment(
+        name="toy",
+        rows=[Row(n, row(n)) for n in "abc"],
+        report=lambda rows: f"{len(rows)} rows",
+        plot=lambda rows, out: [],
+        budget_keys=("updates",),
+    )
     result = run_rows(first, Budget(), tmp_path)
     assert calls == ["b", "c", "a"]  # each row computed once, b and c by the second run
-    assert [(r["name"], r.get("by")) for r in result["rows"]] == [("a", "first"), ("b", None), ("c", None)]
+    assert [(r["name"], r.get("by")) for r in result["rows"]] == [
+        ("a", "first"),
+        ("b", None),
+        ("c", None),
+    ]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert [r["name"] for r in saved["rows"]] == ["a", "b", "c"]
     assert "3 of 3 rows" in (tmp_path / "results.md").read_text()
@@ -116,7 +136,9 @@ def test_two_runs_fill_one_table_without_recomputing_or_losing_rows(tmp_path):
 
 def test_report_only_writes_the_finished_rows_and_runs_none(tmp_path):
     calls = []
-    run_rows(_counting(tmp_path, calls, stop_at="b"), Budget(), tmp_path)  # a finished, b and c left
+    run_rows(
+        _counting(tmp_path, calls, stop_at="b"), Budget(), tmp_path
+    )  # a finished, b and c left
     (tmp_path / "results.md").unlink()
     result = run_rows(_counting(tmp_path, calls), Budget(), tmp_path, report_only=True)
     assert calls == ["a"] and [r["name"] for r in result["rows"]] == ["a"]
@@ -125,7 +147,10 @@ def test_report_only_writes_the_finished_rows_and_runs_none(tmp_path):
 
 def test_runner_writes_a_report_when_no_row_fits(tmp_path):
     result = run_rows(_counting(tmp_path, [], stop_at="a"), Budget(), tmp_path)
-    assert result["rows"] == [] and "No row fitted in the budget yet." in (tmp_path / "results.md").read_text()
+    assert (
+        result["rows"] == []
+        and "No row fitted in the budget yet." in (tmp_path / "results.md").read_text()
+    )
 
 
 def test_runner_refuses_results_of_another_budget_or_experiment(tmp_path):
@@ -142,6 +167,7 @@ def test_bundled_validation_text_is_recorded_by_name_not_install_path(tmp_path):
     """A table measured with one install must continue from another checkout or venv, where
     the bundled files sit elsewhere; user-given files are recorded by their paths."""
     from aiayn.data import bundled_corpus_paths
+
     bundled = valid_paths(None)
     assert bundled == bundled_corpus_paths()["valid"]
     assert Corpus(tmp_path, bundled).record() == {"data": str(tmp_path), "valid": "bundled"}
@@ -152,7 +178,9 @@ def test_bundled_validation_text_is_recorded_by_name_not_install_path(tmp_path):
 
 
 def test_budget_is_typed_and_checked():
-    assert read_budget(["updates=7", "preset=tiny", "seconds=2.5"]) == Budget(updates=7, preset="tiny", seconds=2.5)
+    assert read_budget(["updates=7", "preset=tiny", "seconds=2.5"]) == Budget(
+        updates=7, preset="tiny", seconds=2.5
+    )
     with pytest.raises(ValueError, match="unknown key 'update'"):
         read_budget(["update=7"])
     with pytest.raises(ValueError, match="updates must be >= 1"):
@@ -160,25 +188,52 @@ def test_budget_is_typed_and_checked():
 
 
 def test_cli_reports_a_bad_budget_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "aiayn", "experiment", "table1", "--budget", "secs=3",
-                             "--out", str(tmp_path / "t1")], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "experiment",
+            "table1",
+            "--budget",
+            "secs=3",
+            "--out",
+            str(tmp_path / "t1"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "aiayn experiment: error: --budget: unknown key 'secs'; valid keys: "
-        "['max_tokens', 'preset', 'seconds', 'sentences', 'threads', 'updates']"]
+        "['max_tokens', 'preset', 'seconds', 'sentences', 'threads', 'updates']"
+    ]
     assert not (tmp_path / "t1").exists()
 
 
 def test_cli_report_only_on_an_empty_table_is_one_line_and_writes_nothing(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "aiayn", "experiment", "table3", "--report-only",
-                             "--data", str(tmp_path / "data"), "--out", str(tmp_path / "t3")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "experiment",
+            "table3",
+            "--report-only",
+            "--data",
+            str(tmp_path / "data"),
+            "--out",
+            str(tmp_path / "t3"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"aiayn experiment: error: {tmp_path / 't3' / 'results.json'} does not exist: "
-        "no row of table3 has been measured there"]
+        "no row of table3 has been measured there"
+    ]
     assert not (tmp_path / "t3").exists() and not (tmp_path / "data").exists()
-
 
 
 def test_cli_report_only_prepares_no_corpus_and_names_a_wrong_data_dir(tmp_path):
@@ -186,16 +241,40 @@ def test_cli_report_only_prepares_no_corpus_and_names_a_wrong_data_dir(tmp_path)
     corpus would be prepared into the wrong directory."""
     (tmp_path / "t3").mkdir()
     budget = {"preset": "demo", "updates": 1000, "sentences": 200, "max_tokens": 1024}
-    (tmp_path / "t3" / "results.json").write_text(json.dumps(
-        {"experiment": "table3", "budget": budget, "inputs": {"data": "work/bible", "valid": "bundled"}, "rows": []}))
-    result = subprocess.run([sys.executable, "-m", "aiayn", "experiment", "table3", "--report-only",
-                             "--data", str(tmp_path / "data"), "--out", str(tmp_path / "t3")],
-                            capture_output=True, text=True)
+    (tmp_path / "t3" / "results.json").write_text(
+        json.dumps(
+            {
+                "experiment": "table3",
+                "budget": budget,
+                "inputs": {"data": "work/bible", "valid": "bundled"},
+                "rows": [],
+            }
+        )
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "experiment",
+            "table3",
+            "--report-only",
+            "--data",
+            str(tmp_path / "data"),
+            "--out",
+            str(tmp_path / "t3"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"aiayn experiment: error: {tmp_path / 't3' / 'results.json'} was measured with inputs")
+    assert line.startswith(
+        f"aiayn experiment: error: {tmp_path / 't3' / 'results.json'} was measured with inputs"
+    )
     assert str(tmp_path / "data") in line
     assert not (tmp_path / "data").exists()
+
 
 # --- table1 -------------------------------------------------------------------------------------
 
@@ -216,17 +295,28 @@ def test_peak_bytes_counts_the_live_tensors_of_a_forward():
     assert peak == 100 * 1024 * 4  # the output is the only new tensor
 
 
-@pytest.mark.parametrize("kind, n, sequential, path", [
-    ("self-attention", 1024, 1, 1), ("recurrent (LSTM)", 1024, 1024, 1023),
-    ("convolutional", 27, 1, 3), ("convolutional", 28, 1, 4), ("restricted (banded)", 33, 1, 2),
-])
+@pytest.mark.parametrize(
+    "kind, n, sequential, path",
+    [
+        ("self-attention", 1024, 1, 1),
+        ("recurrent (LSTM)", 1024, 1024, 1023),
+        ("convolutional", 27, 1, 3),
+        ("convolutional", 28, 1, 4),
+        ("restricted (banded)", 33, 1, 2),
+    ],
+)
 def test_table1_sequential_operations_and_path_lengths(kind, n, sequential, path):
     assert table1.sequential_ops(kind, n) == sequential and table1.max_path_length(kind, n) == path
 
 
 def test_crossover_interpolates_log_log():
-    rows = [{"n": n, "layers": {"a": {"ms": a}, "b": {"ms": b}}} for n, a, b in ((256, 1.0, 2.0), (512, 4.0, 2.0))]
-    assert table1.crossover(rows, "a", "b") == pytest.approx(256 * 2 ** 0.5)  # ratio 1/2 -> 2, crosses midway
+    rows = [
+        {"n": n, "layers": {"a": {"ms": a}, "b": {"ms": b}}}
+        for n, a, b in ((256, 1.0, 2.0), (512, 4.0, 2.0))
+    ]
+    assert table1.crossover(rows, "a", "b") == pytest.approx(
+        256 * 2**0.5
+    )  # ratio 1/2 -> 2, crosses midway
     assert table1.crossover(rows[:1], "a", "b") is None
 
 
@@ -252,16 +342,28 @@ def test_table1_smoke_and_rerun(tmp_path, monkeypatch):
 def test_table3_rows_scale_the_papers_changes():
     got = table3.changes(ModelConfig.preset("demo"))
     assert list(got) == list(table3.PAPER)
-    assert got["A-h1"][0] == {"h": 1, "d_k": 256, "d_v": 256} and got["A-h32"][0] == {"h": 16, "d_k": 16, "d_v": 16}
+    assert got["A-h1"][0] == {"h": 1, "d_k": 256, "d_v": 256} and got["A-h32"][0] == {
+        "h": 16,
+        "d_k": 16,
+        "d_v": 16,
+    }
     assert got["B-dk16"][0] == {"d_k": 16, "d_v": 64}
     assert [got[f"C-N{n}"][0]["N_enc"] for n in (2, 4, 8)] == [1, 2, 4]
-    assert got["C-d1024"][0] == {"d_model": 512, "d_k": 128, "d_v": 128} and got["D-ls0.2"] == ({}, {"eps_ls": 0.2})
+    assert got["C-d1024"][0] == {"d_model": 512, "d_k": 128, "d_v": 128} and got["D-ls0.2"] == (
+        {},
+        {"eps_ls": 0.2},
+    )
 
 
-@pytest.mark.parametrize("ours, base, paper, paper_base, lower, expected", [
-    (5.0, 4.0, 5.29, 4.92, True, "worse/worse ✓"), (3.0, 4.0, 5.29, 4.92, True, "better/worse ✗"),
-    (20.0, 21.0, 25.8, 25.8, False, "worse/same"), (22.0, 21.0, 26.0, 25.8, False, "better/better ✓"),
-])
+@pytest.mark.parametrize(
+    "ours, base, paper, paper_base, lower, expected",
+    [
+        (5.0, 4.0, 5.29, 4.92, True, "worse/worse ✓"),
+        (3.0, 4.0, 5.29, 4.92, True, "better/worse ✗"),
+        (20.0, 21.0, 25.8, 25.8, False, "worse/same"),
+        (22.0, 21.0, 26.0, 25.8, False, "better/better ✓"),
+    ],
+)
 def test_table3_direction(ours, base, paper, paper_base, lower, expected):
     assert table3.direction(ours, base, paper, paper_base, lower) == expected
 
@@ -272,15 +374,29 @@ def test_table3_direction_within_seed_noise_is_same():
 
 
 def _row(name, ppl, bleu, **variant):
-    return {"name": name, "valid_ppl": ppl, "bleu": bleu, "params": 7.5e6, "tokens_per_s": 1e3, "variant": variant}
+    return {
+        "name": name,
+        "valid_ppl": ppl,
+        "bleu": bleu,
+        "params": 7.5e6,
+        "tokens_per_s": 1e3,
+        "variant": variant,
+    }
 
 
 def test_table3_report_judges_rows_against_the_seed_noise():
-    rows = [_row("base", 40.0, 10.0), _row(table3.SEED_ROW, 42.0, 11.0, seed=2),
-            _row("A-h1", 41.0, 12.0, h=1), _row("C-N2", 50.0, 8.0, N_enc=1, N_dec=1), _row("D-ls0.0", 30.0, 9.5)]
+    rows = [
+        _row("base", 40.0, 10.0),
+        _row(table3.SEED_ROW, 42.0, 11.0, seed=2),
+        _row("A-h1", 41.0, 12.0, h=1),
+        _row("C-N2", 50.0, 8.0, N_enc=1, N_dec=1),
+        _row("D-ls0.0", 30.0, 9.5),
+    ]
     text = table3.report(rows)
     assert "differ by 2.00 in perplexity and 1.00 BLEU" in text
-    assert "| A-h1 |" in text and "| same/worse | better/worse ✗ |" in text  # PPL +1 < 2; BLEU +2 > 1
+    assert (
+        "| A-h1 |" in text and "| same/worse | better/worse ✗ |" in text
+    )  # PPL +1 < 2; BLEU +2 > 1
     assert "| C-N2 |" in text and "| worse/worse ✓ | worse/worse ✓ |" in text
     assert "| D-ls0.0 |" in text and "| better/better ✓ | same/worse |" in text
     assert f"| {table3.SEED_ROW} | (not in the paper" in text and "| - | - |" in text
@@ -310,13 +426,24 @@ def test_table3_smoke_and_rerun(corpus, tmp_path, monkeypatch):
 
 def test_scaling_smoke(corpus, tmp_path):
     rows = run_experiment("scaling", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
-    assert [r["name"] for r in rows] == ["d_k=8 scaled", "d_k=8 unscaled", "d_k=32 scaled", "d_k=32 unscaled"]
+    assert [r["name"] for r in rows] == [
+        "d_k=8 scaled",
+        "d_k=8 unscaled",
+        "d_k=32 scaled",
+        "d_k=32 unscaled",
+    ]
     assert [(r["model"]["h"], r["model"]["scale_attention"]) for r in rows] == [
-        (4, True), (4, False), (1, True), (1, False)]
+        (4, True),
+        (4, False),
+        (1, True),
+        (1, False),
+    ]
     assert all(_finite([r["valid_ppl"], r["bleu"]]) for r in rows)
     ratio = rows[1]["valid_ppl"] / rows[0]["valid_ppl"]
-    assert f"| d_k=8 unscaled | 4 | {rows[1]['valid_ppl']:.3g} | {rows[1]['bleu']:.3g} | {ratio:.3g} |" in (
-        tmp_path / "results.md").read_text()
+    assert (
+        f"| d_k=8 unscaled | 4 | {rows[1]['valid_ppl']:.3g} | {rows[1]['bleu']:.3g} | {ratio:.3g} |"
+        in (tmp_path / "results.md").read_text()
+    )
     assert (tmp_path / "scaling.png").is_file()
 
 
@@ -325,14 +452,24 @@ def test_restricted_smoke(corpus, tmp_path):
     rows = run_experiment("restricted", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
     assert [r["name"] for r in rows] == ["r=1", "r=2", "r=4", "r=8", "r=16", "full"]
     assert [r["model"]["attention_window"] for r in rows] == [1, 2, 4, 8, 16, None]
-    assert all(_finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"], r["decode_sent_per_s"]]) for r in rows)
+    assert all(
+        _finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"], r["decode_sent_per_s"]])
+        for r in rows
+    )
     assert (tmp_path / "restricted.png").is_file()
 
 
 def test_low_resource_trains_on_nested_subsets(corpus, tmp_path):
     rows = run_experiment("low-resource", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
-    n = len(TokenDataset(corpus.data, "train"))  # 158: the tiny corpus keeps pairs of <= 48 subwords
-    assert [(r["name"], r["pairs"]) for r in rows] == [("10%", 16), ("25%", 40), ("50%", 79), ("100%", n)]
+    n = len(
+        TokenDataset(corpus.data, "train")
+    )  # 158: the tiny corpus keeps pairs of <= 48 subwords
+    assert [(r["name"], r["pairs"]) for r in rows] == [
+        ("10%", 16),
+        ("25%", 40),
+        ("50%", 79),
+        ("100%", n),
+    ]
     subsets = [TokenDataset(tmp_path / f"data/{f}", "train") for f in ("0.10", "0.25")]
     small = {tuple(subsets[0].src(i)) for i in range(len(subsets[0]))}
     assert small <= {tuple(subsets[1].src(i)) for i in range(len(subsets[1]))}
@@ -344,7 +481,11 @@ def test_extrapolation_trains_short_and_scores_long(corpus, tmp_path):
     assert [r["name"] for r in rows] == ["sinusoidal", "learned"]
     L = rows[0]["L"]
     train = TokenDataset(tmp_path / f"data/max{L}", "train")
-    assert max(np.maximum(train.src_lens, train.tgt_lens)) <= L < max(TokenDataset(corpus.data, "train").src_lens)
+    assert (
+        max(np.maximum(train.src_lens, train.tgt_lens))
+        <= L
+        < max(TokenDataset(corpus.data, "train").src_lens)
+    )
     for r in rows:
         assert [b["bucket"] for b in r["buckets"]][:2] == ["(0L, 1L]", "(1L, 1.5L]"]
         assert all(0 < b["sentences"] <= 3 and _finite([b["ppl"], b["bleu"]]) for b in r["buckets"])
@@ -356,7 +497,9 @@ def test_extrapolation_trains_short_and_scores_long(corpus, tmp_path):
 
 def test_head_statistics_by_hand():
     n = 4
-    w = torch.stack([torch.eye(n), torch.eye(n).roll(1, dims=0), torch.full((n, n), 1 / n)])  # (3, n, n)
+    w = torch.stack(
+        [torch.eye(n), torch.eye(n).roll(1, dims=0), torch.full((n, n), 1 / n)]
+    )  # (3, n, n)
     w[1, 0] = torch.tensor([1.0, 0, 0, 0])  # query 0 has no previous token: it looks at itself
     stats = head_statistics(w, punctuation=torch.tensor([False, True, False, False]))
     assert stats["itself"].tolist() == [4.0, 1.0, 1.0]
@@ -364,25 +507,47 @@ def test_head_statistics_by_hand():
     assert stats["next"].tolist() == [0.0, 0.0, 0.75]
     assert stats["punctuation"].tolist() == [1.0, 1.0, 1.0]
     assert stats["eos"].tolist() == [1.0, 0.0, 1.0]
-    assert stats["distance"].tolist() == [0.0, 3.0, 5.0]  # uniform: (0+1+2+3)+(1+0+1+2)+(2+1+0+1)+(3+2+1+0) / 4
+    assert stats["distance"].tolist() == [
+        0.0,
+        3.0,
+        5.0,
+    ]  # uniform: (0+1+2+3)+(1+0+1+2)+(2+1+0+1)+(3+2+1+0) / 4
     assert stats["entropy"][:2].tolist() == [0.0, 0.0]
     assert stats["entropy"][2].item() == pytest.approx(n * math.log(n))
     assert set(stats) == {"previous", "next", "itself", "punctuation", "eos", "distance", "entropy"}
 
 
 def test_punctuation_pieces():
-    assert [is_punctuation(p) for p in ("▁,", ".", "»;", "▁", "▁and", "a.")] == [True, True, True, False, False, False]
+    assert [is_punctuation(p) for p in ("▁,", ".", "»;", "▁", "▁and", "a.")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_heads_smoke(corpus, tmp_path):
     from aiayn.train import TrainConfig
     from aiayn.train.trainer import Trainer
 
-    cfg = TrainConfig(data=str(corpus.data), out=str(tmp_path / "run"), preset="tiny", max_src_tokens=400,
-                      max_tgt_tokens=400, max_updates=2, save_every_minutes=None, validate=False, num_threads=1)
+    cfg = TrainConfig(
+        data=str(corpus.data),
+        out=str(tmp_path / "run"),
+        preset="tiny",
+        max_src_tokens=400,
+        max_tgt_tokens=400,
+        max_updates=2,
+        save_every_minutes=None,
+        validate=False,
+        num_threads=1,
+    )
     checkpoint = Trainer(cfg).run()["checkpoint"]
     out = tmp_path / "heads"
-    result = run_experiment("heads", out, read_budget(["sentences=5"]), checkpoint=checkpoint, valid=corpus.valid)
+    result = run_experiment(
+        "heads", out, read_budget(["sentences=5"]), checkpoint=checkpoint, valid=corpus.valid
+    )
     assert [r["name"] for r in result["rows"]] == ["layer 1", "layer 2"]
     for r in result["rows"]:
         assert r["sentences"] == 5 and [h["head"] for h in r["heads"]] == [1, 2, 3, 4]

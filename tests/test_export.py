@@ -60,32 +60,66 @@ def test_a_failed_export_leaves_the_previous_one(tmp_path):
 
 
 def test_every_deviation_is_named():
-    cfg = ModelConfig.preset("tiny", norm="pre", positional="learned", scale_attention=False,
-                             attention_window=3, d_k=4, d_v=4)
-    assert sorted(deviations(cfg)) == ["attention_window", "d_k", "norm", "positional", "scale_attention"]
+    cfg = ModelConfig.preset(
+        "tiny",
+        norm="pre",
+        positional="learned",
+        scale_attention=False,
+        attention_window=3,
+        d_k=4,
+        d_v=4,
+    )
+    assert sorted(deviations(cfg)) == [
+        "attention_window",
+        "d_k",
+        "norm",
+        "positional",
+        "scale_attention",
+    ]
     assert deviations(ModelConfig.preset("tiny")) == {}
-    with pytest.raises(ExportError, match=r"X cannot represent this model: scale_attention=False.*; attention_window=3"):
+    with pytest.raises(
+        ExportError,
+        match=r"X cannot represent this model: scale_attention=False.*; attention_window=3",
+    ):
         refuse_unsupported(cfg, "X", supported={"norm", "positional", "d_k"})
 
 
 def test_cli_refuses_a_foreign_out_in_one_line(tmp_path, capsys):
     model = Transformer(ModelConfig.preset("tiny"))
-    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None
+    )
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "mine.txt").write_text("keep me")
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--checkpoint", str(ckpt), "--to", "hf", "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("aiayn export: error: --out") and "not an aiayn export" in err[0]
+    assert (
+        len(err) == 1
+        and err[0].startswith("aiayn export: error: --out")
+        and "not an aiayn export" in err[0]
+    )
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep me"
 
 
 def test_cli_needs_the_checkpoint_vocabulary(tmp_path, capsys):
     model = Transformer(ModelConfig.preset("tiny"))
-    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None
+    )
     with pytest.raises(SystemExit):
-        main(["export", "--checkpoint", str(ckpt), "--to", "ctranslate2", "--out", str(tmp_path / "out")])
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(ckpt),
+                "--to",
+                "ctranslate2",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
     assert "no spm.model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -99,8 +133,12 @@ def test_a_model_converted_for_decoding_is_refused(mode):
     model = Transformer(ModelConfig.preset("tiny")).eval()
     refuse_decoding_form(model)  # as trained: accepted
     converted = for_decoding(model, mode)
-    if mode is None and all(type(m) is torch.nn.Linear for m in converted.modules() if hasattr(m, "in_features")):
-        pytest.skip("this PyTorch has no oneDNN: for_decoding(model) leaves the Linear layers as they are")
+    if mode is None and all(
+        type(m) is torch.nn.Linear for m in converted.modules() if hasattr(m, "in_features")
+    ):
+        pytest.skip(
+            "this PyTorch has no oneDNN: for_decoding(model) leaves the Linear layers as they are"
+        )
     with pytest.raises(ExportError, match="packed or quantized for decoding"):
         refuse_decoding_form(converted)
     pytest.importorskip("transformers")

@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 
 ctranslate2 = pytest.importorskip(
-    "ctranslate2", reason="the ctranslate2 export needs ctranslate2: pip install -e '.[export]'")
+    "ctranslate2", reason="the ctranslate2 export needs ctranslate2: pip install -e '.[export]'"
+)
 
 from _export_models import corpus_lines, seeded_model, trained_like_model  # noqa: E402
+
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.checkpoint import save_checkpoint  # noqa: E402
 from aiayn.cli.main import main  # noqa: E402
@@ -22,8 +24,13 @@ from aiayn.decode import DecodeConfig, decode_ids  # noqa: E402
 from aiayn.export import MARKER, ExportError  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces  # noqa: E402
 
-VARIANTS = [("tiny", {}), ("tiny", {"norm": "pre"}), ("tiny", {"positional": "learned"}),
-            ("tiny", {"share_embeddings": False}), ("demo", {})]
+VARIANTS = [
+    ("tiny", {}),
+    ("tiny", {"norm": "pre"}),
+    ("tiny", {"positional": "learned"}),
+    ("tiny", {"share_embeddings": False}),
+    ("demo", {}),
+]
 IDS = ["tiny", "tiny-pre-LN", "tiny-learned-positions", "tiny-unshared", "demo-shape"]
 
 
@@ -48,8 +55,13 @@ def test_log_probs_equal_ours(vocab, tmp_path, preset, overrides):
         src, ref = vocab.encode(src_line), vocab.encode(ref_line)
         theirs = tr.score_batch([pieces(vocab, src)], [pieces(vocab, ref)])[0].log_probs
         with torch.no_grad():
-            lprobs = F.log_softmax(model(torch.tensor([src + [vocab.eos_id]]), torch.tensor([[vocab.bos_id] + ref])), -1)[0]
-        ours = lprobs[torch.arange(len(ref) + 1), torch.tensor(ref + [vocab.eos_id])]  # ref then eos
+            lprobs = F.log_softmax(
+                model(torch.tensor([src + [vocab.eos_id]]), torch.tensor([[vocab.bos_id] + ref])),
+                -1,
+            )[0]
+        ours = lprobs[
+            torch.arange(len(ref) + 1), torch.tensor(ref + [vocab.eos_id])
+        ]  # ref then eos
         torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-5, rtol=0)
 
 
@@ -59,7 +71,10 @@ def test_beam_outputs_equal_ours(vocab, tmp_path, preset, overrides):
     tr = translator(export_ctranslate2(model, vocab, tmp_path / "ct2"))
     sources = [vocab.encode(line) for line in corpus_lines("test", 0, 12)] + [[]]
     config = DecodeConfig(max_len_a=0.5, max_len_b=8)
-    ours = [h[0].tokens if h else [] for h in decode_ids(model, [s + [vocab.eos_id] if s else [] for s in sources], config)]
+    ours = [
+        h[0].tokens if h else []
+        for h in decode_ids(model, [s + [vocab.eos_id] if s else [] for s in sources], config)
+    ]
     theirs = translate_pieces(tr, [pieces(vocab, s) for s in sources], config)
     assert len({len(o) for o in ours}) > 1  # outputs of several lengths, some cut at the limit
     assert theirs == [pieces(vocab, o) for o in ours]
@@ -75,11 +90,14 @@ def test_int8_quantization_shrinks_the_weights(vocab, tmp_path):
         export_ctranslate2(model, vocab, tmp_path / "bad", quantization="int3")
 
 
-@pytest.mark.parametrize("overrides, named", [
-    ({"scale_attention": False}, "scale_attention=False"),
-    ({"attention_window": 4}, "restricted attention"),
-    ({"d_k": 4, "d_v": 4}, "d_k=4"),
-])
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ({"scale_attention": False}, "scale_attention=False"),
+        ({"attention_window": 4}, "restricted attention"),
+        ({"d_k": 4, "d_v": 4}, "d_k=4"),
+    ],
+)
 def test_refuses_what_ctranslate2_cannot_represent(vocab, tmp_path, overrides, named):
     model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), **overrides))
     with pytest.raises(ExportError, match=f"CTranslate2 cannot represent this model: .*{named}"):
@@ -89,27 +107,60 @@ def test_refuses_what_ctranslate2_cannot_represent(vocab, tmp_path, overrides, n
 
 def test_cli_exports_a_checkpoint_and_replaces_its_own_export(vocab, tmp_path, capsys):
     model = trained_like_model(len(vocab))
-    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path)
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path
+    )
     out = tmp_path / "ct2"
     for _ in range(2):  # the second run replaces the first export
-        main(["export", "--checkpoint", str(ckpt), "--to", "ctranslate2", "--out", str(out), "--quantization", "int8"])
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(ckpt),
+                "--to",
+                "ctranslate2",
+                "--out",
+                str(out),
+                "--quantization",
+                "int8",
+            ]
+        )
     assert f"-> {out}" in capsys.readouterr().out
     assert {"model.bin", "spm.model", MARKER} <= {p.name for p in out.iterdir()}
     line = corpus_lines("test", 0, 1)[0]
     result = translator(out).translate_batch([pieces(vocab, vocab.encode(line))], beam_size=1)[0]
-    ours = decode_ids(model, [vocab.encode(line) + [vocab.eos_id]], DecodeConfig(beam=1, max_len_a=0, max_len_b=256))
-    assert result.hypotheses[0][:3] == pieces(vocab, ours[0][0].tokens)[:3]  # int8: the first steps agree
+    ours = decode_ids(
+        model,
+        [vocab.encode(line) + [vocab.eos_id]],
+        DecodeConfig(beam=1, max_len_a=0, max_len_b=256),
+    )
+    assert (
+        result.hypotheses[0][:3] == pieces(vocab, ours[0][0].tokens)[:3]
+    )  # int8: the first steps agree
 
 
 DEMO = os.environ.get("AIAYN_EXPORT_CHECKPOINT")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not DEMO, reason="set AIAYN_EXPORT_CHECKPOINT (e.g. runs/demo/averaged) and AIAYN_EXPORT_DATA")
+@pytest.mark.skipif(
+    not DEMO, reason="set AIAYN_EXPORT_CHECKPOINT (e.g. runs/demo/averaged) and AIAYN_EXPORT_DATA"
+)
 def test_demo_test_split_agrees_on_99_percent():
     """The full split: minutes, not seconds; hence slow and opt-in."""
     script = Path(__file__).parents[1] / "scripts" / "export_agreement.py"
-    run = subprocess.run([sys.executable, str(script), "--checkpoint", DEMO, "--data",
-                          os.environ["AIAYN_EXPORT_DATA"], "--require-ct2", "0.99"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--checkpoint",
+            DEMO,
+            "--data",
+            os.environ["AIAYN_EXPORT_DATA"],
+            "--require-ct2",
+            "0.99",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout + run.stderr

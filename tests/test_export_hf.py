@@ -4,9 +4,11 @@ import pytest
 import torch
 
 transformers = pytest.importorskip(
-    "transformers", reason="the hf export needs transformers: pip install -e '.[export]'")
+    "transformers", reason="the hf export needs transformers: pip install -e '.[export]'"
+)
 
 from _export_models import corpus_lines, seeded_model, trained_like_model  # noqa: E402
+
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.decode import DecodeConfig, decode_ids  # noqa: E402
@@ -27,11 +29,16 @@ def test_marians_positions_are_ours_permuted(d_model):
     marian = MarianSinusoidalPositionalEmbedding(300, d_model).create_weight()
     ours = sinusoidal_encoding(300, d_model)[:, marian_permutation(d_model)]
     torch.testing.assert_close(ours, marian, atol=1e-6, rtol=0)
-    assert not torch.allclose(sinusoidal_encoding(300, d_model), marian, atol=1e-3)  # the layouts differ
+    assert not torch.allclose(
+        sinusoidal_encoding(300, d_model), marian, atol=1e-3
+    )  # the layouts differ
 
 
-@pytest.mark.parametrize("preset, overrides", [("tiny", {}), ("tiny", {"share_embeddings": False}), ("demo", {})],
-                         ids=["tiny", "tiny-unshared", "demo-shape"])
+@pytest.mark.parametrize(
+    "preset, overrides",
+    [("tiny", {}), ("tiny", {"share_embeddings": False}), ("demo", {})],
+    ids=["tiny", "tiny-unshared", "demo-shape"],
+)
 def test_logits_equal_ours_on_padded_real_sentences(vocab, tmp_path, preset, overrides):
     model = seeded_model(len(vocab), preset, **overrides)
     out = export_hf(model, vocab, tmp_path / "hf")
@@ -52,9 +59,15 @@ def test_logits_equal_ours_on_padded_real_sentences(vocab, tmp_path, preset, ove
 def test_tokenizer_round_trips_unicode(tmp_path, vocab):
     lines = corpus_lines("train", 0, 200) + corpus_lines("train", 1, 200)
     byte_vocab = Vocab.train(lines, tmp_path / "spm", vocab_size=400, byte_fallback=True)
-    out = export_hf(Transformer(ModelConfig.preset("tiny", vocab_size=400)), byte_vocab, tmp_path / "hf")
+    out = export_hf(
+        Transformer(ModelConfig.preset("tiny", vocab_size=400)), byte_vocab, tmp_path / "hf"
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    for text in ["¿Dónde está el niño? «Ñandú» — naïve café", "日本語の文 🙂 Ελληνικά", "In the beginning"]:
+    for text in [
+        "¿Dónde está el niño? «Ñandú» — naïve café",
+        "日本語の文 🙂 Ελληνικά",
+        "In the beginning",
+    ]:
         ids = tokenizer(text).input_ids
         assert ids == byte_vocab.encode(text) + [byte_vocab.eos_id]
         assert tokenizer.decode(ids, skip_special_tokens=True) == byte_vocab.decode(ids) == text
@@ -69,21 +82,27 @@ def test_greedy_generate_equals_our_greedy_search(vocab, tmp_path):
     batch = tokenizer(lines, padding=True, return_tensors="pt")
     generated = marian.generate(**batch, num_beams=1, max_new_tokens=12, max_length=None)
     theirs = [row[1:] for row in generated.tolist()]  # without the decoder start (bos)
-    ours = decode_ids(model, [vocab.encode(line) + [vocab.eos_id] for line in lines],
-                      DecodeConfig(beam=1, max_len_a=0, max_len_b=12))
+    ours = decode_ids(
+        model,
+        [vocab.encode(line) + [vocab.eos_id] for line in lines],
+        DecodeConfig(beam=1, max_len_a=0, max_len_b=12),
+    )
     ours = [h[0].tokens + ([vocab.eos_id] if h[0].length > len(h[0].tokens) else []) for h in ours]
     assert any(vocab.eos_id in row for row in ours) and any(len(row) == 12 for row in ours)
     assert [row[: len(o)] for row, o in zip(theirs, ours)] == ours
-    assert all(set(row[len(o):]) <= {vocab.pad_id} for row, o in zip(theirs, ours))
+    assert all(set(row[len(o) :]) <= {vocab.pad_id} for row, o in zip(theirs, ours))
 
 
-@pytest.mark.parametrize("overrides, named", [
-    ({"norm": "pre"}, "pre-LN"),
-    ({"positional": "learned"}, "learned"),
-    ({"scale_attention": False}, "scale_attention=False"),
-    ({"attention_window": 4}, "restricted attention"),
-    ({"d_k": 4, "d_v": 4}, "d_k=4"),
-])
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ({"norm": "pre"}, "pre-LN"),
+        ({"positional": "learned"}, "learned"),
+        ({"scale_attention": False}, "scale_attention=False"),
+        ({"attention_window": 4}, "restricted attention"),
+        ({"d_k": 4, "d_v": 4}, "d_k=4"),
+    ],
+)
 def test_refuses_what_marian_cannot_represent(vocab, tmp_path, overrides, named):
     model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), **overrides))
     with pytest.raises(ExportError, match=f"MarianMT cannot represent this model: .*{named}"):

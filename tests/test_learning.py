@@ -41,7 +41,9 @@ def test_tiny_model_learns_task_exactly(task):
     1,000 updates, usually 200-350), then require 100% exact match on a separate test sample."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    cfg = ModelConfig(N_enc=2, N_dec=2, d_model=64, d_ff=128, h=4, P_drop=0.0, vocab_size=VOCAB, max_len=32)
+    cfg = ModelConfig(
+        N_enc=2, N_dec=2, d_model=64, d_ff=128, h=4, P_drop=0.0, vocab_size=VOCAB, max_len=32
+    )
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)
     eos = torch.full((64, 1), EOS)

@@ -38,8 +38,12 @@ def test_pinned_value() -> None:
     logits = torch.tensor([[0.0, 1.0, 2.0, 3.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
     loss, nll = label_smoothed_nll(logits, torch.tensor([3, 0]), 0.1)
     lse0 = torch.logsumexp(logits[0], 0).item()  # 3.4401896985611957
-    assert nll.item() == pytest.approx((lse0 - 3.0) + (1.0 + torch.log(torch.tensor(4.0)).item() - 1.0))
-    assert loss.item() == pytest.approx(lse0 - 0.9 * 3.0 - 0.1 * 1.5 + torch.log(torch.tensor(4.0)).item())
+    assert nll.item() == pytest.approx(
+        (lse0 - 3.0) + (1.0 + torch.log(torch.tensor(4.0)).item() - 1.0)
+    )
+    assert loss.item() == pytest.approx(
+        lse0 - 0.9 * 3.0 - 0.1 * 1.5 + torch.log(torch.tensor(4.0)).item()
+    )
 
 
 def test_gradient_of_both_outputs() -> None:

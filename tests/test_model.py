@@ -133,7 +133,9 @@ def test_output_mask_selects_positions():
 # tiny (d 32, d_ff 64, h 4, N 2, vocab 100): attention 4*32*32 + 4*32 = 4,224;
 #   FFN 2*32*64 + 64 + 32 = 4,192; encoder 2*(4,224 + 4,192 + 128) = 17,088;
 #   decoder 2*(8,448 + 4,192 + 192) = 25,664; embedding 3,200  total = 45,952
-@pytest.mark.parametrize("name, expected", [("base", 63_082_496), ("big", 214_245_376), ("tiny", 45_952)])
+@pytest.mark.parametrize(
+    "name, expected", [("base", 63_082_496), ("big", 214_245_376), ("tiny", 45_952)]
+)
 def test_parameter_counts(name, expected):
     cfg = ModelConfig.preset(name)
     assert count_parameters(cfg) == expected
@@ -168,7 +170,9 @@ def test_sinusoidal_encoding_values():
     assert pe[0, 0] == 0 and pe[0, 1] == 1
     # PE(pos, 2i) = sin(pos / 10000^(2i/d)): pos 3, i 1, d 8 -> sin(3 / 10)
     assert pe[3, 2].item() == pytest.approx(torch.sin(torch.tensor(0.3)).item(), abs=1e-6)
-    assert pe[7, 5].item() == pytest.approx(torch.cos(torch.tensor(7 / 10000 ** 0.5)).item(), abs=1e-6)
+    assert pe[7, 5].item() == pytest.approx(
+        torch.cos(torch.tensor(7 / 10000**0.5)).item(), abs=1e-6
+    )
 
 
 def test_embedding_scaled_by_sqrt_d_model():
@@ -249,7 +253,9 @@ def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
             memory, mask, sentences = memory[keep], mask[keep], sentences[keep]
         else:
             cache.select(rows)
-        prefixes = torch.cat([prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1)
+        prefixes = torch.cat(
+            [prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1
+        )
         b = k
     assert sentences.tolist() == [2] and len(buffers) == 2
 
@@ -273,7 +279,9 @@ def test_attention_mask_is_the_definition(causal, window, T):
                 for j in range(S):
                     ok = (not causal or j <= i) and (window is None or abs(i - j) <= window)
                     if padding is not None:
-                        ok = (ok and bool(keys[b, 0, 0, j])) or (j == i and (causal or window is not None))
+                        ok = (ok and bool(keys[b, 0, 0, j])) or (
+                            j == i and (causal or window is not None)
+                        )
                     expected[b, 0, q, j] = ok
         assert torch.equal(mask.expand(2, 1, T, S), expected)
         if padding is not None:  # every query sees at least one key: the softmax stays finite
@@ -281,7 +289,7 @@ def test_attention_mask_is_the_definition(causal, window, T):
 
 
 def test_init_schemes_draw_what_they_promise():
-    """"xavier": zero biases, one Xavier bound over a stacked W_QKV; "fairseq": W_Q, W_K, W_V
+    """ "xavier": zero biases, one Xavier bound over a stacked W_QKV; "fairseq": W_Q, W_K, W_V
     each Xavier with gain 1/sqrt(2), PyTorch-default biases, feed-forward weights within
     1/sqrt(fan_in) (W_2 about half of Xavier's bound). Embeddings and W_O alike in both."""
     cfg = ModelConfig.preset("tiny")
@@ -295,10 +303,18 @@ def test_init_schemes_draw_what_they_promise():
         assert torch.count_nonzero(layer.self_attn.W_O.bias) == 0
         assert layer.self_attn.W_O.weight.abs().max() <= (6 / (2 * d)) ** 0.5
         emb = model.src_embed.tokens.weight
-        assert abs(emb[1:].std().item() - d**-0.5) < 0.1 * d**-0.5 and torch.count_nonzero(emb[cfg.pad_id]) == 0
+        assert (
+            abs(emb[1:].std().item() - d**-0.5) < 0.1 * d**-0.5
+            and torch.count_nonzero(emb[cfg.pad_id]) == 0
+        )
     x_layer, f_layer = xavier.encoder[0], fairseq.encoder[0]
-    assert torch.count_nonzero(x_layer.self_attn.W_QKV.bias) == 0 and torch.count_nonzero(x_layer.feed_forward.W_2.bias) == 0
-    assert x_layer.feed_forward.W_2.weight.abs().max() > d_ff**-0.5  # Xavier's bound sqrt(6/(d+d_ff)) is wider
+    assert (
+        torch.count_nonzero(x_layer.self_attn.W_QKV.bias) == 0
+        and torch.count_nonzero(x_layer.feed_forward.W_2.bias) == 0
+    )
+    assert (
+        x_layer.feed_forward.W_2.weight.abs().max() > d_ff**-0.5
+    )  # Xavier's bound sqrt(6/(d+d_ff)) is wider
     assert f_layer.feed_forward.W_2.weight.abs().max() <= d_ff**-0.5
     assert 0 < f_layer.feed_forward.W_2.bias.abs().max() <= d_ff**-0.5
     assert 0 < f_layer.self_attn.W_QKV.bias.abs().max() <= d**-0.5
@@ -306,4 +322,7 @@ def test_init_schemes_draw_what_they_promise():
         assert block.abs().max() <= 2**-0.5 * (6 / (2 * d)) ** 0.5
         assert block.abs().max() > 0.9 * 2**-0.5 * (6 / (2 * d)) ** 0.5  # and fills its range
     cross = fairseq.decoder[0].src_attn
-    assert cross.W_Q.weight.abs().max() <= 2**-0.5 * (6 / (2 * d)) ** 0.5 and torch.count_nonzero(cross.W_KV.bias) > 0
+    assert (
+        cross.W_Q.weight.abs().max() <= 2**-0.5 * (6 / (2 * d)) ** 0.5
+        and torch.count_nonzero(cross.W_KV.bias) > 0
+    )

@@ -19,8 +19,18 @@ from aiayn.train import load_train_config
 from aiayn.train.config import bundled_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = [f"corpus/bible/{split}.{side}.gz" for split in ("train", "valid", "test") for side in ("en", "es", "ref")]
-PACKAGE_DATA = ["py.typed", "corpus/bible/README.md", *CORPUS, "configs/wmt14-base.yaml", "configs/parsing-sample.yaml"]
+CORPUS = [
+    f"corpus/bible/{split}.{side}.gz"
+    for split in ("train", "valid", "test")
+    for side in ("en", "es", "ref")
+]
+PACKAGE_DATA = [
+    "py.typed",
+    "corpus/bible/README.md",
+    *CORPUS,
+    "configs/wmt14-base.yaml",
+    "configs/parsing-sample.yaml",
+]
 
 
 def test_bundled_corpus_is_package_data_of_the_imported_package():
@@ -34,29 +44,50 @@ def test_bundled_corpus_is_package_data_of_the_imported_package():
 def test_bundled_recipes_load_by_name_and_a_file_on_disk_wins(tmp_path, monkeypatch):
     assert sorted(bundled_configs()) == ["parsing-sample", "wmt14-base"]
     wmt = load_train_config("wmt14-base", ["update_freq=8"])
-    assert (wmt.preset, wmt.data, wmt.max_src_tokens, wmt.update_freq) == ("base", "work/wmt14-ende", 3200, 8)
+    assert (wmt.preset, wmt.data, wmt.max_src_tokens, wmt.update_freq) == (
+        "base",
+        "work/wmt14-ende",
+        3200,
+        8,
+    )
     parsing = load_train_config("parsing-sample")
-    assert (parsing.preset, parsing.model["norm"], parsing.max_minutes) == ("parsing-cpu", "pre", 30)
+    assert (parsing.preset, parsing.model["norm"], parsing.max_minutes) == (
+        "parsing-cpu",
+        "pre",
+        30,
+    )
     monkeypatch.chdir(tmp_path)
     Path("wmt14-base").write_text("preset: tiny\n")
-    with pytest.raises(ValueError, match="wmt14-base: config files are .yaml"):  # the user's file, not ours
+    with pytest.raises(
+        ValueError, match="wmt14-base: config files are .yaml"
+    ):  # the user's file, not ours
         load_train_config("wmt14-base")
-    with pytest.raises(FileNotFoundError, match="no bundled config of that name .bundled: parsing-sample, wmt14"):
+    with pytest.raises(
+        FileNotFoundError, match="no bundled config of that name .bundled: parsing-sample, wmt14"
+    ):
         load_train_config("wmt14-big")
 
 
 def test_unknown_recipe_is_one_clear_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    result = subprocess.run([sys.executable, "-m", "aiayn", "train", "wmt14-bigg"], capture_output=True,
-                            text=True, cwd=tmp_path, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "train", "wmt14-bigg"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "aiayn train: error: wmt14-bigg: no such config file, and no bundled config of that name "
-        "(bundled: parsing-sample, wmt14-base)"]
+        "(bundled: parsing-sample, wmt14-base)"
+    ]
 
 
 def _run(cmd: list, cwd: Path, env: dict, stdin: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, input=stdin, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=env, input=stdin, capture_output=True, text=True
+    )
     assert result.returncode == 0, f"{cmd}\n{result.stdout}\n{result.stderr}"
     return result
 
@@ -65,11 +96,34 @@ def _build(dist: Path) -> tuple[Path, Path]:
     """sdist, then the wheel from the sdist (as `python -m build` does), offline: the wheel can
     only hold what the sdist carried, and no stale build/ directory of the checkout leaks in."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([sys.executable, "-c", "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])",
-          dist], ROOT, env)
+    _run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])",
+            dist,
+        ],
+        ROOT,
+        env,
+    )
     (sdist,) = dist.glob("aiayn-*.tar.gz")
-    _run([sys.executable, "-m", "pip", "wheel", sdist, "--no-deps", "--no-build-isolation", "--no-index",
-          "-q", "-w", dist], dist, env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            sdist,
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            dist,
+        ],
+        dist,
+        env,
+    )
     (wheel,) = dist.glob("aiayn-*.whl")
     return sdist, wheel
 
@@ -80,8 +134,12 @@ def _venv_reusing_installed_packages(venv: Path, env: dict) -> Path:
     sys.path (the .pth files inside it are not run), so an editable aiayn here stays invisible."""
     _run([sys.executable, "-m", "venv", "--without-pip", venv], venv.parent, env)
     python = venv / "bin" / "python"
-    purelib = _run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], venv.parent, env)
-    Path(purelib.stdout.strip(), "reuse-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    purelib = _run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], venv.parent, env
+    )
+    Path(purelib.stdout.strip(), "reuse-test-env.pth").write_text(
+        "\n".join(site.getsitepackages()) + "\n"
+    )
     return python
 
 
@@ -92,39 +150,97 @@ def test_wheel_runs_prepare_train_translate_info_from_any_directory(tmp_path):
     sdist, wheel = _build(dist)
     in_sdist = tarfile.open(sdist).getnames()
     top = f"{sdist.name.removesuffix('.tar.gz')}/"
-    for name in [*(f"src/aiayn/{p}" for p in PACKAGE_DATA), "tests/test_package.py", "README.md", "MANIFEST.in"]:
+    for name in [
+        *(f"src/aiayn/{p}" for p in PACKAGE_DATA),
+        "tests/test_package.py",
+        "README.md",
+        "MANIFEST.in",
+    ]:
         assert top + name in in_sdist, name
     in_wheel = zipfile.ZipFile(wheel).namelist()
     assert all(f"aiayn/{p}" in in_wheel for p in PACKAGE_DATA)
     for name in in_sdist + in_wheel:
-        assert not any(part in {"runs", "work", ".venv", "__pycache__", "build", "dist"}
-                       for part in Path(name).parts[1:]), name
+        assert not any(
+            part in {"runs", "work", ".venv", "__pycache__", "build", "dist"}
+            for part in Path(name).parts[1:]
+        ), name
         assert not name.endswith(".pyc"), name
     assert not any(name.startswith(("tests/", "configs/", "data/")) for name in in_wheel)
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     python = _venv_reusing_installed_packages(tmp_path / "venv", env)
-    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", "-q", wheel],
-         tmp_path, env)
+    _run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--ignore-installed",
+            "-q",
+            wheel,
+        ],
+        tmp_path,
+        env,
+    )
     aiayn_cmd = tmp_path / "venv" / "bin" / "aiayn"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = _run([python, "-c", "import aiayn.data, aiayn.train.config as c; "
-                  "print(aiayn.__file__); print(aiayn.data.bundled_corpus_paths()['train'][0]); "
-                  "print(c.find_config('wmt14-base'))"], elsewhere, env).stdout.splitlines()
+    where = _run(
+        [
+            python,
+            "-c",
+            "import aiayn.data, aiayn.train.config as c; "
+            "print(aiayn.__file__); print(aiayn.data.bundled_corpus_paths()['train'][0]); "
+            "print(c.find_config('wmt14-base'))",
+        ],
+        elsewhere,
+        env,
+    ).stdout.splitlines()
     installed = tmp_path / "venv" / "lib"
     assert all(Path(p).is_relative_to(installed) for p in where), where
 
-    prep = _run([aiayn_cmd, "prepare", "--bundled", "--out", "work/bible", "--vocab-size", "500"], elsewhere, env)
+    prep = _run(
+        [aiayn_cmd, "prepare", "--bundled", "--out", "work/bible", "--vocab-size", "500"],
+        elsewhere,
+        env,
+    )
     meta = json.loads((elsewhere / "work/bible/meta.json").read_text())
-    assert {s: meta["splits"][s]["read"] for s in ("train", "valid", "test")} == \
-        {"train": 27959, "valid": 1403, "test": 1523}
+    assert {s: meta["splits"][s]["read"] for s in ("train", "valid", "test")} == {
+        "train": 27959,
+        "valid": 1403,
+        "test": 1523,
+    }
     assert json.loads(prep.stdout)["vocab_size"] == 500
     assert f"aiayn prepare: wrote {elsewhere / 'work/bible'}" in prep.stderr
 
-    train = _run([aiayn_cmd, "train", "--set", "preset=tiny", "--set", "data=work/bible", "--set", "out=runs/tiny",
-                  "--set", "max_updates=3", "--set", "warmup=1", "--set", "validate=false",
-                  "--set", "max_src_tokens=500", "--set", "max_tgt_tokens=500", "--device", "cpu"], elsewhere, env)
+    train = _run(
+        [
+            aiayn_cmd,
+            "train",
+            "--set",
+            "preset=tiny",
+            "--set",
+            "data=work/bible",
+            "--set",
+            "out=runs/tiny",
+            "--set",
+            "max_updates=3",
+            "--set",
+            "warmup=1",
+            "--set",
+            "validate=false",
+            "--set",
+            "max_src_tokens=500",
+            "--set",
+            "max_tgt_tokens=500",
+            "--device",
+            "cpu",
+        ],
+        elsewhere,
+        env,
+    )
     summary = json.loads(train.stdout)
     checkpoint = elsewhere / "runs/tiny/checkpoints/update_0000003"
     assert summary["updates"] == 3 and Path(summary["checkpoint"]).resolve() == checkpoint
@@ -132,8 +248,19 @@ def test_wheel_runs_prepare_train_translate_info_from_any_directory(tmp_path):
     assert f"aiayn train: wrote {elsewhere / 'runs/tiny'}" in train.stderr
 
     line = "In the beginning God created the heavens and the earth.\n"
-    out = _run([aiayn_cmd, "translate", "--checkpoint", "runs/tiny/checkpoints/update_0000003", "--beam", "1"],
-               elsewhere, env, stdin=line)
+    out = _run(
+        [
+            aiayn_cmd,
+            "translate",
+            "--checkpoint",
+            "runs/tiny/checkpoints/update_0000003",
+            "--beam",
+            "1",
+        ],
+        elsewhere,
+        env,
+        stdin=line,
+    )
     assert len(out.stdout.splitlines()) == 1
 
     info = _run([aiayn_cmd, "info", "--presets"], elsewhere, env)

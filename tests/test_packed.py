@@ -13,7 +13,9 @@ from torch import nn
 import aiayn
 from aiayn.decode import for_decoding, packed
 
-pytestmark = pytest.mark.skipif(not packed.available(), reason="this PyTorch has no oneDNN linear ops")
+pytestmark = pytest.mark.skipif(
+    not packed.available(), reason="this PyTorch has no oneDNN linear ops"
+)
 
 
 def model_pair(**overrides) -> tuple[aiayn.Transformer, aiayn.Transformer]:
@@ -45,8 +47,12 @@ def test_packed_logits_equal_plain(overrides):
     mask = plain.src_mask(src)
     cache_plain = cache_fast = None
     for t in range(tgt.size(1)):
-        step_plain, cache_plain = plain.decode_step(tgt[:, t : t + 1], memory_plain, mask, cache_plain, max_len=8)
-        step_fast, cache_fast = fast.decode_step(tgt[:, t : t + 1], memory_fast, mask, cache_fast, max_len=8)
+        step_plain, cache_plain = plain.decode_step(
+            tgt[:, t : t + 1], memory_plain, mask, cache_plain, max_len=8
+        )
+        step_fast, cache_fast = fast.decode_step(
+            tgt[:, t : t + 1], memory_fast, mask, cache_fast, max_len=8
+        )
         torch.testing.assert_close(step_fast, step_plain, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(step_fast, full_plain[:, t], atol=1e-4, rtol=1e-4)
 
@@ -57,7 +63,9 @@ def test_packing_replaces_every_linear_and_keeps_the_embedding():
     n_linear = sum(1 for m in plain.modules() if type(m) is nn.Linear)
     assert sum(1 for m in fast.modules() if isinstance(m, packed.PackedLinear)) == n_linear
     # The tied output projection got its own packed copy; the embedding matrix is untouched.
-    torch.testing.assert_close(fast.src_embed.tokens.weight, plain.src_embed.tokens.weight, atol=0, rtol=0)
+    torch.testing.assert_close(
+        fast.src_embed.tokens.weight, plain.src_embed.tokens.weight, atol=0, rtol=0
+    )
     # Packed weights are not parameters: nothing to train, save or move by accident.
     assert sum(p.numel() for p in fast.parameters()) < sum(p.numel() for p in plain.parameters())
     assert any(".W_" in k for k in plain.state_dict())

@@ -17,18 +17,6 @@ from _ptb_sample import FIXTURE_DIR, fixture_split, require_ptb_dir
 
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
-from aiayn.parsing.pipeline import (
-    MIN_INDEX_TOKENS,
-    _parse_words,
-    evaluate_parser,
-    ids_to_tokens,
-    leaf_tokens,
-    parse_lines,
-    prepare_parsing,
-    prepared_leaves,
-    text_paths,
-    tree_constraint,
-)
 from aiayn.parsing import (
     WsjSplit,
     delinearize,
@@ -40,6 +28,18 @@ from aiayn.parsing import (
     read_treebank,
     split_wsj_sample,
     to_bracketed,
+)
+from aiayn.parsing.pipeline import (
+    MIN_INDEX_TOKENS,
+    _parse_words,
+    evaluate_parser,
+    ids_to_tokens,
+    leaf_tokens,
+    parse_lines,
+    prepare_parsing,
+    prepared_leaves,
+    text_paths,
+    tree_constraint,
 )
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
@@ -69,7 +69,9 @@ def treebank(request) -> tuple[WsjSplit, dict[str, int]]:
 
 
 def _prepare(split: WsjSplit, vocab_size: dict[str, int], out, leaves: str = "XX") -> dict:
-    return prepare_parsing(split.train, split.dev, split.test, out, vocab_size=vocab_size[leaves], leaves=leaves)
+    return prepare_parsing(
+        split.train, split.dev, split.test, out, vocab_size=vocab_size[leaves], leaves=leaves
+    )
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +109,9 @@ def test_bracket_tokens_are_single_pieces(prepared):
         pieces = [vocab.id_to_piece(i) for i in vocab.encode(line)]
         assert pieces == [BOUNDARY + tok for tok in line.split()]
     # ... while the words of the source side are still split into subwords.
-    assert summary["splits"]["train"]["src_tokens"] > sum(len(s.split()) for s in _lines(text_paths(out, "train")[0]))
+    assert summary["splits"]["train"]["src_tokens"] > sum(
+        len(s.split()) for s in _lines(text_paths(out, "train")[0])
+    )
 
 
 def test_decoded_pieces_delinearize_to_the_gold_tree(prepared):
@@ -119,7 +123,9 @@ def test_decoded_pieces_delinearize_to_the_gold_tree(prepared):
         assert tokens == linearize(tree)
         assert delinearize(tokens, tree.words(), tree.tags()) == (tree, False)
         # A hypothesis cut off early (no closing brackets) is repaired over the same words.
-        cut, repaired = delinearize(ids_to_tokens(vocab, ids[: len(ids) // 2]), tree.words(), tree.tags())
+        cut, repaired = delinearize(
+            ids_to_tokens(vocab, ids[: len(ids) // 2]), tree.words(), tree.tags()
+        )
         assert repaired and cut.words() == tree.words() and cut.tags() == tree.tags()
     # A word piece among the brackets merges into its neighbour and becomes one unknown token.
     mixed = [vocab.encode("(NP")[0], *vocab.encode("XX")] + vocab.encode("dog")[-1:]
@@ -134,9 +140,19 @@ def tiny_checkpoint(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny ops: a second thread only adds waiting on a busy machine
-    cfg = TrainConfig(data=str(data), out=str(run), preset="tiny", model={"max_len": 1024},
-                      max_src_tokens=600, max_tgt_tokens=1000, warmup=10, max_updates=6,
-                      save_every_minutes=None, validate=False, log_every=1)
+    cfg = TrainConfig(
+        data=str(data),
+        out=str(run),
+        preset="tiny",
+        model={"max_len": 1024},
+        max_src_tokens=600,
+        max_tgt_tokens=1000,
+        warmup=10,
+        max_updates=6,
+        save_every_minutes=None,
+        validate=False,
+        log_every=1,
+    )
     Trainer(cfg, device="cpu").run(resume=None)
     yield data, run / "checkpoints" / "update_0000006"
     torch.set_num_threads(threads)
@@ -179,14 +195,15 @@ def test_parse_lines_gives_xx_tagged_trees_over_the_input_words(tiny_checkpoint)
         assert to_bracketed(tree) == text
 
 
-
 def test_constrained_evaluation_needs_no_repair(tiny_checkpoint, tmp_path):
     data, ckpt = tiny_checkpoint
     decode = DecodeConfig(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=80)
     result = evaluate_parser(ckpt, data, "dev", decode, out_dir=tmp_path, constrained=True)
     assert result["constrained"] and result["sentences"] == 4
     assert result["repaired"] == 0 and result["errors"] == 0
-    assert "constrained to well-formed trees" in (tmp_path / "dev.evalb").read_text(encoding="utf-8")
+    assert "constrained to well-formed trees" in (tmp_path / "dev.evalb").read_text(
+        encoding="utf-8"
+    )
 
 
 def test_the_constraint_counts_the_words_of_every_sentence(prepared):
@@ -226,7 +243,9 @@ def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tree
     summary = _prepare(*treebank, out, leaves="tags")
     assert summary["leaves"] == prepared_leaves(out) == "tags"
     vocab = Vocab.load(out / "spm.model")
-    assert set(leaf_tokens(vocab)) == {t for tree in read_treebank(split.train) for t in tree.tags()}
+    assert set(leaf_tokens(vocab)) == {
+        t for tree in read_treebank(split.train) for t in tree.tags()
+    }
     assert {"DT", "NN", ",", "."} <= set(leaf_tokens(vocab))
     for tree, target in zip(read_lines(out / "dev.gold"), _lines(text_paths(out, "dev")[1])):
         assert [t for t in target.split() if not is_bracket(t)] == tree.tags()
@@ -238,7 +257,9 @@ def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tree
     constraint = tree_constraint(vocab)
     for split_name in ("train", "dev", "test"):
         for line in _lines(text_paths(out, split_name)[0]):
-            assert constraint.start(vocab.encode(line) + [vocab.eos_id], 1000).words == len(line.split()), line
+            assert constraint.start(vocab.encode(line) + [vocab.eos_id], 1000).words == len(
+                line.split()
+            ), line
 
 
 def test_index_leaves_mark_every_word_with_one_piece_on_both_sides(treebank, tmp_path):
@@ -256,9 +277,15 @@ def test_index_leaves_mark_every_word_with_one_piece_on_both_sides(treebank, tmp
             assert constraint.start(source + [vocab.eos_id], 1000).words == n
             # Each marker is one piece on both sides, the same piece.
             pieces = [vocab.id_to_piece(i) for i in source]
-            assert [p for p in pieces if p[1:] in markers] == [BOUNDARY + f"<{i + 1}>" for i in range(n)]
-            assert [t for t in target.split() if not is_bracket(t)] == [f"<{i + 1}>" for i in range(n)]
-    with pytest.raises(ValueError, match="a sentence of 301 words: this vocabulary marks at most 300"):
+            assert [p for p in pieces if p[1:] in markers] == [
+                BOUNDARY + f"<{i + 1}>" for i in range(n)
+            ]
+            assert [t for t in target.split() if not is_bracket(t)] == [
+                f"<{i + 1}>" for i in range(n)
+            ]
+    with pytest.raises(
+        ValueError, match="a sentence of 301 words: this vocabulary marks at most 300"
+    ):
         _parse_words(None, vocab, [["w"] * 301], DecodeConfig(), leaves="index")
 
 
@@ -268,9 +295,24 @@ def test_xx_is_the_recorded_default(prepared):
 
 
 def test_the_command_line_prepares_the_fixture(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "aiayn", "parse", "prepare", "--treebank", str(FIXTURE_DIR),
-                          "--out", str(tmp_path / "data"), "--vocab-size", "300"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "parse",
+            "prepare",
+            "--treebank",
+            str(FIXTURE_DIR),
+            "--out",
+            str(tmp_path / "data"),
+            "--vocab-size",
+            "300",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     summary = json.loads(out)
     assert summary["sentences"] == {"train": 16, "dev": 4, "test": 3}
     assert summary["files"] == {"train": 3, "dev": 1, "test": 1}

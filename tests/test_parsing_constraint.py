@@ -11,8 +11,24 @@ from aiayn.decode import DecodeConfig, beam_search, decode_ids
 from aiayn.parsing import delinearize
 from aiayn.parsing.constraint import TreeConstraint
 
-PIECES = ["<pad>", "<unk>", "<s>", "</s>", "▁(S", "▁)S", "▁(NP", "▁)NP", "▁(VP", "▁)VP",
-          "▁XX", "▁the", "▁dog", "s", "▁bark", "▁(ORPHAN"]
+PIECES = [
+    "<pad>",
+    "<unk>",
+    "<s>",
+    "</s>",
+    "▁(S",
+    "▁)S",
+    "▁(NP",
+    "▁)NP",
+    "▁(VP",
+    "▁)VP",
+    "▁XX",
+    "▁the",
+    "▁dog",
+    "s",
+    "▁bark",
+    "▁(ORPHAN",
+]
 ID = {p: i for i, p in enumerate(PIECES)}
 EOS = 3
 SOURCE = [ID["▁the"], ID["▁dog"], ID["s"], ID["▁bark"], EOS]  # 3 words: "the dogs bark"
@@ -51,18 +67,21 @@ def test_a_gold_tree_is_allowed_token_by_token_and_then_only_eos():
     assert list(c.allowed(state)) == [EOS]
 
 
-@pytest.mark.parametrize("prefix, refused", [
-    ([], "</s>"),                                         # no empty output
-    ([], "▁XX"),                                          # a leaf needs a constituent
-    (["▁(S"], "▁)S"),                                     # no empty constituent
-    (["▁(S", "▁(NP", "▁XX"], "▁)S"),                      # closes the innermost only
-    (["▁(S", "▁XX", "▁XX"], "▁)S"),                       # the root waits for every word
-    (["▁(S", "▁XX", "▁XX", "▁XX"], "▁XX"),                # one leaf per word
-    (["▁(S", "▁XX", "▁XX", "▁XX"], "▁(NP"),               # nothing left to put in it
-    (["▁(S", "▁XX", "▁XX", "▁XX", "▁)S"], "▁(S"),         # one root
-    (["▁(S"], "s"),                                       # subword pieces are not tree tokens
-    (["▁(S"], "▁(ORPHAN"),                                # a label with no closing piece
-])
+@pytest.mark.parametrize(
+    "prefix, refused",
+    [
+        ([], "</s>"),  # no empty output
+        ([], "▁XX"),  # a leaf needs a constituent
+        (["▁(S"], "▁)S"),  # no empty constituent
+        (["▁(S", "▁(NP", "▁XX"], "▁)S"),  # closes the innermost only
+        (["▁(S", "▁XX", "▁XX"], "▁)S"),  # the root waits for every word
+        (["▁(S", "▁XX", "▁XX", "▁XX"], "▁XX"),  # one leaf per word
+        (["▁(S", "▁XX", "▁XX", "▁XX"], "▁(NP"),  # nothing left to put in it
+        (["▁(S", "▁XX", "▁XX", "▁XX", "▁)S"], "▁(S"),  # one root
+        (["▁(S"], "s"),  # subword pieces are not tree tokens
+        (["▁(S"], "▁(ORPHAN"),  # a label with no closing piece
+    ],
+)
 def test_ill_formed_continuations_are_refused(prefix, refused):
     c = TreeConstraint(PIECES, EOS)
     state = walk(c, c.start(SOURCE, 100), [ID[p] for p in prefix])
@@ -95,13 +114,24 @@ def test_tag_leaves_allow_any_tag_and_every_walk_is_a_well_formed_tree():
     assert ID["▁XX"] not in set(c.allowed(state))  # XX is not a leaf of this vocabulary
     for _ in range(200):
         ids = random_walk(c, SOURCE, rng)
-        tree, repaired = delinearize([TAG_PIECES[i][1:] for i in ids if i != EOS], WORDS, leaves="tags")
+        tree, repaired = delinearize(
+            [TAG_PIECES[i][1:] for i in ids if i != EOS], WORDS, leaves="tags"
+        )
         assert not repaired and tree.words() == WORDS and set(tree.tags()) <= {"DT", "NNS", "VBP"}
 
 
 MARKED = ["▁<1>", "▁<2>", "▁<3>"]
 INDEX_PIECES = PIECES + MARKED
-INDEX_SOURCE = [len(PIECES), ID["▁the"], len(PIECES) + 1, ID["▁dog"], ID["s"], len(PIECES) + 2, ID["▁bark"], EOS]
+INDEX_SOURCE = [
+    len(PIECES),
+    ID["▁the"],
+    len(PIECES) + 1,
+    ID["▁dog"],
+    ID["s"],
+    len(PIECES) + 2,
+    ID["▁bark"],
+    EOS,
+]
 
 
 def test_index_leaves_must_come_in_word_order_and_count_the_words():
@@ -123,7 +153,11 @@ def test_index_leaves_must_come_in_word_order_and_count_the_words():
 def test_word_leaves_copy_the_source_piece_by_piece():
     c = TreeConstraint(PIECES, EOS, copy_words=True)
     state = c.start(SOURCE, 100)
-    assert state.words == 3 and state.source == ((ID["▁the"],), (ID["▁dog"], ID["s"]), (ID["▁bark"],))
+    assert state.words == 3 and state.source == (
+        (ID["▁the"],),
+        (ID["▁dog"], ID["s"]),
+        (ID["▁bark"],),
+    )
     state = walk(c, state, [ID["▁(S"], ID["▁(NP"], ID["▁the"], ID["▁dog"]])
     assert list(c.allowed(state)) == [ID["s"]]  # a word is finished before anything else
     state = walk(c, state, [ID["s"]])
@@ -153,7 +187,9 @@ def test_a_vocabulary_without_brackets_is_refused():
 
 def _model(seed):
     torch.manual_seed(seed)
-    cfg = aiayn.ModelConfig(N_enc=1, N_dec=1, d_model=16, d_ff=32, h=2, vocab_size=len(PIECES), P_drop=0.0)
+    cfg = aiayn.ModelConfig(
+        N_enc=1, N_dec=1, d_model=16, d_ff=32, h=2, vocab_size=len(PIECES), P_drop=0.0
+    )
     return aiayn.Transformer(cfg).eval()
 
 
@@ -161,8 +197,9 @@ def _model(seed):
 def test_constrained_search_of_an_untrained_model_returns_well_formed_trees(beam):
     c = TreeConstraint(PIECES, EOS)
     for seed in range(5):
-        (hyp,), = decode_ids(_model(seed), [SOURCE], DecodeConfig(beam=beam, alpha=0.3, max_len_b=40),
-                             constraint=c)
+        ((hyp,),) = decode_ids(
+            _model(seed), [SOURCE], DecodeConfig(beam=beam, alpha=0.3, max_len_b=40), constraint=c
+        )
         tree, repaired = delinearize(tokens(hyp.tokens), WORDS)
         assert not repaired, tokens(hyp.tokens)
 
@@ -184,4 +221,6 @@ def test_a_constraint_that_allows_everything_changes_nothing():
     config = DecodeConfig(beam=3, alpha=0.6, max_len_b=10, nbest=3)
     plain = beam_search(model, src, config)
     allowed = beam_search(model, src, config, constraint=AllowAll())
-    assert [[(h.tokens, h.score) for h in s] for s in plain] == [[(h.tokens, h.score) for h in s] for s in allowed]
+    assert [[(h.tokens, h.score) for h in s] for s in plain] == [
+        [(h.tokens, h.score) for h in s] for s in allowed
+    ]

@@ -9,10 +9,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from _ptb_sample import fixture_trees, sample_trees
-from aiayn.parsing import (COLLINS, Tree, delinearize, evalb_score, linearize, parse_trees,
-                           write_lines)
+
+from aiayn.parsing import (
+    COLLINS,
+    Tree,
+    delinearize,
+    evalb_score,
+    linearize,
+    parse_trees,
+    write_lines,
+)
 from aiayn.parsing.evalb import EvalbAborted
 
 
@@ -26,8 +33,7 @@ def tree(text: str) -> Tree:
 #    NP(0,2) ADVP(3,4) [ADVP-MNR cut] VP(2,4) S(0,4) -> 4.
 #    Test brackets: NP(0,1) ADVP(3,4) [PRT] VP(1,4) S(0,4) -> 4. Matched: ADVP, S -> 2.
 #    Crossing: test VP(1,4) crosses gold NP(0,2) -> 1. Length with punctuation: 6.
-PUNCT_GOLD = ("(S (NP-SBJ (DT The) (NN dog)) (VP (VBD barked) (, ,) (ADVP-MNR (RB loudly)))"
-              " (. .))")
+PUNCT_GOLD = "(S (NP-SBJ (DT The) (NN dog)) (VP (VBD barked) (, ,) (ADVP-MNR (RB loudly))) (. .))"
 PUNCT_TEST = "(S (NP (DT The)) (VP (NN dog) (VBD barked) (, ,) (PRT (RB loudly))) (. .))"
 # 2. Spans are counted without punctuation, so a VP that takes in the final '.' still matches;
 #    the NP over a trace covers no word and is dropped; -NONE- does not count for length.
@@ -50,18 +56,28 @@ GOLD = [tree(t) for t in (PUNCT_GOLD, TRACE_GOLD, UNARY_GOLD, EXTRA_GOLD, SKIP_G
 TEST = [tree(t) for t in (PUNCT_TEST, TRACE_TEST, UNARY_TEST, EXTRA_TEST)] + [None]
 
 
-@pytest.mark.parametrize("i,status,matched,gold,test,crossing,length", [
-    (0, 0, 2, 4, 4, 1, 6),
-    (1, 0, 3, 3, 3, 0, 3),
-    (2, 0, 3, 4, 4, 0, 2),
-    (3, 1, 0, 0, 0, 0, 2),
-    (4, 2, 0, 0, 0, 0, 3),
-])
-def test_sentence_scores(i: int, status: int, matched: int, gold: int, test: int,
-                         crossing: int, length: int) -> None:
+@pytest.mark.parametrize(
+    "i,status,matched,gold,test,crossing,length",
+    [
+        (0, 0, 2, 4, 4, 1, 6),
+        (1, 0, 3, 3, 3, 0, 3),
+        (2, 0, 3, 4, 4, 0, 2),
+        (3, 1, 0, 0, 0, 0, 2),
+        (4, 2, 0, 0, 0, 0, 3),
+    ],
+)
+def test_sentence_scores(
+    i: int, status: int, matched: int, gold: int, test: int, crossing: int, length: int
+) -> None:
     s = evalb_score(GOLD, TEST).sentences[i]
     assert (s.status, s.matched, s.gold_brackets, s.test_brackets, s.crossing, s.length) == (
-        status, matched, gold, test, crossing, length)
+        status,
+        matched,
+        gold,
+        test,
+        crossing,
+        length,
+    )
 
 
 # Valid sentences 1-3: matched 2+3+3 = 8 of 4+3+4 = 11 gold and 11 test brackets:
@@ -102,7 +118,8 @@ Tagging accuracy          = 100.00
 def test_report_matches_evalb_layout() -> None:
     result = evalb_score(GOLD, TEST, dataclasses.replace(COLLINS, cutoff_len=5))
     assert result.format_report() == (
-        "=== Summary ===\n\n-- All --\n" + REPORT_ALL + "\n-- len<=5 --\n" + REPORT_SHORT)
+        "=== Summary ===\n\n-- All --\n" + REPORT_ALL + "\n-- len<=5 --\n" + REPORT_SHORT
+    )
     assert (result.n_sentences, result.n_errors, result.n_skipped) == (5, 1, 1)
     assert result.recall == result.precision == pytest.approx(800 / 11)
     assert result.f1 == pytest.approx(800 / 11)
@@ -164,7 +181,11 @@ def test_identical_fixture_trees_score_100() -> None:
     gold = [t for part in fixture_trees().values() for t in part]
     result = evalb_score(gold, gold)
     assert (result.precision, result.recall, result.f1, result.complete_match) == (
-        100.0, 100.0, 100.0, 100.0)
+        100.0,
+        100.0,
+        100.0,
+        100.0,
+    )
     assert (result.n_sentences, result.n_errors, result.n_skipped) == (23, 0, 0)
 
 
@@ -190,7 +211,11 @@ def test_identical_sample_trees_score_100() -> None:
     gold = sample_trees()["test"]
     result = evalb_score(gold, gold)
     assert (result.precision, result.recall, result.f1, result.complete_match) == (
-        100.0, 100.0, 100.0, 100.0)
+        100.0,
+        100.0,
+        100.0,
+        100.0,
+    )
     assert (result.n_sentences, result.n_errors, result.n_skipped) == (118, 0, 0)
 
 
@@ -203,7 +228,11 @@ def test_flat_output_on_sample_scores_below_100() -> None:
     result = evalb_score(gold, test)
     totals = result.all
     assert (totals.valid, totals.matched, totals.gold_brackets, totals.test_brackets) == (
-        127, 121, 2305, 127)
+        127,
+        121,
+        2305,
+        127,
+    )
     assert "Bracketing FMeasure       =   9.95\n" in result.format_report()
     # ...and the gold linearised through delinearize is a perfect parser.
     perfect = [delinearize(linearize(t), t.words(), t.tags())[0] for t in gold]
@@ -243,23 +272,37 @@ def _perturb(tokens: list[str], rng: random.Random) -> list[str]:
     return out
 
 
-@pytest.mark.skipif(not os.environ.get("AIAYN_EVALB"),
-                    reason="set AIAYN_EVALB to an evalb binary to compare with the C program")
+@pytest.mark.skipif(
+    not os.environ.get("AIAYN_EVALB"),
+    reason="set AIAYN_EVALB to an evalb binary to compare with the C program",
+)
 def test_matches_evalb_program(tmp_path: Path) -> None:
     rng = random.Random(0)
     gold = sample_trees()["dev"] + sample_trees()["test"]
     test: list[Tree | None] = [
-        None if i % 50 == 7 else  # a few skipped sentences
-        delinearize(_perturb(linearize(t), rng), t.words(),
-                    None if i % 60 == 3 else t.tags())[0]  # a few length-unmatch errors
-        for i, t in enumerate(gold)]
+        None
+        if i % 50 == 7
+        # a few skipped sentences
+        else delinearize(_perturb(linearize(t), rng), t.words(), None if i % 60 == 3 else t.tags())[
+            0
+        ]  # a few length-unmatch errors
+        for i, t in enumerate(gold)
+    ]
     write_lines(gold, tmp_path / "gold.txt")
     write_lines(test, tmp_path / "test.txt")
     (tmp_path / "COLLINS.prm").write_text(COLLINS_PRM)
     out = subprocess.run(
-        [os.environ["AIAYN_EVALB"], "-p", str(tmp_path / "COLLINS.prm"),
-         str(tmp_path / "gold.txt"), str(tmp_path / "test.txt")],
-        capture_output=True, text=True, check=True).stdout
+        [
+            os.environ["AIAYN_EVALB"],
+            "-p",
+            str(tmp_path / "COLLINS.prm"),
+            str(tmp_path / "gold.txt"),
+            str(tmp_path / "test.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     ours = evalb_score(gold, test)
     assert ours.n_errors > 0 and ours.n_skipped > 0
-    assert out[out.index("=== Summary ==="):] == ours.format_report()
+    assert out[out.index("=== Summary ===") :] == ours.format_report()

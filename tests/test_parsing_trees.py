@@ -5,11 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from _ptb_sample import fixture_split, fixture_trees, require_ptb_dir, sample_trees
-from aiayn.parsing import (Tree, TreeSyntaxError, delinearize, linearize, parse_trees,
-                           preprocess, read_lines, read_mrg, source_text, split_wsj,
-                           split_wsj_sample, to_bracketed, write_lines, write_parallel)
+
+from aiayn.parsing import (
+    Tree,
+    TreeSyntaxError,
+    delinearize,
+    linearize,
+    parse_trees,
+    preprocess,
+    read_lines,
+    read_mrg,
+    source_text,
+    split_wsj,
+    split_wsj_sample,
+    to_bracketed,
+    write_lines,
+    write_parallel,
+)
 from aiayn.parsing.trees import strip_label
 
 # Two trees in the .mrg layout, with function tags, co-indices, gapping (=) and traces.
@@ -34,11 +47,21 @@ CLEAN = [
 ]
 
 
-@pytest.mark.parametrize("label,stripped", [
-    ("NP-SBJ-1", "NP"), ("PP-LOC=2", "PP"), ("NP=3", "NP"), ("S-TPC-2", "S"), ("S", "S"),
-    ("-NONE-", "-NONE-"), ("-LRB-", "-LRB-"), ("-RRB-", "-RRB-"), ("PRP$", "PRP$"),
-    ("PRT|ADVP", "PRT|ADVP"),
-])
+@pytest.mark.parametrize(
+    "label,stripped",
+    [
+        ("NP-SBJ-1", "NP"),
+        ("PP-LOC=2", "PP"),
+        ("NP=3", "NP"),
+        ("S-TPC-2", "S"),
+        ("S", "S"),
+        ("-NONE-", "-NONE-"),
+        ("-LRB-", "-LRB-"),
+        ("-RRB-", "-RRB-"),
+        ("PRP$", "PRP$"),
+        ("PRT|ADVP", "PRT|ADVP"),
+    ],
+)
 def test_strip_label(label: str, stripped: str) -> None:
     assert strip_label(label) == stripped
 
@@ -51,8 +74,9 @@ def test_mrg_preprocessing(tmp_path: Path) -> None:
     assert [to_bracketed(preprocess(t)) for t in raw] == CLEAN
     # The one-line form reads back to the same trees.
     write_lines([preprocess(t) for t in raw] + [None], tmp_path / "gold.txt")
-    assert [None if t is None else to_bracketed(t)
-            for t in read_lines(tmp_path / "gold.txt")] == CLEAN + [None]
+    assert [
+        None if t is None else to_bracketed(t) for t in read_lines(tmp_path / "gold.txt")
+    ] == CLEAN + [None]
 
 
 def test_top_bracket_dropped() -> None:
@@ -60,15 +84,19 @@ def test_top_bracket_dropped() -> None:
     assert to_bracketed(preprocess(tree)) == "(S (NP (NN it)) (VP (VBZ works)))"
 
 
-@pytest.mark.parametrize("text,line,message", [
-    ("(S (NP (DT a)) (VP (VB b))\n", 1, "unclosed '('"),
-    ("(S\n  (NP (DT a)))\n)", 3, "unmatched ')'"),
-    ("(S\n (NP (DT a) b))", 2, "'b': a word must be the only child"),
-    ("(S\n\n (NP ))", 3, "constituent (NP has no children"),
-    ("\n(DT a)", 2, "a lone preterminal"),
-])
-def test_syntax_errors_name_file_and_line(tmp_path: Path, text: str, line: int,
-                                          message: str) -> None:
+@pytest.mark.parametrize(
+    "text,line,message",
+    [
+        ("(S (NP (DT a)) (VP (VB b))\n", 1, "unclosed '('"),
+        ("(S\n  (NP (DT a)))\n)", 3, "unmatched ')'"),
+        ("(S\n (NP (DT a) b))", 2, "'b': a word must be the only child"),
+        ("(S\n\n (NP ))", 3, "constituent (NP has no children"),
+        ("\n(DT a)", 2, "a lone preterminal"),
+    ],
+)
+def test_syntax_errors_name_file_and_line(
+    tmp_path: Path, text: str, line: int, message: str
+) -> None:
     path = tmp_path / "bad.mrg"
     path.write_text(text)
     with pytest.raises(TreeSyntaxError) as err:
@@ -93,28 +121,28 @@ def test_linearize_is_the_papers_format() -> None:
     assert source_text(SENT) == "the dog barks ."
 
 
-@pytest.mark.parametrize("output,repaired_tree", [
-    # Well-formed: nothing to repair.
-    ("(S (NP XX XX )NP (VP XX )VP XX )S",
-     "(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))"),
-    # Rule 3: brackets left open are closed at the end.
-    ("(S (NP XX XX (VP XX XX",
-     "(S (NP (DT the) (NN dog) (VP (VBZ barks) (. .))))"),
-    # Rule 2: )VP closes the open NP; the surplus )S has nothing open and is dropped.
-    ("(S (NP XX XX )VP XX XX )S )S",
-     "(S (NP (DT the) (NN dog)) (VBZ barks) (. .))"),
-    # Rule 5: too many XX, the last two are cut and the VP left empty goes (rule 4).
-    ("(S (NP XX XX )NP XX XX (VP XX XX )VP )S",
-     "(S (NP (DT the) (NN dog)) (VBZ barks) (. .))"),
-    # Rule 5: too few XX, the missing leaves are appended to the root.
-    ("(S (NP XX )NP )S",
-     "(S (NP (DT the)) (NN dog) (VBZ barks) (. .))"),
-    # Rules 1, 4, 6: an unknown token and an empty PP dropped; two roots wrapped in S.
-    ("(NP XX XX )NP (PP )PP (VP XX junk XX )VP",
-     "(S (NP (DT the) (NN dog)) (VP (VBZ barks) (. .)))"),
-    # Rule 6: empty output is a flat S.
-    ("", "(S (DT the) (NN dog) (VBZ barks) (. .))"),
-])
+@pytest.mark.parametrize(
+    "output,repaired_tree",
+    [
+        # Well-formed: nothing to repair.
+        ("(S (NP XX XX )NP (VP XX )VP XX )S", "(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))"),
+        # Rule 3: brackets left open are closed at the end.
+        ("(S (NP XX XX (VP XX XX", "(S (NP (DT the) (NN dog) (VP (VBZ barks) (. .))))"),
+        # Rule 2: )VP closes the open NP; the surplus )S has nothing open and is dropped.
+        ("(S (NP XX XX )VP XX XX )S )S", "(S (NP (DT the) (NN dog)) (VBZ barks) (. .))"),
+        # Rule 5: too many XX, the last two are cut and the VP left empty goes (rule 4).
+        ("(S (NP XX XX )NP XX XX (VP XX XX )VP )S", "(S (NP (DT the) (NN dog)) (VBZ barks) (. .))"),
+        # Rule 5: too few XX, the missing leaves are appended to the root.
+        ("(S (NP XX )NP )S", "(S (NP (DT the)) (NN dog) (VBZ barks) (. .))"),
+        # Rules 1, 4, 6: an unknown token and an empty PP dropped; two roots wrapped in S.
+        (
+            "(NP XX XX )NP (PP )PP (VP XX junk XX )VP",
+            "(S (NP (DT the) (NN dog)) (VP (VBZ barks) (. .)))",
+        ),
+        # Rule 6: empty output is a flat S.
+        ("", "(S (DT the) (NN dog) (VBZ barks) (. .))"),
+    ],
+)
 def test_delinearize_repairs(output: str, repaired_tree: str) -> None:
     tree, repaired = delinearize(output.split(), SENT.words(), SENT.tags())
     assert to_bracketed(tree) == repaired_tree
@@ -123,9 +151,13 @@ def test_delinearize_repairs(output: str, repaired_tree: str) -> None:
 
 def test_word_leaves_option_writes_words_and_reads_any_word_as_a_leaf() -> None:
     assert " ".join(linearize(SENT, leaves="words")) == "(S (NP the dog )NP (VP barks )VP . )S"
-    assert delinearize(linearize(SENT, leaves="words"), SENT.words(), SENT.tags(), leaves="words") == (SENT, False)
+    assert delinearize(
+        linearize(SENT, leaves="words"), SENT.words(), SENT.tags(), leaves="words"
+    ) == (SENT, False)
     # The model's words do not matter: the leaves take the source words, in order.
-    tree, repaired = delinearize("(S (NP a cat )NP (VP sleeps )VP ! )S".split(), SENT.words(), SENT.tags(), "words")
+    tree, repaired = delinearize(
+        "(S (NP a cat )NP (VP sleeps )VP ! )S".split(), SENT.words(), SENT.tags(), "words"
+    )
     assert tree == SENT and not repaired
     # In the paper's XX mode the same output is all unknown tokens (rule 1).
     assert delinearize("(S (NP a cat )NP (VP sleeps )VP ! )S".split(), SENT.words(), SENT.tags())[1]
@@ -134,20 +166,30 @@ def test_word_leaves_option_writes_words_and_reads_any_word_as_a_leaf() -> None:
 def test_index_leaves_option_marks_each_word_on_both_sides() -> None:
     assert " ".join(linearize(SENT, leaves="index")) == "(S (NP <1> <2> )NP (VP <3> )VP <4> )S"
     assert source_text(SENT, "index") == "<1> the <2> dog <3> barks <4> ."
-    assert delinearize(linearize(SENT, leaves="index"), SENT.words(), SENT.tags(), leaves="index") == (SENT, False)
+    assert delinearize(
+        linearize(SENT, leaves="index"), SENT.words(), SENT.tags(), leaves="index"
+    ) == (SENT, False)
     # The leaves take the words in order whatever the markers say; a missing one is repaired.
-    tree, repaired = delinearize("(S (NP <4> <1> )NP (VP <2> )VP )S".split(), SENT.words(), SENT.tags(), "index")
+    tree, repaired = delinearize(
+        "(S (NP <4> <1> )NP (VP <2> )VP )S".split(), SENT.words(), SENT.tags(), "index"
+    )
     assert to_bracketed(tree) == "(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))" and repaired
 
 
 def test_tag_leaves_option_writes_tags_and_can_return_the_models_tags() -> None:
     assert " ".join(linearize(SENT, leaves="tags")) == "(S (NP DT NN )NP (VP VBZ )VP . )S"
-    assert delinearize(linearize(SENT, leaves="tags"), SENT.words(), SENT.tags(), leaves="tags") == (SENT, False)
+    assert delinearize(
+        linearize(SENT, leaves="tags"), SENT.words(), SENT.tags(), leaves="tags"
+    ) == (SENT, False)
     # Scoring passes the gold tags; without them the tree carries the model's own tags.
-    tree, repaired = delinearize("(S (NP DT JJ )NP (VP VBD )VP . )S".split(), SENT.words(), leaves="tags")
+    tree, repaired = delinearize(
+        "(S (NP DT JJ )NP (VP VBD )VP . )S".split(), SENT.words(), leaves="tags"
+    )
     assert tree.tags() == ["DT", "JJ", "VBD", "."] and not repaired
     # Repair keeps tags with their leaves: surplus tags are cut at the end, missing ones are XX.
-    tree, repaired = delinearize("(S (NP DT NN )NP VBZ . NN )S".split(), SENT.words(), leaves="tags")
+    tree, repaired = delinearize(
+        "(S (NP DT NN )NP VBZ . NN )S".split(), SENT.words(), leaves="tags"
+    )
     assert tree.tags() == SENT.tags() and repaired
     tree, repaired = delinearize("(S (NP DT NN )NP )S".split(), SENT.words(), leaves="tags")
     assert to_bracketed(tree) == "(S (NP (DT the) (NN dog)) (XX barks) (XX .))" and repaired
@@ -169,22 +211,28 @@ def test_round_trip_every_fixture_tree() -> None:
 def test_fixture_split_and_preprocessing() -> None:
     split = fixture_split()
     assert [[p.name for p in files] for files in split] == [
-        ["wsj_0001.mrg", "wsj_0002.mrg", "wsj_0003.mrg"], ["wsj_0180.mrg"], ["wsj_0190.mrg"]]
+        ["wsj_0001.mrg", "wsj_0002.mrg", "wsj_0003.mrg"],
+        ["wsj_0180.mrg"],
+        ["wsj_0190.mrg"],
+    ]
     trees = fixture_trees()
     assert {name: len(part) for name, part in trees.items()} == {"train": 16, "dev": 4, "test": 3}
     train = trees["train"]
     # (NP-SBJ (-NONE- *)) goes, the small clause it was the subject of stays.
     assert to_bracketed(train[1]) == (
         "(S (NP (NP (DT A) (JJ small) (NN boat)) (, ,) (VP (VBN painted) (S (ADJP (JJ red)))) (, ,)) "
-        "(VP (VBD drifted) (PP (IN down) (NP (DT the) (NN river)))) (. .))")
+        "(VP (VBD drifted) (PP (IN down) (NP (DT the) (NN river)))) (. .))"
+    )
     # (SBAR (-NONE- 0) (S (-NONE- *T*-1))) is empty once its traces go: all of it goes.
     assert to_bracketed(train[3]) == (
         "(S (S (NP (NNS Prices)) (VP (VBD rose) (NP (CD 3) (NN %)) (PP (IN in) (NP (NNP March))))) "
-        "(, ,) (NP (DT the) (NN bank)) (VP (VBD said)) (. .))")
+        "(, ,) (NP (DT the) (NN bank)) (VP (VBD said)) (. .))"
+    )
     # Labels that begin with a dash are kept whole; the relative clause loses its trace subject.
     assert to_bracketed(train[6]) == (
         "(S (NP (NP (DT The) (NN museum)) (PRN (-LRB- -LRB-) (SBAR (WHNP (WDT which)) (S (VP (VBD opened) "
-        "(PP (IN in) (NP (CD 1990)))))) (-RRB- -RRB-))) (VP (VBZ draws) (NP (JJ many) (NNS visitors))) (. .))")
+        "(PP (IN in) (NP (CD 1990)))))) (-RRB- -RRB-))) (VP (VBZ draws) (NP (JJ many) (NNS visitors))) (. .))"
+    )
     labels = {tok for part in trees.values() for t in part for tok in linearize(t)}
     assert not any("-NONE-" in tok or "-" in tok[2:] for tok in labels)
     assert {"(SQ", "(PRT", "(PRN", "(WHADVP"} <= labels
@@ -202,11 +250,15 @@ def test_sample_split_and_first_tree() -> None:
     assert (split.dev[0].name, split.test[-1].name) == ("wsj_0180.mrg", "wsj_0199.mrg")
     trees = sample_trees()
     assert {name: len(part) for name, part in trees.items()} == {
-        "train": 3669, "dev": 127, "test": 118}
+        "train": 3669,
+        "dev": 127,
+        "test": 118,
+    }
     assert to_bracketed(trees["train"][0]) == (
         "(S (NP (NP (NNP Pierre) (NNP Vinken)) (, ,) (ADJP (NP (CD 61) (NNS years)) "
         "(JJ old)) (, ,)) (VP (MD will) (VP (VB join) (NP (DT the) (NN board)) (PP (IN as) "
-        "(NP (DT a) (JJ nonexecutive) (NN director))) (NP (NNP Nov.) (CD 29)))) (. .))")
+        "(NP (DT a) (JJ nonexecutive) (NN director))) (NP (NNP Nov.) (CD 29)))) (. .))"
+    )
     # Preprocessing leaves no trace, function tag or index anywhere.
     labels = {node for part in trees.values() for t in part for node in linearize(t)}
     assert not any("-NONE-" in tok or "=" in tok or "-" in tok[1:] for tok in labels)
@@ -237,7 +289,8 @@ def test_write_parallel(tmp_path: Path) -> None:
         "`` It works , '' said he .",
     ]
     assert (tmp_path / "train.tgt").read_text().splitlines()[0] == (
-        "(S (NP XX XX )NP (VP XX (VP XX (PP XX (NP XX XX XX )NP )PP )VP )VP XX )S")
+        "(S (NP XX XX )NP (VP XX (VP XX (PP XX (NP XX XX XX )NP )PP )VP )VP XX )S"
+    )
 
 
 def test_tree_is_a_value() -> None:

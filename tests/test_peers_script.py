@@ -61,12 +61,24 @@ def test_train_flags_are_the_demo_recipe(tmp_path):
     assert float(flags["--lr"]) == pytest.approx(0.5 * 256**-0.5 * 300**-0.5)  # 1.804e-3
     assert float(flags["--lr"]) == pytest.approx(1.8042e-3, abs=1e-7)
     expected = {
-        "--encoder-layers": "3", "--decoder-layers": "3", "--encoder-embed-dim": "256",
-        "--encoder-ffn-embed-dim": "1024", "--decoder-attention-heads": "4", "--dropout": "0.0",
-        "--label-smoothing": "0.1", "--adam-betas": "(0.9, 0.98)", "--adam-eps": "1e-09",
-        "--warmup-updates": "300", "--warmup-init-lr": "0", "--lr-scheduler": "inverse_sqrt",
-        "--max-tokens": "1024", "--required-batch-size-multiple": "1", "--seed": "1",
-        "--save-interval-updates": "190", "--keep-interval-updates": "3", "--num-workers": "0",
+        "--encoder-layers": "3",
+        "--decoder-layers": "3",
+        "--encoder-embed-dim": "256",
+        "--encoder-ffn-embed-dim": "1024",
+        "--decoder-attention-heads": "4",
+        "--dropout": "0.0",
+        "--label-smoothing": "0.1",
+        "--adam-betas": "(0.9, 0.98)",
+        "--adam-eps": "1e-09",
+        "--warmup-updates": "300",
+        "--warmup-init-lr": "0",
+        "--lr-scheduler": "inverse_sqrt",
+        "--max-tokens": "1024",
+        "--required-batch-size-multiple": "1",
+        "--seed": "1",
+        "--save-interval-updates": "190",
+        "--keep-interval-updates": "3",
+        "--num-workers": "0",
     }
     assert {k: flags[k] for k in expected} == expected
     assert float(flags["--stop-time-hours"]) == pytest.approx(0.25)
@@ -85,7 +97,12 @@ def test_train_flags_refuse_what_fairseq_would_train_differently(tmp_path):
 
 def test_generate_flags_beam_and_length():
     flags = _flags(peers.fairseq_generate_args(Path("bin"), Path("avg3.pt")))
-    assert (flags["--beam"], flags["--lenpen"], flags["--max-len-a"], flags["--max-len-b"]) == ("4", "0.6", "1", "50")
+    assert (flags["--beam"], flags["--lenpen"], flags["--max-len-a"], flags["--max-len-b"]) == (
+        "4",
+        "0.6",
+        "1",
+        "50",
+    )
     assert flags["--path"] == "avg3.pt" and flags["--gen-subset"] == "test"
     assert flags["--required-batch-size-multiple"] == "1"
 
@@ -97,40 +114,80 @@ def test_save_interval_matches_ours_in_updates(tmp_path):
 
 
 def _epoch(epoch: int, updates: int, wpb: float, wall: float) -> str:
-    record = {"epoch": epoch, "train_loss": "5.1", "train_wpb": str(wpb), "train_num_updates": str(updates),
-              "train_train_wall": str(wall), "train_wall": str(wall + 3)}
+    record = {
+        "epoch": epoch,
+        "train_loss": "5.1",
+        "train_wpb": str(wpb),
+        "train_num_updates": str(updates),
+        "train_train_wall": str(wall),
+        "train_wall": str(wall + 3),
+    }
     return f"2026-11-30 14:04:11 | INFO | train | {json.dumps(record)}"
 
 
 def test_train_log_sums_epochs():
     inner = '2026-11-30 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "9", "num_updates": "10"}'
-    lines = ["INFO | fairseq_cli.train | {'_name': None}", inner, _epoch(1, 100, 900.0, 40), "not json {",
-             _epoch(2, 130, 1000.0, 12)]
-    assert peers.read_fairseq_train_log(lines) == {"updates": 130, "target_tokens": 100 * 900.0 + 30 * 1000.0,
-                                                   "train_s": 52.0}
+    lines = [
+        "INFO | fairseq_cli.train | {'_name': None}",
+        inner,
+        _epoch(1, 100, 900.0, 40),
+        "not json {",
+        _epoch(2, 130, 1000.0, 12),
+    ]
+    assert peers.read_fairseq_train_log(lines) == {
+        "updates": 130,
+        "target_tokens": 100 * 900.0 + 30 * 1000.0,
+        "train_s": 52.0,
+    }
     with pytest.raises(UserError, match="no end-of-epoch line"):
         peers.read_fairseq_train_log([inner])
 
 
 def test_hypotheses_in_test_order():
-    lines = ["S-1\t▁b", "H-1\t-0.5\t▁dos ▁palabras", "D-1\t-0.5\tdos palabras", "P-1\t-0.1 -0.2",
-             "H-0\t-1.2\t▁uno", "H-2\t-3.0\t"]
+    lines = [
+        "S-1\t▁b",
+        "H-1\t-0.5\t▁dos ▁palabras",
+        "D-1\t-0.5\tdos palabras",
+        "P-1\t-0.1 -0.2",
+        "H-0\t-1.2\t▁uno",
+        "H-2\t-3.0\t",
+    ]
     assert peers.read_fairseq_hypotheses(lines, 3) == [["▁uno"], ["▁dos", "▁palabras"], []]
     with pytest.raises(UserError, match="no hypothesis for 1 of 4 sentences"):
         peers.read_fairseq_hypotheses(lines, 4)
 
 
 def test_averaged_checkpoints_are_the_last_three_by_update():
-    names = ["checkpoint_1_99.pt", "checkpoint_2_100.pt", "checkpoint_1_9.pt", "checkpoint_last.pt",
-             "checkpoint_2_120.pt", "checkpoint_2_110.pt.tmp"]
-    assert peers.averaged_inputs(names, 131) == ["checkpoint_2_100.pt", "checkpoint_2_120.pt", "checkpoint_last.pt"]
+    names = [
+        "checkpoint_1_99.pt",
+        "checkpoint_2_100.pt",
+        "checkpoint_1_9.pt",
+        "checkpoint_last.pt",
+        "checkpoint_2_120.pt",
+        "checkpoint_2_110.pt.tmp",
+    ]
+    assert peers.averaged_inputs(names, 131) == [
+        "checkpoint_2_100.pt",
+        "checkpoint_2_120.pt",
+        "checkpoint_last.pt",
+    ]
     # the last update saved as an interval checkpoint too: it is checkpoint_last, not counted twice
-    assert peers.averaged_inputs(names, 120) == ["checkpoint_1_99.pt", "checkpoint_2_100.pt", "checkpoint_last.pt"]
+    assert peers.averaged_inputs(names, 120) == [
+        "checkpoint_1_99.pt",
+        "checkpoint_2_100.pt",
+        "checkpoint_last.pt",
+    ]
 
 
 def test_table_rows():
-    row = {"system": "x", "updates": 1234, "train_s": 30.4, "target_tokens_per_s": 1500.2,
-           "sacrebleu_last": 1.234, "sacrebleu_avg3": 2.0}
+    row = {
+        "system": "x",
+        "updates": 1234,
+        "train_s": 30.4,
+        "target_tokens_per_s": 1500.2,
+        "sacrebleu_last": 1.234,
+        "sacrebleu_avg3": 2.0,
+    }
     assert peers.format_table([row]).splitlines()[-1] == "| x | 1,234 | 30 | 1,500 | 1.23 | 2.00 |"
 
 
@@ -145,21 +202,29 @@ def test_out_is_replaced_only_if_this_script_wrote_it(tmp_path):
     peers.check_out(foreign)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--out", "{mine}"], "{mine} exists and was not written by this script"),
-    (["--out", "{new}", "--minutes", "0"], "--minutes must be a positive number"),
-    (["--out", "{new}"], "--fairseq-python {python}: cannot run it"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--out", "{mine}"], "{mine} exists and was not written by this script"),
+        (["--out", "{new}", "--minutes", "0"], "--minutes must be a positive number"),
+        (["--out", "{new}"], "--fairseq-python {python}: cannot run it"),
+    ],
+)
 def test_command_line_errors_are_one_line(tmp_path, monkeypatch, capsys, extra, message):
     names = {"mine": tmp_path / "mine", "new": tmp_path / "new", "python": tmp_path / "no-python"}
     names["mine"].mkdir()
     (names["mine"] / "notes.txt").write_text("keep me")
-    argv = ["demo_vs_fairseq.py", "--fairseq-python", str(names["python"])] + [a.format(**names) for a in extra]
+    argv = ["demo_vs_fairseq.py", "--fairseq-python", str(names["python"])] + [
+        a.format(**names) for a in extra
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_:
         peers.main()
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"demo_vs_fairseq: error: {message.format(**names)}") and err.count("\n") == 1
+    assert (
+        err.startswith(f"demo_vs_fairseq: error: {message.format(**names)}")
+        and err.count("\n") == 1
+    )
     assert (names["mine"] / "notes.txt").read_text() == "keep me"
     assert not names["new"].exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]

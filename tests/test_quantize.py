@@ -19,7 +19,9 @@ BOS, EOS, VOCAB, LENGTH = 2, 3, 24, 6
 
 def copy_batch(g: torch.Generator, n: int) -> torch.Tensor:
     """n sources of LENGTH random tokens + eos; the task is to output the tokens again."""
-    return torch.cat([torch.randint(4, VOCAB, (n, LENGTH), generator=g), torch.full((n, 1), EOS)], dim=1)
+    return torch.cat(
+        [torch.randint(4, VOCAB, (n, LENGTH), generator=g), torch.full((n, 1), EOS)], dim=1
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,9 @@ def copy_model() -> aiayn.Transformer:
     """A 1+1-layer model trained for a few seconds to copy its source (confident, as a trained
     translator is, unlike a random model whose next-token distributions are nearly flat)."""
     torch.manual_seed(0)
-    cfg = aiayn.ModelConfig(N_enc=1, N_dec=1, d_model=64, d_ff=128, h=4, vocab_size=VOCAB, P_drop=0.0, max_len=16)
+    cfg = aiayn.ModelConfig(
+        N_enc=1, N_dec=1, d_model=64, d_ff=128, h=4, vocab_size=VOCAB, P_drop=0.0, max_len=16
+    )
     model = aiayn.Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(1)
@@ -72,17 +76,41 @@ def test_unknown_quantization_is_named():
 def test_int8_translate_loads_without_pickle(tiny_corpus, tmp_path, monkeypatch, capsys):
     vocab = Vocab.load(tiny_corpus / "spm.model")
     torch.manual_seed(0)
-    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", vocab_size=len(vocab), P_drop=0.0)).eval()
-    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, {"model_config": dataclasses.asdict(model.cfg)},
-                           None, vocab.path)
+    model = aiayn.Transformer(
+        aiayn.ModelConfig.preset("tiny", vocab_size=len(vocab), P_drop=0.0)
+    ).eval()
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts",
+        1,
+        model,
+        {"model_config": dataclasses.asdict(model.cfg)},
+        None,
+        vocab.path,
+    )
     (tmp_path / "in.txt").write_text("In the beginning.\n\nAnd God said.\n", encoding="utf-8")
 
     def refuse(*args, **kwargs):
         raise AssertionError("an int8 model must load without unpickling anything")
 
-    for target, name in ((pickle, "load"), (pickle, "loads"), (pickle, "Unpickler"), (torch, "load")):
+    for target, name in (
+        (pickle, "load"),
+        (pickle, "loads"),
+        (pickle, "Unpickler"),
+        (torch, "load"),
+    ):
         monkeypatch.setattr(target, name, refuse)
-    main(["translate", "--checkpoint", str(ckpt), "--input", str(tmp_path / "in.txt"), "--quantize", "int8",
-          "--beam", "2"])
+    main(
+        [
+            "translate",
+            "--checkpoint",
+            str(ckpt),
+            "--input",
+            str(tmp_path / "in.txt"),
+            "--quantize",
+            "int8",
+            "--beam",
+            "2",
+        ]
+    )
     lines = capsys.readouterr().out.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # blank line stays blank

@@ -10,20 +10,24 @@ import shutil
 
 import pytest
 import torch
+from _safety import TINY, config, copy_run, one_line_error, run_cli
 
 from aiayn.checkpoint import (
-    META, VOCAB, WEIGHTS, average_checkpoints, is_averaged_checkpoint, latest_checkpoint, list_checkpoints,
+    META,
+    VOCAB,
+    WEIGHTS,
+    average_checkpoints,
+    is_averaged_checkpoint,
+    latest_checkpoint,
+    list_checkpoints,
 )
-from aiayn.errors import UserError
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
+from aiayn.errors import UserError
 from aiayn.io import read_lines
 from aiayn.train import TrainConfig, load_train_config
 from aiayn.train.config import apply_sets
 from aiayn.train.trainer import Trainer
-
-from _safety import TINY, config, copy_run, one_line_error, run_cli
-
 
 # --- 1. average --out never destroys what it did not write -------------------------------------
 
@@ -32,7 +36,9 @@ def test_average_refuses_an_unrelated_directory_and_keeps_it(tiny_run, tmp_path,
     precious = tmp_path / "thesis"
     precious.mkdir()
     (precious / "chapter1.tex").write_text("months of work")
-    code, _, err = run_cli(capsys, "average", tiny_run / "checkpoints", "--last", 2, "--out", precious)
+    code, _, err = run_cli(
+        capsys, "average", tiny_run / "checkpoints", "--last", 2, "--out", precious
+    )
     assert code == 2
     one_line_error(err, str(precious), "not an averaged checkpoint", "--force")
     assert (precious / "chapter1.tex").read_text() == "months of work"
@@ -40,29 +46,46 @@ def test_average_refuses_an_unrelated_directory_and_keeps_it(tiny_run, tmp_path,
 
 
 @pytest.mark.parametrize("target", ["run", "checkpoints", "checkpoint"])
-def test_average_never_replaces_a_directory_holding_its_inputs_even_with_force(tiny_run, tmp_path, capsys, target):
+def test_average_never_replaces_a_directory_holding_its_inputs_even_with_force(
+    tiny_run, tmp_path, capsys, target
+):
     run = tmp_path / "run"
     copy_run(tiny_run, run / "checkpoints")
     before = sorted(p.name for p in (run / "checkpoints").iterdir())
-    out = {"run": run, "checkpoints": run / "checkpoints",
-           "checkpoint": run / "checkpoints" / "update_0000003"}[target]
-    code, _, err = run_cli(capsys, "average", run / "checkpoints", "--last", 2, "--out", out, "--force")
+    out = {
+        "run": run,
+        "checkpoints": run / "checkpoints",
+        "checkpoint": run / "checkpoints" / "update_0000003",
+    }[target]
+    code, _, err = run_cli(
+        capsys, "average", run / "checkpoints", "--last", 2, "--out", out, "--force"
+    )
     assert code == 2
     one_line_error(err, "holds the checkpoint", "being averaged")
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
     assert all((p / WEIGHTS).is_file() for p in list_checkpoints(run / "checkpoints"))
 
 
-def test_average_replaces_a_previous_average_and_force_replaces_anything_else(tiny_run, tmp_path, capsys):
+def test_average_replaces_a_previous_average_and_force_replaces_anything_else(
+    tiny_run, tmp_path, capsys
+):
     out = tmp_path / "averaged"
     assert run_cli(capsys, "average", tiny_run / "checkpoints", "--last", 1, "--out", out)[0] == 0
     assert json.loads((out / META).read_text())["averaged_from"] == ["update_0000003"]
     assert run_cli(capsys, "average", tiny_run / "checkpoints", "--last", 2, "--out", out)[0] == 0
-    assert json.loads((out / META).read_text())["averaged_from"] == ["update_0000002", "update_0000003"]
+    assert json.loads((out / META).read_text())["averaged_from"] == [
+        "update_0000002",
+        "update_0000003",
+    ]
     other = tmp_path / "other"
     other.mkdir()
     (other / "x").write_text("x")
-    assert run_cli(capsys, "average", tiny_run / "checkpoints", "--last", 2, "--out", other, "--force")[0] == 0
+    assert (
+        run_cli(
+            capsys, "average", tiny_run / "checkpoints", "--last", 2, "--out", other, "--force"
+        )[0]
+        == 0
+    )
     assert is_averaged_checkpoint(other) and not (other / "x").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["averaged", "other"]
 
@@ -70,7 +93,9 @@ def test_average_replaces_a_previous_average_and_force_replaces_anything_else(ti
 def test_a_failed_average_leaves_the_previous_one_intact(tiny_run, tmp_path, monkeypatch):
     from aiayn import checkpoint
 
-    out = average_checkpoints(list_checkpoints(tiny_run / "checkpoints")[-1:], tmp_path / "averaged")
+    out = average_checkpoints(
+        list_checkpoints(tiny_run / "checkpoints")[-1:], tmp_path / "averaged"
+    )
     before = (out / WEIGHTS).read_bytes()
 
     def full_disk(*args, **kwargs):
@@ -95,7 +120,9 @@ def test_translate_file_and_stdin_split_lines_alike(tiny_run, tmp_path, capsys, 
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
     src = tmp_path / "in.txt"
     src.write_bytes(MIXED)
-    code, from_file, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--input", src)
+    code, from_file, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--input", src
+    )
     assert code == 0, err
     assert len(from_file.splitlines()) == 2
     monkeypatch.setattr(sys, "stdin", std_io.TextIOWrapper(std_io.BytesIO(MIXED)))
@@ -121,8 +148,16 @@ def test_evaluate_and_prepare_readers_follow_the_same_rule(tmp_path):
 def test_translate_rejects_a_chunk_below_one(tiny_run, tmp_path, capsys, chunk):
     src = tmp_path / "in.txt"
     src.write_text("one\n")
-    code, out, err = run_cli(capsys, "translate", "--checkpoint", latest_checkpoint(tiny_run / "checkpoints"),
-                             "--input", src, "--chunk", chunk)
+    code, out, err = run_cli(
+        capsys,
+        "translate",
+        "--checkpoint",
+        latest_checkpoint(tiny_run / "checkpoints"),
+        "--input",
+        src,
+        "--chunk",
+        chunk,
+    )
     assert code == 2 and out == ""
     one_line_error(err, "--chunk must be at least 1", str(chunk))
 
@@ -130,33 +165,63 @@ def test_translate_rejects_a_chunk_below_one(tiny_run, tmp_path, capsys, chunk):
 # --- 5. every numeric key range-checked ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("assignment, key", [
-    ("lr_scale=-1", "lr_scale"), ("lr_scale=nan", "lr_scale"), ("lr_scale=inf", "lr_scale"),
-    ("lr_scale=0", "lr_scale"), ("adam_eps=nan", "adam_eps"), ("adam_beta1=1", "adam_beta1"),
-    ("adam_beta2=-0.1", "adam_beta2"), ("eps_ls=nan", "eps_ls"), ("num_threads=0", "num_threads"),
-    ("num_threads=-2", "num_threads"), ("max_updates=0", "max_updates"), ("max_minutes=nan", "max_minutes"),
-    ("max_minutes=-1", "max_minutes"), ("save_every_minutes=inf", "save_every_minutes"),
-    ("save_every_updates=0", "save_every_updates"), ("seed=-1", "seed"), ("warmup=0", "warmup"),
-    ("model.P_drop=nan", "P_drop"), ("model.attention_dropout=-0.5", "attention_dropout"),
-    ("model.d_model=0", "d_model"), ("model.max_len=-3", "max_len"),
-])
+@pytest.mark.parametrize(
+    "assignment, key",
+    [
+        ("lr_scale=-1", "lr_scale"),
+        ("lr_scale=nan", "lr_scale"),
+        ("lr_scale=inf", "lr_scale"),
+        ("lr_scale=0", "lr_scale"),
+        ("adam_eps=nan", "adam_eps"),
+        ("adam_beta1=1", "adam_beta1"),
+        ("adam_beta2=-0.1", "adam_beta2"),
+        ("eps_ls=nan", "eps_ls"),
+        ("num_threads=0", "num_threads"),
+        ("num_threads=-2", "num_threads"),
+        ("max_updates=0", "max_updates"),
+        ("max_minutes=nan", "max_minutes"),
+        ("max_minutes=-1", "max_minutes"),
+        ("save_every_minutes=inf", "save_every_minutes"),
+        ("save_every_updates=0", "save_every_updates"),
+        ("seed=-1", "seed"),
+        ("warmup=0", "warmup"),
+        ("model.P_drop=nan", "P_drop"),
+        ("model.attention_dropout=-0.5", "attention_dropout"),
+        ("model.d_model=0", "d_model"),
+        ("model.max_len=-3", "max_len"),
+    ],
+)
 def test_out_of_range_values_are_rejected_naming_the_key(assignment, key):
     with pytest.raises(ValueError, match=key):
         apply_sets(TrainConfig(preset="tiny"), [assignment])
 
 
 def test_train_with_a_nan_learning_rate_fails_before_training(tmp_path, capsys):
-    code, _, err = run_cli(capsys, "train", "--set", "preset=tiny", "--set", f"out={tmp_path / 'run'}",
-                           "--set", "lr_scale=nan")
+    code, _, err = run_cli(
+        capsys,
+        "train",
+        "--set",
+        "preset=tiny",
+        "--set",
+        f"out={tmp_path / 'run'}",
+        "--set",
+        "lr_scale=nan",
+    )
     assert code == 2
     one_line_error(err, "lr_scale", "nan")
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("overrides, key", [
-    ({"alpha": math.nan}, "alpha"), ({"alpha": math.inf}, "alpha"), ({"alpha": -0.5}, "alpha"),
-    ({"max_len_a": math.nan}, "max_len_a"), ({"beam": 0}, "beam"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        ({"alpha": math.nan}, "alpha"),
+        ({"alpha": math.inf}, "alpha"),
+        ({"alpha": -0.5}, "alpha"),
+        ({"max_len_a": math.nan}, "max_len_a"),
+        ({"beam": 0}, "beam"),
+    ],
+)
 def test_decode_config_ranges(overrides, key):
     with pytest.raises(ValueError, match=key):
         DecodeConfig(**overrides)
@@ -167,14 +232,18 @@ def test_decode_config_ranges(overrides, key):
 
 @pytest.mark.parametrize("last", [0, -2])
 def test_average_last_must_be_at_least_one(tiny_run, tmp_path, capsys, last):
-    code, _, err = run_cli(capsys, "average", tiny_run / "checkpoints", "--last", last, "--out", tmp_path / "avg")
+    code, _, err = run_cli(
+        capsys, "average", tiny_run / "checkpoints", "--last", last, "--out", tmp_path / "avg"
+    )
     assert code == 2
     one_line_error(err, "--last must be at least 1")
     assert not (tmp_path / "avg").exists()
 
 
 def test_average_warns_when_fewer_checkpoints_than_asked(tiny_run, tmp_path, capsys):
-    code, out, err = run_cli(capsys, "average", tiny_run / "checkpoints", "--last", 20, "--out", tmp_path / "avg")
+    code, out, err = run_cli(
+        capsys, "average", tiny_run / "checkpoints", "--last", 20, "--out", tmp_path / "avg"
+    )
     assert code == 0
     assert "warning: asked for the last 20 checkpoints" in err and "holds only 3" in err
     assert "averaged 3 checkpoints" in out
@@ -182,8 +251,12 @@ def test_average_warns_when_fewer_checkpoints_than_asked(tiny_run, tmp_path, cap
 
 def test_average_refuses_a_mixture_of_vocabularies(tiny_run, tiny_corpus, tmp_path):
     ckpts = copy_run(tiny_run, tmp_path / "ckpts")
-    other = Vocab.train([tiny_corpus.parent / "train.es"], tmp_path / "other" / "spm", vocab_size=300)
-    assert len(other) == len(Vocab.load(ckpts / "update_0000003" / VOCAB))  # same size, other pieces
+    other = Vocab.train(
+        [tiny_corpus.parent / "train.es"], tmp_path / "other" / "spm", vocab_size=300
+    )
+    assert len(other) == len(
+        Vocab.load(ckpts / "update_0000003" / VOCAB)
+    )  # same size, other pieces
     shutil.copyfile(other.path, ckpts / "update_0000003" / VOCAB)
     with pytest.raises(ValueError, match="different vocabularies"):
         average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
@@ -220,8 +293,12 @@ def test_a_validation_failure_saves_the_trained_weights_first(tiny_corpus, tmp_p
         raise UserError("valid.src.tokens.npy: damaged")
 
     monkeypatch.setattr(Trainer, "validate", broken)
-    trainer = Trainer(config(tiny_corpus, tmp_path / "run", validate=True, max_updates=3, save_every_updates=3))
-    with pytest.raises(ValueError, match="validation failed at update 3; the trained weights were saved first"):
+    trainer = Trainer(
+        config(tiny_corpus, tmp_path / "run", validate=True, max_updates=3, save_every_updates=3)
+    )
+    with pytest.raises(
+        ValueError, match="validation failed at update 3; the trained weights were saved first"
+    ):
         trainer.run(resume=None)
     saved = latest_checkpoint(tmp_path / "run" / "checkpoints")
     assert saved.name == "update_0000003" and json.loads((saved / META).read_text())["update"] == 3
@@ -234,7 +311,9 @@ def test_big_preset_keeps_twenty_checkpoints(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_text("preset: big\n")
     assert load_train_config(path).keep_last == 20
-    assert load_train_config(None, ["keep_last=3"], preset="big").keep_last == 3  # still overridable
+    assert (
+        load_train_config(None, ["keep_last=3"], preset="big").keep_last == 3
+    )  # still overridable
 
 
 # --- 9. fp16: a step the gradient scaler skips is not an update ---------------------------------
@@ -262,7 +341,9 @@ def test_training_stops_when_the_scaler_skips_every_step(tiny_corpus, tmp_path, 
     monkeypatch.setattr(trainer_module, "MAX_SKIPPED_STEPS", 3)
     trainer = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=50))
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127, backoff_factor=1.0 - 2**-20)
-    with pytest.raises(trainer_module.NonFiniteLossError, match="skipped 3 steps in a row at update 1"):
+    with pytest.raises(
+        trainer_module.NonFiniteLossError, match="skipped 3 steps in a row at update 1"
+    ):
         trainer.run(resume=None)
     assert trainer.update == 0
 
@@ -271,10 +352,11 @@ def test_training_stops_when_the_scaler_skips_every_step(tiny_corpus, tmp_path, 
 
 
 def test_model_max_len_shorter_than_the_data_fails_at_start_up(tiny_corpus, tmp_path):
-    with pytest.raises(UserError, match=r"model.max_len=8 is shorter than the train split.*raise model.max_len"):
+    with pytest.raises(
+        UserError, match=r"model.max_len=8 is shorter than the train split.*raise model.max_len"
+    ):
         Trainer(config(tiny_corpus, tmp_path / "run", model={**TINY, "max_len": 8}))
     assert not (tmp_path / "run").exists()
-
 
 
 # --- demo --fresh deletes a demo run, nothing else ----------------------------------------------

@@ -9,13 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from _safety import config, copy_run, one_line_error, run_cli
 
 from aiayn import checkpoint
-from aiayn.checkpoint import META, TRAINER, WEIGHTS, latest_checkpoint, list_checkpoints, load_trainer_state
+from aiayn.checkpoint import (
+    META,
+    TRAINER,
+    WEIGHTS,
+    latest_checkpoint,
+    list_checkpoints,
+    load_trainer_state,
+)
 from aiayn.errors import UserError
 from aiayn.train import load_train_config
-
-from _safety import config, copy_run, one_line_error, run_cli
 
 
 @pytest.fixture
@@ -32,7 +38,9 @@ def test_translate_reports_invalid_utf8_by_line_and_decodes_the_rest(ckpt, tmp_p
     src.write_bytes(b"In the beginning\n\xff\xfe broken\nGod created\n")
     code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--input", src)
     assert code == 2
-    one_line_error(err, str(src), "1 line(s) not valid UTF-8 (line 2)", "the other 2 were translated")
+    one_line_error(
+        err, str(src), "1 line(s) not valid UTF-8 (line 2)", "the other 2 were translated"
+    )
     lines = out.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 outputs; the bad one empty
 
@@ -40,12 +48,15 @@ def test_translate_reports_invalid_utf8_by_line_and_decodes_the_rest(ckpt, tmp_p
 # --- configuration files -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, text, line", [
-    ("c.yaml", "preset: tiny\nwarmup: [1, 2\nlr_scale: 2\n", 3),
-    ("c.yaml", "preset: tiny\nmodel: d_ff: 3\n", 2),
-    ("c.toml", 'preset = "tiny"\nwarmup = \n', 2),
-    ("c.json", '{"preset": "tiny",\n "warmup": 10,,\n}', 2),
-])
+@pytest.mark.parametrize(
+    "name, text, line",
+    [
+        ("c.yaml", "preset: tiny\nwarmup: [1, 2\nlr_scale: 2\n", 3),
+        ("c.yaml", "preset: tiny\nmodel: d_ff: 3\n", 2),
+        ("c.toml", 'preset = "tiny"\nwarmup = \n', 2),
+        ("c.json", '{"preset": "tiny",\n "warmup": 10,,\n}', 2),
+    ],
+)
 def test_a_broken_config_file_is_named_with_its_line(tmp_path, capsys, name, text, line):
     path = tmp_path / name
     path.write_text(text)
@@ -78,11 +89,14 @@ def test_a_truncated_safetensors_file_is_named(ckpt, tmp_path, capsys):
     one_line_error(err, str(ckpt / WEIGHTS), "not a readable safetensors file", "truncated")
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{"update": 3,\n "model_config": {', "line 2: invalid JSON"),
-    ("[1, 2]", "expected a JSON object"),
-    ('{"update": 3}', "no 'model_config' entry"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"update": 3,\n "model_config": {', "line 2: invalid JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"update": 3}', "no 'model_config' entry"),
+    ],
+)
 def test_an_invalid_meta_json_is_named(ckpt, tmp_path, capsys, text, problem):
     (ckpt / META).write_text(text)
     src = tmp_path / "in.txt"
@@ -102,7 +116,9 @@ class Planted:
         return os.system, (f"touch {self.marker}",)
 
 
-def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(ckpt, tiny_corpus, tmp_path, capsys):
+def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(
+    ckpt, tiny_corpus, tmp_path, capsys
+):
     marker = tmp_path / "code-ran"
     torch.save({"optimizer": Planted(marker)}, ckpt / TRAINER)
     with pytest.raises(UserError, match="not a trusted checkpoint") as info:
@@ -119,7 +135,9 @@ def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(ckpt, tiny_corpu
 # --- evaluate ----------------------------------------------------------------------------------
 
 
-def test_evaluate_output_that_is_a_directory_fails_before_decoding(ckpt, tmp_path, capsys, monkeypatch):
+def test_evaluate_output_that_is_a_directory_fails_before_decoding(
+    ckpt, tmp_path, capsys, monkeypatch
+):
     from aiayn import evaluate
 
     def no_model(*args, **kwargs):
@@ -129,16 +147,29 @@ def test_evaluate_output_that_is_a_directory_fails_before_decoding(ckpt, tmp_pat
     (tmp_path / "s").write_text("a\n")
     (tmp_path / "r").write_text("b\n")
     (tmp_path / "hyps").mkdir()
-    code, _, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", tmp_path / "s", "--ref", tmp_path / "r",
-                           "--output", tmp_path / "hyps")
+    code, _, err = run_cli(
+        capsys,
+        "evaluate",
+        "--checkpoint",
+        ckpt,
+        "--src",
+        tmp_path / "s",
+        "--ref",
+        tmp_path / "r",
+        "--output",
+        tmp_path / "hyps",
+    )
     assert code == 2
     one_line_error(err, str(tmp_path / "hyps"), "is a directory")
 
 
-@pytest.mark.parametrize("src_text, ref_text, problem", [
-    ("", "", "are both empty: nothing to evaluate"),
-    ("a\nb\n", "", "the reference file {ref} is empty"),
-])
+@pytest.mark.parametrize(
+    "src_text, ref_text, problem",
+    [
+        ("", "", "are both empty: nothing to evaluate"),
+        ("a\nb\n", "", "the reference file {ref} is empty"),
+    ],
+)
 def test_evaluate_empty_files_are_named(ckpt, tmp_path, capsys, src_text, ref_text, problem):
     src, ref = tmp_path / "s.txt", tmp_path / "r.txt"
     src.write_text(src_text)
@@ -150,7 +181,9 @@ def test_evaluate_empty_files_are_named(ckpt, tmp_path, capsys, src_text, ref_te
 
 def test_alpha_nan_is_a_one_line_error(ckpt, tmp_path, capsys):
     (tmp_path / "s").write_text("a\n")
-    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--alpha", "nan", "--input", tmp_path / "s")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--alpha", "nan", "--input", tmp_path / "s"
+    )
     assert code == 2 and out == ""
     one_line_error(err, "alpha must be a finite number", "nan")
 
@@ -158,7 +191,9 @@ def test_alpha_nan_is_a_one_line_error(ckpt, tmp_path, capsys):
 # --- a full disk while saving -----------------------------------------------------------------
 
 
-def test_a_full_disk_while_saving_removes_the_partial_checkpoint_and_says_so(tiny_run, tmp_path, monkeypatch):
+def test_a_full_disk_while_saving_removes_the_partial_checkpoint_and_says_so(
+    tiny_run, tmp_path, monkeypatch
+):
     ckpts = copy_run(tiny_run, tmp_path / "ckpts")
     real_save = checkpoint.save_model
 
@@ -171,8 +206,12 @@ def test_a_full_disk_while_saving_removes_the_partial_checkpoint_and_says_so(tin
     with pytest.raises(OSError, match="no space left on device while saving checkpoint") as info:
         checkpoint.save_checkpoint(ckpts, 4, model, {"update": 4}, None, None)
     assert info.value.errno == errno.ENOSPC and "update_0000003" in str(info.value)
-    assert sorted(p.name for p in ckpts.iterdir()) == ["latest", "update_0000001", "update_0000002",
-                                                        "update_0000003"]
+    assert sorted(p.name for p in ckpts.iterdir()) == [
+        "latest",
+        "update_0000001",
+        "update_0000002",
+        "update_0000003",
+    ]
     assert latest_checkpoint(ckpts).name == "update_0000003"
 
 
@@ -201,10 +240,14 @@ def test_latest_never_points_outside_the_run(tiny_run, tmp_path, pointer):
     (ckpts / "latest").write_text(("update_0000009" if pointer == "link" else pointer) + "\n")
     with pytest.raises(UserError, match="not a checkpoint directory inside"):
         latest_checkpoint(ckpts)
-    assert "update_0000009" not in [p.name for p in list_checkpoints(ckpts)]  # a link is no checkpoint
+    assert "update_0000009" not in [
+        p.name for p in list_checkpoints(ckpts)
+    ]  # a link is no checkpoint
 
 
-def test_a_bug_raising_valueerror_keeps_its_traceback_while_a_user_error_is_one_line(capsys, monkeypatch):
+def test_a_bug_raising_valueerror_keeps_its_traceback_while_a_user_error_is_one_line(
+    capsys, monkeypatch
+):
     """Only ``UserError`` (and OSError) become one line: a ValueError from inside numpy, torch or
     our own code is a bug, and hiding its traceback would hide where it happened."""
     import aiayn.cli.main as parser_main

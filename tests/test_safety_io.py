@@ -12,28 +12,39 @@ from hypothesis import strategies as st
 
 from aiayn.data.readers import iter_lines as corpus_lines
 from aiayn.errors import UserError
-from aiayn.io import (atomic_file, iter_lines, read_lines, write_lines_atomic, write_parallel,
-                      write_text_atomic)
+from aiayn.io import (
+    atomic_file,
+    iter_lines,
+    read_lines,
+    write_lines_atomic,
+    write_parallel,
+    write_text_atomic,
+)
 from aiayn.train import TrainConfig, load_train_config
 from aiayn.train.config import apply_sets
 
-FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 # --- the rule, by example ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data, lines", [
-    (b"", []),
-    (b"a\nb\n", ["a", "b"]),
-    (b"a\nb", ["a", "b"]),  # a last line without LF
-    (b"a\r\nb\r\n", ["a", "b"]),  # CRLF: the CR goes with the LF
-    (b"a\rb\n", ["a\rb"]),  # a bare CR stays inside the line
-    (b"a\r\r\n", ["a\r"]),  # only the one CR of the CRLF goes
-    (b"a\r", ["a\r"]),  # a last bare CR is not a CRLF
-    (b"\n\n", ["", ""]),
-    ("x\u2028y\x0cz\n".encode(), ["x\u2028y\x0cz"]),  # str.splitlines would give 3 lines
-])
+@pytest.mark.parametrize(
+    "data, lines",
+    [
+        (b"", []),
+        (b"a\nb\n", ["a", "b"]),
+        (b"a\nb", ["a", "b"]),  # a last line without LF
+        (b"a\r\nb\r\n", ["a", "b"]),  # CRLF: the CR goes with the LF
+        (b"a\rb\n", ["a\rb"]),  # a bare CR stays inside the line
+        (b"a\r\r\n", ["a\r"]),  # only the one CR of the CRLF goes
+        (b"a\r", ["a\r"]),  # a last bare CR is not a CRLF
+        (b"\n\n", ["", ""]),
+        ("x\u2028y\x0cz\n".encode(), ["x\u2028y\x0cz"]),  # str.splitlines would give 3 lines
+    ],
+)
 def test_lines_split_at_lf_only(tmp_path, data, lines):
     path = tmp_path / "f.txt"
     path.write_bytes(data)
@@ -74,8 +85,22 @@ def expected_lines(data: bytes) -> list[bytes]:
     return terminated + ([parts[-1]] if parts[-1] else [])
 
 
-pieces = st.one_of(st.binary(max_size=6), st.sampled_from([b"\n", b"\r", b"\r\n", b"\r\r\n", b"\xff", b"\xc3",
-                                                           "é".encode(), "\u2028".encode(), b"\x85"]))
+pieces = st.one_of(
+    st.binary(max_size=6),
+    st.sampled_from(
+        [
+            b"\n",
+            b"\r",
+            b"\r\n",
+            b"\r\r\n",
+            b"\xff",
+            b"\xc3",
+            "é".encode(),
+            "\u2028".encode(),
+            b"\x85",
+        ]
+    ),
+)
 random_files = st.lists(pieces, max_size=20).map(b"".join)
 
 
@@ -103,9 +128,18 @@ def _valid(raw: bytes) -> bool:
         return False
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
-                        max_size=8), max_size=10))
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.text(
+            alphabet=st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
+            max_size=8,
+        ),
+        max_size=10,
+    )
+)
 def test_written_lines_read_back_unchanged(tmp_path, lines):
     # A line ending in CR does not survive (it would read as CRLF); every other line does.
     lines = [line for line in lines if not line.endswith("\r")]
@@ -143,7 +177,9 @@ def test_an_output_that_is_a_directory_is_refused(tmp_path):
 
 
 def test_io_does_not_import_torch():
-    code = "import sys, aiayn.io, aiayn.parsing; assert 'torch' not in sys.modules, 'torch imported'"
+    code = (
+        "import sys, aiayn.io, aiayn.parsing; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -151,16 +187,47 @@ def test_io_does_not_import_torch():
 # --- the config parser answers any input with a config or a ValueError --------------------------
 
 KEYS = [f.name for f in __import__("dataclasses").fields(TrainConfig)] + [
-    "model.d_model", "model.P_drop", "model.max_len", "model.norm", "model.d_k", "warmpu", "model.x", ""]
+    "model.d_model",
+    "model.P_drop",
+    "model.max_len",
+    "model.norm",
+    "model.d_k",
+    "warmpu",
+    "model.x",
+    "",
+]
 VALUES = st.one_of(
-    st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1", "0.5", "1e999", "9" * 5000, "None", "null", "true",
-                     "tiny", "pre", "fp16", "", " 3 ", "1_000", "0x10"]),
+    st.sampled_from(
+        [
+            "nan",
+            "inf",
+            "-inf",
+            "-1",
+            "0",
+            "1",
+            "0.5",
+            "1e999",
+            "9" * 5000,
+            "None",
+            "null",
+            "true",
+            "tiny",
+            "pre",
+            "fp16",
+            "",
+            " 3 ",
+            "1_000",
+            "0x10",
+        ]
+    ),
     st.text(max_size=12),
 )
 
 
 @FAST
-@given(st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), VALUES), max_size=4))
+@given(
+    st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=8)), VALUES), max_size=4)
+)
 def test_any_set_strings_give_a_config_or_a_value_error(pairs):
     sets = [f"{k}={v}" for k, v in pairs]
     try:
@@ -174,10 +241,29 @@ def test_any_set_strings_give_a_config_or_a_value_error(pairs):
 
 config_texts = st.one_of(
     st.text(max_size=60),
-    st.lists(st.tuples(st.sampled_from(KEYS[:12] + ["model", "x", "1"]),
-                       st.sampled_from(["1", "-1", ".nan", "nan", "tiny", "[1, 2", "{a: 1}", "{}", "'x'", "2001-01-01",
-                                        "[]", "true", "1e999"])),
-             max_size=5).map(lambda kv: "".join(f"{k}: {v}\n" for k, v in kv)),
+    st.lists(
+        st.tuples(
+            st.sampled_from(KEYS[:12] + ["model", "x", "1"]),
+            st.sampled_from(
+                [
+                    "1",
+                    "-1",
+                    ".nan",
+                    "nan",
+                    "tiny",
+                    "[1, 2",
+                    "{a: 1}",
+                    "{}",
+                    "'x'",
+                    "2001-01-01",
+                    "[]",
+                    "true",
+                    "1e999",
+                ]
+            ),
+        ),
+        max_size=5,
+    ).map(lambda kv: "".join(f"{k}: {v}\n" for k, v in kv)),
     st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
 )
 
@@ -233,5 +319,8 @@ def test_write_parallel_keeps_pairs_aligned_and_is_all_or_nothing(tmp_path):
     with pytest.raises(OSError):
         write_parallel(broken(), src, tgt)
     # The earlier complete pair is untouched, and no temporary file is left behind.
-    assert src.read_text(encoding="utf-8") == "a b\nc\n" and tgt.read_text(encoding="utf-8") == "uno\ndos tres\n"
+    assert (
+        src.read_text(encoding="utf-8") == "a b\nc\n"
+        and tgt.read_text(encoding="utf-8") == "uno\ndos tres\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.en", "train.es"]

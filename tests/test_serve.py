@@ -31,18 +31,20 @@ from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, decode_ids, translate
 from aiayn.serve import Batcher, Limits, ShuttingDown, TranslateJob, Translator, create_app
 
-SENTENCES = ["In the beginning God created the heaven and the earth.",
-             "And the earth was without form, and void.",
-             "And God said, Let there be light: and there was light.",
-             "And God saw the light, that it was good.",
-             "And God called the light Day, and the darkness he called Night.",
-             "And the evening and the morning were the first day.",
-             "Let the waters under the heaven be gathered together unto one place.",
-             "And God called the dry land Earth.",
-             "And the earth brought forth grass.",
-             "And God made two great lights.",
-             "And God set them in the firmament of the heaven.",
-             "And God created great whales."]
+SENTENCES = [
+    "In the beginning God created the heaven and the earth.",
+    "And the earth was without form, and void.",
+    "And God said, Let there be light: and there was light.",
+    "And God saw the light, that it was good.",
+    "And God called the light Day, and the darkness he called Night.",
+    "And the evening and the morning were the first day.",
+    "Let the waters under the heaven be gathered together unto one place.",
+    "And God called the dry land Earth.",
+    "And the earth brought forth grass.",
+    "And God made two great lights.",
+    "And God set them in the firmament of the heaven.",
+    "And God created great whales.",
+]
 
 
 # --- the batcher alone --------------------------------------------------------------------------
@@ -52,10 +54,20 @@ def _run_batcher(items, handle, **kwargs):
     """Submit ``items`` at once; return (results or exceptions, the batcher's stats)."""
 
     async def main():
-        batcher = Batcher(handle, **{"cost": len, "key": lambda item: item[0], "max_cost": 100,
-                                     "max_wait_s": 0.2, **kwargs})
+        batcher = Batcher(
+            handle,
+            **{
+                "cost": len,
+                "key": lambda item: item[0],
+                "max_cost": 100,
+                "max_wait_s": 0.2,
+                **kwargs,
+            },
+        )
         try:
-            return await asyncio.gather(*(batcher.submit(i) for i in items), return_exceptions=True), batcher.stats
+            return await asyncio.gather(
+                *(batcher.submit(i) for i in items), return_exceptions=True
+            ), batcher.stats
         finally:
             batcher.close()
 
@@ -89,8 +101,12 @@ def test_batcher_keeps_to_the_cost_budget_and_runs_an_oversize_item_alone():
 
 def test_batcher_with_zero_budget_decodes_each_item_alone():
     calls = []
-    results, stats = _run_batcher(["ab", "ac", "ad"], lambda items: calls.append(items) or items, max_cost=0)
-    assert results == ["ab", "ac", "ad"] and calls == [["ab"], ["ac"], ["ad"]] and stats.largest == 1
+    results, stats = _run_batcher(
+        ["ab", "ac", "ad"], lambda items: calls.append(items) or items, max_cost=0
+    )
+    assert (
+        results == ["ab", "ac", "ad"] and calls == [["ab"], ["ac"], ["ad"]] and stats.largest == 1
+    )
 
 
 def test_a_failing_item_fails_alone_and_the_others_are_answered():
@@ -107,8 +123,13 @@ def test_a_failing_item_fails_alone_and_the_others_are_answered():
 
 def test_close_finishes_what_is_queued_then_refuses():
     async def main():
-        batcher = Batcher(lambda items: [i + 1 for i in items], cost=lambda i: 1, key=lambda i: 0,
-                          max_cost=10, max_wait_s=0.5)
+        batcher = Batcher(
+            lambda items: [i + 1 for i in items],
+            cost=lambda i: 1,
+            key=lambda i: 0,
+            max_cost=10,
+            max_wait_s=0.5,
+        )
         pending = [asyncio.ensure_future(batcher.submit(i)) for i in range(3)]
         await asyncio.sleep(0.05)  # queued, the worker still waiting for company
         await asyncio.get_running_loop().run_in_executor(None, batcher.close)
@@ -138,9 +159,13 @@ def checkpoint(tiny_corpus, tmp_path_factory) -> Path:
     vocab = Vocab.load(tiny_corpus / "spm.model")
     torch.manual_seed(0)
     # 40 positions: room for every test sentence, and outputs (capped there) decode quickly.
-    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=40)).eval()
+    model = aiayn.Transformer(
+        aiayn.ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=40)
+    ).eval()
     meta = {"update": 7, "model_config": dataclasses.asdict(model.cfg)}
-    return save_checkpoint(tmp_path_factory.mktemp("serve") / "ckpts", 7, model, meta, None, vocab.path)
+    return save_checkpoint(
+        tmp_path_factory.mktemp("serve") / "ckpts", 7, model, meta, None, vocab.path
+    )
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +192,8 @@ def _by_sentence(translator: Translator, lines: list[str], **config) -> dict[str
 def _same(got: list[dict], expected: list[dict]) -> bool:
     return [a["text"] for a in got] == [a["text"] for a in expected] and all(
         (a["score"] is None and b["score"] is None) or abs(a["score"] - b["score"]) < 1e-4
-        for a, b in zip(got, expected))
+        for a, b in zip(got, expected)
+    )
 
 
 def test_translations_are_the_librarys(translator):
@@ -177,7 +203,9 @@ def test_translations_are_the_librarys(translator):
     assert r.status_code == 200
     answers = r.json()["translations"]
     config = DecodeConfig(beam=3, alpha=1.0)
-    assert [a["text"] for a in answers] == translate(translator.model, lines, translator.vocab, config)
+    assert [a["text"] for a in answers] == translate(
+        translator.model, lines, translator.vocab, config
+    )
     assert answers[1] == {"text": "", "score": None, "nbest": []}  # a blank line touches no model
     hyps = decode_ids(translator.model, translator.encode(lines), config)
     assert answers[0]["score"] == pytest.approx(hyps[0][0].score, abs=1e-5)
@@ -188,7 +216,9 @@ def test_int8_server_answers_as_the_int8_library(checkpoint):
     """``aiayn serve --quantize int8`` decodes with the same int8 model as ``aiayn translate
     --quantize int8``, loaded from safetensors and quantized after loading."""
     quantized = Translator.load(checkpoint, quantize="int8")
-    assert any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantized.model.modules())
+    assert any(
+        isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantized.model.modules()
+    )
     lines = SENTENCES[:3]
     with client(quantized) as c:
         r = c.post("/translate", json={"text": lines, "beam": 2})
@@ -196,60 +226,89 @@ def test_int8_server_answers_as_the_int8_library(checkpoint):
     assert r.status_code == 200 and info["quantized"] == "int8"
     # one request: batched exactly as the library call below, so even int8 output matches
     assert [a["text"] for a in r.json()["translations"]] == translate(
-        quantized.model, lines, quantized.vocab, DecodeConfig(beam=2))
+        quantized.model, lines, quantized.vocab, DecodeConfig(beam=2)
+    )
 
 
 def test_nbest_lists_the_beams_best_first(translator):
     with client(translator) as c:
-        answer = c.post("/translate", json={"text": [SENTENCES[2]], "beam": 4, "nbest": 3}).json()["translations"][0]
+        answer = c.post("/translate", json={"text": [SENTENCES[2]], "beam": 4, "nbest": 3}).json()[
+            "translations"
+        ][0]
     scores = [h["score"] for h in answer["nbest"]]
     assert len(scores) == 3 and scores == sorted(scores, reverse=True)
-    assert (answer["nbest"][0]["text"], answer["nbest"][0]["score"]) == (answer["text"], answer["score"])
+    assert (answer["nbest"][0]["text"], answer["nbest"][0]["score"]) == (
+        answer["text"],
+        answer["score"],
+    )
     assert len({h["text"] for h in answer["nbest"]}) == 3
 
 
 def test_attention_is_the_best_hypothesis_against_its_source(translator):
     with client(translator) as c:
-        answer = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True}).json()["translations"][0]
+        answer = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True}).json()[
+            "translations"
+        ][0]
     att, cfg, vocab = answer["attention"], translator.model.cfg, translator.vocab
     source_ids = vocab.encode(SENTENCES[3]) + [vocab.eos_id]
     assert att["source"] == [vocab.id_to_piece(i) for i in source_ids]
     best = decode_ids(translator.model, [source_ids], DecodeConfig())[0][0]
-    ended = ["</s>"] if best.length > len(best.tokens) else []  # stopped by eos, not by the length limit
+    ended = (
+        ["</s>"] if best.length > len(best.tokens) else []
+    )  # stopped by eos, not by the length limit
     assert att["target"] == [vocab.id_to_piece(i) for i in best.tokens] + ended
     assert vocab.sp.decode_pieces(att["target"][: len(best.tokens)]) == answer["text"]
     weights = torch.tensor(att["weights"])  # (N_dec, h, T, S)
     assert weights.shape == (cfg.N_dec, cfg.h, len(att["target"]), len(att["source"]))
-    assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-3)  # softmax rows
+    assert torch.allclose(
+        weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-3
+    )  # softmax rows
     assert weights.std() > 0.01  # not uniform: the heads look at different source tokens
 
 
 LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 40 positions
 
 
-@pytest.mark.parametrize("body, status, message", [
-    ('{"text": ["a",', 400, "malformed JSON"),
-    ('not json', 400, "malformed JSON"),
-    ('["a sentence"]', 422, "the body must be a JSON object"),
-    ('{"beam": 2}', 422, "missing field 'text'"),
-    ('{"text": "a sentence"}', 422, "text: Input should be a valid list"),
-    ('{"text": [1, "b"]}', 422, "text.0: Input should be a valid string"),
-    ('{"text": []}', 422, "text: List should have at least 1 item"),
-    ('{"text": ["a"], "beam": "4"}', 422, "beam: Input should be a valid integer"),
-    ('{"text": ["a"], "beam": 4.5}', 422, "beam: Input should be a valid integer"),
-    ('{"text": ["a"], "alpha": "0.6"}', 422, "alpha: Input should be a valid number"),
-    ('{"text": ["a"], "attention": "yes"}', 422, "attention: Input should be a valid boolean"),
-    ('{"text": ["a"], "temperature": 0.7}', 422, "unknown field 'temperature'"),
-    ('{"text": ["a"], "beam": 0}', 422, "beam: Input should be greater than or equal to 1"),
-    ('{"text": ["a"], "beam": 33}', 422, "beam: Input should be less than or equal to 32"),
-    ('{"text": ["a"], "alpha": -0.1}', 422, "alpha: Input should be greater than or equal to 0"),
-    ('{"text": ["a"], "beam": 4, "nbest": 5}', 422, "nbest (5) must be <= beam (4)"),
-    (json.dumps({"text": ["a"] * 9}), 413, "text has 9 sentences; the limit is 8 per request"),
-    (json.dumps({"text": ["a" * 60, "b" * 41]}), 413, "text has 101 characters; the limit is 100 per request"),
-    (json.dumps({"text": ["a", LONG]}), 413, "text[1] is 121 subword tokens; the model reads at most 40"),
-])
+@pytest.mark.parametrize(
+    "body, status, message",
+    [
+        ('{"text": ["a",', 400, "malformed JSON"),
+        ("not json", 400, "malformed JSON"),
+        ('["a sentence"]', 422, "the body must be a JSON object"),
+        ('{"beam": 2}', 422, "missing field 'text'"),
+        ('{"text": "a sentence"}', 422, "text: Input should be a valid list"),
+        ('{"text": [1, "b"]}', 422, "text.0: Input should be a valid string"),
+        ('{"text": []}', 422, "text: List should have at least 1 item"),
+        ('{"text": ["a"], "beam": "4"}', 422, "beam: Input should be a valid integer"),
+        ('{"text": ["a"], "beam": 4.5}', 422, "beam: Input should be a valid integer"),
+        ('{"text": ["a"], "alpha": "0.6"}', 422, "alpha: Input should be a valid number"),
+        ('{"text": ["a"], "attention": "yes"}', 422, "attention: Input should be a valid boolean"),
+        ('{"text": ["a"], "temperature": 0.7}', 422, "unknown field 'temperature'"),
+        ('{"text": ["a"], "beam": 0}', 422, "beam: Input should be greater than or equal to 1"),
+        ('{"text": ["a"], "beam": 33}', 422, "beam: Input should be less than or equal to 32"),
+        (
+            '{"text": ["a"], "alpha": -0.1}',
+            422,
+            "alpha: Input should be greater than or equal to 0",
+        ),
+        ('{"text": ["a"], "beam": 4, "nbest": 5}', 422, "nbest (5) must be <= beam (4)"),
+        (json.dumps({"text": ["a"] * 9}), 413, "text has 9 sentences; the limit is 8 per request"),
+        (
+            json.dumps({"text": ["a" * 60, "b" * 41]}),
+            413,
+            "text has 101 characters; the limit is 100 per request",
+        ),
+        (
+            json.dumps({"text": ["a", LONG]}),
+            413,
+            "text[1] is 121 subword tokens; the model reads at most 40",
+        ),
+    ],
+)
 def test_bad_requests_get_one_line_json_errors(translator, body, status, message):
-    limits = {"max_sentences": 8, "max_chars": 100} if status == 413 and "text[" not in message else {}
+    limits = (
+        {"max_sentences": 8, "max_chars": 100} if status == 413 and "text[" not in message else {}
+    )
     with client(translator, **limits) as c:
         r = c.post("/translate", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == status
@@ -260,17 +319,31 @@ def test_bad_requests_get_one_line_json_errors(translator, body, status, message
 
 def test_unknown_routes_and_methods_answer_json(translator):
     with client(translator) as c:
-        assert (c.get("/nowhere").status_code, c.get("/nowhere").json()) == (404, {"error": "Not Found"})
-        assert (c.get("/translate").status_code, c.get("/translate").json()) == (405, {"error": "Method Not Allowed"})
+        assert (c.get("/nowhere").status_code, c.get("/nowhere").json()) == (
+            404,
+            {"error": "Not Found"},
+        )
+        assert (c.get("/translate").status_code, c.get("/translate").json()) == (
+            405,
+            {"error": "Method Not Allowed"},
+        )
 
 
 def test_health_info_and_page(translator, checkpoint):
     with client(translator, max_wait_ms=1.0) as c:
-        assert c.get("/health").json() == {"status": "ok", "requests": 0, "batches": 0, "largest": 0, "failures": 0}
+        assert c.get("/health").json() == {
+            "status": "ok",
+            "requests": 0,
+            "batches": 0,
+            "largest": 0,
+            "failures": 0,
+        }
         info = c.get("/info").json()
         page = c.get("/")
     cfg = translator.model.cfg
-    unique = {id(p): p.numel() for p in aiayn.Transformer(cfg).parameters()}  # served: packed, no Linear params
+    unique = {
+        id(p): p.numel() for p in aiayn.Transformer(cfg).parameters()
+    }  # served: packed, no Linear params
     assert info["parameters"] == sum(unique.values()) == aiayn.count_parameters(cfg)
     assert info["model_config"] == dataclasses.asdict(cfg) and info["update"] == 7
     assert info["checkpoint"] == str(checkpoint) and info["vocabulary"]["size"] == 300
@@ -305,8 +378,12 @@ def test_concurrent_clients_get_their_own_answers_in_order_batched(translator):
     expected = _by_sentence(translator, SENTENCES, beam=2)
     for body, r in zip(bodies, responses):
         assert _same(r.json()["translations"], [expected[line] for line in body["text"]])
-    assert len({r.json()["translations"][0]["score"] for r in responses}) == 12  # all different answers
-    assert stats["requests"] == 12 and stats["batches"] <= 3 and stats["largest"] >= 6  # decoded together
+    assert (
+        len({r.json()["translations"][0]["score"] for r in responses}) == 12
+    )  # all different answers
+    assert (
+        stats["requests"] == 12 and stats["batches"] <= 3 and stats["largest"] >= 6
+    )  # decoded together
 
 
 def test_without_batching_each_request_is_decoded_alone(translator):
@@ -323,7 +400,9 @@ def test_without_batching_each_request_is_decoded_alone(translator):
 def test_a_decode_failure_fails_only_its_request(checkpoint, monkeypatch):
     translator = Translator.load(checkpoint)
     poison_text = "Zebras quote Quixote."
-    poison = set(translator.encode([poison_text])[0]) - {t for s in translator.encode(SENTENCES) for t in s}
+    poison = set(translator.encode([poison_text])[0]) - {
+        t for s in translator.encode(SENTENCES) for t in s
+    }
     real_encode = translator.model.encode
 
     def encode(src):
@@ -332,18 +411,26 @@ def test_a_decode_failure_fails_only_its_request(checkpoint, monkeypatch):
         return real_encode(src)
 
     monkeypatch.setattr(translator.model, "encode", encode)
-    bodies = [{"text": [SENTENCES[0]], "beam": 1}, {"text": [poison_text], "beam": 1}, {"text": [SENTENCES[1]], "beam": 1}]
+    bodies = [
+        {"text": [SENTENCES[0]], "beam": 1},
+        {"text": [poison_text], "beam": 1},
+        {"text": [SENTENCES[1]], "beam": 1},
+    ]
     with client(translator, max_wait_ms=500) as c:
         responses = _post_together(c, bodies)
         after = c.post("/translate", json={"text": [SENTENCES[2]], "beam": 1})
         stats = c.get("/health").json()
     assert responses[1].status_code == 500
-    assert responses[1].json() == {"error": "decoding failed: RuntimeError: simulated decoder fault"}
+    assert responses[1].json() == {
+        "error": "decoding failed: RuntimeError: simulated decoder fault"
+    }
     expected = _by_sentence(translator, SENTENCES[:3], beam=1)
     for i in (0, 2):
         assert responses[i].status_code == 200
         assert _same(responses[i].json()["translations"], [expected[bodies[i]["text"][0]]])
-    assert after.status_code == 200 and _same(after.json()["translations"], [expected[SENTENCES[2]]])
+    assert after.status_code == 200 and _same(
+        after.json()["translations"], [expected[SENTENCES[2]]]
+    )
     assert stats["failures"] == 1
 
 
@@ -358,11 +445,32 @@ def _free_port() -> int:
 
 def _start_server(checkpoint: Path, *args: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(Path(aiayn.__file__).parents[1]),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint),
-                             "--host", "127.0.0.1", "--port", str(port), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(aiayn.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "serve",
+            "--checkpoint",
+            str(checkpoint),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -387,28 +495,45 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def test_cli_rejects_a_missing_checkpoint_and_bad_limits_in_one_line(tmp_path, checkpoint, capsys):
-    for args, message in [(["--checkpoint", str(tmp_path / "none")], f"{tmp_path / 'none'} is not a checkpoint: "
-                                                                      "meta.json is missing"),
-                          (["--checkpoint", str(checkpoint), "--max-wait-ms", "-1"], "max_wait_ms must be >= 0, got -1.0")]:
+    for args, message in [
+        (
+            ["--checkpoint", str(tmp_path / "none")],
+            f"{tmp_path / 'none'} is not a checkpoint: meta.json is missing",
+        ),
+        (
+            ["--checkpoint", str(checkpoint), "--max-wait-ms", "-1"],
+            "max_wait_ms must be >= 0, got -1.0",
+        ),
+    ]:
         with pytest.raises(SystemExit) as exit:
             main(["serve", *args])
-        assert exit.value.code == 2 and capsys.readouterr().err == f"aiayn serve: error: {message}\n"
+        assert (
+            exit.value.code == 2 and capsys.readouterr().err == f"aiayn serve: error: {message}\n"
+        )
 
 
 @pytest.mark.slow
 def test_sigterm_finishes_the_request_in_flight(checkpoint, translator):
-    proc, url = _start_server(checkpoint, "--max-wait-ms", "1500")  # the request waits 1.5 s in the batcher
+    proc, url = _start_server(
+        checkpoint, "--max-wait-ms", "1500"
+    )  # the request waits 1.5 s in the batcher
     try:
         result = {}
-        sender = threading.Thread(target=lambda: result.update(
-            r=httpx.post(url + "/translate", json={"text": [SENTENCES[4]]}, timeout=60)))
+        sender = threading.Thread(
+            target=lambda: result.update(
+                r=httpx.post(url + "/translate", json={"text": [SENTENCES[4]]}, timeout=60)
+            )
+        )
         sender.start()
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         sender.join(timeout=60)
         assert result["r"].status_code == 200
         assert _same(result["r"].json()["translations"], _alone(translator, [SENTENCES[4]]))
-        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once done
+        assert proc.wait(timeout=30) in (
+            0,
+            -signal.SIGTERM,
+        )  # uvicorn re-raises the signal once done
         with pytest.raises(httpx.ConnectError):
             httpx.get(url + "/health", timeout=2)
         log = proc.stdout.read()
@@ -418,14 +543,26 @@ def test_sigterm_finishes_the_request_in_flight(checkpoint, translator):
 
 
 def _browser():
-    chromium, driver = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+    chromium, driver = (
+        shutil.which("chromium") or shutil.which("chromium-browser"),
+        shutil.which("chromedriver"),
+    )
     if not (chromium and driver):
-        pytest.skip("no chromium + chromedriver on PATH (Debian: apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "no chromium + chromedriver on PATH (Debian: apt-get install chromium chromium-driver)"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,1300"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1100,1300",
+    ):
         options.add_argument(arg)
-    return webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=driver))
+    return webdriver.Chrome(
+        options=options, service=webdriver.ChromeService(executable_path=driver)
+    )
 
 
 HEATMAP_PIXELS = """
@@ -442,14 +579,18 @@ def test_the_page_translates_and_draws_the_attention(checkpoint, translator, tmp
     proc, url = _start_server(checkpoint)
     try:
         browser.get(url + "/")
-        WebDriverWait(browser, 30).until(lambda b: "parameters" in b.find_element(By.ID, "model").text)
+        WebDriverWait(browser, 30).until(
+            lambda b: "parameters" in b.find_element(By.ID, "model").text
+        )
         box = browser.find_element(By.ID, "source")
         box.clear()
         box.send_keys(SENTENCES[7])
         browser.find_element(By.ID, "beam").clear()
         browser.find_element(By.ID, "beam").send_keys("2")
         browser.find_element(By.ID, "translate").click()
-        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#output .result .text"))
+        WebDriverWait(browser, 60).until(
+            lambda b: b.find_elements(By.CSS_SELECTOR, "#output .result .text")
+        )
         shown = browser.find_element(By.CSS_SELECTOR, "#output .result .text").text
         expected = _alone(translator, [SENTENCES[7]], beam=2)[0]["text"]
         assert shown == expected.strip() and shown
@@ -460,8 +601,12 @@ def test_the_page_translates_and_draws_the_attention(checkpoint, translator, tmp
         colours, before = browser.execute_script(HEATMAP_PIXELS)
         assert colours > 20  # a painted heatmap, not a blank canvas
         heads = Select(browser.find_element(By.ID, "head"))
-        assert [o.text for o in heads.options] == ["mean of heads"] + [str(i + 1) for i in range(translator.model.cfg.h)]
-        assert len(Select(browser.find_element(By.ID, "layer")).options) == translator.model.cfg.N_dec
+        assert [o.text for o in heads.options] == ["mean of heads"] + [
+            str(i + 1) for i in range(translator.model.cfg.h)
+        ]
+        assert (
+            len(Select(browser.find_element(By.ID, "layer")).options) == translator.model.cfg.N_dec
+        )
         heads.select_by_visible_text("2")
         assert browser.execute_script(HEATMAP_PIXELS)[1] != before  # another head, another picture
         assert "head 2" in browser.find_element(By.ID, "caption").text

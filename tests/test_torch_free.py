@@ -17,6 +17,8 @@ import pytest
 TORCH_FREE = [
     "aiayn",
     "aiayn.config",
+    "aiayn.errors",
+    "aiayn.io",
     "aiayn.metrics",
     "aiayn.parsing",
     "aiayn.parsing.constraint",
@@ -34,7 +36,8 @@ NEEDS_TORCH = ["aiayn.model", "aiayn.parsing.pipeline"]
 # `aiayn --help` builds every sub-command's parser; handlers import the library lazily.
 HELP = "aiayn --help"
 
-_PROBE = """
+_PROBE = (
+    """
 import importlib, importlib.abc, json, sys
 
 asked, current = {}, None
@@ -49,7 +52,7 @@ class RefuseTorch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, RefuseTorch())
 for current in json.loads(sys.argv[1]):
     try:
-        if current == %r:
+        if current == HELP:
             from aiayn.cli.main import build_parser
             build_parser().format_help()
         else:
@@ -59,15 +62,20 @@ for current in json.loads(sys.argv[1]):
     for name in [m for m in sys.modules if m.split(".")[0] == "aiayn"]:
         del sys.modules[name]
 print(json.dumps(asked))
-""" % HELP
+"""
+).replace("HELP", repr(HELP))
 
 
 @pytest.fixture(scope="module")
 def torch_imports() -> dict[str, str]:
     """{module: the torch module it asked for}, for every module that asked."""
     names = [*TORCH_FREE, HELP, *NEEDS_TORCH]  # the torch users last: they load shared modules
-    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(names)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(names)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 

@@ -14,7 +14,11 @@ from safetensors.torch import load_file
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
-    average_checkpoints, latest_checkpoint, list_checkpoints, load_transformer, save_checkpoint,
+    average_checkpoints,
+    latest_checkpoint,
+    list_checkpoints,
+    load_transformer,
+    save_checkpoint,
 )
 from aiayn.flops import mfu, real_lengths, training_flops
 from aiayn.train import TrainConfig, load_train_config, noam_rate
@@ -26,9 +30,20 @@ TINY = {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}
 
 
 def config(data: Path, out: Path, **overrides) -> TrainConfig:
-    base = dict(data=str(data), out=str(out), preset="tiny", model=dict(TINY), max_src_tokens=400,
-                max_tgt_tokens=400, warmup=10, max_updates=6, save_every_minutes=None,
-                validate=False, num_threads=1, log_every=1)
+    base = dict(
+        data=str(data),
+        out=str(out),
+        preset="tiny",
+        model=dict(TINY),
+        max_src_tokens=400,
+        max_tgt_tokens=400,
+        warmup=10,
+        max_updates=6,
+        save_every_minutes=None,
+        validate=False,
+        num_threads=1,
+        log_every=1,
+    )
     return TrainConfig(**{**base, **overrides})
 
 
@@ -58,14 +73,20 @@ def _capture_gradients(trainer: Trainer) -> list[list[torch.Tensor]]:
     # A pre-step hook, not a replaced optimizer.step: the scheduler wraps step and warns if it
     # is swapped out after the scheduler was built.
     trainer.optimizer.register_step_pre_hook(
-        lambda optimizer, args, kwargs: seen.append([p.grad.clone() for p in trainer.model.parameters()])
+        lambda optimizer, args, kwargs: seen.append(
+            [p.grad.clone() for p in trainer.model.parameters()]
+        )
     )
     return seen
 
 
 def test_gradient_accumulation_equals_one_big_batch(tiny_corpus, tmp_path):
-    split = Trainer(config(tiny_corpus, tmp_path / "a", update_freq=2, model={**TINY, "P_drop": 0.0}))
-    whole = Trainer(config(tiny_corpus, tmp_path / "b", update_freq=1, model={**TINY, "P_drop": 0.0}))
+    split = Trainer(
+        config(tiny_corpus, tmp_path / "a", update_freq=2, model={**TINY, "P_drop": 0.0})
+    )
+    whole = Trainer(
+        config(tiny_corpus, tmp_path / "b", update_freq=1, model={**TINY, "P_drop": 0.0})
+    )
     b0, b1 = split.sampler.epoch_batches(0)[:2]
     assert len(b0) > 1 and len(b1) > 1
     # The gradient of the first update is that of the mean token loss of the whole batch.
@@ -89,7 +110,9 @@ def test_gradient_accumulation_equals_one_big_batch(tiny_corpus, tmp_path):
             assert torch.allclose(g, h, atol=1e-7, rtol=1e-4)
     assert_same_weights(dict(split.model.state_dict()), dict(whole.model.state_dict()))
     # FLOPs are counted on real tokens: the split (two paddings instead of one) changes nothing.
-    counted = 3 * training_flops(whole.model_cfg, real_lengths(batch.src, 0), real_lengths(batch.tgt_out, 0))
+    counted = 3 * training_flops(
+        whole.model_cfg, real_lengths(batch.src, 0), real_lengths(batch.tgt_out, 0)
+    )
     assert split.flops == whole.flops == counted
 
 
@@ -105,9 +128,9 @@ def assert_same_weights(a: dict, b: dict) -> None:
         x, y = a[name], b[name]
         if name.endswith("self_attn.W_QKV.bias"):
             d = x.numel() // 3  # [q | k | v] for d_k = d_v
-            x, y = torch.cat([x[:d], x[2 * d:]]), torch.cat([y[:d], y[2 * d:]])
+            x, y = torch.cat([x[:d], x[2 * d :]]), torch.cat([y[:d], y[2 * d :]])
         elif name.endswith("src_attn.W_KV.bias"):
-            x, y = x[x.numel() // 2:], y[y.numel() // 2:]
+            x, y = x[x.numel() // 2 :], y[y.numel() // 2 :]
         assert torch.allclose(x, y, atol=1e-5, rtol=1e-4), name
 
 
@@ -127,13 +150,18 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
 
 def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
     n = 3
-    straight = _write(config(tiny_corpus, tmp_path / "straight", max_updates=2 * n), tmp_path / "a.json")
+    straight = _write(
+        config(tiny_corpus, tmp_path / "straight", max_updates=2 * n), tmp_path / "a.json"
+    )
     subprocess.run(_train_cmd(straight), check=True, capture_output=True)
 
     # The same run, saving every n updates, killed (no clean-up at all) once update n is saved.
     killed_cfg = config(tiny_corpus, tmp_path / "killed", max_updates=10_000, save_every_updates=n)
-    proc = subprocess.Popen(_train_cmd(_write(killed_cfg, tmp_path / "b.json")),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _train_cmd(_write(killed_cfg, tmp_path / "b.json")),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     first = tmp_path / "killed" / "checkpoints" / f"update_{n:07d}"
     deadline = time.monotonic() + 120
     while not (first / "meta.json").exists():
@@ -142,11 +170,17 @@ def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
-    resumed = _write(config(tiny_corpus, tmp_path / "killed", max_updates=2 * n), tmp_path / "c.json")
+    resumed = _write(
+        config(tiny_corpus, tmp_path / "killed", max_updates=2 * n), tmp_path / "c.json"
+    )
     subprocess.run(_train_cmd(resumed, "--resume", str(first)), check=True, capture_output=True)
 
-    a = load_file(str(tmp_path / "straight/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors"))
-    b = load_file(str(tmp_path / "killed/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors"))
+    a = load_file(
+        str(tmp_path / "straight/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors")
+    )
+    b = load_file(
+        str(tmp_path / "killed/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors")
+    )
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
@@ -179,8 +213,21 @@ def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
     single.run(resume=None)
     ddp_cfg = _write(config(tiny_corpus, tmp_path / "ddp", **common), tmp_path / "ddp.json")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-           "-m", "aiayn", "train", str(ddp_cfg), "--device", "cpu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29533",
+        "-m",
+        "aiayn",
+        "train",
+        str(ddp_cfg),
+        "--device",
+        "cpu",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     a = load_file(str(tmp_path / "single/checkpoints/update_0000003/model.safetensors"))
@@ -188,7 +235,12 @@ def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
     assert_same_weights(a, b)
     meta = json.loads((tmp_path / "ddp/checkpoints/update_0000003/meta.json").read_text())
     assert meta["world_size"] == 2
-    assert meta["tokens"] == json.loads((tmp_path / "single/checkpoints/update_0000003/meta.json").read_text())["tokens"]
+    assert (
+        meta["tokens"]
+        == json.loads((tmp_path / "single/checkpoints/update_0000003/meta.json").read_text())[
+            "tokens"
+        ]
+    )
 
 
 # --- non-finite losses ----------------------------------------------------------------------
@@ -205,7 +257,10 @@ def test_non_finite_losses_skip_then_abort(tiny_corpus, tmp_path, monkeypatch):
 
     monkeypatch.setattr(trainer_module, "label_smoothed_nll", flaky)
     trainer = Trainer(config(tiny_corpus, tmp_path / "run", max_nonfinite=3, max_updates=50))
-    with pytest.warns(UserWarning, match="non-finite loss"), pytest.raises(NonFiniteLossError, match="3 non-finite"):
+    with (
+        pytest.warns(UserWarning, match="non-finite loss"),
+        pytest.raises(NonFiniteLossError, match="3 non-finite"),
+    ):
         trainer.run(resume=None)
     assert trainer.update == 2  # two good updates; the skipped ones did not count
 
@@ -235,7 +290,9 @@ def test_average_is_the_mean_and_keeps_ties(tmp_path):
 def test_keep_last_and_latest_ignore_partial_writes(tmp_path):
     model = Transformer(ModelConfig.preset("tiny"))
     for update in range(1, 5):
-        save_checkpoint(tmp_path, update, model, {"update": update}, {"x": torch.ones(1)}, None, keep_last=2)
+        save_checkpoint(
+            tmp_path, update, model, {"update": update}, {"x": torch.ones(1)}, None, keep_last=2
+        )
     (tmp_path / ".update_0000005.tmp").mkdir()  # a crash mid-write leaves only a temp dir
     assert [p.name for p in list_checkpoints(tmp_path)] == ["update_0000003", "update_0000004"]
     assert latest_checkpoint(tmp_path).name == "update_0000004"
@@ -245,7 +302,9 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
     summary = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=4, validate=True)).run()
     assert summary["updates"] == 4 and summary["valid_ppl"] > 1
     assert 0 < summary["mfu"] < 1
-    assert summary["mfu"] == mfu(summary["counted_flops"], summary["elapsed_s"], summary["matmul_peak_flops"])
+    assert summary["mfu"] == mfu(
+        summary["counted_flops"], summary["elapsed_s"], summary["matmul_peak_flops"]
+    )
     records = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records if "loss" in r] == [1, 2, 3, 4]
     assert records[-1]["valid_ppl"] == summary["valid_ppl"]
@@ -274,7 +333,11 @@ def test_config_layers_preset_file_and_sets(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('preset = "D-ls0.2"\nwarmup = 100\n')
     cfg = load_train_config(path, ["lr_scale=2", "model.d_ff=1024"])
-    assert (cfg.eps_ls, cfg.warmup, cfg.lr_scale) == (0.2, 100, 2.0)  # row D's eps_ls from the preset
+    assert (cfg.eps_ls, cfg.warmup, cfg.lr_scale) == (
+        0.2,
+        100,
+        2.0,
+    )  # row D's eps_ls from the preset
     assert cfg.model_config(None).d_ff == 1024
     with pytest.raises(ValueError, match="cannot read 'x' as int"):
         load_train_config(path, ["max_updates=x"])

@@ -75,9 +75,12 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         if err.errno == errno.ENOSPC:
             previous = latest_checkpoint(ckpt_root)
-            raise OSError(errno.ENOSPC, f"no space left on device while saving checkpoint {final}: the partial "
-                                        f"{tmp.name} was removed; the latest complete checkpoint is "
-                                        f"{previous or 'none'}. Free space, then train again to resume") from None
+            raise OSError(
+                errno.ENOSPC,
+                f"no space left on device while saving checkpoint {final}: the partial "
+                f"{tmp.name} was removed; the latest complete checkpoint is "
+                f"{previous or 'none'}. Free space, then train again to resume",
+            ) from None
         raise
     write_text_atomic(ckpt_root / "latest", final.name + "\n")
     if keep_last is not None:
@@ -90,8 +93,11 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     """Complete checkpoints, oldest first (temporary directories and links are ignored)."""
     if not ckpt_root.is_dir():
         return []
-    return sorted(p for p in ckpt_root.iterdir()
-                  if CHECKPOINT_NAME.fullmatch(p.name) and not p.is_symlink() and (p / META).is_file())
+    return sorted(
+        p
+        for p in ckpt_root.iterdir()
+        if CHECKPOINT_NAME.fullmatch(p.name) and not p.is_symlink() and (p / META).is_file()
+    )
 
 
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
@@ -106,8 +112,10 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
         name = pointer.read_text(encoding="utf-8", errors="replace").strip()
         path = ckpt_root / name
         if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
-            raise UserError(f"{pointer} names {name!r}, which is not a checkpoint directory inside "
-                             f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there")
+            raise UserError(
+                f"{pointer} names {name!r}, which is not a checkpoint directory inside "
+                f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there"
+            )
         if (path / META).is_file():
             return path
     found = list_checkpoints(ckpt_root)
@@ -121,18 +129,26 @@ def read_meta(ckpt: Path) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: invalid UTF-8 at byte {e.start}: the checkpoint is damaged") from None
+        raise UserError(
+            f"{path}: invalid UTF-8 at byte {e.start}: the checkpoint is damaged"
+        ) from None
     except json.JSONDecodeError as e:
-        raise UserError(f"{path}: line {e.lineno}: invalid JSON ({e.msg}): the checkpoint is damaged") from None
+        raise UserError(
+            f"{path}: line {e.lineno}: invalid JSON ({e.msg}): the checkpoint is damaged"
+        ) from None
     if not isinstance(meta, dict):
-        raise UserError(f"{path}: expected a JSON object, found {type(meta).__name__}: the checkpoint is damaged")
+        raise UserError(
+            f"{path}: expected a JSON object, found {type(meta).__name__}: the checkpoint is damaged"
+        )
     return meta
 
 
 def meta_field(meta: dict[str, Any], key: str, ckpt: Path) -> Any:
     """``meta[key]``, or an error naming the checkpoint's meta.json and the missing key."""
     if key not in meta:
-        raise UserError(f"{Path(ckpt) / META}: no {key!r} entry: not a checkpoint written by aiayn train")
+        raise UserError(
+            f"{Path(ckpt) / META}: no {key!r} entry: not a checkpoint written by aiayn train"
+        )
     return meta[key]
 
 
@@ -146,12 +162,22 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        detail = next((line.strip() for line in str(e).splitlines()
-                       if "global" in line.lower() and "weights_only" not in line), "")
-        raise UserError(f"{path}: not a trusted checkpoint: it holds objects other than tensors and plain "
-                         f"data, which aiayn never loads{f' ({detail})' if detail else ''}") from None
+        detail = next(
+            (
+                line.strip()
+                for line in str(e).splitlines()
+                if "global" in line.lower() and "weights_only" not in line
+            ),
+            "",
+        )
+        raise UserError(
+            f"{path}: not a trusted checkpoint: it holds objects other than tensors and plain "
+            f"data, which aiayn never loads{f' ({detail})' if detail else ''}"
+        ) from None
     except RuntimeError as e:
-        raise UserError(f"{path}: unreadable ({str(e).splitlines()[0]}): the checkpoint is damaged") from None
+        raise UserError(
+            f"{path}: unreadable ({str(e).splitlines()[0]}): the checkpoint is damaged"
+        ) from None
 
 
 def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -162,8 +188,9 @@ def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(path))
     except SafetensorError as e:
-        raise UserError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
-                         "(truncated?)") from None
+        raise UserError(
+            f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged (truncated?)"
+        ) from None
 
 
 def load_weights(model: nn.Module, ckpt: Path) -> None:
@@ -174,18 +201,27 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
     try:
         missing, unexpected = load_model(model, str(path), strict=True)
     except SafetensorError as e:
-        raise UserError(f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged "
-                         "(truncated?)") from None
+        raise UserError(
+            f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged (truncated?)"
+        ) from None
     except RuntimeError as e:  # shapes that do not fit the model config in meta.json
-        raise UserError(f"{path}: weights do not fit the model of {META}: {str(e).splitlines()[-1].strip()}") from None
+        raise UserError(
+            f"{path}: weights do not fit the model of {META}: {str(e).splitlines()[-1].strip()}"
+        ) from None
     if missing or unexpected:
-        raise UserError(f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}")
+        raise UserError(
+            f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}"
+        )
 
 
 def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
     """(Transformer in eval mode, its ModelConfig) from a checkpoint or averaged directory."""
     meta = read_meta(Path(ckpt))
-    cfg = from_dict(ModelConfig, meta_field(meta, "model_config", Path(ckpt)), where=f"{ckpt}/{META} model_config")
+    cfg = from_dict(
+        ModelConfig,
+        meta_field(meta, "model_config", Path(ckpt)),
+        where=f"{ckpt}/{META} model_config",
+    )
     model = Transformer(cfg)
     load_weights(model, Path(ckpt))
     return model.to(device).eval(), cfg
@@ -218,10 +254,14 @@ def check_average_out(out: Path, inputs: Sequence[Path], force: bool = False) ->
     for p in inputs:
         source = Path(p).resolve()
         if source == target or target in source.parents:
-            raise UserError(f"--out {out} holds the checkpoint {p} being averaged; choose a new directory")
+            raise UserError(
+                f"--out {out} holds the checkpoint {p} being averaged; choose a new directory"
+            )
     if (out.exists() or out.is_symlink()) and not force and not is_averaged_checkpoint(out):
-        raise UserError(f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "
-                         "or pass --force to replace it")
+        raise UserError(
+            f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "
+            "or pass --force to replace it"
+        )
 
 
 def vocab_fingerprint(ckpt: Path) -> str | None:
@@ -242,7 +282,9 @@ def check_same_model(paths: Sequence[Path]) -> None:
         if meta.get("model_config") != first_meta.get("model_config"):
             raise UserError(f"{p} and {first} have different model configs: cannot average them")
         if vocab_fingerprint(Path(p)) != first_vocab:
-            raise UserError(f"{p} and {first} have different vocabularies ({VOCAB}): cannot average them")
+            raise UserError(
+                f"{p} and {first} have different vocabularies ({VOCAB}): cannot average them"
+            )
 
 
 def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -> Path:
@@ -276,7 +318,11 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
             averaged[name] = last.clone()
     tmp = temp_dir_beside(out)
     try:
-        save_file(averaged, str(tmp / WEIGHTS), metadata={"averaged_from": json.dumps([str(p) for p in paths])})
+        save_file(
+            averaged,
+            str(tmp / WEIGHTS),
+            metadata={"averaged_from": json.dumps([str(p) for p in paths])},
+        )
         meta = read_meta(Path(paths[-1]))
         meta["averaged_from"] = [Path(p).name for p in paths]
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
@@ -297,6 +343,9 @@ def choose_last(ckpt_root: Path, last: int) -> list[Path]:
     if not found:
         raise UserError(f"no checkpoints under {ckpt_root}")
     if len(found) < last:
-        warnings.warn(f"asked for the last {last} checkpoints, but {ckpt_root} holds only {len(found)}: "
-                      f"averaging {len(found)} (the run's keep_last bounds how many are kept)", stacklevel=2)
+        warnings.warn(
+            f"asked for the last {last} checkpoints, but {ckpt_root} holds only {len(found)}: "
+            f"averaging {len(found)} (the run's keep_last bounds how many are kept)",
+            stacklevel=2,
+        )
     return found[-last:]

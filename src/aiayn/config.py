@@ -13,6 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
+
 from .errors import UserError
 
 T = TypeVar("T")
@@ -82,10 +83,12 @@ class ModelConfig:
         if self.norm not in ("post", "pre"):
             raise UserError(f"norm must be 'post' (paper) or 'pre', got {self.norm!r}")
         if self.positional not in ("sinusoidal", "learned"):
-            raise UserError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+            raise UserError(
+                f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}"
+            )
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """The named preset (see ``PRESETS``), with optional field overrides."""
         if name not in PRESETS:
             raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}")
@@ -128,15 +131,34 @@ PRESETS: dict[str, Preset] = {
     "D-ls0.2": _row(None, train={"eps_ls": 0.2}),
     "E-learned": _row(None, positional="learned"),
     # keep_last 20: section 6.1 averages the last 20 checkpoints of the big models.
-    "big": _row(213, train={"max_updates": 300_000, "keep_last": 20}, d_model=1024, d_ff=4096, h=16, P_drop=0.3),
+    "big": _row(
+        213,
+        train={"max_updates": 300_000, "keep_last": 20},
+        d_model=1024,
+        d_ff=4096,
+        h=16,
+        P_drop=0.3,
+    ),
     # Table 4: 4 layers, d_model 1024, 16K vocabulary (WSJ only); attention dropout was tuned.
     "parsing": _row(
-        None, N_enc=4, N_dec=4, d_model=1024, d_ff=4096, h=16, vocab_size=16000,
+        None,
+        N_enc=4,
+        N_dec=4,
+        d_model=1024,
+        d_ff=4096,
+        h=16,
+        vocab_size=16000,
         attention_dropout=0.1,
     ),
     # "parsing" sized for a 2-core CPU and the 3,700-tree WSJ sample (aiayn/configs/parsing-sample.yaml).
     "parsing-cpu": _row(
-        None, N_enc=4, N_dec=4, d_model=256, d_ff=1024, h=4, vocab_size=4000,
+        None,
+        N_enc=4,
+        N_dec=4,
+        d_model=256,
+        d_ff=1024,
+        h=4,
+        vocab_size=4000,
         attention_dropout=0.1,
     ),
     # Small presets for a 2-core CPU: "demo" for the bundled corpus, "tiny" for tests.
@@ -236,7 +258,12 @@ def _parse(text: str, tp: Any, where: str) -> Any:
 
 def _name(tp: Any) -> str:
     return " or ".join(
-        "None" if o is type(None) else (repr(typing.get_args(o)) if typing.get_origin(o) is Literal
-                                        else getattr(o, "__name__", str(o)))
+        "None"
+        if o is type(None)
+        else (
+            repr(typing.get_args(o))
+            if typing.get_origin(o) is Literal
+            else getattr(o, "__name__", str(o))
+        )
         for o in _options(tp)
     )

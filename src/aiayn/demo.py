@@ -23,8 +23,8 @@ import torch
 from . import checkpoint as ckpt
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig, for_decoding
-from .evaluate import Evaluation, average_last_best, evaluate_model
 from .errors import UserError
+from .evaluate import Evaluation, average_last_best, evaluate_model
 from .io import read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
 from .train import TrainConfig
@@ -47,10 +47,20 @@ def demo_train_config(data: Path, out: Path, minutes: float) -> TrainConfig:
     for longer runs. A checkpoint every 1/15 of the budget gives the averaging recent ones.
     """
     return TrainConfig(
-        data=str(data), out=str(out), preset="demo", model={"P_drop": 0.0},
-        max_src_tokens=1024, max_tgt_tokens=1024, warmup=300, lr_scale=0.5,
-        max_updates=None, max_minutes=minutes, save_every_minutes=max(minutes / 15, 0.05),
-        keep_last=6, num_threads=torch.get_num_threads(), log_every=10,
+        data=str(data),
+        out=str(out),
+        preset="demo",
+        model={"P_drop": 0.0},
+        max_src_tokens=1024,
+        max_tgt_tokens=1024,
+        warmup=300,
+        lr_scale=0.5,
+        max_updates=None,
+        max_minutes=minutes,
+        save_every_minutes=max(minutes / 15, 0.05),
+        keep_last=6,
+        num_threads=torch.get_num_threads(),
+        log_every=10,
     )
 
 
@@ -61,7 +71,9 @@ def prepare_bundled(work: Path) -> dict[str, Any]:
     return prepare_corpus(bundled_corpus_paths(), work, vocab_size=VOCAB_SIZE)
 
 
-def bleu_over_time(out: Path, vocab: Vocab, sources: list[str], references: list[str]) -> list[tuple[float, float]]:
+def bleu_over_time(
+    out: Path, vocab: Vocab, sources: list[str], references: list[str]
+) -> list[tuple[float, float]]:
     """SacreBLEU of each kept checkpoint on a validation subset, against training minutes."""
     points = []
     for path in ckpt.list_checkpoints(out / "checkpoints"):
@@ -72,23 +84,46 @@ def bleu_over_time(out: Path, vocab: Vocab, sources: list[str], references: list
 
 
 # What a demo run directory holds; ``--fresh`` deletes nothing else.
-DEMO_OUTPUTS = frozenset({"checkpoints", "config.json", "log.jsonl", "tensorboard", "summary.json", "averaged",
-                          "test.hyp.es", "training.png", "attention", "report.json"})
+DEMO_OUTPUTS = frozenset(
+    {
+        "checkpoints",
+        "config.json",
+        "log.jsonl",
+        "tensorboard",
+        "summary.json",
+        "averaged",
+        "test.hyp.es",
+        "training.png",
+        "attention",
+        "report.json",
+    }
+)
 
 
 def _check_demo_run(out: Path) -> None:
     if out.is_symlink() or not out.is_dir():
-        raise UserError(f"--fresh would delete {out}, which is not a demo run directory; choose another --out")
-    strangers = sorted(p.name for p in out.iterdir() if p.name not in DEMO_OUTPUTS and not p.name.startswith("."))
+        raise UserError(
+            f"--fresh would delete {out}, which is not a demo run directory; choose another --out"
+        )
+    strangers = sorted(
+        p.name for p in out.iterdir() if p.name not in DEMO_OUTPUTS and not p.name.startswith(".")
+    )
     if strangers:
-        raise UserError(f"--fresh would delete {out}, which is not a demo run directory (it holds "
-                         f"{', '.join(strangers[:5])}); choose another --out")
+        raise UserError(
+            f"--fresh would delete {out}, which is not a demo run directory (it holds "
+            f"{', '.join(strangers[:5])}); choose another --out"
+        )
 
 
 def run_demo(
-    minutes: float = 15.0, work: Path = Path("work/bible"), out: Path = Path("runs/demo"),
-    sets: list[str] = (), test_limit: int | None = None, curve_sentences: int = 100,
-    fresh: bool = False, progress=print,
+    minutes: float = 15.0,
+    work: Path = Path("work/bible"),
+    out: Path = Path("runs/demo"),
+    sets: list[str] = (),
+    test_limit: int | None = None,
+    curve_sentences: int = 100,
+    fresh: bool = False,
+    progress=print,
 ) -> dict[str, Any]:
     """Every stage of the demo; returns (and writes to ``out/report.json``) the report.
 
@@ -100,8 +135,10 @@ def run_demo(
         shutil.rmtree(out)
     progress("[1/5] preparing the bundled corpus (reused when present)")
     meta = prepare_bundled(work)
-    progress(f"      {json.dumps({k: v['pairs'] for k, v in meta['splits'].items()})} pairs, "
-             f"vocabulary {meta['vocab_size']}")
+    progress(
+        f"      {json.dumps({k: v['pairs'] for k, v in meta['splits'].items()})} pairs, "
+        f"vocabulary {meta['vocab_size']}"
+    )
 
     progress(f"[2/5] training for {minutes:g} minutes")
     cfg = apply_sets(demo_train_config(work, out, minutes), list(sets))
@@ -112,17 +149,23 @@ def run_demo(
     paths = bundled_corpus_paths()
     valid_src, valid_ref = (read_lines(p) for p in paths["valid"])
     kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
-    averaged, k_best, valid_ppl_by_k = average_last_best(kept, out / "averaged", valid_src, valid_ref)
+    averaged, k_best, valid_ppl_by_k = average_last_best(
+        kept, out / "averaged", valid_src, valid_ref
+    )
     model = for_decoding(ckpt.load_transformer(averaged)[0])  # fp32, packed for decoding
     vocab = Vocab.load(averaged / ckpt.VOCAB)
-    progress("      valid ppl by number averaged: "
-             + ", ".join(f"{k}: {ppl:.2f}" for k, ppl in valid_ppl_by_k.items()))
+    progress(
+        "      valid ppl by number averaged: "
+        + ", ".join(f"{k}: {ppl:.2f}" for k, ppl in valid_ppl_by_k.items())
+    )
 
     progress("[4/5] beam search on the test split (beam 4, alpha 0.6, max length input + 50)")
     sources, references = (read_lines(p) for p in paths["test"])
     if test_limit is not None:
         sources, references = sources[:test_limit], references[:test_limit]
-    test: Evaluation = evaluate_model(model, vocab, sources, references, DecodeConfig(), lang="es", progress=True)
+    test: Evaluation = evaluate_model(
+        model, vocab, sources, references, DecodeConfig(), lang="es", progress=True
+    )
     write_lines_atomic(out / "test.hyp.es", test.hypotheses)
 
     progress("[5/5] plots: training curves, BLEU per checkpoint, attention maps")
@@ -130,7 +173,9 @@ def run_demo(
     curve = plot_training(out / "log.jsonl", out / "training.png", points)
     maps = []
     for i in range(min(3, len(sources))):
-        maps += attention_maps(model, vocab, sources[i], test.hypotheses[i], out / "attention", f"test{i + 1}")
+        maps += attention_maps(
+            model, vocab, sources[i], test.hypotheses[i], out / "attention", f"test{i + 1}"
+        )
 
     report = {
         "test": test.as_dict(),
@@ -140,12 +185,17 @@ def run_demo(
         "training": summary,
         "train_config": dataclasses.asdict(cfg),
         "bleu_per_checkpoint": points,
-        "samples": [{"source": s, "reference": r, "hypothesis": h}
-                    for s, r, h in list(zip(sources, references, test.hypotheses))[:10]],
+        "samples": [
+            {"source": s, "reference": r, "hypothesis": h}
+            for s, r, h in list(zip(sources, references, test.hypotheses))[:10]
+        ],
         "artefacts": {
-            "checkpoint": summary["checkpoint"], "averaged": str(averaged),
-            "hypotheses": str(out / "test.hyp.es"), "training_plot": str(curve),
-            "attention_maps": str(out / "attention"), "n_attention_maps": len(maps),
+            "checkpoint": summary["checkpoint"],
+            "averaged": str(averaged),
+            "hypotheses": str(out / "test.hyp.es"),
+            "training_plot": str(curve),
+            "attention_maps": str(out / "attention"),
+            "n_attention_maps": len(maps),
         },
     }
     write_text_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
@@ -156,8 +206,10 @@ def format_report(report: dict[str, Any]) -> str:
     t, tr, a = report["test"], report["training"], report["artefacts"]
     lines = [
         "",
-        (f"Test split ({t['sentences']} sentences), average of the last {report['averaged_checkpoints']} "
-         f"checkpoint(s) (k with the lowest validation perplexity), beam 4:"),
+        (
+            f"Test split ({t['sentences']} sentences), average of the last {report['averaged_checkpoints']} "
+            f"checkpoint(s) (k with the lowest validation perplexity), beam 4:"
+        ),
         f"  SacreBLEU   {t['sacrebleu']:.2f}   ({t['signature']})",
         f"  paper BLEU  {t['paper_bleu']:.2f}   (Moses-tokenised, ##AT## compound split, multi-bleu)",
         f"  perplexity  test {t['ppl']:.2f}, valid {report['valid_ppl_averaged']:.2f} per subword",
@@ -182,6 +234,6 @@ def format_report(report: dict[str, Any]) -> str:
         f"  training plot    {a['training_plot']}",
         f"  attention maps   {a['attention_maps']}/ ({a['n_attention_maps']} PNGs)",
         "",
-        f"Try: echo \"In the beginning God created the heavens and the earth.\" | aiayn translate --checkpoint {a['averaged']}",
+        f'Try: echo "In the beginning God created the heavens and the earth." | aiayn translate --checkpoint {a["averaged"]}',
     ]
     return "\n".join(lines)

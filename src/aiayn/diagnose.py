@@ -23,15 +23,16 @@ from collections.abc import Sequence
 import torch
 
 from .data import Vocab
+from .errors import UserError
 from .evaluate import reference_perplexity
 from .model import Transformer
-from .errors import UserError
 
 __all__ = ["source_sensitivity", "encoder_spread"]
 
 
-def source_sensitivity(model: Transformer, vocab: Vocab, sources: Sequence[str],
-                       references: Sequence[str]) -> dict[str, float]:
+def source_sensitivity(
+    model: Transformer, vocab: Vocab, sources: Sequence[str], references: Sequence[str]
+) -> dict[str, float]:
     """Perplexity with the true sources and with the sources rotated by one sentence, and
     their ratio (rotated / true; 1.0 means the source is ignored)."""
     if len(sources) < 2:

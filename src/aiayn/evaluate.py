@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -38,36 +39,56 @@ class Evaluation:
         return self.n / self.decode_s if self.decode_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"sacrebleu": self.sacrebleu, "signature": self.signature,
-                "paper_bleu": self.paper_bleu, "ppl": self.ppl, "sentences": self.n,
-                "decode_s": self.decode_s, "sentences_per_s": self.sentences_per_s}
+        return {
+            "sacrebleu": self.sacrebleu,
+            "signature": self.signature,
+            "paper_bleu": self.paper_bleu,
+            "ppl": self.ppl,
+            "sentences": self.n,
+            "decode_s": self.decode_s,
+            "sentences_per_s": self.sentences_per_s,
+        }
 
 
 @torch.no_grad()
-def reference_perplexity(model: Transformer, vocab: Vocab, sources: Sequence[str], references: Sequence[str],
-                         batch_size: int = 64) -> float:
+def reference_perplexity(
+    model: Transformer,
+    vocab: Vocab,
+    sources: Sequence[str],
+    references: Sequence[str],
+    batch_size: int = 64,
+) -> float:
     """exp(mean NLL per subword) of the references (eos included), teacher-forced."""
     model.eval()
     device = next(model.parameters()).device
     nll_sum, tokens = 0.0, 0
-    pairs = [(vocab.encode_source(s, model.cfg.max_len), vocab.encode(r))
-             for s, r in zip(sources, references) if s.strip()]
+    pairs = [
+        (vocab.encode_source(s, model.cfg.max_len), vocab.encode(r))
+        for s, r in zip(sources, references)
+        if s.strip()
+    ]
     pairs.sort(key=lambda p: len(p[0]))
     for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start:start + batch_size]
+        chunk = pairs[start : start + batch_size]
         refs = [r[: model.cfg.max_len - 1] for _, r in chunk]
         src = pad_rows([s for s, _ in chunk], [], [], vocab.pad_id).to(device)
         tgt_in = pad_rows(refs, [vocab.bos_id], [], vocab.pad_id).to(device)
         tgt_out = pad_rows(refs, [], [vocab.eos_id], vocab.pad_id).to(device)
         mask = tgt_out != vocab.pad_id
         logits = model(src, tgt_in, output_mask=mask)
-        nll_sum += torch.nn.functional.cross_entropy(logits.float(), tgt_out[mask], reduction="sum").item()
+        nll_sum += torch.nn.functional.cross_entropy(
+            logits.float(), tgt_out[mask], reduction="sum"
+        ).item()
         tokens += int(mask.sum())
     return perplexity(nll_sum, tokens)
 
 
 def average_last_best(
-    kept: list[Path], out: Path, valid_src: list[str], valid_ref: list[str], force: bool = False,
+    kept: list[Path],
+    out: Path,
+    valid_src: list[str],
+    valid_ref: list[str],
+    force: bool = False,
 ) -> tuple[Path, int, dict[int, float]]:
     """Average the last k of ``kept`` (paper section 6.1), with k chosen by validation perplexity.
 
@@ -95,27 +116,43 @@ def average_last_best(
 
 
 def evaluate_model(
-    model: Transformer, vocab: Vocab, sources: Sequence[str], references: Sequence[str],
-    decode: DecodeConfig = DecodeConfig(), lang: str = "de", max_tokens: int = 4000,
+    model: Transformer,
+    vocab: Vocab,
+    sources: Sequence[str],
+    references: Sequence[str],
+    decode: DecodeConfig = DecodeConfig(),
+    lang: str = "de",
+    max_tokens: int = 4000,
     progress: bool = False,
 ) -> Evaluation:
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
-    hyps = translate(model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress)
+    hyps = translate(
+        model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress
+    )
     decode_s = time.perf_counter() - start
     score, signature = sacre_bleu(hyps, [list(references)])
     return Evaluation(
-        sacrebleu=score, signature=signature,
+        sacrebleu=score,
+        signature=signature,
         paper_bleu=paper_bleu(hyps, [list(references)], lang=lang),
         ppl=reference_perplexity(model, vocab, sources, references),
-        n=len(sources), hypotheses=hyps, decode_s=decode_s,
+        n=len(sources),
+        hypotheses=hyps,
+        decode_s=decode_s,
     )
 
 
 def evaluate_checkpoint(
-    checkpoint: str | Path, src_path: str | Path, ref_path: str | Path, hyp_path: str | Path | None,
-    decode: DecodeConfig = DecodeConfig(), lang: str = "de", device: str = "cpu", progress: bool = True,
+    checkpoint: str | Path,
+    src_path: str | Path,
+    ref_path: str | Path,
+    hyp_path: str | Path | None,
+    decode: DecodeConfig = DecodeConfig(),
+    lang: str = "de",
+    device: str = "cpu",
+    progress: bool = True,
     quantize: str | None = None,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
@@ -130,7 +167,9 @@ def evaluate_checkpoint(
     if not sources and not references:
         raise UserError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
     if not references:
-        raise UserError(f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)")
+        raise UserError(
+            f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)"
+        )
     if len(sources) != len(references):
         raise UserError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
     model = for_decoding(load_transformer(checkpoint, device)[0], quantize)

@@ -42,8 +42,10 @@ def forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[
     TS = sum(t * s for s, t in zip(src_lens, tgt_lens))
     enc = cfg.N_enc * (S * per_position + SS * per_pair)
     dec = cfg.N_dec * (
-        T * per_position + TT * per_pair  # masked self-attention, the full square
-        + T * (d * qk + v * d) + S * d * (qk + v)  # cross-attention: queries, outputs; memory K, V
+        T * per_position
+        + TT * per_pair  # masked self-attention, the full square
+        + T * (d * qk + v * d)
+        + S * d * (qk + v)  # cross-attention: queries, outputs; memory K, V
         + TS * per_pair
     )
     return 2.0 * (enc + dec + T * d * cfg.vocab_size)
@@ -61,7 +63,10 @@ def training_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence
 
 
 def measure_matmul_peak(
-    device: torch.device | str = "cpu", dtype: torch.dtype | None = None, seconds: float = 1.0, trials: int = 5,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    seconds: float = 1.0,
+    trials: int = 5,
 ) -> float:
     """Sustained FLOP/s of square matmuls (2048 on CPU, 4096 on CUDA) on ``device`` in the
     training dtype (default: fp32 on CPU, bf16 on CUDA) on the current threads: the

@@ -8,8 +8,10 @@ from .model import count_parameters
 
 def preset_table() -> str:
     """Every preset with its shape and parameter count beside the paper's (Table 3 column)."""
-    header = f"{'preset':<11} {'N':>3} {'d_model':>7} {'d_ff':>5} {'h':>3} {'d_k':>4} {'d_v':>4} " \
-             f"{'P_drop':>6} {'params':>9} {'paper':>6}  train overrides"
+    header = (
+        f"{'preset':<11} {'N':>3} {'d_model':>7} {'d_ff':>5} {'h':>3} {'d_k':>4} {'d_v':>4} "
+        f"{'P_drop':>6} {'params':>9} {'paper':>6}  train overrides"
+    )
     lines = [header, "-" * len(header)]
     for name, preset in PRESETS.items():
         cfg = ModelConfig.preset(name)

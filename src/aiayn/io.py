@@ -56,7 +56,9 @@ def decode_line(raw: bytes, source: str, lineno: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{source}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise UserError(
+            f"{source}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
 
 
 def iter_lines(source: PathLike | IO[bytes], name: str | None = None) -> Iterator[str]:

@@ -79,14 +79,20 @@ class MultiHeadAttention(nn.Module):
         gain 1/sqrt(2) (on W_QKV that equals Xavier on the stack) and gives them PyTorch's default
         biases, U(+-1/sqrt(d_model)), instead of 0."""
         qk, v = self.h * self.d_k, self.h * self.d_v
-        stacks = [(self.W_QKV, [qk, qk, v])] if self.self_attention else [(self.W_Q, [qk]), (self.W_KV, [qk, v])]
+        stacks = (
+            [(self.W_QKV, [qk, qk, v])]
+            if self.self_attention
+            else [(self.W_Q, [qk]), (self.W_KV, [qk, v])]
+        )
         for linear, sizes in stacks:
             if init == "xavier":
                 nn.init.xavier_uniform_(linear.weight)
                 nn.init.zeros_(linear.bias)
                 continue
             with torch.no_grad():
-                for block in linear.weight.split(sizes, dim=0):  # (rows of W_Q / W_K / W_V, d_model) views
+                for block in linear.weight.split(
+                    sizes, dim=0
+                ):  # (rows of W_Q / W_K / W_V, d_model) views
                     nn.init.xavier_uniform_(block, gain=2**-0.5)
             bound = linear.in_features**-0.5
             nn.init.uniform_(linear.bias, -bound, bound)
@@ -147,8 +153,15 @@ class MultiHeadAttention(nn.Module):
 # --- Masks: which positions a query may attend (True = may attend, as SDPA) -----------------
 
 
-def attention_mask(T: int, S: int, device: torch.device, *, causal: bool = False, window: int | None = None,
-                   keys: Tensor | None = None) -> Tensor | None:
+def attention_mask(
+    T: int,
+    S: int,
+    device: torch.device,
+    *,
+    causal: bool = False,
+    window: int | None = None,
+    keys: Tensor | None = None,
+) -> Tensor | None:
     """The mask of T queries, the last T of S positions, over the S keys; None if none is masked.
 
     ``causal``: query i sees keys j <= i (3.2.3: the decoder may not look ahead).
@@ -187,7 +200,7 @@ class PositionwiseFeedForward(nn.Module):
         self.W_2 = nn.Linear(cfg.d_ff, cfg.d_model)
 
     def reset_parameters(self, init: Init) -> None:
-        """"xavier": Xavier-uniform weights, biases 0. "fairseq": ``nn.Linear``'s default, weights
+        """ "xavier": Xavier-uniform weights, biases 0. "fairseq": ``nn.Linear``'s default, weights
         and biases U(+-1/sqrt(fan_in)), which makes W_2 (fan_in d_ff) ~2x smaller than Xavier, so
         each sub-layer starts closer to the identity."""
         for linear in (self.W_1, self.W_2):
@@ -299,7 +312,10 @@ class KVCache:
             return
         rows = index.numel()
         if self.spare is None or self.spare[0].size(0) < rows:
-            self.spare = (self.k.new_empty(rows, *self.k.shape[1:]), self.v.new_empty(rows, *self.v.shape[1:]))
+            self.spare = (
+                self.k.new_empty(rows, *self.k.shape[1:]),
+                self.v.new_empty(rows, *self.v.shape[1:]),
+            )
         L = self.length
         for old, new in zip((self.k, self.v), self.spare):
             torch.index_select(old[: self.rows, :, :L], 0, index, out=new[:rows, :, :L])
@@ -396,7 +412,9 @@ class Embedding(nn.Module):
             self.learned = nn.Embedding(cfg.max_len, cfg.d_model)
             nn.init.normal_(self.learned.weight, std=cfg.d_model**-0.5)
         else:
-            self.register_buffer("pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False)
+            self.register_buffer(
+                "pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False
+            )
         self.dropout = Dropout(cfg.P_drop)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
@@ -424,8 +442,11 @@ class Transformer(nn.Module):
         # 3.4: one weight matrix for the source embedding, target embedding and pre-softmax
         # projection (shared source/target vocabulary).
         src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        tgt_tokens = src_tokens if cfg.share_embeddings else nn.Embedding(
-            cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_tokens = (
+            src_tokens
+            if cfg.share_embeddings
+            else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        )
         self.src_embed = Embedding(cfg, src_tokens)
         self.tgt_embed = Embedding(cfg, tgt_tokens)
         self.encoder = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.N_enc)])
@@ -459,7 +480,7 @@ class Transformer(nn.Module):
                 emb.weight[self.cfg.pad_id].zero_()
 
     def set_attention_impl(self, impl: AttentionImpl) -> None:
-        """"fused" (scaled_dot_product_attention) or "reference" (records ``.weights``)."""
+        """ "fused" (scaled_dot_product_attention) or "reference" (records ``.weights``)."""
         for module in self.modules():
             if isinstance(module, MultiHeadAttention):
                 module.impl = impl
@@ -471,7 +492,9 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> Tensor:
         """src: (B, S) token ids -> memory (B, S, d_model)."""
         S = src.size(1)
-        mask = attention_mask(S, S, src.device, window=self.cfg.attention_window, keys=key_padding(self.src_mask(src)))
+        mask = attention_mask(
+            S, S, src.device, window=self.cfg.attention_window, keys=key_padding(self.src_mask(src))
+        )
         x = self.src_embed(src)
         for layer in self.encoder:
             x = layer(x, mask)
@@ -481,7 +504,9 @@ class Transformer(nn.Module):
         """Teacher-forced decoder: tgt_in (B, T) -> states (B, T, d_model)."""
         T, r = tgt_in.size(1), self.cfg.attention_window
         # Causal alone goes to the fused kernel as is_causal; a window needs an explicit mask.
-        self_mask = None if r is None else attention_mask(T, T, tgt_in.device, causal=True, window=r)
+        self_mask = (
+            None if r is None else attention_mask(T, T, tgt_in.device, causal=True, window=r)
+        )
         memory_mask = key_padding(src_mask)
         y = self.tgt_embed(tgt_in)
         for layer in self.decoder:
@@ -503,8 +528,13 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def decode_step(
-        self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None,
-        *, max_len: int | None = None,
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: DecoderCache | None = None,
+        *,
+        max_len: int | None = None,
     ) -> tuple[Tensor, DecoderCache]:
         """Feed the next target token(s) tgt_in (B, n) -> logits of the last one (B, vocab).
 
@@ -518,13 +548,20 @@ class Transformer(nn.Module):
         if cache is None:
             capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
             window = self.cfg.attention_window
-            cache = DecoderCache(layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder],
-                                 memory_padded=key_padding(src_mask) is not None)
-        memory_mask = src_mask if cache.memory_padded else None  # the fused kernel is faster without
+            cache = DecoderCache(
+                layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder],
+                memory_padded=key_padding(src_mask) is not None,
+            )
+        memory_mask = (
+            src_mask if cache.memory_padded else None
+        )  # the fused kernel is faster without
         n, S = tgt_in.size(1), cache.step + tgt_in.size(1)
         # One new position may see every cached one (KVCache returns only the window's).
-        self_mask = None if n == 1 else attention_mask(
-            n, S, tgt_in.device, causal=True, window=self.cfg.attention_window)
+        self_mask = (
+            None
+            if n == 1
+            else attention_mask(n, S, tgt_in.device, causal=True, window=self.cfg.attention_window)
+        )
         y = self.tgt_embed(tgt_in, start=cache.step)
         for layer, layer_cache in zip(self.decoder, cache.layers):
             y = layer(y, memory, self_mask, memory_mask, cache=layer_cache)

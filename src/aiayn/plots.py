@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -27,7 +27,9 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
-def plot_training(log_path: Path, out: Path, bleu_points: Sequence[tuple[float, float]] = ()) -> Path:
+def plot_training(
+    log_path: Path, out: Path, bleu_points: Sequence[tuple[float, float]] = ()
+) -> Path:
     """Training loss and validation perplexity against minutes; BLEU per checkpoint if given."""
     records = [json.loads(line) for line in read_lines(log_path) if line]
     train = [(r["elapsed_s"] / 60, r["loss"]) for r in records if "loss" in r]
@@ -36,21 +38,31 @@ def plot_training(log_path: Path, out: Path, bleu_points: Sequence[tuple[float, 
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
     if train:
         axes[0].plot(*zip(*train), lw=1)
-    axes[0].set(xlabel="training minutes", ylabel="label-smoothed loss / token", title="training loss")
+    axes[0].set(
+        xlabel="training minutes", ylabel="label-smoothed loss / token", title="training loss"
+    )
     if valid:
         axes[1].plot(*zip(*valid), marker="o")
         axes[1].set_yscale("log")
-    axes[1].set(xlabel="training minutes", ylabel="perplexity / subword", title="validation perplexity")
+    axes[1].set(
+        xlabel="training minutes", ylabel="perplexity / subword", title="validation perplexity"
+    )
     if bleu_points:
         axes[2].plot(*zip(*bleu_points), marker="o", color="tab:green")
-        axes[2].set(xlabel="training minutes", ylabel="SacreBLEU", title="BLEU per checkpoint (valid subset)")
+        axes[2].set(
+            xlabel="training minutes",
+            ylabel="SacreBLEU",
+            title="BLEU per checkpoint (valid subset)",
+        )
     for ax in axes:
         ax.grid(alpha=0.3)
     return save_figure(fig, out)
 
 
 @torch.no_grad()
-def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+def attention_weights(
+    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor
+) -> dict[str, list[torch.Tensor]]:
     """Per layer, the (h, T, S) weights of encoder self-, decoder self- and enc-dec attention
     for one sentence pair, computed with the reference attention path."""
     model.eval()
@@ -66,8 +78,9 @@ def attention_weights(model: Transformer, src: torch.Tensor, tgt_in: torch.Tenso
         model.set_attention_impl("fused")
 
 
-def plot_attention(weights: torch.Tensor, queries: Sequence[str], keys: Sequence[str], title: str,
-                   out: Path) -> Path:
+def plot_attention(
+    weights: torch.Tensor, queries: Sequence[str], keys: Sequence[str], title: str, out: Path
+) -> Path:
     """One layer's heads side by side: rows are queries, columns keys (Figures 3-5)."""
     h = weights.size(0)
     cols = min(h, 4)
@@ -86,21 +99,34 @@ def plot_attention(weights: torch.Tensor, queries: Sequence[str], keys: Sequence
     return save_figure(fig, out)
 
 
-def attention_maps(model: Transformer, vocab, source: str, target: str, out_dir: Path, name: str) -> list[Path]:
+def attention_maps(
+    model: Transformer, vocab, source: str, target: str, out_dir: Path, name: str
+) -> list[Path]:
     """PNG per attention kind and layer for one sentence pair (e.g. a source and its translation)."""
     src_ids = vocab.encode_source(source, model.cfg.max_len)
     tgt_ids = [vocab.bos_id] + vocab.encode(target)[: model.cfg.max_len - 1]
     src_tokens = [vocab.id_to_piece(i) for i in src_ids]
     tgt_tokens = [vocab.id_to_piece(i) for i in tgt_ids]
     device = next(model.parameters()).device
-    weights = attention_weights(model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device))
-    axes = {"encoder self-attention": ("enc_self", src_tokens, src_tokens),
-            "decoder self-attention": ("dec_self", tgt_tokens, tgt_tokens),
-            "encoder-decoder attention": ("enc_dec", tgt_tokens, src_tokens)}
+    weights = attention_weights(
+        model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
+    )
+    axes = {
+        "encoder self-attention": ("enc_self", src_tokens, src_tokens),
+        "decoder self-attention": ("dec_self", tgt_tokens, tgt_tokens),
+        "encoder-decoder attention": ("enc_dec", tgt_tokens, src_tokens),
+    }
     paths = []
     for kind, layers in weights.items():
         slug, queries, keys = axes[kind]
         for layer, w in enumerate(layers, start=1):
-            paths.append(plot_attention(w, queries, keys, f"{kind}, layer {layer}: {name}",
-                                        out_dir / f"{name}_{slug}_layer{layer}.png"))
+            paths.append(
+                plot_attention(
+                    w,
+                    queries,
+                    keys,
+                    f"{kind}, layer {layer}: {name}",
+                    out_dir / f"{name}_{slug}_layer{layer}.png",
+                )
+            )
     return paths

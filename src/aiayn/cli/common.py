@@ -14,14 +14,20 @@ if TYPE_CHECKING:
 
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
-    "translation": ("beam size (translation preset: 4)", "GNMT length penalty alpha (translation preset: 0.6)"),
+    "translation": (
+        "beam size (translation preset: 4)",
+        "GNMT length penalty alpha (translation preset: 0.6)",
+    ),
     "parsing": ("beam size (paper: 21)", "GNMT length penalty alpha (paper: 0.3)"),
 }
 
 
 def say_wrote(command: str, *paths: str | Path) -> None:
     """Where a command wrote, as absolute paths: relative ones resolve against the working directory."""
-    print(f"aiayn {command}: wrote {', '.join(str(Path(p).resolve()) for p in paths)}", file=sys.stderr)
+    print(
+        f"aiayn {command}: wrote {', '.join(str(Path(p).resolve()) for p in paths)}",
+        file=sys.stderr,
+    )
 
 
 def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> None:
@@ -40,17 +46,23 @@ def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> No
     p.add_argument("--beam", type=int, help=beam_help)
     p.add_argument("--alpha", type=float, help=alpha_help)
     if preset == "parsing":
-        p.add_argument("--constrained", action="store_true",
-                       help="search only well-formed trees with one leaf per word (not in the paper; "
-                            "default: the paper's search, then repair)")
+        p.add_argument(
+            "--constrained",
+            action="store_true",
+            help="search only well-formed trees with one leaf per word (not in the paper; "
+            "default: the paper's search, then repair)",
+        )
     p.add_argument("--device", default="cpu")
     if preset is None:
         add_quantize_arg(p)
 
 
 def add_quantize_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quantize", choices=["int8"],
-                   help="int8 weights for the Linear layers (CPU; quantized after loading)")
+    p.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="int8 weights for the Linear layers (CPU; quantized after loading)",
+    )
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
@@ -62,8 +74,11 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int,
-                   help="CPU threads (default: torch's); 1 is far faster on a busy machine")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="CPU threads (default: torch's); 1 is far faster on a busy machine",
+    )
 
 
 def set_threads(args: argparse.Namespace) -> None:
@@ -74,12 +89,19 @@ def set_threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
-def add_train_args(p: argparse.ArgumentParser, recipe: str, set_example: str, resume_help: str) -> None:
+def add_train_args(
+    p: argparse.ArgumentParser, recipe: str, set_example: str, resume_help: str
+) -> None:
     """The options of a training command: a config (``recipe`` names a bundled one), overrides,
     resumption and the device."""
-    p.add_argument("config", nargs="?",
-                   help=f"YAML/TOML/JSON file of TrainConfig keys, or a bundled recipe: {recipe}")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help=f"override, e.g. {set_example}")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help=f"YAML/TOML/JSON file of TrainConfig keys, or a bundled recipe: {recipe}",
+    )
+    p.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help=f"override, e.g. {set_example}"
+    )
     p.add_argument("--resume", default="auto", help=resume_help)
     p.add_argument("--device", default="auto", help="cpu, cuda (default: cuda if available)")
 

@@ -51,11 +51,16 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="train the shared BPE vocabulary and binarise a corpus")
     p.add_argument("--out", required=True, help="dataset directory to write")
     p.add_argument("--bundled", action="store_true", help="the bundled English->Spanish Bible")
-    p.add_argument("--wmt14", choices=["de-en", "fr-en"],
-                   help="download WMT14 (English->German/French) with Hugging Face datasets (pip install -e '.[wmt]')")
+    p.add_argument(
+        "--wmt14",
+        choices=["de-en", "fr-en"],
+        help="download WMT14 (English->German/French) with Hugging Face datasets (pip install -e '.[wmt]')",
+    )
     for split in ("train", "valid", "test"):
         p.add_argument(f"--{split}-src")
         p.add_argument(f"--{split}-tgt")
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--max-len", type=int, default=256, help="skip pairs longer than this (subwords)")
+    p.add_argument(
+        "--max-len", type=int, default=256, help="skip pairs longer than this (subwords)"
+    )
     p.set_defaults(func=_prepare)

@@ -12,14 +12,22 @@ from .common import say_wrote
 def _demo(args: argparse.Namespace) -> None:
     from ..demo import format_report, run_demo
 
-    report = run_demo(minutes=args.minutes, work=Path(args.work), out=Path(args.out), sets=args.set or [],
-                      test_limit=args.test_limit, fresh=args.fresh)
+    report = run_demo(
+        minutes=args.minutes,
+        work=Path(args.work),
+        out=Path(args.out),
+        sets=args.set or [],
+        test_limit=args.test_limit,
+        fresh=args.fresh,
+    )
     print(format_report(report))
     say_wrote("demo", args.work, args.out)
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="train + evaluate an English->Spanish translator on the bundled corpus")
+    p = sub.add_parser(
+        "demo", help="train + evaluate an English->Spanish translator on the bundled corpus"
+    )
     p.add_argument("--minutes", type=float, default=15.0, help="training budget (wall clock)")
     p.add_argument("--work", default="work/bible", help="where the prepared corpus goes")
     p.add_argument("--out", default="runs/demo", help="run directory")

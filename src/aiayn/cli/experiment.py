@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
 from ..errors import UserError
 
 
@@ -15,44 +16,79 @@ def _experiment(args: argparse.Namespace) -> None:
     budget = read_budget(args.budget or [])
     out = Path(args.out or f"runs/exp/{args.name}")
     if args.report_only and not (out / "results.json").exists():  # before preparing any corpus
-        raise UserError(f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there")
+        raise UserError(
+            f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there"
+        )
     inputs: dict = {}
     if args.name in TRAINING:
         from ..experiments.corpus import Corpus, load_corpus, valid_paths
 
         # --report-only runs nothing, so it prepares no corpus: the record check names a wrong --data
-        inputs["corpus"] = (Corpus(Path(args.data), valid_paths(args.valid)) if args.report_only
-                            else load_corpus(Path(args.data), args.valid))
+        inputs["corpus"] = (
+            Corpus(Path(args.data), valid_paths(args.valid))
+            if args.report_only
+            else load_corpus(Path(args.data), args.valid)
+        )
     elif args.name == "heads":
         from ..experiments.corpus import valid_paths
 
         if not args.checkpoint:
             raise UserError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")
         inputs = {"checkpoint": Path(args.checkpoint), "valid": valid_paths(args.valid)}
-    command = " ".join(["aiayn experiment", args.name, *(f"--budget {b}" for b in args.budget or []),
-                        *([f"--data {args.data}"] if args.name in TRAINING else []),
-                        *([f"--valid {args.valid[0]} {args.valid[1]}"] if args.valid else []),
-                        *([f"--checkpoint {args.checkpoint}"] if args.checkpoint else []), f"--out {out}"])
-    results = run_experiment(args.name, out, budget, command=command, report_only=args.report_only, **inputs)
-    print(f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
-          + ", ".join(results["plots"]))
+    command = " ".join(
+        [
+            "aiayn experiment",
+            args.name,
+            *(f"--budget {b}" for b in args.budget or []),
+            *([f"--data {args.data}"] if args.name in TRAINING else []),
+            *([f"--valid {args.valid[0]} {args.valid[1]}"] if args.valid else []),
+            *([f"--checkpoint {args.checkpoint}"] if args.checkpoint else []),
+            f"--out {out}",
+        ]
+    )
+    results = run_experiment(
+        args.name, out, budget, command=command, report_only=args.report_only, **inputs
+    )
+    print(
+        f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
+        + ", ".join(results["plots"])
+    )
 
 
 def add_experiment(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("experiment", help="the paper's experiments and its open questions, resumable, "
-                                          "with tables and plots (docs/experiments.md)")
+    p = sub.add_parser(
+        "experiment",
+        help="the paper's experiments and its open questions, resumable, "
+        "with tables and plots (docs/experiments.md)",
+    )
     from ..experiments import MODULES  # torch-free: the names only
 
     p.add_argument("name", choices=list(MODULES))
-    p.add_argument("--budget", action="append", metavar="KEY=VALUE",
-                   help="preset, updates, sentences, max_tokens, seconds, threads (experiments.runner.Budget)")
-    p.add_argument("--out", help="results directory (default runs/exp/NAME); a rerun skips finished rows")
-    p.add_argument("--data", default="work/bible", help="prepared dataset (the bundled corpus is prepared "
-                                                        "there when missing)")
-    p.add_argument("--valid", nargs=2, metavar=("SRC", "REF"),
-                   help="raw validation text for BLEU (default: the bundled corpus's)")
+    p.add_argument(
+        "--budget",
+        action="append",
+        metavar="KEY=VALUE",
+        help="preset, updates, sentences, max_tokens, seconds, threads (experiments.runner.Budget)",
+    )
+    p.add_argument(
+        "--out", help="results directory (default runs/exp/NAME); a rerun skips finished rows"
+    )
+    p.add_argument(
+        "--data",
+        default="work/bible",
+        help="prepared dataset (the bundled corpus is prepared there when missing)",
+    )
+    p.add_argument(
+        "--valid",
+        nargs=2,
+        metavar=("SRC", "REF"),
+        help="raw validation text for BLEU (default: the bundled corpus's)",
+    )
     p.add_argument("--checkpoint", help="heads: the model to inspect")
-    p.add_argument("--report-only", action="store_true",
-                   help="write results.md and the plots from the rows finished so far (by any process); "
-                        "run none")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write results.md and the plots from the rows finished so far (by any process); "
+        "run none",
+    )
     p.set_defaults(func=_experiment)

@@ -13,9 +13,15 @@ def _export(args: argparse.Namespace) -> None:
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write a checkpoint as a Hugging Face MarianMT or CTranslate2 model")
+    p = sub.add_parser(
+        "export", help="write a checkpoint as a Hugging Face MarianMT or CTranslate2 model"
+    )
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])
-    p.add_argument("--out", required=True, help="new directory (or an earlier export, which is replaced)")
-    p.add_argument("--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)")
+    p.add_argument(
+        "--out", required=True, help="new directory (or an earlier export, which is replaced)"
+    )
+    p.add_argument(
+        "--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)"
+    )
     p.set_defaults(func=_export)

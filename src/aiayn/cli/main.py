@@ -1,15 +1,15 @@
 """The ``aiayn`` command line. Each sub-command parses its arguments and calls the library.
 
-    aiayn demo                      # the bundled English->Spanish translator, end to end
-    aiayn info --presets            # parameter counts next to Table 3
-    aiayn prepare --bundled --out work/bible
-    aiayn train --set data=work/bible --set out=runs/demo --set preset=demo --set max_minutes=15
-    torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiayn/configs/) or a file
-    aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
-    aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
-    echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
-    aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
-    aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
+aiayn demo                      # the bundled English->Spanish translator, end to end
+aiayn info --presets            # parameter counts next to Table 3
+aiayn prepare --bundled --out work/bible
+aiayn train --set data=work/bible --set out=runs/demo --set preset=demo --set max_minutes=15
+torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiayn/configs/) or a file
+aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
+aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
+echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
+aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
+aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
 """
 
 from __future__ import annotations
@@ -21,14 +21,26 @@ from ..errors import UserError
 from . import data, demo, experiment, export, parse, serve, train, translate
 
 # The sub-commands in the order `aiayn --help` lists them.
-COMMANDS = (data.add_info, data.add_prepare, train.add_train, train.add_average, translate.add_evaluate,
-            translate.add_translate, serve.add_serve, translate.add_diagnose, demo.add_demo,
-            experiment.add_experiment, export.add_export, parse.add_parse)
+COMMANDS = (
+    data.add_info,
+    data.add_prepare,
+    train.add_train,
+    train.add_average,
+    translate.add_evaluate,
+    translate.add_translate,
+    serve.add_serve,
+    translate.add_diagnose,
+    demo.add_demo,
+    experiment.add_experiment,
+    export.add_export,
+    parse.add_parse,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aiayn", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="aiayn", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for add_command in COMMANDS:
         add_command(sub)
@@ -39,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (UserError, OSError) as err:  # bad input, missing file, full disk: one line; a bug keeps its traceback
+    except (
+        UserError,
+        OSError,
+    ) as err:  # bad input, missing file, full disk: one line; a bug keeps its traceback
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -13,21 +13,44 @@ def _serve(args: argparse.Namespace) -> None:
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
-    limits = Limits(max_chars=args.max_chars, max_sentences=args.max_sentences,
-                    max_batch_tokens=args.max_batch_tokens, max_wait_ms=args.max_wait_ms)
-    run_server(args.checkpoint, host=args.host, port=args.port, device=args.device, limits=limits,
-               quantize=args.quantize)
+    limits = Limits(
+        max_chars=args.max_chars,
+        max_sentences=args.max_sentences,
+        max_batch_tokens=args.max_batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+    )
+    run_server(
+        args.checkpoint,
+        host=args.host,
+        port=args.port,
+        device=args.device,
+        limits=limits,
+        quantize=args.quantize,
+    )
 
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="an HTTP API with dynamic batching and a page showing the attention")
+    p = sub.add_parser(
+        "serve", help="an HTTP API with dynamic batching and a page showing the attention"
+    )
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
+    )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--max-batch-tokens", type=int, default=4000,
-                   help="source tokens of the requests decoded together (0: each request alone)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a request waits for others to join it")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=4000,
+        help="source tokens of the requests decoded together (0: each request alone)",
+    )
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long a request waits for others to join it",
+    )
     p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     add_quantize_arg(p)

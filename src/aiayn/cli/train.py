@@ -29,19 +29,31 @@ def _average(args: argparse.Namespace) -> None:
         from ..io import read_lines
 
         sources, references = (read_lines(p) for p in args.choose_on)
-        out, k_best, ppl_by_k = average_last_best(chosen, Path(args.out), sources, references, force=args.force)
-        print("validation perplexity by number averaged: "
-              + ", ".join(f"{k}: {ppl:.3f}" for k, ppl in ppl_by_k.items()))
+        out, k_best, ppl_by_k = average_last_best(
+            chosen, Path(args.out), sources, references, force=args.force
+        )
+        print(
+            "validation perplexity by number averaged: "
+            + ", ".join(f"{k}: {ppl:.3f}" for k, ppl in ppl_by_k.items())
+        )
         chosen = chosen[-k_best:]
     else:
         out = average_checkpoints(chosen, Path(args.out), force=args.force)
-    print(f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out.resolve()}")
+    print(
+        f"averaged {len(chosen)} checkpoints ({chosen[0].name} .. {chosen[-1].name}) -> {out.resolve()}"
+    )
 
 
 def add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train with the paper's recipe (torchrun for several processes)")
-    add_train_args(p, recipe="wmt14-base", set_example="model.d_ff=1024",
-                   resume_help="checkpoint directory to resume from (default: latest in OUT, if any)")
+    p = sub.add_parser(
+        "train", help="train with the paper's recipe (torchrun for several processes)"
+    )
+    add_train_args(
+        p,
+        recipe="wmt14-base",
+        set_example="model.d_ff=1024",
+        resume_help="checkpoint directory to resume from (default: latest in OUT, if any)",
+    )
     p.set_defaults(func=_train)
 
 
@@ -49,9 +61,18 @@ def add_average(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("average", help="average the last N checkpoints (paper: 5 base, 20 big)")
     p.add_argument("checkpoints", help="a run's checkpoints/ directory")
     p.add_argument("--last", type=int, default=5)
-    p.add_argument("--choose-on", nargs=2, metavar=("SRC", "REF"),
-                   help="average the last k <= LAST instead, k with the lowest perplexity of REF given SRC")
-    p.add_argument("--out", required=True, help="a new directory, or a previous averaged checkpoint to replace")
-    p.add_argument("--force", action="store_true",
-                   help="replace --out even if it is not a previous averaged checkpoint")
+    p.add_argument(
+        "--choose-on",
+        nargs=2,
+        metavar=("SRC", "REF"),
+        help="average the last k <= LAST instead, k with the lowest perplexity of REF given SRC",
+    )
+    p.add_argument(
+        "--out", required=True, help="a new directory, or a previous averaged checkpoint to replace"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out even if it is not a previous averaged checkpoint",
+    )
     p.set_defaults(func=_average)

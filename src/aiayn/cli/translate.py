@@ -18,9 +18,17 @@ if TYPE_CHECKING:
     from ..decode import DecodeConfig
 
 
-def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, decode: DecodeConfig,
-                     device: str = "cpu", chunk: int = 64, prompt: bool = False, name: str = "<stdin>",
-                     quantize: str | None = None) -> int:
+def translate_stream(
+    checkpoint: str | Path,
+    source: IO[bytes],
+    sink: TextIO,
+    decode: DecodeConfig,
+    device: str = "cpu",
+    chunk: int = 64,
+    prompt: bool = False,
+    name: str = "<stdin>",
+    quantize: str | None = None,
+) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
     kept, flushed chunk by chunk so that a pipe sees results as they come; returns the number
     of lines.
@@ -60,27 +68,46 @@ def translate_stream(checkpoint: str | Path, source: IO[bytes], sink: TextIO, de
         count += len(texts)
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
-        raise UserError(f"{name}: {len(bad)} line(s) not valid UTF-8 (line {shown}): their outputs are "
-                         f"empty lines; the other {count - len(bad)} were translated")
+        raise UserError(
+            f"{name}: {len(bad)} line(s) not valid UTF-8 (line {shown}): their outputs are "
+            f"empty lines; the other {count - len(bad)} were translated"
+        )
     return count
 
 
 def _translate(args: argparse.Namespace) -> None:
     from ..io import open_binary
 
-    source = open_binary(args.input) if args.input else sys.stdin.buffer  # bytes: aiayn.io splits lines
+    source = (
+        open_binary(args.input) if args.input else sys.stdin.buffer
+    )  # bytes: aiayn.io splits lines
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
-    translate_stream(args.checkpoint, source, sys.stdout, decode_config(args), device=args.device,
-                     chunk=1 if interactive else args.chunk, prompt=interactive, name=args.input or "<stdin>",
-                     quantize=args.quantize)
+    translate_stream(
+        args.checkpoint,
+        source,
+        sys.stdout,
+        decode_config(args),
+        device=args.device,
+        chunk=1 if interactive else args.chunk,
+        prompt=interactive,
+        name=args.input or "<stdin>",
+        quantize=args.quantize,
+    )
 
 
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluate import evaluate_checkpoint
 
-    result = evaluate_checkpoint(args.checkpoint, args.src, args.ref, args.output,
-                                 decode_config(args), lang=args.lang, device=args.device,
-                                 quantize=args.quantize)
+    result = evaluate_checkpoint(
+        args.checkpoint,
+        args.src,
+        args.ref,
+        args.output,
+        decode_config(args),
+        lang=args.lang,
+        device=args.device,
+        quantize=args.quantize,
+    )
     print(json.dumps(result.as_dict(), indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
@@ -97,8 +124,10 @@ def _diagnose(args: argparse.Namespace) -> None:
         raise UserError(f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}")
     model, _ = load_transformer(args.checkpoint, "cpu")
     vocab = Vocab.load(Path(args.checkpoint) / VOCAB)
-    report = {**source_sensitivity(model, vocab, sources, references),
-              "encoder_spread": encoder_spread(model, vocab, sources)}
+    report = {
+        **source_sensitivity(model, vocab, sources, references),
+        "encoder_spread": encoder_spread(model, vocab, sources),
+    }
     print(json.dumps(report, indent=2))
 
 
@@ -117,13 +146,18 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
     add_decode_args(p)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
-    p.add_argument("--chunk", type=int, default=64, help="lines decoded together when reading a file")
+    p.add_argument(
+        "--chunk", type=int, default=64, help="lines decoded together when reading a file"
+    )
     p.set_defaults(func=_translate)
 
 
 def add_diagnose(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("diagnose", help="does a checkpoint read its source? perplexity with rotated sources, "
-                                        "encoder collapse per layer")
+    p = sub.add_parser(
+        "diagnose",
+        help="does a checkpoint read its source? perplexity with rotated sources, "
+        "encoder collapse per layer",
+    )
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--src", required=True, help="source text, e.g. the validation split")
     p.add_argument("--ref", required=True, help="reference text")

@@ -19,7 +19,18 @@ from .readers import ReadStats, iter_parallel, iter_tsv, read_parallel, read_tsv
 from .vocab import Vocab
 
 __all__ = [
-    "Batch", "ReadStats", "TokenBudgetSampler", "TokenDataset", "Vocab",
-    "bundled_corpus_paths", "check_vocab", "collate", "iter_parallel", "iter_tsv",
-    "prepare_corpus", "read_meta", "read_parallel", "read_tsv",
+    "Batch",
+    "ReadStats",
+    "TokenBudgetSampler",
+    "TokenDataset",
+    "Vocab",
+    "bundled_corpus_paths",
+    "check_vocab",
+    "collate",
+    "iter_parallel",
+    "iter_tsv",
+    "prepare_corpus",
+    "read_meta",
+    "read_parallel",
+    "read_tsv",
 ]

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from ..errors import UserError
 
 import numpy as np
+
+from ..errors import UserError
 
 
 class TokenBudgetSampler:
@@ -91,7 +92,7 @@ class TokenBudgetSampler:
         if self._cache is None or self._cache[0] != epoch:
             batches = self.all_batches(epoch)
             per_rank = len(batches) // self.world_size
-            self._cache = (epoch, batches[self.rank: per_rank * self.world_size: self.world_size])
+            self._cache = (epoch, batches[self.rank : per_rank * self.world_size : self.world_size])
         return self._cache[1]
 
     def __len__(self) -> int:
@@ -102,7 +103,9 @@ class TokenBudgetSampler:
         while True:
             batches = self.epoch_batches(self.epoch)
             if not batches:
-                raise UserError("no batch fits: every pair exceeds the token budget or the data is empty")
+                raise UserError(
+                    "no batch fits: every pair exceeds the token budget or the data is empty"
+                )
             while self.position < len(batches):
                 self.position += 1  # before yielding, so state_dict() counts this batch as done
                 yield batches[self.position - 1]
@@ -131,5 +134,6 @@ class TokenBudgetSampler:
             "mean_tgt_tokens_padded": float(np.mean(padded_tgt)),
             "mean_src_tokens": float(np.mean(real_src)),
             "mean_tgt_tokens": float(np.mean(real_tgt)),
-            "padding_fraction": 1.0 - (sum(real_src) + sum(real_tgt)) / (sum(padded_src) + sum(padded_tgt)),
+            "padding_fraction": 1.0
+            - (sum(real_src) + sum(real_tgt)) / (sum(padded_src) + sum(padded_tgt)),
         }

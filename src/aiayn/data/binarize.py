@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..io import temp_dir_beside
 from ..errors import UserError
+from ..io import temp_dir_beside
 from .vocab import Vocab
 
 SIDES = ("src", "tgt")
@@ -49,9 +49,14 @@ class _ArrayWriter:
         self.data_start = self.file.tell()
 
     def _write_header(self) -> None:
-        np.lib.format.write_array_header_1_0(self.file, {
-            "descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-            "shape": (self.n,)})
+        np.lib.format.write_array_header_1_0(
+            self.file,
+            {
+                "descr": np.lib.format.dtype_to_descr(self.dtype),
+                "fortran_order": False,
+                "shape": (self.n,),
+            },
+        )
 
     def append(self, values: np.ndarray) -> None:
         self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
@@ -77,8 +82,11 @@ class _SideWriter:
     def append(self, sentences: list[list[int]]) -> None:
         lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
         ends = self.tokens.n + np.cumsum(lengths)  # (n,) offsets after each sentence
-        self.tokens.append(np.fromiter(chain.from_iterable(sentences), dtype=self.tokens.dtype,
-                                       count=int(lengths.sum())))
+        self.tokens.append(
+            np.fromiter(
+                chain.from_iterable(sentences), dtype=self.tokens.dtype, count=int(lengths.sum())
+            )
+        )
         self.offsets.append(ends)
 
     def close(self) -> None:
@@ -87,8 +95,12 @@ class _SideWriter:
 
 
 def binarize_split(
-    pairs: Iterable[tuple[str, str]], vocab: Vocab, out_dir: Path, split: str,
-    max_tokens: int | None = None, chunk_pairs: int = _CHUNK,
+    pairs: Iterable[tuple[str, str]],
+    vocab: Vocab,
+    out_dir: Path,
+    split: str,
+    max_tokens: int | None = None,
+    chunk_pairs: int = _CHUNK,
 ) -> dict[str, int]:
     """Encode ``pairs`` into ``out_dir/{split}.{src,tgt}.*.npy``; returns kept/skipped counts.
 
@@ -104,22 +116,31 @@ def binarize_split(
         while chunk := list(islice(pairs, chunk_pairs)):
             srcs = vocab.encode_batch([s for s, _ in chunk])
             tgts = vocab.encode_batch([t for _, t in chunk])
-            keep = [max_tokens is None or max(len(s), len(t)) <= max_tokens
-                    for s, t in zip(srcs, tgts)]
+            keep = [
+                max_tokens is None or max(len(s), len(t)) <= max_tokens for s, t in zip(srcs, tgts)
+            ]
             too_long += keep.count(False)
             writers["src"].append(list(compress(srcs, keep)))
             writers["tgt"].append(list(compress(tgts, keep)))
     finally:
         for writer in writers.values():
             writer.close()
-    return {"pairs": writers["src"].offsets.n - 1, "skipped_too_long_tokens": too_long,
-            "src_tokens": writers["src"].tokens.n, "tgt_tokens": writers["tgt"].tokens.n}
+    return {
+        "pairs": writers["src"].offsets.n - 1,
+        "skipped_too_long_tokens": too_long,
+        "src_tokens": writers["src"].tokens.n,
+        "tgt_tokens": writers["tgt"].tokens.n,
+    }
 
 
 def write_meta(out_dir: Path, vocab: Vocab, splits: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    meta = {"vocab_fingerprint": vocab.fingerprint, "vocab_size": len(vocab),
-            "vocab_model": vocab.path.name, "dtype": token_dtype(len(vocab)).name,
-            "splits": splits}
+    meta = {
+        "vocab_fingerprint": vocab.fingerprint,
+        "vocab_size": len(vocab),
+        "vocab_model": vocab.path.name,
+        "dtype": token_dtype(len(vocab)).name,
+        "splits": splits,
+    }
     (out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
@@ -144,8 +165,11 @@ def read_meta(dataset_dir: str | os.PathLike) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{path}: not a dataset's {META}: {e}") from None
-    missing = [k for k in ("vocab_fingerprint", "vocab_size", "splits")
-               if not isinstance(meta, dict) or k not in meta]
+    missing = [
+        k
+        for k in ("vocab_fingerprint", "vocab_size", "splits")
+        if not isinstance(meta, dict) or k not in meta
+    ]
     if missing:
         raise UserError(f"{path}: not a dataset's {META}: no {', '.join(missing)}")
     return meta
@@ -171,7 +195,9 @@ class TokenDataset:
         self.dir, self.split = Path(dataset_dir), split
         self.meta = read_meta(dataset_dir)
         if split not in self.meta["splits"]:
-            raise UserError(f"{dataset_dir} has no split {split!r}; it has {sorted(self.meta['splits'])}")
+            raise UserError(
+                f"{dataset_dir} has no split {split!r}; it has {sorted(self.meta['splits'])}"
+            )
         self._tokens, self._offsets = {}, {}
         for side in SIDES:
             base = self.dir / f"{split}.{side}"
@@ -185,7 +211,7 @@ class TokenDataset:
 
     def _get(self, side: str, i: int) -> np.ndarray:
         off = self._offsets[side]
-        return self._tokens[side][off[i]:off[i + 1]]
+        return self._tokens[side][off[i] : off[i + 1]]
 
     def src(self, i: int) -> np.ndarray:
         return self._get("src", i)
@@ -194,8 +220,9 @@ class TokenDataset:
         return self._get("tgt", i)
 
 
-def subset_dataset(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, split: str,
-                   keep: np.ndarray) -> dict[str, Any]:
+def subset_dataset(
+    dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, split: str, keep: np.ndarray
+) -> dict[str, Any]:
     """A copy of a prepared dataset holding only pairs ``keep`` of ``split``, with the same
     vocabulary and the other splits unchanged (low-resource and length experiments).
 
@@ -207,23 +234,38 @@ def subset_dataset(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
     meta = read_meta(src)
     data = TokenDataset(src, split)
     if out.exists():
-        raise UserError(f"{out} exists and is not a prepared dataset (no meta.json); not replacing it")
+        raise UserError(
+            f"{out} exists and is not a prepared dataset (no meta.json); not replacing it"
+        )
     tmp = temp_dir_beside(out)  # new and ours, removed on failure
     try:
         for path in src.iterdir():  # vocabulary and the other splits
-            if path.is_file() and path.name != "meta.json" and not path.name.startswith(f"{split}."):
+            if (
+                path.is_file()
+                and path.name != "meta.json"
+                and not path.name.startswith(f"{split}.")
+            ):
                 shutil.copyfile(path, tmp / path.name)
         tokens = {}
         for side in SIDES:
             writer = _SideWriter(tmp / f"{split}.{side}", np.dtype(meta["dtype"]))
             try:
                 for start in range(0, len(keep), _CHUNK):
-                    writer.append([data._get(side, int(i)).tolist() for i in keep[start:start + _CHUNK]])
+                    writer.append(
+                        [data._get(side, int(i)).tolist() for i in keep[start : start + _CHUNK]]
+                    )
             finally:
                 writer.close()
             tokens[side] = writer.tokens.n
-        splits = {**meta["splits"], split: {"pairs": len(keep), "subset_of": len(data),
-                                            "src_tokens": tokens["src"], "tgt_tokens": tokens["tgt"]}}
+        splits = {
+            **meta["splits"],
+            split: {
+                "pairs": len(keep),
+                "subset_of": len(data),
+                "src_tokens": tokens["src"],
+                "tgt_tokens": tokens["tgt"],
+            },
+        }
         written = write_meta(tmp, Vocab.load(tmp / meta["vocab_model"]), splits)
         os.rename(tmp, out)
     except BaseException:

@@ -33,16 +33,20 @@ class Batch:
     n_tgt_tokens: int  # non-pad entries of tgt_out: the number of predictions in the loss
     indices: list[int]  # dataset indices, in batch order
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         return Batch(
             self.src.to(device, non_blocking=non_blocking),
             self.tgt_in.to(device, non_blocking=non_blocking),
             self.tgt_out.to(device, non_blocking=non_blocking),
-            self.n_src_tokens, self.n_tgt_tokens, list(self.indices),
+            self.n_src_tokens,
+            self.n_tgt_tokens,
+            list(self.indices),
         )
 
 
-def pad_rows(rows: Sequence[Sequence[int]], prefix: list[int], suffix: list[int], pad_id: int) -> torch.Tensor:
+def pad_rows(
+    rows: Sequence[Sequence[int]], prefix: list[int], suffix: list[int], pad_id: int
+) -> torch.Tensor:
     """(B, max_len) int64: prefix + row + suffix per row, right-padded with pad_id."""
     import torch
 
@@ -54,8 +58,11 @@ def pad_rows(rows: Sequence[Sequence[int]], prefix: list[int], suffix: list[int]
 
 
 def collate(
-    dataset: TokenDataset, indices: Sequence[int],
-    pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID,
+    dataset: TokenDataset,
+    indices: Sequence[int],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> Batch:
     """The padded ``Batch`` of pairs ``indices`` of ``dataset``."""
     if not indices:
@@ -65,7 +72,11 @@ def collate(
     src = pad_rows(srcs, [], [eos_id], pad_id)
     tgt_in = pad_rows(tgts, [bos_id], [], pad_id)
     tgt_out = pad_rows(tgts, [], [eos_id], pad_id)
-    return Batch(src, tgt_in, tgt_out,
-                 n_src_tokens=sum(len(s) for s in srcs) + len(srcs),
-                 n_tgt_tokens=sum(len(t) for t in tgts) + len(tgts),
-                 indices=list(indices))
+    return Batch(
+        src,
+        tgt_in,
+        tgt_out,
+        n_src_tokens=sum(len(s) for s in srcs) + len(srcs),
+        n_tgt_tokens=sum(len(t) for t in tgts) + len(tgts),
+        indices=list(indices),
+    )

@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..io import fsync_dir, fsync_tree
 from .binarize import META, binarize_split, is_dataset_file, read_meta, split_files, write_meta
-from ..errors import UserError
 from .readers import ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
 
@@ -77,7 +77,9 @@ def prepare_corpus(
     tmp = out.with_name(f".{out.name}.prepare-{suffix}")
     tmp.mkdir()
     try:
-        meta = _build(splits, tmp, vocab_size, max_len, max_words, num_threads, user_defined_symbols)
+        meta = _build(
+            splits, tmp, vocab_size, max_len, max_words, num_threads, user_defined_symbols
+        )
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -102,16 +104,30 @@ def check_target(out: Path) -> None:
     ours = sorted(e.name for e in out.iterdir() if is_dataset_file(e.name))
     if ours:
         shown = ", ".join(ours[:3]) + (", ..." if len(ours) > 3 else "")
-        raise UserError(f"output directory {out}: holds {shown} but no {META}, so not a dataset "
-                        "prepare wrote; choose another directory or remove them")
+        raise UserError(
+            f"output directory {out}: holds {shown} but no {META}, so not a dataset "
+            "prepare wrote; choose another directory or remove them"
+        )
 
 
-def _build(splits: dict[str, PathPair], out: Path, vocab_size: int, max_len: int | None,
-           max_words: int | None, num_threads: int, user_defined_symbols: Sequence[str]) -> dict[str, Any]:
+def _build(
+    splits: dict[str, PathPair],
+    out: Path,
+    vocab_size: int,
+    max_len: int | None,
+    max_words: int | None,
+    num_threads: int,
+    user_defined_symbols: Sequence[str],
+) -> dict[str, Any]:
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
-    vocab = Vocab.train(_nonempty(train_src, train_tgt), out / "spm", vocab_size, num_threads=num_threads,
-                        user_defined_symbols=user_defined_symbols)
+    vocab = Vocab.train(
+        _nonempty(train_src, train_tgt),
+        out / "spm",
+        vocab_size,
+        num_threads=num_threads,
+        user_defined_symbols=user_defined_symbols,
+    )
     vocab_s = time.perf_counter() - start
     summary: dict[str, dict[str, int]] = {}
     for split, (src_path, tgt_path) in splits.items():
@@ -122,9 +138,14 @@ def _build(splits: dict[str, PathPair], out: Path, vocab_size: int, max_len: int
             raise UserError(
                 f"{split} split ({src_path}, {tgt_path}): 0 of {stats.read} pairs kept: "
                 f"{stats.empty} with an empty side, {stats.too_long} over max_words={max_words}, "
-                f"{counts['skipped_too_long_tokens']} over max_len={max_len} subwords")
-        summary[split] = {**counts, "read": stats.read, "skipped_empty": stats.empty,
-                          "skipped_too_long_words": stats.too_long}
+                f"{counts['skipped_too_long_tokens']} over max_len={max_len} subwords"
+            )
+        summary[split] = {
+            **counts,
+            "read": stats.read,
+            "skipped_empty": stats.empty,
+            "skipped_too_long_words": stats.too_long,
+        }
     meta = write_meta(out, vocab, summary)
     return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
 

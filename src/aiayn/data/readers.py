@@ -27,7 +27,7 @@ class ReadStats:
     empty: int = 0  # one side (or both) is empty after stripping whitespace
     too_long: int = 0  # one side has more than ``max_words`` whitespace-separated words
 
-    def add(self, other: "ReadStats") -> None:
+    def add(self, other: ReadStats) -> None:
         self.read += other.read
         self.kept += other.kept
         self.empty += other.empty
@@ -69,9 +69,7 @@ def iter_parallel(
         tgt = next(tgt_lines, None)
         if tgt is None:
             n_src = n + 1 + _count_rest(src_lines)
-            raise UserError(
-                f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n}"
-            )
+            raise UserError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n}")
         n += 1
         src, tgt = src.strip(), tgt.strip()
         if _keep(src, tgt, max_words, stats):

@@ -25,12 +25,18 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 def _trainer_error(message: str, vocab_size: int) -> UserError | None:
     """A one-line ``UserError`` for sentencepiece's complaints about the vocabulary size, which
     arrive as an internal check with C++ file names; ``None`` for anything else."""
-    if m := re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message):
-        return UserError(f"vocab size {vocab_size} is too large: this training text yields at most "
-                         f"{m[1]} pieces; ask for {m[1]} or fewer, or give more text")
+    if m := re.search(
+        r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message
+    ):
+        return UserError(
+            f"vocab size {vocab_size} is too large: this training text yields at most "
+            f"{m[1]} pieces; ask for {m[1]} or fewer, or give more text"
+        )
     if m := re.search(r"smaller than required_chars\. \d+ vs (\d+)", message):
-        return UserError(f"vocab size {vocab_size} is too small: the training text's characters and "
-                         f"the special pieces need at least {m[1]}")
+        return UserError(
+            f"vocab size {vocab_size} is too small: the training text's characters and "
+            f"the special pieces need at least {m[1]}"
+        )
     if "!sentences_.empty()" in message:
         return UserError("no training sentences: every line of the training text is empty")
     return None
@@ -54,7 +60,9 @@ class Vocab:
         expected = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)
         found = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if found != expected:
-            raise UserError(f"{path}: special ids (pad, unk, bos, eos) are {found}, need {expected}")
+            raise UserError(
+                f"{path}: special ids (pad, unk, bos, eos) are {found}, need {expected}"
+            )
         self.sp = processor
         self.path = path
 
@@ -69,7 +77,7 @@ class Vocab:
         character_coverage: float = 1.0,
         byte_fallback: bool = False,
         user_defined_symbols: Sequence[str] = (),
-    ) -> "Vocab":
+    ) -> Vocab:
         """Train a BPE model on training text only and write ``{out_prefix}.model``/``.vocab``.
 
         ``texts_or_files`` mixes sentences (``str``) and files (``Path``: one sentence a line).
@@ -97,7 +105,10 @@ class Vocab:
                 model_prefix=str(prefix),
                 model_type="bpe",
                 vocab_size=vocab_size,
-                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
                 character_coverage=character_coverage,
                 byte_fallback=byte_fallback,
                 num_threads=num_threads,
@@ -117,7 +128,7 @@ class Vocab:
         return cls.load(prefix.with_name(prefix.name + ".model"))
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Vocab":
+    def load(cls, path: str | os.PathLike) -> Vocab:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"vocabulary model {path} does not exist")

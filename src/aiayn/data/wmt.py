@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..io import write_parallel
 from ..errors import UserError
+from ..io import write_parallel
 from .readers import iter_lines
 
 WMT14_PAIRS = ("de-en", "fr-en")
@@ -44,7 +44,9 @@ def read_sgm(path: str | os.PathLike) -> list[str]:
 def sgm_pairs(src_sgm: str | os.PathLike, ref_sgm: str | os.PathLike) -> Iterator[tuple[str, str]]:
     src, ref = read_sgm(src_sgm), read_sgm(ref_sgm)
     if len(src) != len(ref):
-        raise UserError(f"segment counts differ: {src_sgm} has {len(src)}, {ref_sgm} has {len(ref)}")
+        raise UserError(
+            f"segment counts differ: {src_sgm} has {len(src)}, {ref_sgm} has {len(ref)}"
+        )
     return zip(src, ref)
 
 
@@ -55,15 +57,17 @@ def hf_pairs(rows: Iterable[dict[str, Any]], src: str, tgt: str) -> Iterator[tup
         yield pair[src], pair[tgt]
 
 
-def write_hf_split(rows: Iterable[dict[str, Any]], src: str, tgt: str,
-                   out_dir: Path, split: str) -> tuple[Path, Path, int]:
+def write_hf_split(
+    rows: Iterable[dict[str, Any]], src: str, tgt: str, out_dir: Path, split: str
+) -> tuple[Path, Path, int]:
     out_dir.mkdir(parents=True, exist_ok=True)
     src_path, tgt_path = out_dir / f"{split}.{src}", out_dir / f"{split}.{tgt}"
     return src_path, tgt_path, write_parallel(hf_pairs(rows, src, tgt), src_path, tgt_path)
 
 
-def download_wmt14(pair: str, src: str, tgt: str, out_dir: str | os.PathLike,
-                   dataset: str = "wmt/wmt14") -> dict[str, tuple[Path, Path]]:
+def download_wmt14(
+    pair: str, src: str, tgt: str, out_dir: str | os.PathLike, dataset: str = "wmt/wmt14"
+) -> dict[str, tuple[Path, Path]]:
     """Download WMT14 ``pair`` ("de-en" or "fr-en") and write plain files for each split.
 
     Needs network and ``datasets``; the EN-FR training set is 36M pairs (several GB).
@@ -75,7 +79,9 @@ def download_wmt14(pair: str, src: str, tgt: str, out_dir: str | os.PathLike,
     try:
         from datasets import load_dataset
     except ImportError as e:
-        raise ImportError("WMT download needs Hugging Face datasets: pip install 'aiayn[wmt]'") from e
+        raise ImportError(
+            "WMT download needs Hugging Face datasets: pip install 'aiayn[wmt]'"
+        ) from e
     data = load_dataset(dataset, pair)
     paths = {}
     for hf_split, split in HF_SPLITS.items():

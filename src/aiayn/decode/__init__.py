@@ -15,8 +15,8 @@ __all__ = [
     "QUANTIZE_MODES",
     "beam_search",
     "decode_ids",
+    "for_decoding",
     "gnmt_length_penalty",
     "length_batches",
-    "quantize",
     "translate",
 ]

@@ -104,8 +104,15 @@ class _Finished:
         self.best = torch.full((n, nbest), NEG_INF, dtype=torch.float64, device=device)
         self.records: list[tuple[Tensor, ...]] = []
 
-    def add(self, lp: float, finish: Tensor, sentence: Tensor, log_prob: Tensor, outputs: Tensor,
-            is_eos: Tensor) -> None:
+    def add(
+        self,
+        lp: float,
+        finish: Tensor,
+        sentence: Tensor,
+        log_prob: Tensor,
+        outputs: Tensor,
+        is_eos: Tensor,
+    ) -> None:
         """One step's finishing candidates, of length |Y| with penalty ``lp``. finish, log_prob,
         is_eos (n, 2k); sentence (n,) original indices; outputs (m, |Y|) the m finishing
         outputs in ``finish.nonzero()`` order, eos or not as the last token."""
@@ -128,8 +135,13 @@ class _Finished:
         hyps: list[list[Hypothesis]] = [[] for _ in range(batch)]
         for sentence, score, log_prob, outputs, is_eos in self.records:
             length = outputs.size(1)
-            for i, s, lpr, out, eos in zip(sentence.tolist(), score.tolist(), log_prob.tolist(),
-                                           outputs.tolist(), is_eos.tolist()):
+            for i, s, lpr, out, eos in zip(
+                sentence.tolist(),
+                score.tolist(),
+                log_prob.tolist(),
+                outputs.tolist(),
+                is_eos.tolist(),
+            ):
                 hyps[i].append(Hypothesis(out[:-1] if eos else out, s, lpr, length))
         for h in hyps:
             h.sort(key=lambda hyp: -hyp.score)  # stable
@@ -170,8 +182,18 @@ def expand(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tens
     return top, beam_of, tok
 
 
-def finish(finished: _Finished, live: _Live, prefixes: Tensor, t: int, alpha: float, top: Tensor,
-           beam_of: Tensor, tok: Tensor, is_eos: Tensor, b: int) -> None:
+def finish(
+    finished: _Finished,
+    live: _Live,
+    prefixes: Tensor,
+    t: int,
+    alpha: float,
+    top: Tensor,
+    beam_of: Tensor,
+    tok: Tensor,
+    is_eos: Tensor,
+    b: int,
+) -> None:
     """Finish the eos candidates that rank among the first k (at a sentence's length limit,
     every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``."""
     k = top.size(1) // 2
@@ -180,12 +202,23 @@ def finish(finished: _Finished, live: _Live, prefixes: Tensor, t: int, alpha: fl
     chosen = rank_ok & (is_eos | at_max) & (top > NEG_INF)  # (n, 2k)
     if bool(chosen.any()):
         i, j = chosen.nonzero(as_tuple=True)
-        outputs = torch.cat([prefixes.index_select(0, i * b + beam_of[i, j]), tok[i, j, None]], dim=1)
+        outputs = torch.cat(
+            [prefixes.index_select(0, i * b + beam_of[i, j]), tok[i, j, None]], dim=1
+        )
         finished.add(gnmt_length_penalty(t, alpha), chosen, live.active, top, outputs, is_eos)
 
 
-def prune(finished: _Finished, live: _Live, t: int, alpha: float, top: Tensor, beam_of: Tensor, tok: Tensor,
-          is_eos: Tensor, b: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def prune(
+    finished: _Finished,
+    live: _Live,
+    t: int,
+    alpha: float,
+    top: Tensor,
+    beam_of: Tensor,
+    tok: Tensor,
+    is_eos: Tensor,
+    b: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The k best non-eos candidates stay live; a sentence is done at its length limit or once
     none of them can reach its n-best list (see the module docstring).
 
@@ -229,7 +262,9 @@ def beam_search(
     memory, mask = model.encode(src), model.src_mask(src)  # (n, S, d_model), (n, 1, 1, S)
     B, device = src.size(0), src.device
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
-    live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha), memory, mask)
+    live = _Live(
+        torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha), memory, mask
+    )
     T = int(max_lens.max())
     finished = _Finished(B, config.nbest, device)
 
@@ -238,8 +273,14 @@ def beam_search(
     prefixes = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
     cache = None
-    states = None if constraint is None else [  # one per live prefix
-        constraint.start([i for i in row if i != pad_id], limit) for row, limit in zip(src.tolist(), max_lens.tolist())]
+    states = (
+        None
+        if constraint is None
+        else [  # one per live prefix
+            constraint.start([i for i in row if i != pad_id], limit)
+            for row, limit in zip(src.tolist(), max_lens.tolist())
+        ]
+    )
     for t in range(1, T + 1):
         logits, cache = model.decode_step(step_in, live.memory, live.mask, cache, max_len=T)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
@@ -248,7 +289,9 @@ def beam_search(
         top, beam_of, tok = expand(scores, lprobs, k)  # (n, 2k) each
         is_eos = tok == eos_id
         finish(finished, live, prefixes, t, alpha, top, beam_of, tok, is_eos, b)
-        rows, tokens, scores, done = prune(finished, live, t, alpha, top, beam_of, tok, is_eos, b)  # (n, k), (n,)
+        rows, tokens, scores, done = prune(
+            finished, live, t, alpha, top, beam_of, tok, is_eos, b
+        )  # (n, k), (n,)
 
         # Done sentences leave the batch; the cache follows the surviving beams.
         if bool(done.any()):
@@ -263,8 +306,13 @@ def beam_search(
             cache.select(rows.view(-1))  # beams move within their sentence: memory k/v stay
         rows = rows.view(-1)  # (n*k,) rows of the old n*b
         if states is not None:
-            states = [constraint.advance(states[r], tok_r) for r, tok_r in zip(rows.tolist(), tokens.view(-1).tolist())]
-        prefixes = torch.cat([prefixes.index_select(0, rows), tokens.view(-1, 1)], dim=1)  # (n*k, t)
+            states = [
+                constraint.advance(states[r], tok_r)
+                for r, tok_r in zip(rows.tolist(), tokens.view(-1).tolist())
+            ]
+        prefixes = torch.cat(
+            [prefixes.index_select(0, rows), tokens.view(-1, 1)], dim=1
+        )  # (n*k, t)
         b = k
         step_in = tokens.view(-1, 1)
     return finished.nbest_lists(B)

@@ -1,7 +1,7 @@
 """Decoding hyper-parameters as typed data, with the paper's two settings as presets (section 6).
 
-    translation: beam 4, alpha 0.6, max output length = input length + 50   (section 6.1)
-    parsing:     beam 21, alpha 0.3, max output length = input length + 300 (section 6.3)
+translation: beam 4, alpha 0.6, max output length = input length + 50   (section 6.1)
+parsing:     beam 21, alpha 0.3, max output length = input length + 300 (section 6.3)
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
 from ..errors import UserError
 
 
@@ -39,13 +40,17 @@ class DecodeConfig:
         if not 1 <= self.nbest <= self.beam:
             raise UserError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
         if self.max_len_a < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
-            raise UserError(f"max_len_a={self.max_len_a}, max_len_b={self.max_len_b} allow no output")
+            raise UserError(
+                f"max_len_a={self.max_len_a}, max_len_b={self.max_len_b} allow no output"
+            )
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "DecodeConfig":
-        """"translation" or "parsing", with optional field overrides."""
+    def preset(cls, name: str, **overrides: Any) -> DecodeConfig:
+        """ "translation" or "parsing", with optional field overrides."""
         if name not in DECODE_PRESETS:
-            raise UserError(f"unknown decode preset {name!r}; choose one of: {', '.join(DECODE_PRESETS)}")
+            raise UserError(
+                f"unknown decode preset {name!r}; choose one of: {', '.join(DECODE_PRESETS)}"
+            )
         return replace(DECODE_PRESETS[name], **overrides)
 
     def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:

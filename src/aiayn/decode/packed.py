@@ -34,7 +34,9 @@ class PackedLinear(nn.Module):
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().float().contiguous())
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(
+            linear.weight.detach().float().contiguous()
+        )
         self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -52,7 +54,12 @@ def pack_linears(model: nn.Module) -> nn.Module:
     place (the tied output projection gets its own packed copy; the embedding keeps the
     matrix). Returns the model unchanged where oneDNN is missing or it is not on the CPU."""
     first = next(model.parameters(), None)
-    if not available() or first is None or first.device.type != "cpu" or first.dtype != torch.float32:
+    if (
+        not available()
+        or first is None
+        or first.device.type != "cpu"
+        or first.dtype != torch.float32
+    ):
         return model
     model.eval()
     for parent in list(model.modules()):

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import warnings
 
-import torch
 from torch import nn
 
-from .packed import pack_linears
 from ..errors import UserError
+from .packed import pack_linears
 
 QUANTIZE_MODES = ("int8",)
 
@@ -37,7 +36,9 @@ def for_decoding(model: nn.Module, quantize: str | None = None) -> nn.Module:
     if quantize is None:
         return pack_linears(model)
     if quantize not in QUANTIZE_MODES:
-        raise UserError(f"unknown quantization {quantize!r}; choose one of: {', '.join(QUANTIZE_MODES)}")
+        raise UserError(
+            f"unknown quantization {quantize!r}; choose one of: {', '.join(QUANTIZE_MODES)}"
+        )
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise UserError(f"--quantize {quantize} runs on the CPU only, the model is on {device}")

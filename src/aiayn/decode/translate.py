@@ -13,13 +13,14 @@ with a warning.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import torch
 
-from .beam import Constraint, Hypothesis, beam_search
 from ..data.collate import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
+from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
 
 
@@ -28,7 +29,9 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
 
-def length_batches(lengths: Sequence[int], batch_size: int | None, max_tokens: int | None) -> Iterator[list[int]]:
+def length_batches(
+    lengths: Sequence[int], batch_size: int | None, max_tokens: int | None
+) -> Iterator[list[int]]:
     """Indices grouped into batches of similar length, longest first (so that a batch too
     large for memory fails at once). A batch has <= batch_size sentences and
     <= max_tokens padded tokens (a single longer sentence still forms its own batch)."""
@@ -39,7 +42,8 @@ def length_batches(lengths: Sequence[int], batch_size: int | None, max_tokens: i
     for i in order:
         width = lengths[batch[0]] if batch else lengths[i]  # the first is the longest
         full = (batch_size is not None and len(batch) >= batch_size) or (
-            max_tokens is not None and (len(batch) + 1) * width > max_tokens)
+            max_tokens is not None and (len(batch) + 1) * width > max_tokens
+        )
         if batch and full:
             yield batch
             batch = []
@@ -72,14 +76,21 @@ def decode_ids(
     is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
     under the length penalty, which greedy search would not (they agree when alpha = 0).
     """
-    cap = max_src_len if max_src_len is not None else getattr(getattr(model, "cfg", None), "max_len", None)
+    cap = (
+        max_src_len
+        if max_src_len is not None
+        else getattr(getattr(model, "cfg", None), "max_len", None)
+    )
     device = torch.device(device) if device is not None else _model_device(model)
     sources = [list(s) for s in sources]
     if cap is not None:
         too_long = [i for i, s in enumerate(sources) if len(s) > cap]
         if too_long:
-            warnings.warn(f"{len(too_long)} source(s) longer than {cap} tokens truncated "
-                          f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)")
+            warnings.warn(
+                f"{len(too_long)} source(s) longer than {cap} tokens truncated "
+                f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
+                stacklevel=2,
+            )
             for i in too_long:
                 s = sources[i]
                 sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
@@ -91,7 +102,9 @@ def decode_ids(
     for batch in batches:
         members = [nonempty[j] for j in batch]
         src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)  # (b, longest)
-        hyps = beam_search(model, src, config, min_len=min_len, max_len_cap=cap, constraint=constraint, **ids)
+        hyps = beam_search(
+            model, src, config, min_len=min_len, max_len_cap=cap, constraint=constraint, **ids
+        )
         for i, h in zip(members, hyps):
             results[i] = h
         if bar is not None:
@@ -118,7 +131,11 @@ def translate(
     if hasattr(model, "eval"):
         model.eval()
     try:
-        ids = {name: getattr(tokenizer, name) for name in ("pad_id", "bos_id", "eos_id") if hasattr(tokenizer, name)}
+        ids = {
+            name: getattr(tokenizer, name)
+            for name in ("pad_id", "bos_id", "eos_id")
+            if hasattr(tokenizer, name)
+        }
         nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
     finally:
         if was_training:

@@ -15,18 +15,27 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from typing import Any
+
 from ..errors import UserError
 
 # name -> module; every module has plan(budget, out, **inputs) -> Experiment
-MODULES = {"table1": "table1", "table3": "table3", "scaling": "scaling", "restricted": "restricted",
-           "extrapolation": "extrapolation", "low-resource": "low_resource", "heads": "heads"}
+MODULES = {
+    "table1": "table1",
+    "table3": "table3",
+    "scaling": "scaling",
+    "restricted": "restricted",
+    "extrapolation": "extrapolation",
+    "low-resource": "low_resource",
+    "heads": "heads",
+}
 TRAINING = ("table3", "scaling", "restricted", "extrapolation", "low-resource")
 
 __all__ = ["MODULES", "TRAINING", "run_experiment"]
 
 
-def run_experiment(name: str, out: Path, budget: Any, command: str = "", report_only: bool = False,
-                   **inputs: Any) -> dict[str, Any]:
+def run_experiment(
+    name: str, out: Path, budget: Any, command: str = "", report_only: bool = False, **inputs: Any
+) -> dict[str, Any]:
     """Plan experiment ``name`` (a ``runner.Budget``, ``inputs`` such as the corpus or the
     checkpoint) and run it into ``out`` (``report_only``: write the report of the rows
     finished so far, run none). Imported lazily: the CLI lists the names cheaply."""

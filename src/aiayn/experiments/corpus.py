@@ -12,8 +12,8 @@ from typing import Any
 
 from ..data import bundled_corpus_paths
 from ..demo import prepare_bundled
-from ..io import read_lines
 from ..errors import UserError
+from ..io import read_lines
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,9 @@ class Corpus:
     def valid_pairs(self, limit: int | None = None) -> tuple[list[str], list[str]]:
         sources, references = (read_lines(p) for p in self.valid)
         if len(sources) != len(references):
-            raise UserError(f"{self.valid[0]} has {len(sources)} lines, {self.valid[1]} {len(references)}")
+            raise UserError(
+                f"{self.valid[0]} has {len(sources)} lines, {self.valid[1]} {len(references)}"
+            )
         return sources[:limit], references[:limit]
 
     def record(self) -> dict[str, Any]:

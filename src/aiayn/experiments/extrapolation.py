@@ -19,8 +19,8 @@ import numpy as np
 
 from ..data import Vocab
 from ..data.binarize import TokenDataset, subset_dataset
-from .runner import Budget, Experiment, Row, markdown_table
 from .corpus import Corpus
+from .runner import Budget, Experiment, Row, markdown_table
 from .training import score, train_row
 
 BUCKETS = ((0.0, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0))  # source length / L
@@ -35,15 +35,27 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     def runner(positional: str):
         def run() -> dict[str, Any]:
             subset_dataset(corpus.data, short, "train", np.flatnonzero(longest <= L))
-            result = train_row(out / "rows" / positional, corpus, budget, {"positional": positional}, data=short,
-                               bleu=False)
+            result = train_row(
+                out / "rows" / positional,
+                corpus,
+                budget,
+                {"positional": positional},
+                data=short,
+                bleu=False,
+            )
             checkpoint = Path(result.pop("checkpoint"))
             return {**result, "L": L, "buckets": buckets(checkpoint, corpus, L, budget.sentences)}
+
         return run
 
-    return Experiment(name="extrapolation", rows=[Row(p, runner(p)) for p in ("sinusoidal", "learned")],
-                      report=report, plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs=corpus.record())
+    return Experiment(
+        name="extrapolation",
+        rows=[Row(p, runner(p)) for p in ("sinusoidal", "learned")],
+        report=report,
+        plot=plot,
+        budget_keys=("preset", "updates", "sentences", "max_tokens"),
+        inputs=corpus.record(),
+    )
 
 
 def buckets(checkpoint: Path, corpus: Corpus, L: int, limit: int) -> list[dict[str, Any]]:
@@ -56,18 +68,39 @@ def buckets(checkpoint: Path, corpus: Corpus, L: int, limit: int) -> list[dict[s
         chosen = [i for i, n in enumerate(lengths) if low * L < n <= high * L][:limit]
         if not chosen:
             continue
-        result = score(checkpoint, [sources[i] for i in chosen], [references[i] for i in chosen], corpus.lang)
-        found.append({"bucket": f"({low:g}L, {high:g}L]", "min_len": int(low * L) + 1, "max_len": int(high * L),
-                      "sentences": len(chosen), "ppl": result["ppl"], "bleu": result["sacrebleu"]})
+        result = score(
+            checkpoint, [sources[i] for i in chosen], [references[i] for i in chosen], corpus.lang
+        )
+        found.append(
+            {
+                "bucket": f"({low:g}L, {high:g}L]",
+                "min_len": int(low * L) + 1,
+                "max_len": int(high * L),
+                "sentences": len(chosen),
+                "ppl": result["ppl"],
+                "bleu": result["sacrebleu"],
+            }
+        )
     return found
 
 
 def report(rows: list[dict[str, Any]]) -> str:
     L = rows[0]["L"]
-    lines = [[r["name"], b["bucket"], f"{b['min_len']}-{b['max_len']}", b["sentences"], b["ppl"], b["bleu"]]
-             for r in rows for b in r["buckets"]]
-    return (f"Trained on pairs of at most L = {L} subwords per side.\n\n"
-            + markdown_table(["positions", "source length", "subwords", "sentences", "PPL", "BLEU"], lines))
+    lines = [
+        [
+            r["name"],
+            b["bucket"],
+            f"{b['min_len']}-{b['max_len']}",
+            b["sentences"],
+            b["ppl"],
+            b["bleu"],
+        ]
+        for r in rows
+        for b in r["buckets"]
+    ]
+    return f"Trained on pairs of at most L = {L} subwords per side.\n\n" + markdown_table(
+        ["positions", "source length", "subwords", "sentences", "PPL", "BLEU"], lines
+    )
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -79,7 +112,11 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         for ax, key in ((axes[0], "ppl"), (axes[1], "bleu")):
             ax.plot(labels, [b[key] for b in r["buckets"]], marker="o", label=r["name"])
     for ax, label in ((axes[0], "perplexity"), (axes[1], "BLEU")):
-        ax.set(xlabel="source length (L = longest trained)", ylabel=label, title=f"{label} by length bucket")
+        ax.set(
+            xlabel="source length (L = longest trained)",
+            ylabel=label,
+            title=f"{label} by length bucket",
+        )
         ax.grid(alpha=0.3)
         ax.legend()
     return [save_figure(fig, out / "extrapolation.png")]

@@ -25,8 +25,8 @@ from .. import checkpoint as ckpt
 from ..data import Vocab
 from ..io import read_lines
 from ..plots import attention_weights
-from .runner import Budget, Experiment, Row, markdown_table
 from .corpus import recorded_valid
+from .runner import Budget, Experiment, Row, markdown_table
 
 SHARES = ("previous", "next", "itself", "punctuation", "eos")
 FIGURE_LENGTH = (10, 22)  # source pieces (eos included) of the sentence drawn
@@ -79,8 +79,15 @@ def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> lis
             means = {k: float(v[head]) / queries for k, v in sums.items()}
             top = max(SHARES, key=means.__getitem__)
             heads.append({"head": head + 1, **means, "role": top if means[top] > 0.5 else "mixed"})
-        rows.append({"layer": layer + 1, "sentences": len(pairs), "queries": queries, "heads": heads,
-                     "uniform": {k: float(v[0]) / queries for k, v in uniform.items()}})
+        rows.append(
+            {
+                "layer": layer + 1,
+                "sentences": len(pairs),
+                "queries": queries,
+                "heads": heads,
+                "uniform": {k: float(v[0]) / queries for k, v in uniform.items()},
+            }
+        )
     return rows
 
 
@@ -88,7 +95,9 @@ def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) 
     model, cfg = ckpt.load_transformer(checkpoint)
     vocab = Vocab.load(Path(checkpoint) / ckpt.VOCAB)
     sources, references = read_lines(valid[0]), read_lines(valid[1])
-    pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()][: budget.sentences]
+    pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()][
+        : budget.sentences
+    ]
     measured: list[dict[str, Any]] = []  # every layer at once, on the first row that needs them
 
     def layer_row(layer: int) -> dict[str, Any]:
@@ -96,26 +105,53 @@ def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) 
             measured.extend(encoder_statistics(model, vocab, pairs))
         return measured[layer]
 
-    rows = [Row(f"layer {layer + 1}", lambda layer=layer: layer_row(layer)) for layer in range(cfg.N_enc)]
+    rows = [
+        Row(f"layer {layer + 1}", lambda layer=layer: layer_row(layer))
+        for layer in range(cfg.N_enc)
+    ]
 
     def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-        return [plot_shares(rows, out / "heads_shares.png"),
-                plot_lines(model, vocab, [s for s, _ in pairs], out / "heads_lines.png")]
+        return [
+            plot_shares(rows, out / "heads_shares.png"),
+            plot_lines(model, vocab, [s for s, _ in pairs], out / "heads_lines.png"),
+        ]
 
-    return Experiment(name="heads", rows=rows, report=report, plot=plot, budget_keys=("sentences",),
-                      inputs={"checkpoint": str(checkpoint), "valid": recorded_valid(valid)})
+    return Experiment(
+        name="heads",
+        rows=rows,
+        report=report,
+        plot=plot,
+        budget_keys=("sentences",),
+        inputs={"checkpoint": str(checkpoint), "valid": recorded_valid(valid)},
+    )
 
 
 def report(rows: list[dict[str, Any]]) -> str:
-    lines = [[r["layer"], h["head"], *(h[k] for k in SHARES), h["distance"], h["entropy"], h["role"]]
-             for r in rows for h in r["heads"]]
+    lines = [
+        [r["layer"], h["head"], *(h[k] for k in SHARES), h["distance"], h["entropy"], h["role"]]
+        for r in rows
+        for h in r["heads"]
+    ]
     even = rows[0]["uniform"]
-    lines.append(["-", "uniform", *(even[k] for k in SHARES), even["distance"], even["entropy"], "(reference)"])
-    return (f"{rows[0]['sentences']} validation sentences, {rows[0]['queries']} source positions. Shares are the mean "
-            "attention weight a query puts on that key (a query's weights sum to 1).\n\n"
-            + markdown_table(["layer", "head", *SHARES, "mean distance", "entropy (nats)", "role"], lines)
-            + "\n\nThe last line is a head that spreads its attention evenly over the sentence: a share well "
-              "above it is a preference, one near it none.")
+    lines.append(
+        [
+            "-",
+            "uniform",
+            *(even[k] for k in SHARES),
+            even["distance"],
+            even["entropy"],
+            "(reference)",
+        ]
+    )
+    return (
+        f"{rows[0]['sentences']} validation sentences, {rows[0]['queries']} source positions. Shares are the mean "
+        "attention weight a query puts on that key (a query's weights sum to 1).\n\n"
+        + markdown_table(
+            ["layer", "head", *SHARES, "mean distance", "entropy (nats)", "role"], lines
+        )
+        + "\n\nThe last line is a head that spreads its attention evenly over the sentence: a share well "
+        "above it is a preference, one near it none."
+    )
 
 
 def plot_shares(rows: list[dict[str, Any]], out: Path) -> Path:
@@ -129,7 +165,15 @@ def plot_shares(rows: list[dict[str, Any]], out: Path) -> Path:
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     for y, row in enumerate(values):
         for x, v in enumerate(row):
-            ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+            ax.text(
+                x,
+                y,
+                f"{v:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if v < 0.6 else "black",
+            )
     fig.colorbar(image, ax=ax, label="share of attention")
     ax.set_title("encoder self-attention: where each head looks")
     return save_figure(fig, out)
@@ -159,6 +203,9 @@ def plot_lines(model, vocab: Vocab, sources: list[str], out: Path) -> Path:
             ax.text(1.05, i, tokens[i], ha="left", va="center", fontsize=7)
         ax.set(xlim=(-0.6, 1.6), ylim=(n - 0.5, -0.5), title=f"head {head + 1}")
         ax.axis("off")
-    fig.suptitle(f"encoder self-attention, layer {len(weights['encoder self-attention'])}: each word (left) "
-                 "to the words it attends to (right)", fontsize=9)
+    fig.suptitle(
+        f"encoder self-attention, layer {len(weights['encoder self-attention'])}: each word (left) "
+        "to the words it attends to (right)",
+        fontsize=9,
+    )
     return save_figure(fig, out)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..data.binarize import TokenDataset, read_meta, subset_dataset
-from .runner import Budget, Experiment, Row, markdown_table
 from .corpus import Corpus
+from .runner import Budget, Experiment, Row, markdown_table
 from .training import train_row
 
 FRACTIONS = (0.10, 0.25, 0.50, 1.00)
@@ -36,19 +36,30 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
             result = train_row(out / "rows" / f"{fraction:.0%}", corpus, budget, {}, data=data)
             split = read_meta(data)["splits"]["train"]
             seen = result["tokens_per_s"] * result["train_s"]  # source + target tokens trained on
-            return {**result, "fraction": fraction, "pairs": len(keep),
-                    "epochs": seen / (split["src_tokens"] + split["tgt_tokens"])}
+            return {
+                **result,
+                "fraction": fraction,
+                "pairs": len(keep),
+                "epochs": seen / (split["src_tokens"] + split["tgt_tokens"]),
+            }
+
         return run
 
-    return Experiment(name="low-resource", rows=[Row(f"{f:.0%}", runner(f)) for f in FRACTIONS], report=report,
-                      plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs=corpus.record())
+    return Experiment(
+        name="low-resource",
+        rows=[Row(f"{f:.0%}", runner(f)) for f in FRACTIONS],
+        report=report,
+        plot=plot,
+        budget_keys=("preset", "updates", "sentences", "max_tokens"),
+        inputs=corpus.record(),
+    )
 
 
 def report(rows: list[dict[str, Any]]) -> str:
     return markdown_table(
         ["training pairs", "share", "epochs in the budget", "dev PPL", "BLEU"],
-        [[r["pairs"], r["name"], r["epochs"], r["valid_ppl"], r["bleu"]] for r in rows])
+        [[r["pairs"], r["name"], r["epochs"], r["valid_ppl"], r["bleu"]] for r in rows],
+    )
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -58,8 +69,12 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     pairs = [r["pairs"] for r in rows]
     for ax, key, label in ((axes[0], "valid_ppl", "dev perplexity"), (axes[1], "bleu", "BLEU")):
         ax.plot(pairs, [r[key] for r in rows], marker="o")
-        ax.set(xscale="log", xlabel="training pairs", ylabel=label, title=f"{label} against data size")
-        ax.set_xticks(pairs, [f"{p:,}" for p in pairs])  # one label a row (log minor labels overlap)
+        ax.set(
+            xscale="log", xlabel="training pairs", ylabel=label, title=f"{label} against data size"
+        )
+        ax.set_xticks(
+            pairs, [f"{p:,}" for p in pairs]
+        )  # one label a row (log minor labels overlap)
         ax.minorticks_off()
         ax.grid(alpha=0.3)
     return [save_figure(fig, out / "low_resource.png")]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .runner import Budget, Experiment, markdown_table
 from .corpus import Corpus
+from .runner import Budget, Experiment, markdown_table
 from .training import variant_rows
 
 RADII: list[int | None] = [1, 2, 4, 8, 16, None]
@@ -27,15 +27,24 @@ def _name(r: int | None) -> str:
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     variants = {_name(r): ({"attention_window": r}, {}) for r in RADII}
-    return Experiment(name="restricted", rows=variant_rows(out, budget, corpus, variants), report=report,
-                      plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs=corpus.record())
+    return Experiment(
+        name="restricted",
+        rows=variant_rows(out, budget, corpus, variants),
+        report=report,
+        plot=plot,
+        budget_keys=("preset", "updates", "sentences", "max_tokens"),
+        inputs=corpus.record(),
+    )
 
 
 def report(rows: list[dict[str, Any]]) -> str:
     return markdown_table(
         ["attention", "dev PPL", "BLEU", "train tokens/s", "decode sentences/s"],
-        [[r["name"], r["valid_ppl"], r["bleu"], r["tokens_per_s"], r["decode_sent_per_s"]] for r in rows])
+        [
+            [r["name"], r["valid_ppl"], r["bleu"], r["tokens_per_s"], r["decode_sent_per_s"]]
+            for r in rows
+        ],
+    )
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:

@@ -29,9 +29,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..io import write_text_atomic
 from ..config import with_overrides
 from ..errors import UserError
+from ..io import write_text_atomic
 
 
 @dataclass
@@ -40,11 +40,15 @@ class Budget:
     ``--budget key=value`` changes any field (the tests use ``preset=tiny updates=2``)."""
 
     preset: str = "demo"  # the base model every training row changes (config.PRESETS)
-    updates: int = 1000  # per row, the same for every row (as Table 3): 5-10 min of the demo preset on 2 cores
+    updates: int = (
+        1000  # per row, the same for every row (as Table 3): 5-10 min of the demo preset on 2 cores
+    )
     sentences: int = 200  # validation sentences decoded for BLEU per row (beam 4)
     max_tokens: int = 1024  # source (and target) tokens per batch: the demo's batches
     seconds: float = 180.0  # table1: wall-clock budget for all sequence lengths
-    threads: int = 2  # CPU threads (table1 on a shared machine: 1, or spin-waiting threads distort it)
+    threads: int = (
+        2  # CPU threads (table1 on a shared machine: 1, or spin-waiting threads distort it)
+    )
 
     def __post_init__(self) -> None:
         for name in ("updates", "sentences", "max_tokens", "threads"):
@@ -81,8 +85,9 @@ class Experiment:
     inputs: dict[str, Any] = field(default_factory=dict)  # data, checkpoint ...: recorded
 
 
-def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "",
-             report_only: bool = False) -> dict[str, Any]:
+def run_rows(
+    experiment: Experiment, budget: Budget, out: Path, command: str = "", report_only: bool = False
+) -> dict[str, Any]:
     """Run the rows missing from ``out/results.json`` that no other process holds (none when
     ``report_only``: a look at a table still being filled); write results.json/.md and plots
     (of every row finished so far, by any process)."""
@@ -92,9 +97,16 @@ def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "
     with _lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
     total = sum(row.cost for row in experiment.rows)
-    bar = tqdm(total=total, initial=sum(row.cost for row in experiment.rows if _finished(results, row.name)),
-               unit="row-cost", desc=experiment.name, dynamic_ncols=True, file=sys.stderr, disable=report_only,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| elapsed {elapsed}, ETA {remaining}")
+    bar = tqdm(
+        total=total,
+        initial=sum(row.cost for row in experiment.rows if _finished(results, row.name)),
+        unit="row-cost",
+        desc=experiment.name,
+        dynamic_ncols=True,
+        file=sys.stderr,
+        disable=report_only,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| elapsed {elapsed}, ETA {remaining}",
+    )
     for row in [] if report_only else experiment.rows:
         if _finished(results, row.name):
             continue
@@ -119,9 +131,11 @@ def run_rows(experiment: Experiment, budget: Budget, out: Path, command: str = "
     with _lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
         rows = results["rows"]
-        header = (f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
-                  f"budget: {', '.join(f'{k}={v}' for k, v in relevant.items())}; "
-                  f"{len(rows)} of {len(experiment.rows)} rows.\n\n")
+        header = (
+            f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
+            f"budget: {', '.join(f'{k}={v}' for k, v in relevant.items())}; "
+            f"{len(rows)} of {len(experiment.rows)} rows.\n\n"
+        )
         body = experiment.report(rows) if rows else "No row fitted in the budget yet."
         write_text_atomic(out / "results.md", header + body + "\n")
         results["plots"] = [p.name for p in experiment.plot(rows, out)] if rows else []
@@ -133,7 +147,9 @@ def _finished(results: dict[str, Any], name: str) -> bool:
     return any(r["name"] == name for r in results["rows"])
 
 
-def _merge(results: dict[str, Any], finished: dict[str, Any], experiment: Experiment) -> dict[str, Any]:
+def _merge(
+    results: dict[str, Any], finished: dict[str, Any], experiment: Experiment
+) -> dict[str, Any]:
     """``results`` with ``finished`` added, rows in the experiment's order."""
     done = {r["name"]: r for r in results["rows"]} | {finished["name"]: finished}
     return {**results, "rows": [done[r.name] for r in experiment.rows if r.name in done]}
@@ -158,18 +174,27 @@ def _lock(path: Path, wait: bool = True) -> Iterator[bool]:
 
 def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[str, Any]:
     """Earlier results of the same experiment with the same budget, or a fresh record."""
-    fresh = {"experiment": experiment.name, "budget": relevant, "inputs": _plain(experiment.inputs),
-             "started": _date(), "rows": []}
+    fresh = {
+        "experiment": experiment.name,
+        "budget": relevant,
+        "inputs": _plain(experiment.inputs),
+        "started": _date(),
+        "rows": [],
+    }
     if not path.exists():
         return fresh
     old = json.loads(path.read_text(encoding="utf-8"))
     if old.get("experiment") != experiment.name:
-        raise UserError(f"{path} holds experiment {old.get('experiment')!r}, not {experiment.name!r}: "
-                         "choose another --out")
+        raise UserError(
+            f"{path} holds experiment {old.get('experiment')!r}, not {experiment.name!r}: "
+            "choose another --out"
+        )
     for key, saved in (("budget", relevant), ("inputs", _plain(experiment.inputs))):
         if old.get(key) != saved:
-            raise UserError(f"{path} was measured with {key} {old.get(key)}, now {saved}: "
-                             "rerun with the same values or choose another --out")
+            raise UserError(
+                f"{path} was measured with {key} {old.get(key)}, now {saved}: "
+                "rerun with the same values or choose another --out"
+            )
     return old
 
 
@@ -183,6 +208,7 @@ def _date() -> str:
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub markdown table; floats with 3 significant decimals, None as '-'."""
+
     def cell(v: Any) -> str:
         if v is None:
             return "-"

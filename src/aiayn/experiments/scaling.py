@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .runner import Budget, Experiment, markdown_table
 from .corpus import Corpus
+from .runner import Budget, Experiment, markdown_table
 from .training import variant_rows
 
 
@@ -27,9 +27,14 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
         for scaled in (True, False):
             name = f"d_k={d_k} {'scaled' if scaled else 'unscaled'}"
             variants[name] = ({"h": h, "d_k": d_k, "d_v": d_k, "scale_attention": scaled}, {})
-    return Experiment(name="scaling", rows=variant_rows(out, budget, corpus, variants), report=report,
-                      plot=plot, budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs=corpus.record())
+    return Experiment(
+        name="scaling",
+        rows=variant_rows(out, budget, corpus, variants),
+        report=report,
+        plot=plot,
+        budget_keys=("preset", "updates", "sentences", "max_tokens"),
+        inputs=corpus.record(),
+    )
 
 
 def report(rows: list[dict[str, Any]]) -> str:
@@ -37,10 +42,19 @@ def report(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         scaled = by_name.get(r["name"].replace("unscaled", "scaled"))
-        lines.append([r["name"], r["variant"]["h"], r["valid_ppl"], r["bleu"],
-                      r["valid_ppl"] / scaled["valid_ppl"] if scaled else None])
-    return (markdown_table(["row", "h", "dev PPL", "BLEU", "PPL / scaled PPL at the same d_k"], lines)
-            + "\n\nThe paper predicts the ratio above 1, and larger at the larger d_k.")
+        lines.append(
+            [
+                r["name"],
+                r["variant"]["h"],
+                r["valid_ppl"],
+                r["bleu"],
+                r["valid_ppl"] / scaled["valid_ppl"] if scaled else None,
+            ]
+        )
+    return (
+        markdown_table(["row", "h", "dev PPL", "BLEU", "PPL / scaled PPL at the same d_k"], lines)
+        + "\n\nThe paper predicts the ratio above 1, and larger at the larger d_k."
+    )
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:

@@ -33,11 +33,22 @@ from .runner import Budget, Experiment, Row, markdown_table
 
 D, H, K, R = 512, 8, 3, 16  # representation size, heads, kernel width, restricted radius
 LENGTHS = [16 * 2**i for i in range(9)]  # 16 .. 4096
-KINDS = ["self-attention", "restricted (mask)", "restricted (banded)", "recurrent (LSTM)",
-         "convolutional", "separable conv"]
-COMPLEXITY = {"self-attention": "O(n^2 d)", "restricted (mask)": "O(n^2 d) as implemented",
-              "restricted (banded)": "O(r n d)", "recurrent (LSTM)": "O(n d^2)",
-              "convolutional": "O(k n d^2)", "separable conv": "O(k n d + n d^2)"}
+KINDS = [
+    "self-attention",
+    "restricted (mask)",
+    "restricted (banded)",
+    "recurrent (LSTM)",
+    "convolutional",
+    "separable conv",
+]
+COMPLEXITY = {
+    "self-attention": "O(n^2 d)",
+    "restricted (mask)": "O(n^2 d) as implemented",
+    "restricted (banded)": "O(r n d)",
+    "recurrent (LSTM)": "O(n d^2)",
+    "convolutional": "O(k n d^2)",
+    "separable conv": "O(k n d + n d^2)",
+}
 
 
 class SelfAttention(nn.Module):
@@ -45,7 +56,9 @@ class SelfAttention(nn.Module):
 
     def __init__(self, window: int | None = None) -> None:
         super().__init__()
-        self.attn = MultiHeadAttention(ModelConfig(d_model=D, h=H, vocab_size=8), self_attention=True)
+        self.attn = MultiHeadAttention(
+            ModelConfig(d_model=D, h=H, vocab_size=8), self_attention=True
+        )
         self.window = window
 
     def forward(self, x: Tensor) -> Tensor:
@@ -71,7 +84,9 @@ class BandedSelfAttention(SelfAttention):
         k = F.pad(k, (0, 0, r, r)).unfold(2, 2 * r + 1, 1)  # (B, h, n, d_k, 2r+1)
         v = F.pad(v, (0, 0, r, r)).unfold(2, 2 * r + 1, 1)  # (B, h, n, d_v, 2r+1)
         scores = torch.einsum("bhnd,bhndw->bhnw", q, k) * a.scale  # (B, h, n, 2r+1)
-        offset = torch.arange(n, device=x.device)[:, None] + torch.arange(-r, r + 1, device=x.device)
+        offset = torch.arange(n, device=x.device)[:, None] + torch.arange(
+            -r, r + 1, device=x.device
+        )
         scores = scores.masked_fill((offset < 0) | (offset >= n), float("-inf"))  # padding keys
         out = torch.einsum("bhnw,bhndw->bhnd", torch.softmax(scores, dim=-1), v)  # (B, h, n, d_v)
         return a.W_O(out.transpose(1, 2).reshape(B, n, a.h * a.d_v))
@@ -92,7 +107,9 @@ class Convolution(nn.Module):
     def __init__(self, separable: bool) -> None:
         super().__init__()
         if separable:
-            self.conv = nn.Sequential(nn.Conv1d(D, D, K, padding=K // 2, groups=D), nn.Conv1d(D, D, 1))
+            self.conv = nn.Sequential(
+                nn.Conv1d(D, D, K, padding=K // 2, groups=D), nn.Conv1d(D, D, 1)
+            )
         else:
             self.conv = nn.Conv1d(D, D, K, padding=K // 2)
 
@@ -104,9 +121,14 @@ def build_layers() -> dict[str, nn.Module]:
     torch.manual_seed(0)
     full, banded = SelfAttention(), BandedSelfAttention(window=R)
     banded.attn = full.attn  # the same weights: the three attention layers differ only in reach
-    layers = {"self-attention": full, "restricted (mask)": SelfAttention(window=R), "restricted (banded)": banded,
-              "recurrent (LSTM)": Recurrent(), "convolutional": Convolution(separable=False),
-              "separable conv": Convolution(separable=True)}
+    layers = {
+        "self-attention": full,
+        "restricted (mask)": SelfAttention(window=R),
+        "restricted (banded)": banded,
+        "recurrent (LSTM)": Recurrent(),
+        "convolutional": Convolution(separable=False),
+        "separable conv": Convolution(separable=True),
+    }
     layers["restricted (mask)"].attn = full.attn
     return {name: layer.eval() for name, layer in layers.items()}
 
@@ -114,11 +136,17 @@ def build_layers() -> dict[str, nn.Module]:
 def flops(kind: str, n: int) -> float:
     """Multiply-adds x 2 of one forward (projections included), for the report."""
     attn = 4 * n * D * D  # W_QKV and W_O
-    return 2.0 * {
-        "self-attention": attn + 2 * n * n * D, "restricted (mask)": attn + 2 * n * n * D,
-        "restricted (banded)": attn + 2 * n * (2 * R + 1) * D, "recurrent (LSTM)": 8 * n * D * D,
-        "convolutional": K * n * D * D, "separable conv": K * n * D + n * D * D,
-    }[kind]
+    return (
+        2.0
+        * {
+            "self-attention": attn + 2 * n * n * D,
+            "restricted (mask)": attn + 2 * n * n * D,
+            "restricted (banded)": attn + 2 * n * (2 * R + 1) * D,
+            "recurrent (LSTM)": 8 * n * D * D,
+            "convolutional": K * n * D * D,
+            "separable conv": K * n * D + n * D * D,
+        }[kind]
+    )
 
 
 def sequential_ops(kind: str, n: int) -> int:
@@ -171,11 +199,19 @@ def time_layers(layers: dict[str, nn.Module], x: Tensor, rounds: int = 3) -> dic
 def measure(layers: dict[str, nn.Module], n: int) -> dict[str, Any]:
     x = torch.randn(1, n, D)
     seconds = time_layers(layers, x)
-    return {"n": n, "layers": {name: {"ms": seconds[name] * 1e3, "peak_mb": peak_bytes(layer, x) / 2**20,
-                                      "gflops": flops(name, n) / 1e9,
-                                      "sequential_ops": sequential_ops(name, n),
-                                      "max_path_length": max_path_length(name, n)}
-                               for name, layer in layers.items()}}
+    return {
+        "n": n,
+        "layers": {
+            name: {
+                "ms": seconds[name] * 1e3,
+                "peak_mb": peak_bytes(layer, x) / 2**20,
+                "gflops": flops(name, n) / 1e9,
+                "sequential_ops": sequential_ops(name, n),
+                "max_path_length": max_path_length(name, n),
+            }
+            for name, layer in layers.items()
+        },
+    }
 
 
 def plan(budget: Budget, out: Path, lengths: list[int] = LENGTHS) -> Experiment:
@@ -195,11 +231,17 @@ def plan(budget: Budget, out: Path, lengths: list[int] = LENGTHS) -> Experiment:
             result = measure(layers, n)
             state["last_s"] = time.monotonic() - start
             return result
+
         return run
 
-    return Experiment(name="table1", rows=[Row(f"n={n}", row(n), cost=float(n * n + 64 * n)) for n in lengths],
-                      report=report, plot=plot, budget_keys=("threads",),
-                      inputs={"d": D, "h": H, "k": K, "r": R})
+    return Experiment(
+        name="table1",
+        rows=[Row(f"n={n}", row(n), cost=float(n * n + 64 * n)) for n in lengths],
+        report=report,
+        plot=plot,
+        budget_keys=("threads",),
+        inputs={"d": D, "h": H, "k": K, "r": R},
+    )
 
 
 def crossover(rows: list[dict[str, Any]], a: str, b: str) -> float | None:
@@ -219,28 +261,60 @@ def report(rows: list[dict[str, Any]]) -> str:
     n_max = rows[-1]["n"]
     last = rows[-1]["layers"]
     table1 = markdown_table(
-        ["layer", "complexity", f"sequential ops (n={n_max})", f"max path length (n={n_max})",
-         f"forward ms (n={n_max})", f"peak MB (n={n_max})"],
-        [[k, COMPLEXITY[k], last[k]["sequential_ops"], last[k]["max_path_length"], last[k]["ms"],
-          last[k]["peak_mb"]] for k in KINDS])
-    times = markdown_table(["n"] + KINDS, [[r["n"]] + [r["layers"][k]["ms"] for k in KINDS] for r in rows])
-    memory = markdown_table(["n"] + KINDS, [[r["n"]] + [r["layers"][k]["peak_mb"] for k in KINDS] for r in rows])
+        [
+            "layer",
+            "complexity",
+            f"sequential ops (n={n_max})",
+            f"max path length (n={n_max})",
+            f"forward ms (n={n_max})",
+            f"peak MB (n={n_max})",
+        ],
+        [
+            [
+                k,
+                COMPLEXITY[k],
+                last[k]["sequential_ops"],
+                last[k]["max_path_length"],
+                last[k]["ms"],
+                last[k]["peak_mb"],
+            ]
+            for k in KINDS
+        ],
+    )
+    times = markdown_table(
+        ["n"] + KINDS, [[r["n"]] + [r["layers"][k]["ms"] for k in KINDS] for r in rows]
+    )
+    memory = markdown_table(
+        ["n"] + KINDS, [[r["n"]] + [r["layers"][k]["peak_mb"] for k in KINDS] for r in rows]
+    )
     measured = crossover(rows, "self-attention", "recurrent (LSTM)")
-    by_flops = next((r["n"] for r in rows if flops("self-attention", r["n"]) > flops("recurrent (LSTM)", r["n"])),
-                    None)
-    verdict = (f"measured: self-attention becomes slower than the LSTM at n ~ {measured:.0f}"
-               if measured else f"measured: self-attention stays faster than the LSTM up to n = {n_max}")
-    return "\n\n".join([
-        f"d = {D}, h = {H}, k = {K}, r = {R}, batch 1, forward only, fp32.",
-        "## Table 1, measured\n\n" + table1,
-        "## Forward time (ms, best of 3 interleaved rounds)\n\n" + times,
-        "## Peak memory inside one forward (MB of tensors, PyTorch profiler)\n\n" + memory,
-        "## Where self-attention gets slower than recurrence\n\n"
-        f"- paper: self-attention is cheaper when n < d = {D} (n^2 d against n d^2);\n"
-        f"- counting the projections too (4 n d^2 + 2 n^2 d against 8 n d^2), FLOPs cross at n = 2d = {2 * D}"
-        + (f" (first measured n with more FLOPs: {by_flops})" if by_flops else "") + ";\n"
-        f"- {verdict}.",
-    ])
+    by_flops = next(
+        (
+            r["n"]
+            for r in rows
+            if flops("self-attention", r["n"]) > flops("recurrent (LSTM)", r["n"])
+        ),
+        None,
+    )
+    verdict = (
+        f"measured: self-attention becomes slower than the LSTM at n ~ {measured:.0f}"
+        if measured
+        else f"measured: self-attention stays faster than the LSTM up to n = {n_max}"
+    )
+    return "\n\n".join(
+        [
+            f"d = {D}, h = {H}, k = {K}, r = {R}, batch 1, forward only, fp32.",
+            "## Table 1, measured\n\n" + table1,
+            "## Forward time (ms, best of 3 interleaved rounds)\n\n" + times,
+            "## Peak memory inside one forward (MB of tensors, PyTorch profiler)\n\n" + memory,
+            "## Where self-attention gets slower than recurrence\n\n"
+            f"- paper: self-attention is cheaper when n < d = {D} (n^2 d against n d^2);\n"
+            f"- counting the projections too (4 n d^2 + 2 n^2 d against 8 n d^2), FLOPs cross at n = 2d = {2 * D}"
+            + (f" (first measured n with more FLOPs: {by_flops})" if by_flops else "")
+            + ";\n"
+            f"- {verdict}.",
+        ]
+    )
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -250,11 +324,21 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for kind in KINDS:
         axes[0].plot(ns, [r["layers"][kind]["ms"] for r in rows], marker="o", label=kind)
-        axes[1].plot(ns, [max(r["layers"][kind]["peak_mb"], 1e-3) for r in rows], marker="o", label=kind)
+        axes[1].plot(
+            ns, [max(r["layers"][kind]["peak_mb"], 1e-3) for r in rows], marker="o", label=kind
+        )
     axes[0].axvline(D, color="grey", ls="--", lw=1, label="n = d (paper's crossover)")
-    for ax, ylabel, title in ((axes[0], "forward time (ms)", "time per layer"),
-                              (axes[1], "peak tensor memory (MB)", "memory per layer")):
-        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=ylabel, title=f"{title}, d = {D}")
+    for ax, ylabel, title in (
+        (axes[0], "forward time (ms)", "time per layer"),
+        (axes[1], "peak tensor memory (MB)", "memory per layer"),
+    ):
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="sequence length n",
+            ylabel=ylabel,
+            title=f"{title}, d = {D}",
+        )
         ax.grid(alpha=0.3, which="both")
     axes[0].legend(fontsize=7)
     return [save_figure(fig, out / "table1.png")]

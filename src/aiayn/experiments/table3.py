@@ -25,17 +25,31 @@ from pathlib import Path
 from typing import Any
 
 from ..config import PRESETS, ModelConfig
-from .runner import Budget, Experiment, markdown_table
 from .corpus import Corpus
+from .runner import Budget, Experiment, markdown_table
 from .training import variant_rows
 
 # The paper's Table 3 (newstest2013): dev perplexity per word-piece and BLEU, per row.
 PAPER: dict[str, tuple[float, float]] = {
-    "base": (4.92, 25.8), "A-h1": (5.29, 24.9), "A-h4": (5.00, 25.5), "A-h16": (4.91, 25.8),
-    "A-h32": (5.01, 25.4), "B-dk16": (5.16, 25.1), "B-dk32": (5.01, 25.4), "C-N2": (6.11, 23.7),
-    "C-N4": (5.19, 25.3), "C-N8": (4.88, 25.5), "C-d256": (5.75, 24.5), "C-d1024": (4.66, 26.0),
-    "C-dff1024": (5.12, 25.4), "C-dff4096": (4.75, 26.2), "D-drop0.0": (5.77, 24.6),
-    "D-drop0.2": (4.95, 25.5), "D-ls0.0": (4.67, 25.3), "D-ls0.2": (5.47, 25.7), "E-learned": (4.92, 25.7),
+    "base": (4.92, 25.8),
+    "A-h1": (5.29, 24.9),
+    "A-h4": (5.00, 25.5),
+    "A-h16": (4.91, 25.8),
+    "A-h32": (5.01, 25.4),
+    "B-dk16": (5.16, 25.1),
+    "B-dk32": (5.01, 25.4),
+    "C-N2": (6.11, 23.7),
+    "C-N4": (5.19, 25.3),
+    "C-N8": (4.88, 25.5),
+    "C-d256": (5.75, 24.5),
+    "C-d1024": (4.66, 26.0),
+    "C-dff1024": (5.12, 25.4),
+    "C-dff4096": (4.75, 26.2),
+    "D-drop0.0": (5.77, 24.6),
+    "D-drop0.2": (4.95, 25.5),
+    "D-ls0.0": (4.67, 25.3),
+    "D-ls0.2": (5.47, 25.7),
+    "E-learned": (4.92, 25.7),
     "big": (4.33, 26.4),
 }
 PAPER_BASE = ModelConfig.preset("base")
@@ -55,15 +69,23 @@ def changes(base: ModelConfig) -> dict[str, tuple[dict[str, Any], dict[str, Any]
 
     return {
         "base": ({}, {}),
-        "A-h1": (heads(1), {}), "A-h4": (heads(max(1, h // 2)), {}), "A-h16": (heads(2 * h), {}),
+        "A-h1": (heads(1), {}),
+        "A-h4": (heads(max(1, h // 2)), {}),
+        "A-h16": (heads(2 * h), {}),
         "A-h32": (heads(4 * h), {}),
-        "B-dk16": ({"d_k": max(1, dk // 4), "d_v": base.dv}, {}), "B-dk32": ({"d_k": dk // 2, "d_v": base.dv}, {}),
-        "C-N2": (layers(2), {}), "C-N4": (layers(4), {}), "C-N8": (layers(8), {}),
+        "B-dk16": ({"d_k": max(1, dk // 4), "d_v": base.dv}, {}),
+        "B-dk32": ({"d_k": dk // 2, "d_v": base.dv}, {}),
+        "C-N2": (layers(2), {}),
+        "C-N4": (layers(4), {}),
+        "C-N8": (layers(8), {}),
         "C-d256": ({"d_model": d // 2, "d_k": d // 2 // h, "d_v": d // 2 // h}, {}),
         "C-d1024": ({"d_model": 2 * d, "d_k": 2 * d // h, "d_v": 2 * d // h}, {}),
-        "C-dff1024": ({"d_ff": base.d_ff // 2}, {}), "C-dff4096": ({"d_ff": 2 * base.d_ff}, {}),
-        "D-drop0.0": ({"P_drop": 0.0}, {}), "D-drop0.2": ({"P_drop": 0.2}, {}),
-        "D-ls0.0": ({}, {"eps_ls": 0.0}), "D-ls0.2": ({}, {"eps_ls": 0.2}),
+        "C-dff1024": ({"d_ff": base.d_ff // 2}, {}),
+        "C-dff4096": ({"d_ff": 2 * base.d_ff}, {}),
+        "D-drop0.0": ({"P_drop": 0.0}, {}),
+        "D-drop0.2": ({"P_drop": 0.2}, {}),
+        "D-ls0.0": ({}, {"eps_ls": 0.0}),
+        "D-ls0.2": ({}, {"eps_ls": 0.2}),
         "E-learned": ({"positional": "learned"}, {}),
         "big": ({"d_model": 2 * d, "d_ff": 2 * base.d_ff, "h": 2 * h, "P_drop": 0.3}, {}),
     }
@@ -78,9 +100,14 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     paper_rows = changes(ModelConfig.preset(budget.preset))
     rows = {"base": paper_rows.pop("base"), SEED_ROW: ({}, {"seed": 2}), **paper_rows}
     variants = {name: ({"P_drop": 0.1, **model}, train) for name, (model, train) in rows.items()}
-    return Experiment(name="table3", rows=variant_rows(out, budget, corpus, variants), report=report, plot=plot,
-                      budget_keys=("preset", "updates", "sentences", "max_tokens"),
-                      inputs=corpus.record())
+    return Experiment(
+        name="table3",
+        rows=variant_rows(out, budget, corpus, variants),
+        report=report,
+        plot=plot,
+        budget_keys=("preset", "updates", "sentences", "max_tokens"),
+        inputs=corpus.record(),
+    )
 
 
 def paper_change(name: str) -> str:
@@ -91,11 +118,18 @@ def paper_change(name: str) -> str:
     return _describe({**PRESETS[name].fields, **PRESETS[name].train})
 
 
-def direction(ours: float, base: float, paper: float, paper_base: float, lower_is_better: bool,
-              noise: float = 0.0) -> str:
+def direction(
+    ours: float,
+    base: float,
+    paper: float,
+    paper_base: float,
+    lower_is_better: bool,
+    noise: float = 0.0,
+) -> str:
     """'worse/worse ✓': how the change moved the metric against base, ours/paper, and whether
     the directions agree. Ours within ``noise`` of base (the two seeds' difference) is "same",
     and so is a paper row equal to its base; "same" on either side has nothing to match."""
+
     def word(delta: float, noise: float) -> str:
         if abs(delta) <= noise:
             return "same"
@@ -126,27 +160,61 @@ def report(rows: list[dict[str, Any]]) -> str:
     def verdicts(r: dict[str, Any]) -> tuple[str, str]:
         if r["name"] not in PAPER:
             return "-", "-"
-        return (direction(r["valid_ppl"], base["valid_ppl"], PAPER[r["name"]][0], pb_ppl, True, ppl_noise),
-                direction(r["bleu"], base["bleu"], PAPER[r["name"]][1], pb_bleu, False, bleu_noise))
+        return (
+            direction(
+                r["valid_ppl"], base["valid_ppl"], PAPER[r["name"]][0], pb_ppl, True, ppl_noise
+            ),
+            direction(r["bleu"], base["bleu"], PAPER[r["name"]][1], pb_bleu, False, bleu_noise),
+        )
 
     table = markdown_table(
-        ["row", "paper change", "our change", "params (M)", "paper params (M)", "PPL", "paper PPL", "BLEU",
-         "paper BLEU", "PPL vs base (ours/paper)", "BLEU vs base (ours/paper)", "tokens/s"],
-        [[r["name"], paper_change(r["name"]), _describe({k: v for k, v in r["variant"].items() if k != "P_drop"
-                                                         or v != 0.1}),
-          r["params"] / 1e6, PRESETS[r["name"]].paper_params_m if r["name"] in PAPER else None, r["valid_ppl"],
-          PAPER.get(r["name"], (None, None))[0], r["bleu"], PAPER.get(r["name"], (None, None))[1],
-          *verdicts(r), r["tokens_per_s"]] for r in rows])
+        [
+            "row",
+            "paper change",
+            "our change",
+            "params (M)",
+            "paper params (M)",
+            "PPL",
+            "paper PPL",
+            "BLEU",
+            "paper BLEU",
+            "PPL vs base (ours/paper)",
+            "BLEU vs base (ours/paper)",
+            "tokens/s",
+        ],
+        [
+            [
+                r["name"],
+                paper_change(r["name"]),
+                _describe({k: v for k, v in r["variant"].items() if k != "P_drop" or v != 0.1}),
+                r["params"] / 1e6,
+                PRESETS[r["name"]].paper_params_m if r["name"] in PAPER else None,
+                r["valid_ppl"],
+                PAPER.get(r["name"], (None, None))[0],
+                r["bleu"],
+                PAPER.get(r["name"], (None, None))[1],
+                *verdicts(r),
+                r["tokens_per_s"],
+            ]
+            for r in rows
+        ],
+    )
     ppl = [verdicts(r)[0] for r in paper_rows if r is not base]
     agree, against = sum(v.endswith("✓") for v in ppl), sum(v.endswith("✗") for v in ppl)
     within = sum(v.startswith("same/") and not v.endswith("/same") for v in ppl)
-    seeds = (f"The two seeds of the base differ by {ppl_noise:.2f} in perplexity and {bleu_noise:.2f} BLEU: "
-             "a row closer to base than that is \"same\". " if ppl_noise else
-             f"The {SEED_ROW} row is not measured yet: every difference counts, however small. ")
-    return (table + f"\n\n{seeds}Of the rows whose paper perplexity differs from its base, ours moves the "
-            f"paper's way in {agree}, the other way in {against}, and by less than the seed noise in {within}. "
-            "PPL: dev perplexity per subword of the last checkpoint (no averaging); "
-            "BLEU: SacreBLEU, beam 4, on the first validation sentences.")
+    seeds = (
+        f"The two seeds of the base differ by {ppl_noise:.2f} in perplexity and {bleu_noise:.2f} BLEU: "
+        'a row closer to base than that is "same". '
+        if ppl_noise
+        else f"The {SEED_ROW} row is not measured yet: every difference counts, however small. "
+    )
+    return (
+        table
+        + f"\n\n{seeds}Of the rows whose paper perplexity differs from its base, ours moves the "
+        f"paper's way in {agree}, the other way in {against}, and by less than the seed noise in {within}. "
+        "PPL: dev perplexity per subword of the last checkpoint (no averaging); "
+        "BLEU: SacreBLEU, beam 4, on the first validation sentences."
+    )
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -169,8 +237,11 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.annotate(r["name"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.axhline(0, color="grey", lw=1)
         ax.axvline(0, color="grey", lw=1)
-        ax.set(xlabel=f"paper: {title} change vs base (%)", ylabel=f"ours: {title} change vs base (%)",
-               title=f"Table 3, {title}")
+        ax.set(
+            xlabel=f"paper: {title} change vs base (%)",
+            ylabel=f"ours: {title} change vs base (%)",
+            title=f"Table 3, {title}",
+        )
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=7)
     return [save_figure(fig, out / "table3.png")]

@@ -23,42 +23,81 @@ from .corpus import Corpus
 from .runner import Budget, Row
 
 
-def train_row(out: Path, corpus: Corpus, budget: Budget, model: dict[str, Any], train: dict[str, Any] | None = None,
-              data: Path | None = None, bleu: bool = True) -> dict[str, Any]:
+def train_row(
+    out: Path,
+    corpus: Corpus,
+    budget: Budget,
+    model: dict[str, Any],
+    train: dict[str, Any] | None = None,
+    data: Path | None = None,
+    bleu: bool = True,
+) -> dict[str, Any]:
     """Train ``budget.updates`` updates of the demo recipe with ``model``/``train`` overrides
     into ``out`` (resuming there if interrupted), and score the last checkpoint."""
-    demo = demo_train_config(data or corpus.data, out, minutes=15.0)  # the recipe; the budget replaces the minutes
+    demo = demo_train_config(
+        data or corpus.data, out, minutes=15.0
+    )  # the recipe; the budget replaces the minutes
     cfg = dataclasses.replace(
-        demo, preset=budget.preset, model={**demo.model, **model},
-        max_src_tokens=budget.max_tokens, max_tgt_tokens=budget.max_tokens, max_updates=budget.updates,
-        max_minutes=None, save_every_minutes=5.0, keep_last=1, num_threads=budget.threads, **(train or {}))
+        demo,
+        preset=budget.preset,
+        model={**demo.model, **model},
+        max_src_tokens=budget.max_tokens,
+        max_tgt_tokens=budget.max_tokens,
+        max_updates=budget.updates,
+        max_minutes=None,
+        save_every_minutes=5.0,
+        keep_last=1,
+        num_threads=budget.threads,
+        **(train or {}),
+    )
     summary = Trainer(cfg, device="cpu").run()
     model_cfg = cfg.model_config(vocab_size=len(Vocab.load(Path(cfg.data) / "spm.model")))
-    result = {"params": count_parameters(model_cfg), "updates": summary["updates"], "train_s": summary["elapsed_s"],
-              "tokens_per_s": summary["tokens_per_s"], "valid_ppl": summary["valid_ppl"],
-              "model": dataclasses.asdict(model_cfg), "eps_ls": cfg.eps_ls, "checkpoint": summary["checkpoint"]}
+    result = {
+        "params": count_parameters(model_cfg),
+        "updates": summary["updates"],
+        "train_s": summary["elapsed_s"],
+        "tokens_per_s": summary["tokens_per_s"],
+        "valid_ppl": summary["valid_ppl"],
+        "model": dataclasses.asdict(model_cfg),
+        "eps_ls": cfg.eps_ls,
+        "checkpoint": summary["checkpoint"],
+    }
     if bleu:
         sources, references = corpus.valid_pairs(budget.sentences)
         start = time.monotonic()
-        result["bleu"] = score(Path(summary["checkpoint"]), sources, references, corpus.lang)["sacrebleu"]
+        result["bleu"] = score(Path(summary["checkpoint"]), sources, references, corpus.lang)[
+            "sacrebleu"
+        ]
         result["decode_sent_per_s"] = len(sources) / (time.monotonic() - start)
     return result
 
 
-def variant_rows(out: Path, budget: Budget, corpus: Corpus,
-                 variants: dict[str, tuple[dict[str, Any], dict[str, Any]]], data: Path | None = None) -> list[Row]:
+def variant_rows(
+    out: Path,
+    budget: Budget,
+    corpus: Corpus,
+    variants: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+    data: Path | None = None,
+) -> list[Row]:
     """One training row per variant, name -> (model overrides, training overrides) on the demo
     recipe, each in ``out/rows/NAME``; the ETA weighs rows by their FLOPs per token."""
     base = ModelConfig.preset(budget.preset)
 
     def runner(name: str, model: dict[str, Any], train: dict[str, Any]):
-        return lambda: {**train_row(out / "rows" / name, corpus, budget, model, train, data=data),
-                        "variant": {**model, **train}}
+        return lambda: {
+            **train_row(out / "rows" / name, corpus, budget, model, train, data=data),
+            "variant": {**model, **train},
+        }
 
-    return [Row(name, runner(name, model, train),
-                cost=forward_flops(ModelConfig.preset(budget.preset, **model), [30], [30])
-                / forward_flops(base, [30], [30]))
-            for name, (model, train) in variants.items()]
+    return [
+        Row(
+            name,
+            runner(name, model, train),
+            cost=forward_flops(ModelConfig.preset(budget.preset, **model), [30], [30])
+            / forward_flops(base, [30], [30]),
+        )
+        for name, (model, train) in variants.items()
+    ]
 
 
 def score(checkpoint: Path, sources: list[str], references: list[str], lang: str) -> dict[str, Any]:

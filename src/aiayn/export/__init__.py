@@ -20,8 +20,9 @@ FORMATS = ("hf", "ctranslate2")
 __all__ = ["FORMATS", "MARKER", "ExportError", "export_checkpoint"]
 
 
-def export_checkpoint(checkpoint: str | os.PathLike, to: str, out: str | os.PathLike,
-                      quantization: str | None = None) -> Path:
+def export_checkpoint(
+    checkpoint: str | os.PathLike, to: str, out: str | os.PathLike, quantization: str | None = None
+) -> Path:
     """Export a checkpoint or averaged directory (weights + spm.model) ``to`` "hf" or "ctranslate2"."""
     if to not in FORMATS:
         raise ExportError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")

@@ -36,8 +36,9 @@ def require(module: str, target: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ExportError(f"exporting to {target} needs the Python package {module!r}: "
-                          "pip install -e '.[export]'") from None
+        raise ExportError(
+            f"exporting to {target} needs the Python package {module!r}: pip install -e '.[export]'"
+        ) from None
 
 
 def refuse_unsupported(cfg: ModelConfig, target: str, supported: set[str]) -> None:
@@ -53,11 +54,16 @@ def refuse_unsupported(cfg: ModelConfig, target: str, supported: set[str]) -> No
 def refuse_decoding_form(model: Any) -> None:
     """Refuse a model whose Linear layers ``aiayn.decode.quantize`` converted for decoding
     (packed for oneDNN or int8): the exporters read ``nn.Linear`` weights, which are gone."""
-    converted = [name for name, m in model.named_modules()
-                 if hasattr(m, "in_features") and not isinstance(m, torch.nn.Linear)]
+    converted = [
+        name
+        for name, m in model.named_modules()
+        if hasattr(m, "in_features") and not isinstance(m, torch.nn.Linear)
+    ]
     if converted:
-        raise ExportError(f"{len(converted)} Linear layers (e.g. {converted[0]}) were packed or quantized for "
-                          "decoding; export the model as loaded from its checkpoint")
+        raise ExportError(
+            f"{len(converted)} Linear layers (e.g. {converted[0]}) were packed or quantized for "
+            "decoding; export the model as loaded from its checkpoint"
+        )
 
 
 def deviations(cfg: ModelConfig) -> dict[str, str]:
@@ -70,9 +76,13 @@ def deviations(cfg: ModelConfig) -> dict[str, str]:
     if not cfg.scale_attention:
         found["scale_attention"] = "scale_attention=False (no 1/sqrt(d_k))"
     if cfg.attention_window is not None:
-        found["attention_window"] = f"attention_window={cfg.attention_window} (restricted attention)"
+        found["attention_window"] = (
+            f"attention_window={cfg.attention_window} (restricted attention)"
+        )
     if cfg.dk * cfg.h != cfg.d_model or cfg.dv * cfg.h != cfg.d_model:
-        found["d_k"] = f"d_k={cfg.dk}, d_v={cfg.dv} with h={cfg.h} (need d_k = d_v = d_model / h = {cfg.d_model // cfg.h})"
+        found["d_k"] = (
+            f"d_k={cfg.dk}, d_v={cfg.dv} with h={cfg.h} (need d_k = d_v = d_model / h = {cfg.d_model // cfg.h})"
+        )
     return found
 
 
@@ -90,7 +100,9 @@ def load_for_export(checkpoint: str | os.PathLike) -> tuple[Any, Any]:
 
 def check_vocab_size(cfg: ModelConfig, vocab: Any) -> None:
     if len(vocab) != cfg.vocab_size:
-        raise ExportError(f"{vocab.path} has {len(vocab)} pieces but the model's vocab_size is {cfg.vocab_size}")
+        raise ExportError(
+            f"{vocab.path} has {len(vocab)} pieces but the model's vocab_size is {cfg.vocab_size}"
+        )
 
 
 def _previous_export(out: Path) -> bool:
@@ -104,8 +116,10 @@ def check_out(out: Path) -> None:
     if not out.is_dir():
         raise ExportError(f"--out {out} exists and is not a directory; not overwriting it")
     if any(out.iterdir()) and not _previous_export(out):
-        raise ExportError(f"--out {out} is a non-empty directory that is not an aiayn export "
-                          f"(no {MARKER}); not overwriting it")
+        raise ExportError(
+            f"--out {out} is a non-empty directory that is not an aiayn export "
+            f"(no {MARKER}); not overwriting it"
+        )
 
 
 @contextmanager
@@ -119,7 +133,9 @@ def export_dir(out: str | os.PathLike, info: dict[str, Any]) -> Iterator[Path]:
     tmp = temp_dir_beside(out)
     try:
         yield tmp
-        (tmp / MARKER).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (tmp / MARKER).write_text(
+            json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
         check_out(out)  # again: OUT may have appeared while we wrote
         publish_dir(tmp, out)
     finally:

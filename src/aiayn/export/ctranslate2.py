@@ -30,7 +30,14 @@ import torch
 
 from ..decode import DecodeConfig, gnmt_length_penalty
 from ..model import Transformer
-from .common import ExportError, check_vocab_size, export_dir, refuse_decoding_form, refuse_unsupported, require
+from .common import (
+    ExportError,
+    check_vocab_size,
+    export_dir,
+    refuse_decoding_form,
+    refuse_unsupported,
+    require,
+)
 
 TARGET = "CTranslate2"
 VOCAB_FILE = "spm.model"
@@ -64,11 +71,16 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     refuse_decoding_form(model)
     check_vocab_size(c, vocab)
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU)
+        (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU
+    )
     spec.config.layer_norm_epsilon = model.encoder[0].sublayer[0].norm.eps
     spec.config.add_source_eos = True
     spec.config.decoder_start_token = vocab.id_to_piece(vocab.bos_id)
-    for name, i in (("unk_token", vocab.unk_id), ("bos_token", vocab.bos_id), ("eos_token", vocab.eos_id)):
+    for name, i in (
+        ("unk_token", vocab.unk_id),
+        ("bos_token", vocab.bos_id),
+        ("eos_token", vocab.eos_id),
+    ):
         setattr(spec.config, name, vocab.id_to_piece(i))
     enc, dec = spec.encoder, spec.decoder
     enc.position_encodings.encodings = _positions(model.src_embed)
@@ -104,8 +116,13 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     return spec
 
 
-def export_ctranslate2(model: Transformer, vocab: Any, out: str | os.PathLike,
-                       quantization: str | None = None, source: str | None = None) -> Path:
+def export_ctranslate2(
+    model: Transformer,
+    vocab: Any,
+    out: str | os.PathLike,
+    quantization: str | None = None,
+    source: str | None = None,
+) -> Path:
     """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model`` when
     ``vocab.path`` names one).
 
@@ -116,7 +133,9 @@ def export_ctranslate2(model: Transformer, vocab: Any, out: str | os.PathLike,
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
     if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
-        raise ExportError(f"quantization {quantization!r} is not one of CTranslate2's: {', '.join(ACCEPTED_MODEL_TYPES)}")
+        raise ExportError(
+            f"quantization {quantization!r} is not one of CTranslate2's: {', '.join(ACCEPTED_MODEL_TYPES)}"
+        )
     spec = ctranslate2_spec(model, vocab)
 
     class _FromSpec(Converter):  # the converter API, fed with a spec built in memory
@@ -131,10 +150,17 @@ def export_ctranslate2(model: Transformer, vocab: Any, out: str | os.PathLike,
     return Path(out)
 
 
-def translate_pieces(translator: Any, sources: Sequence[Sequence[str]], config: DecodeConfig = DecodeConfig(),
-                     *, max_len_cap: int | None = None, patience: float = 1.0,
-                     max_batch_size: int = 64, eos_piece: str = "</s>",
-                     never: Sequence[str] = ("<pad>", "<s>")) -> list[list[str]]:
+def translate_pieces(
+    translator: Any,
+    sources: Sequence[Sequence[str]],
+    config: DecodeConfig = DecodeConfig(),
+    *,
+    max_len_cap: int | None = None,
+    patience: float = 1.0,
+    max_batch_size: int = 64,
+    eos_piece: str = "</s>",
+    never: Sequence[str] = ("<pad>", "<s>"),
+) -> list[list[str]]:
     """Our beam search, run by CTranslate2: sources as pieces (no eos) -> best outputs as pieces.
 
     CTranslate2 searches with ``config.beam`` and returns its ``beam`` finished hypotheses with
@@ -152,18 +178,30 @@ def translate_pieces(translator: Any, sources: Sequence[Sequence[str]], config: 
     outputs: list[list[str]] = [[] for _ in sources]
     for limit, members in groups.items():
         results = translator.translate_batch(
-            [list(sources[i]) for i in members], beam_size=config.beam, patience=patience,
-            num_hypotheses=config.beam, length_penalty=config.alpha, max_decoding_length=limit,
-            min_decoding_length=0, max_input_length=0, return_scores=True, return_end_token=True,
-            suppress_sequences=[[piece] for piece in never], max_batch_size=max_batch_size)
+            [list(sources[i]) for i in members],
+            beam_size=config.beam,
+            patience=patience,
+            num_hypotheses=config.beam,
+            length_penalty=config.alpha,
+            max_decoding_length=limit,
+            min_decoding_length=0,
+            max_input_length=0,
+            return_scores=True,
+            return_end_token=True,
+            suppress_sequences=[[piece] for piece in never],
+            max_batch_size=max_batch_size,
+        )
         for i, result in zip(members, results):
             outputs[i] = _best_by_gnmt(result.hypotheses, result.scores, config.alpha, eos_piece)
     return outputs
 
 
-def _best_by_gnmt(hypotheses: list[list[str]], scores: list[float], alpha: float, eos_piece: str) -> list[str]:
+def _best_by_gnmt(
+    hypotheses: list[list[str]], scores: list[float], alpha: float, eos_piece: str
+) -> list[str]:
     """The hypothesis with the best log P / lp(|Y|), its final eos removed; CTranslate2's
     ``scores`` are log P / |Y|^alpha (ties: the earlier, as in its own order)."""
+
     def gnmt(j: int) -> float:
         n = len(hypotheses[j])
         return scores[j] * n**alpha / gnmt_length_penalty(n, alpha)

@@ -55,13 +55,27 @@ def marian_config(model: Transformer) -> Any:
     c = model.cfg
     refuse_unsupported(c, TARGET, supported=set())
     return transformers.MarianConfig(
-        vocab_size=c.vocab_size, decoder_vocab_size=c.vocab_size, d_model=c.d_model,
-        encoder_layers=c.N_enc, decoder_layers=c.N_dec, encoder_attention_heads=c.h,
-        decoder_attention_heads=c.h, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
-        activation_function="relu", max_position_embeddings=c.max_len, scale_embedding=True,
-        dropout=c.P_drop, attention_dropout=c.attention_dropout, activation_dropout=0.0,
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=None, share_encoder_decoder_embeddings=c.share_embeddings,
+        vocab_size=c.vocab_size,
+        decoder_vocab_size=c.vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.N_enc,
+        decoder_layers=c.N_dec,
+        encoder_attention_heads=c.h,
+        decoder_attention_heads=c.h,
+        encoder_ffn_dim=c.d_ff,
+        decoder_ffn_dim=c.d_ff,
+        activation_function="relu",
+        max_position_embeddings=c.max_len,
+        scale_embedding=True,
+        dropout=c.P_drop,
+        attention_dropout=c.attention_dropout,
+        activation_dropout=0.0,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=c.share_embeddings,
         tie_word_embeddings=True,
     )
 
@@ -79,7 +93,9 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
         state[f"{name}.weight"], state[f"{name}.bias"] = module.weight[P], module.bias[P]
 
     def split(name: str, linear: torch.nn.Linear, parts: str) -> None:  # W_QKV / W_KV -> q_proj ...
-        for part, w, b in zip(parts, linear.weight[:, P].chunk(len(parts)), linear.bias.chunk(len(parts))):
+        for part, w, b in zip(
+            parts, linear.weight[:, P].chunk(len(parts)), linear.bias.chunk(len(parts))
+        ):
             state[f"{name}.{part}_proj.weight"], state[f"{name}.{part}_proj.bias"] = w, b
 
     src_emb, tgt_emb = model.src_embed.tokens.weight[:, P], model.tgt_embed.tokens.weight[:, P]
@@ -119,9 +135,13 @@ def to_marian(model: Transformer, decode: DecodeConfig = DecodeConfig()) -> Any:
     state = marian_state_dict(model)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     # Positions are recomputed by Marian; the output bias is zero (we have none).
-    missing = [k for k in missing if not k.endswith(("embed_positions.weight", "final_logits_bias"))]
+    missing = [
+        k for k in missing if not k.endswith(("embed_positions.weight", "final_logits_bias"))
+    ]
     if missing or unexpected:
-        raise RuntimeError(f"MarianMTModel does not match our weights: missing {missing}, unexpected {unexpected}")
+        raise RuntimeError(
+            f"MarianMTModel does not match our weights: missing {missing}, unexpected {unexpected}"
+        )
     hf.final_logits_bias.zero_()
     hf.generation_config = generation_config(model, decode)
     return hf
@@ -133,9 +153,15 @@ def generation_config(model: Transformer, decode: DecodeConfig) -> Any:
     outputs up to the model's positions (HF has no per-sentence limit like src_len + 50)."""
     transformers = require("transformers", TARGET)
     return transformers.GenerationConfig(
-        num_beams=decode.beam, length_penalty=decode.alpha, early_stopping=False,
-        max_length=model.cfg.max_len, bad_words_ids=[[PAD_ID], [BOS_ID]], pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID,
+        num_beams=decode.beam,
+        length_penalty=decode.alpha,
+        early_stopping=False,
+        max_length=model.cfg.max_len,
+        bad_words_ids=[[PAD_ID], [BOS_ID]],
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
         forced_eos_token_id=None,
     )
 
@@ -144,19 +170,28 @@ def save_tokenizer(vocab: Any, out: Path, max_len: int) -> None:
     """MarianTokenizer files in ``out``: our SentencePiece model (both sides) and vocab.json."""
     transformers = require("transformers", TARGET)
     pieces = {vocab.id_to_piece(i): i for i in range(len(vocab))}
-    (out / "vocab.json").write_text(json.dumps(pieces, ensure_ascii=False, indent=0), encoding="utf-8")
+    (out / "vocab.json").write_text(
+        json.dumps(pieces, ensure_ascii=False, indent=0), encoding="utf-8"
+    )
     for name in ("source.spm", "target.spm"):
         shutil.copyfile(vocab.path, out / name)
     tokenizer = transformers.MarianTokenizer(
-        source_spm=str(out / "source.spm"), target_spm=str(out / "target.spm"),
-        vocab=str(out / "vocab.json"), model_max_length=max_len,
+        source_spm=str(out / "source.spm"),
+        target_spm=str(out / "target.spm"),
+        vocab=str(out / "vocab.json"),
+        model_max_length=max_len,
         clean_up_tokenization_spaces=False,  # " ." is the text, not a tokenisation artefact
     )
     tokenizer.save_pretrained(str(out))
 
 
-def export_hf(model: Transformer, vocab: Any, out: str | os.PathLike,
-              decode: DecodeConfig = DecodeConfig(), source: str | None = None) -> Path:
+def export_hf(
+    model: Transformer,
+    vocab: Any,
+    out: str | os.PathLike,
+    decode: DecodeConfig = DecodeConfig(),
+    source: str | None = None,
+) -> Path:
     """Write ``model`` + ``vocab`` as a MarianMT directory that ``from_pretrained`` loads."""
     check_vocab_size(model.cfg, vocab)
     hf = to_marian(model, decode)

@@ -16,8 +16,8 @@ BLEU with ``tokenize="none"`` and ``smooth_method="none"`` computes exactly this
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 from sacrebleu.metrics import BLEU
 
@@ -69,12 +69,15 @@ def multi_bleu(hyps: Sequence[str], refs: References) -> float:
     return metric.corpus_score(list(hyps), _streams(refs)).score
 
 
-def paper_bleu(hyps: Sequence[str], refs: References, lang: str = "de", compound_split: bool = True) -> float:
+def paper_bleu(
+    hyps: Sequence[str], refs: References, lang: str = "de", compound_split: bool = True
+) -> float:
     """The paper's tokenised BLEU (get_ende_bleu.sh): Moses-tokenise, split compounds, multi-bleu.
 
     As in the script, Unicode punctuation is normalised (replace-unicode-punctuation.perl) in
     the hypotheses only; the references are tokenised as they are.
     """
+
     def prepare(line: str, replace: bool) -> str:
         line = moses_tokenize(line, lang, replace_unicode_punct=replace)
         return atat_split(line) if compound_split else line

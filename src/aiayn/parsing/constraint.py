@@ -28,8 +28,8 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate
 from typing import NamedTuple
 
-from .linearize import LEAF
 from ..errors import UserError
+from .linearize import LEAF
 
 
 class TreeState(NamedTuple):
@@ -55,9 +55,16 @@ class TreeState(NamedTuple):
 class TreeConstraint:
     """Allowed next tokens for linearised trees, over a vocabulary given as id -> piece."""
 
-    def __init__(self, pieces: Sequence[str], eos_id: int, boundary: str = "\u2581",
-                 leaf_tokens: Sequence[str] = (LEAF,), indexed: bool = False,
-                 copy_words: bool = False, max_open_run: int | None = None) -> None:
+    def __init__(
+        self,
+        pieces: Sequence[str],
+        eos_id: int,
+        boundary: str = "\u2581",
+        leaf_tokens: Sequence[str] = (LEAF,),
+        indexed: bool = False,
+        copy_words: bool = False,
+        max_open_run: int | None = None,
+    ) -> None:
         """``pieces[i]`` is vocabulary entry i; bracket tokens are the pieces ``▁(NP``,
         ``▁)NP``, and the leaf tokens ``▁XX`` (or the tags ``▁NN``, ``▁DT``...), as
         ``aiayn.parsing.pipeline`` declares them; word-initial pieces start with ``boundary``.
@@ -81,7 +88,7 @@ class TreeConstraint:
         for i, piece in enumerate(pieces):
             if piece.startswith(boundary):
                 self.word_start.add(i)
-            token = piece[len(boundary):] if piece.startswith(boundary) else None
+            token = piece[len(boundary) :] if piece.startswith(boundary) else None
             if token in leaf_tokens:
                 leaf_id[token] = i
             elif token and len(token) > 1 and token[0] == "(":
@@ -90,8 +97,10 @@ class TreeConstraint:
                 self.close_id[token[1:]] = i
         self.leaf_ids = [leaf_id[t] for t in leaf_tokens if t in leaf_id]
         if not (self.leaf_ids or copy_words) or not self.open_label:
-            raise UserError(f"the vocabulary has no leaf pieces ({boundary}{LEAF} or tags) or no "
-                             "opening-bracket pieces: not a parsing vocabulary")
+            raise UserError(
+                f"the vocabulary has no leaf pieces ({boundary}{LEAF} or tags) or no "
+                "opening-bracket pieces: not a parsing vocabulary"
+            )
         self.leaf_set = frozenset(self.leaf_ids)
         # A constituent that could never be closed is never opened.
         self.opens = tuple(i for i, label in self.open_label.items() if label in self.close_id)
@@ -129,7 +138,8 @@ class TreeConstraint:
             # nests brackets until the length limit cuts the tree off.
             missing = need[leaves] if self.copy_words else words - leaves
             if room - 1 >= missing + (len(stack) + 1) + 1 and (
-                    self.max_open_run is None or run < self.max_open_run):
+                self.max_open_run is None or run < self.max_open_run
+            ):
                 ids += self.opens
             if self.copy_words:
                 ids.append(source[leaves][0])
@@ -151,10 +161,18 @@ class TreeConstraint:
             piece = 0 if piece + 1 == len(source[leaves - 1]) else piece + 1
             return state._replace(room=room - 1, piece=piece)
         if token in self.open_label:
-            return state._replace(stack=stack + (self.open_label[token],), empty=True, started=True,
-                                  room=room - 1, run=run + 1)
-        if stack and leaves < words and (
-                token == source[leaves][0] if self.copy_words else token in self.leaf_set):
+            return state._replace(
+                stack=stack + (self.open_label[token],),
+                empty=True,
+                started=True,
+                room=room - 1,
+                run=run + 1,
+            )
+        if (
+            stack
+            and leaves < words
+            and (token == source[leaves][0] if self.copy_words else token in self.leaf_set)
+        ):
             piece = 1 if self.copy_words and len(source[leaves]) > 1 else 0
             return state._replace(leaves=leaves + 1, empty=False, room=room - 1, piece=piece, run=0)
         if stack and token == self.close_id.get(stack[-1]):

@@ -68,10 +68,14 @@ def split_wsj(root: str | Path) -> WsjSplit:
     )
 
 
-def write_parallel(trees: Iterable[Tree], src_path: str | Path, tgt_path: str | Path,
-                   leaves: Leaves = "XX") -> int:
+def write_parallel(
+    trees: Iterable[Tree], src_path: str | Path, tgt_path: str | Path, leaves: Leaves = "XX"
+) -> int:
     """Write each tree's words to ``src_path`` and its linearisation to ``tgt_path``, one
     sentence a line (``aiayn.io.write_parallel``: atomic, aligned); returns the number of
     sentences. Trees should be ``preprocess``-ed."""
-    return io.write_parallel(((source_text(tree, leaves), " ".join(linearize(tree, leaves))) for tree in trees),
-                             src_path, tgt_path)
+    return io.write_parallel(
+        ((source_text(tree, leaves), " ".join(linearize(tree, leaves))) for tree in trees),
+        src_path,
+        tgt_path,
+    )

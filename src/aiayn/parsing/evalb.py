@@ -38,8 +38,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .trees import Leaf, Tree
 from ..errors import UserError
+from .trees import Leaf, Tree
 
 __all__ = [
     "EvalbParams",
@@ -207,8 +207,15 @@ class EvalbResult:
 
     def format_report(self) -> str:
         """The summary EVALB prints, from ``=== Summary ===`` on, character for character."""
-        lines = ["=== Summary ===", "", "-- All --", *self.all.summary_lines(),
-                 "", f"-- len<={self.cutoff_len} --", *self.short.summary_lines()]
+        lines = [
+            "=== Summary ===",
+            "",
+            "-- All --",
+            *self.all.summary_lines(),
+            "",
+            f"-- len<={self.cutoff_len} --",
+            *self.short.summary_lines(),
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -268,8 +275,7 @@ def _read(tree: Tree, params: EvalbParams, canon: dict[str, str]) -> _Sentence:
 def _crossing(gold: list[tuple[str, int, int]], test: list[tuple[str, int, int]]) -> int:
     """Test brackets that cross at least one gold bracket (EVALB counts by test bracket)."""
     return sum(
-        any(gs < ts < ge < te or ts < gs < te < ge for _, gs, ge in gold)
-        for _, ts, te in test
+        any(gs < ts < ge < te or ts < gs < te < ge for _, gs, ge in gold) for _, ts, te in test
     )
 
 
@@ -310,11 +316,14 @@ def evalb_score(
     errors = 0
     for i, (gold, test) in enumerate(zip(gold_trees, test_trees), start=1):
         score, error = _score(
-            _read(gold, params, canon), None if test is None else _read(test, params, canon))
+            _read(gold, params, canon), None if test is None else _read(test, params, canon)
+        )
         errors += error
         if params.max_error is not None and errors > params.max_error + 1:
-            raise EvalbAborted(f"sentence {i}: error {errors} (words differ from the gold); "
-                               f"EVALB exits after MAX_ERROR {params.max_error} + 1 errors")
+            raise EvalbAborted(
+                f"sentence {i}: error {errors} (words differ from the gold); "
+                f"EVALB exits after MAX_ERROR {params.max_error} + 1 errors"
+            )
         result.sentences.append(score)
         result.all.add(score)
         if score.length <= params.cutoff_len:

@@ -18,11 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from .trees import Leaf, Tree
 from ..errors import UserError
+from .trees import Leaf, Tree
 
-__all__ = ["LEAF", "PLACEHOLDER_TAG", "Leaves", "linearize", "is_bracket", "index_token", "source_line",
-           "source_text", "delinearize"]
+__all__ = [
+    "LEAF",
+    "PLACEHOLDER_TAG",
+    "Leaves",
+    "linearize",
+    "is_bracket",
+    "index_token",
+    "source_line",
+    "source_text",
+    "delinearize",
+]
 
 # What a preterminal becomes in the target: the paper's placeholder or (options, not the
 # paper's) its word index, POS tag or word.
@@ -170,7 +179,9 @@ def _build(node: _Node, words: Sequence[str], tags: Sequence[str], i: list[int])
 
 
 def delinearize(
-    tokens: Sequence[str], words: Sequence[str], tags: Sequence[str] | None = None,
+    tokens: Sequence[str],
+    words: Sequence[str],
+    tags: Sequence[str] | None = None,
     leaves: Leaves = "XX",
 ) -> tuple[Tree, bool]:
     """Rebuild a Tree from a model's target ``tokens`` and the source ``words``.
@@ -202,7 +213,7 @@ def delinearize(
     if tags is None and leaves == "tags":
         # Leaves keep their order through repair (surplus is cut at the end, missing ones are
         # appended), so the i-th leaf token is the i-th word's tag.
-        predicted = [tok for tok in tokens if not is_bracket(tok)][:len(words)]
+        predicted = [tok for tok in tokens if not is_bracket(tok)][: len(words)]
         tags = predicted + [PLACEHOLDER_TAG] * (len(words) - len(predicted))
     if tags is None:
         tags = [PLACEHOLDER_TAG] * len(words)

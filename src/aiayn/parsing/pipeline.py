@@ -32,6 +32,7 @@ from sentencepiece import sentencepiece_model_pb2 as sp_model
 from ..checkpoint import VOCAB, load_transformer
 from ..data import Vocab, check_vocab, prepare_corpus
 from ..decode import DecodeConfig, decode_ids
+from ..errors import UserError
 from ..io import write_lines_atomic
 from .constraint import TreeConstraint
 from .corpus import write_parallel
@@ -39,7 +40,6 @@ from .evalb import evalb_score
 from .linearize import Leaves, delinearize, index_token, is_bracket, linearize, source_line
 from .trees import Tree, read_treebank, to_bracketed, write_lines
 from .trees import read_lines as read_tree_lines
-from ..errors import UserError
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 PARSING_SPLITS = ("train", "dev", "test")
@@ -98,8 +98,11 @@ def prepare_parsing(
     """
     out = Path(out_dir)
     (out / "text").mkdir(parents=True, exist_ok=True)
-    trees = {"train": read_treebank(train_files), "dev": read_treebank(dev_files),
-             "test": read_treebank(test_files)}
+    trees = {
+        "train": read_treebank(train_files),
+        "dev": read_treebank(dev_files),
+        "test": read_treebank(test_files),
+    }
     for split, split_trees in trees.items():
         if not split_trees:
             raise UserError(f"the {split} split has no trees")
@@ -111,11 +114,18 @@ def prepare_parsing(
     longest = max(len(tree.words()) for split_trees in trees.values() for tree in split_trees)
     symbols = bracket_symbols(trees["train"], leaves, max(longest, MIN_INDEX_TOKENS))
     summary = prepare_corpus(
-        {BINARISED_NAME[s]: text_paths(out, s) for s in PARSING_SPLITS}, out,
-        vocab_size=vocab_size, max_len=max_len, user_defined_symbols=symbols)
-    info = {"sentences": {s: len(t) for s, t in trees.items()}, "bracket_symbols": len(symbols),
-            "leaves": leaves,
-            "files": {s: len(f) for s, f in zip(PARSING_SPLITS, (train_files, dev_files, test_files))}}
+        {BINARISED_NAME[s]: text_paths(out, s) for s in PARSING_SPLITS},
+        out,
+        vocab_size=vocab_size,
+        max_len=max_len,
+        user_defined_symbols=symbols,
+    )
+    info = {
+        "sentences": {s: len(t) for s, t in trees.items()},
+        "bracket_symbols": len(symbols),
+        "leaves": leaves,
+        "files": {s: len(f) for s, f in zip(PARSING_SPLITS, (train_files, dev_files, test_files))},
+    }
     (out / "parsing.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return {**summary, **info}
 
@@ -133,7 +143,9 @@ def prepared_leaves(data_dir: str | Path) -> Leaves:
     """How the targets of a prepared directory write preterminals ("XX" unless prepared with
     ``leaves="words"``; directories from before the option have no record and are "XX")."""
     info = Path(data_dir) / "parsing.json"
-    return json.loads(info.read_text(encoding="utf-8")).get("leaves", "XX") if info.exists() else "XX"
+    return (
+        json.loads(info.read_text(encoding="utf-8")).get("leaves", "XX") if info.exists() else "XX"
+    )
 
 
 def leaf_tokens(vocab: Vocab) -> list[str]:
@@ -156,29 +168,51 @@ def tree_constraint(vocab: Vocab, copy_words: bool = False) -> TreeConstraint:
     ``copy_words`` for a ``--leaves words`` model (its vocabulary cannot say so: it declares
     ``XX`` like the paper's)."""
     leaves = leaf_tokens(vocab)
-    return TreeConstraint([vocab.id_to_piece(i) for i in range(len(vocab))], vocab.eos_id, WORD_BOUNDARY,
-                          leaves, indexed=leaves[0] == index_token(1), copy_words=copy_words,
-                          max_open_run=MAX_OPEN_RUN)
+    return TreeConstraint(
+        [vocab.id_to_piece(i) for i in range(len(vocab))],
+        vocab.eos_id,
+        WORD_BOUNDARY,
+        leaves,
+        indexed=leaves[0] == index_token(1),
+        copy_words=copy_words,
+        max_open_run=MAX_OPEN_RUN,
+    )
 
 
 def _parse_words(
-    model: Any, vocab: Vocab, sentences: Sequence[Sequence[str]], decode: DecodeConfig,
-    tags: Sequence[Sequence[str]] | None = None, progress: bool = False, constrained: bool = False,
+    model: Any,
+    vocab: Vocab,
+    sentences: Sequence[Sequence[str]],
+    decode: DecodeConfig,
+    tags: Sequence[Sequence[str]] | None = None,
+    progress: bool = False,
+    constrained: bool = False,
     leaves: Leaves = "XX",
 ) -> list[tuple[Tree, bool]]:
     """Beam-decode word lists (none empty) -> (tree, repaired) each, in input order."""
     if leaves == "index":
         markers = len(leaf_tokens(vocab))
         if (longest := max((len(words) for words in sentences), default=0)) > markers:
-            raise UserError(f"a sentence of {longest} words: this vocabulary marks at most {markers}")
+            raise UserError(
+                f"a sentence of {longest} words: this vocabulary marks at most {markers}"
+            )
     sources = [vocab.encode_source(source_line(words, leaves)) for words in sentences]
     # A parsing beam is wide (21) and outputs long (+300): keep batches small.
-    nbest = decode_ids(model, sources, decode, batch_size=16, max_tokens=2000, progress=progress,
-                       constraint=tree_constraint(vocab, leaves == "words") if constrained else None)
+    nbest = decode_ids(
+        model,
+        sources,
+        decode,
+        batch_size=16,
+        max_tokens=2000,
+        progress=progress,
+        constraint=tree_constraint(vocab, leaves == "words") if constrained else None,
+    )
     out = []
     for i, (words, hyps) in enumerate(zip(sentences, nbest)):
         tokens = ids_to_tokens(vocab, hyps[0].tokens) if hyps else []
-        out.append(delinearize(tokens, list(words), None if tags is None else list(tags[i]), leaves))
+        out.append(
+            delinearize(tokens, list(words), None if tags is None else list(tags[i]), leaves)
+        )
     return out
 
 
@@ -213,35 +247,61 @@ def evaluate_parser(
         raise UserError(f"{gold_path(data_dir, split)} has a blank line")
     model, _ = load_transformer(checkpoint, device)
     leaves = prepared_leaves(data_dir)
-    parsed = _parse_words(model, vocab, [g.words() for g in gold], decode,
-                          tags=[g.tags() for g in gold], progress=progress, constrained=constrained,
-                          leaves=leaves)
+    parsed = _parse_words(
+        model,
+        vocab,
+        [g.words() for g in gold],
+        decode,
+        tags=[g.tags() for g in gold],
+        progress=progress,
+        constrained=constrained,
+        leaves=leaves,
+    )
     predicted = [tree for tree, _ in parsed]
     repaired = sum(flag for _, flag in parsed)
     result = evalb_score(gold, predicted)
     out = Path(out_dir) if out_dir is not None else Path(checkpoint)
     trees_path, report_path = out / f"{split}.parsed", out / f"{split}.evalb"
     write_lines_atomic(trees_path, [to_bracketed(t) for t in predicted])
-    header = (f"checkpoint {checkpoint}\nsplit {split}: {len(gold)} sentences\n"
-              f"decode beam={decode.beam} alpha={decode.alpha} "
-              f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}"
-              f"{' constrained to well-formed trees' if constrained else ''}\n"
-              f"repaired outputs {repaired} of {len(gold)}\n\n")
+    header = (
+        f"checkpoint {checkpoint}\nsplit {split}: {len(gold)} sentences\n"
+        f"decode beam={decode.beam} alpha={decode.alpha} "
+        f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}"
+        f"{' constrained to well-formed trees' if constrained else ''}\n"
+        f"repaired outputs {repaired} of {len(gold)}\n\n"
+    )
     write_lines_atomic(report_path, (header + result.format_report()).splitlines())
-    summary = {"split": split, "sentences": len(gold), "constrained": constrained, "leaves": leaves,
-               "repaired": repaired, "repair_rate": repaired / len(gold) if gold else 0.0,
-               "errors": result.n_errors, "skipped": result.n_skipped,
-               "predictions": str(trees_path), "report": str(report_path)}
+    summary = {
+        "split": split,
+        "sentences": len(gold),
+        "constrained": constrained,
+        "leaves": leaves,
+        "repaired": repaired,
+        "repair_rate": repaired / len(gold) if gold else 0.0,
+        "errors": result.n_errors,
+        "skipped": result.n_skipped,
+        "predictions": str(trees_path),
+        "report": str(report_path),
+    }
     for name, totals in (("", result.all), ("_le40", result.short)):
-        summary.update({f"precision{name}": totals.precision, f"recall{name}": totals.recall,
-                        f"f1{name}": totals.f1, f"complete_match{name}": totals.complete_match})
+        summary.update(
+            {
+                f"precision{name}": totals.precision,
+                f"recall{name}": totals.recall,
+                f"f1{name}": totals.f1,
+                f"complete_match{name}": totals.complete_match,
+            }
+        )
     return summary
 
 
 def parse_lines(
-    checkpoint: str | Path, lines: Sequence[str],
-    decode: DecodeConfig = DecodeConfig.preset("parsing"), device: str = "cpu",
-    constrained: bool = False, leaves: Leaves = "XX",
+    checkpoint: str | Path,
+    lines: Sequence[str],
+    decode: DecodeConfig = DecodeConfig.preset("parsing"),
+    device: str = "cpu",
+    constrained: bool = False,
+    leaves: Leaves = "XX",
 ) -> list[str]:
     """Tokenised sentences (PTB tokens split by spaces) -> one-line bracketed trees whose
     preterminals are tagged ``XX`` (the model predicts no tags); a blank line gives ""."""
@@ -249,13 +309,22 @@ def parse_lines(
     model, _ = load_transformer(checkpoint, device)
     words = [line.split() for line in lines]
     index = [i for i, w in enumerate(words) if w]
-    parsed = _parse_words(model, vocab, [words[i] for i in index], decode, constrained=constrained,
-                          leaves=leaves)
+    parsed = _parse_words(
+        model, vocab, [words[i] for i in index], decode, constrained=constrained, leaves=leaves
+    )
     out = [""] * len(lines)
     for i, (tree, _) in zip(index, parsed):
         out[i] = to_bracketed(tree)
     return out
 
 
-__all__ = ["prepare_parsing", "evaluate_parser", "parse_lines", "ids_to_tokens",
-           "bracket_symbols", "text_paths", "gold_path", "tree_constraint"]
+__all__ = [
+    "prepare_parsing",
+    "evaluate_parser",
+    "parse_lines",
+    "ids_to_tokens",
+    "bracket_symbols",
+    "text_paths",
+    "gold_path",
+    "tree_constraint",
+]

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..io import iter_lines, write_lines_atomic
 from ..errors import UserError
+from ..io import iter_lines, write_lines_atomic
 
 __all__ = [
     "Leaf",
@@ -101,6 +101,7 @@ def parse_trees(text: str, source: str = "<string>") -> list[Tree]:
     A node is ``(label child ...)``; ``(tag word)`` is a Leaf. The outer bracket of an
     ``.mrg`` tree has no label and is kept as ``Tree("", ...)`` until ``preprocess``.
     """
+
     def error(pos: int, message: str) -> TreeSyntaxError:
         return TreeSyntaxError(f"{source}:{_line(text, pos)}: {message}")
 
@@ -134,8 +135,9 @@ def parse_trees(text: str, source: str = "<string>") -> list[Tree]:
         elif stack[-1].label is None:
             stack[-1].label = tok
         else:
-            raise error(pos, f"{tok!r}: a word must be the only child of its preterminal "
-                             f"({stack[-1].label}")
+            raise error(
+                pos, f"{tok!r}: a word must be the only child of its preterminal ({stack[-1].label}"
+            )
     if stack:
         raise error(stack[0].pos, "unclosed '(' at end of input")
     return trees

@@ -12,5 +12,14 @@ from .app import Limits, TranslateRequest, create_app, run_server
 from .batcher import Batcher, BatchStats, ShuttingDown
 from .translator import TranslateJob, Translator
 
-__all__ = ["BatchStats", "Batcher", "Limits", "ShuttingDown", "TranslateJob", "TranslateRequest", "Translator",
-           "create_app", "run_server"]
+__all__ = [
+    "BatchStats",
+    "Batcher",
+    "Limits",
+    "ShuttingDown",
+    "TranslateJob",
+    "TranslateRequest",
+    "Translator",
+    "create_app",
+    "run_server",
+]

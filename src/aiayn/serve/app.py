@@ -25,9 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException
 
 from ..decode import DECODE_PRESETS, DecodeConfig
+from ..errors import UserError
 from .batcher import Batcher, ShuttingDown
 from .translator import TranslateJob, Translator
-from ..errors import UserError
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32
@@ -43,7 +43,12 @@ class Limits:
     max_wait_ms: float = 5.0  # how long the first waiting request waits for company
 
     def __post_init__(self) -> None:
-        for name, least in (("max_chars", 1), ("max_sentences", 1), ("max_batch_tokens", 0), ("max_wait_ms", 0)):
+        for name, least in (
+            ("max_chars", 1),
+            ("max_sentences", 1),
+            ("max_batch_tokens", 0),
+            ("max_wait_ms", 0),
+        ):
             if getattr(self, name) < least:
                 raise UserError(f"{name} must be >= {least}, got {getattr(self, name)}")
 
@@ -54,20 +59,29 @@ class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: list[str] = Field(min_length=1, description="sentences to translate, one per item")
-    beam: int = Field(DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size (1: beam search with one beam)")
+    beam: int = Field(
+        DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size (1: beam search with one beam)"
+    )
     alpha: float = Field(DEFAULT.alpha, ge=0.0, le=10.0, description="GNMT length penalty alpha")
     nbest: int = Field(1, ge=1, description="hypotheses per sentence, at most beam")
-    attention: bool = Field(False, description="return the best hypothesis' encoder-decoder attention")
+    attention: bool = Field(
+        False, description="return the best hypothesis' encoder-decoder attention"
+    )
 
     @model_validator(mode="after")
-    def _nbest_within_beam(self) -> "TranslateRequest":
+    def _nbest_within_beam(self) -> TranslateRequest:
         if self.nbest > self.beam:
             raise UserError(f"nbest ({self.nbest}) must be <= beam ({self.beam})")
         return self
 
     def decode_config(self) -> DecodeConfig:
-        return DecodeConfig(beam=self.beam, alpha=self.alpha, max_len_a=DEFAULT.max_len_a,
-                            max_len_b=DEFAULT.max_len_b, nbest=self.nbest)
+        return DecodeConfig(
+            beam=self.beam,
+            alpha=self.alpha,
+            max_len_a=DEFAULT.max_len_a,
+            max_len_b=DEFAULT.max_len_b,
+            nbest=self.nbest,
+        )
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -79,7 +93,10 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str]:
     problems = []
     for e in err.errors():
         if e["type"] == "json_invalid":
-            return 400, f"malformed JSON: {e.get('ctx', {}).get('error', e['msg'])} at character {e['loc'][-1]}"
+            return (
+                400,
+                f"malformed JSON: {e.get('ctx', {}).get('error', e['msg'])} at character {e['loc'][-1]}",
+            )
         where = ".".join(str(part) for part in e["loc"] if part != "body")
         if not where and e["type"] in ("model_attributes_type", "dict_type", "model_type"):
             problems.append('the body must be a JSON object, e.g. {"text": ["a sentence"]}')
@@ -99,15 +116,21 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.batcher = Batcher(translator.decode, cost=lambda job: job.tokens,
-                                    key=lambda job: job.config, max_cost=limits.max_batch_tokens,
-                                    max_wait_s=limits.max_wait_ms / 1000)
+        app.state.batcher = Batcher(
+            translator.decode,
+            cost=lambda job: job.tokens,
+            key=lambda job: job.config,
+            max_cost=limits.max_batch_tokens,
+            max_wait_s=limits.max_wait_ms / 1000,
+        )
         try:
             yield
         finally:  # uvicorn has let the requests in flight finish; decode what is still queued
             app.state.batcher.close()
 
-    app = FastAPI(title="aiayn", summary="Transformer translation with dynamic batching", lifespan=lifespan)
+    app = FastAPI(
+        title="aiayn", summary="Transformer translation with dynamic batching", lifespan=lifespan
+    )
     page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
     @app.exception_handler(RequestValidationError)
@@ -121,15 +144,23 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
     @app.post("/translate")
     async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
         if len(body.text) > limits.max_sentences:
-            return _error(413, f"text has {len(body.text)} sentences; the limit is {limits.max_sentences} per request")
+            return _error(
+                413,
+                f"text has {len(body.text)} sentences; the limit is {limits.max_sentences} per request",
+            )
         chars = sum(len(line) for line in body.text)
         if chars > limits.max_chars:
-            return _error(413, f"text has {chars} characters; the limit is {limits.max_chars} per request")
+            return _error(
+                413, f"text has {chars} characters; the limit is {limits.max_chars} per request"
+            )
         sources = translator.encode(body.text)
         for i, src in enumerate(sources):
             if len(src) > translator.max_source_tokens:
-                return _error(413, f"text[{i}] is {len(src)} subword tokens; the model reads at most "
-                                   f"{translator.max_source_tokens}")
+                return _error(
+                    413,
+                    f"text[{i}] is {len(src)} subword tokens; the model reads at most "
+                    f"{translator.max_source_tokens}",
+                )
         job = TranslateJob(sources, body.decode_config(), body.attention)
         batcher: Batcher = request.app.state.batcher
         try:
@@ -146,8 +177,12 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
 
     @app.get("/info")
     async def info() -> dict:
-        return {**translator.info(), "limits": asdict(limits), "max_beam": MAX_BEAM,
-                "decode_defaults": asdict(DEFAULT)}
+        return {
+            **translator.info(),
+            "limits": asdict(limits),
+            "max_beam": MAX_BEAM,
+            "decode_defaults": asdict(DEFAULT),
+        }
 
     @app.get("/", response_class=HTMLResponse)
     async def index() -> str:
@@ -156,8 +191,15 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
     return app
 
 
-def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
-               limits: Limits = Limits(), shutdown_timeout_s: float = 30.0, quantize: str | None = None) -> None:
+def run_server(
+    checkpoint: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "cpu",
+    limits: Limits = Limits(),
+    shutdown_timeout_s: float = 30.0,
+    quantize: str | None = None,
+) -> None:
     """Load ``checkpoint`` and serve it until SIGINT/SIGTERM.
 
     On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish
@@ -167,4 +209,6 @@ def run_server(checkpoint: str, host: str = "127.0.0.1", port: int = 8000, devic
 
     translator = Translator.load(checkpoint, device, quantize)
     app = create_app(translator, limits)
-    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout_s, log_level="info")
+    uvicorn.run(
+        app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout_s, log_level="info"
+    )

@@ -67,8 +67,15 @@ class Batcher(Generic[T, R]):
     ``cost(item)`` is its size in the budget ``max_cost``; an item over budget still runs, alone.
     """
 
-    def __init__(self, handle: Callable[[list[T]], list[R]], *, cost: Callable[[T], int],
-                 key: Callable[[T], Hashable], max_cost: int, max_wait_s: float) -> None:
+    def __init__(
+        self,
+        handle: Callable[[list[T]], list[R]],
+        *,
+        cost: Callable[[T], int],
+        key: Callable[[T], Hashable],
+        max_cost: int,
+        max_wait_s: float,
+    ) -> None:
         if max_cost < 0 or max_wait_s < 0:
             raise ValueError(f"max_cost ({max_cost}) and max_wait_s ({max_wait_s}) must be >= 0")
         self.handle, self.cost, self.key = handle, cost, key

@@ -18,11 +18,10 @@ import torch
 
 from ..checkpoint import VOCAB, load_transformer, read_meta
 from ..data import Vocab
-from ..decode import DecodeConfig, Hypothesis, decode_ids
-from ..decode import for_decoding
+from ..decode import DecodeConfig, Hypothesis, decode_ids, for_decoding
+from ..errors import UserError
 from ..model import Transformer, count_parameters
 from ..plots import attention_weights
-from ..errors import UserError
 
 DECODE_MAX_TOKENS = 8000  # padded source tokens per forward pass, as ``aiayn translate``
 ENC_DEC = "encoder-decoder attention"
@@ -45,20 +44,35 @@ class TranslateJob:
 class Translator:
     """A Transformer and its vocabulary, answering ``TranslateJob``s with JSON-ready dicts."""
 
-    def __init__(self, model: Transformer, vocab: Vocab, checkpoint: str | Path | None = None,
-                 meta: dict[str, Any] | None = None, quantized: str | None = None) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        vocab: Vocab,
+        checkpoint: str | Path | None = None,
+        meta: dict[str, Any] | None = None,
+        quantized: str | None = None,
+    ) -> None:
         if len(vocab) != model.cfg.vocab_size:
-            raise UserError(f"vocabulary {vocab.path} has {len(vocab)} pieces, the model {model.cfg.vocab_size}")
+            raise UserError(
+                f"vocabulary {vocab.path} has {len(vocab)} pieces, the model {model.cfg.vocab_size}"
+            )
         self.model, self.vocab = model.eval(), vocab
         self.checkpoint, self.meta, self.quantized = checkpoint, meta or {}, quantized
 
     @classmethod
-    def load(cls, checkpoint: str | Path, device: str = "cpu", quantize: str | None = None) -> "Translator":
+    def load(
+        cls, checkpoint: str | Path, device: str = "cpu", quantize: str | None = None
+    ) -> Translator:
         """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
         --quantize``) and its own ``spm.model``."""
         model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
-        return cls(model, Vocab.load(Path(checkpoint) / VOCAB), checkpoint, read_meta(Path(checkpoint)),
-                   quantized=quantize)
+        return cls(
+            model,
+            Vocab.load(Path(checkpoint) / VOCAB),
+            checkpoint,
+            read_meta(Path(checkpoint)),
+            quantized=quantize,
+        )
 
     @property
     def max_source_tokens(self) -> int:
@@ -78,12 +92,23 @@ class Translator:
             raise ValueError("jobs decoded together must share one DecodeConfig")
         sources = [s for job in jobs for s in job.sources]
         v = self.vocab
-        nbest = decode_ids(self.model, sources, config, max_tokens=DECODE_MAX_TOKENS,
-                           pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id)
+        nbest = decode_ids(
+            self.model,
+            sources,
+            config,
+            max_tokens=DECODE_MAX_TOKENS,
+            pad_id=v.pad_id,
+            bos_id=v.bos_id,
+            eos_id=v.eos_id,
+        )
         answers, start = [], 0
         for job in jobs:
-            answers.append([self._answer(src, hyps, job.attention)
-                            for src, hyps in zip(job.sources, nbest[start: start + len(job.sources)])])
+            answers.append(
+                [
+                    self._answer(src, hyps, job.attention)
+                    for src, hyps in zip(job.sources, nbest[start : start + len(job.sources)])
+                ]
+            )
             start += len(job.sources)
         return answers
 
@@ -92,8 +117,10 @@ class Translator:
         answer: dict[str, Any] = {
             "text": self.vocab.decode(best.tokens) if best else "",
             "score": best.score if best else None,
-            "nbest": [{"text": self.vocab.decode(h.tokens), "score": h.score, "log_prob": h.log_prob}
-                      for h in hyps],
+            "nbest": [
+                {"text": self.vocab.decode(h.tokens), "score": h.score, "log_prob": h.log_prob}
+                for h in hyps
+            ],
         }
         if attention:
             answer["attention"] = self.attention(source, best) if best else None
@@ -110,8 +137,9 @@ class Translator:
         produced = hyp.tokens + [self.vocab.eos_id] if ended else hyp.tokens
         tgt_in = [self.vocab.bos_id] + produced[:-1]  # (T,) the decoder input that produced them
         device = next(self.model.parameters()).device
-        weights = attention_weights(self.model, torch.tensor([source], device=device),
-                                    torch.tensor([tgt_in], device=device))[ENC_DEC]  # N_dec x (h, T, S)
+        weights = attention_weights(
+            self.model, torch.tensor([source], device=device), torch.tensor([tgt_in], device=device)
+        )[ENC_DEC]  # N_dec x (h, T, S)
         return {
             "source": [self.vocab.id_to_piece(i) for i in source],
             "target": [self.vocab.id_to_piece(i) for i in produced],
@@ -127,8 +155,11 @@ class Translator:
             "averaged_from": self.meta.get("averaged_from"),
             "model_config": dataclasses.asdict(cfg),
             "parameters": count_parameters(cfg),
-            "vocabulary": {"path": str(self.vocab.path), "size": len(self.vocab),
-                           "fingerprint": self.vocab.fingerprint},
+            "vocabulary": {
+                "path": str(self.vocab.path),
+                "size": len(self.vocab),
+                "fingerprint": self.vocab.fingerprint,
+            },
             "device": str(next(self.model.parameters()).device),
             "quantized": self.quantized,
         }

@@ -65,8 +65,18 @@ class TrainConfig:
         would otherwise train on garbage for the whole run and exit 0."""
         if self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
-        for name in ("max_src_tokens", "max_tgt_tokens", "update_freq", "warmup", "keep_last",
-                     "max_nonfinite", "log_every", "max_updates", "save_every_updates", "num_threads"):
+        for name in (
+            "max_src_tokens",
+            "max_tgt_tokens",
+            "update_freq",
+            "warmup",
+            "keep_last",
+            "max_nonfinite",
+            "log_every",
+            "max_updates",
+            "save_every_updates",
+            "num_threads",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UserError(f"TrainConfig.{name} must be >= 1, got {value}")
@@ -101,7 +111,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
         raise UserError(f"{path}: config files are .yaml, .yml, .toml or .json")
     if not path.is_file():
-        raise UserError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}, not a config file")
+        raise UserError(
+            f"{path}: {'is a directory' if path.is_dir() else 'no such file'}, not a config file"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -130,8 +142,10 @@ def find_config(path: str | Path) -> Path:
     bundled = bundled_configs()
     if str(path) in bundled:
         return bundled[str(path)]
-    raise FileNotFoundError(f"{path}: no such config file, and no bundled config of that name "
-                            f"(bundled: {', '.join(bundled)})")
+    raise FileNotFoundError(
+        f"{path}: no such config file, and no bundled config of that name "
+        f"(bundled: {', '.join(bundled)})"
+    )
 
 
 def _parse_config(text: str, suffix: str) -> Any:
@@ -156,7 +170,9 @@ def _config_error(e: Exception, suffix: str) -> str:
     return f"invalid {kind} ({e})"
 
 
-def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults: Any) -> TrainConfig:
+def load_train_config(
+    path: str | Path | None, sets: list[str] = (), **defaults: Any
+) -> TrainConfig:
     """Defaults < the preset's training overrides (e.g. Table 3 row D's eps_ls) < file < --set.
 
     ``path`` is a config file or the name of a bundled one (``bundled_configs``).
@@ -172,12 +188,15 @@ def load_train_config(path: str | Path | None, sets: list[str] = (), **defaults:
 
 def apply_sets(cfg: TrainConfig, sets: list[str]) -> TrainConfig:
     """Apply ``--set key=value`` strings; ``model.<name>=value`` overrides the model (typed)."""
-    model_sets = [s[len("model."):] for s in sets if s.startswith("model.")]
+    model_sets = [s[len("model.") :] for s in sets if s.startswith("model.")]
     train_sets = [s for s in sets if not s.startswith("model.")]
     cfg = with_overrides(cfg, train_sets)
     if model_sets:
         resolved = with_overrides(cfg.model_config(None), model_sets, where="--set model")
-        changed = {k: v for k, v in dataclasses.asdict(resolved).items()
-                   if v != dataclasses.asdict(ModelConfig.preset(cfg.preset)).get(k)}
+        changed = {
+            k: v
+            for k, v in dataclasses.asdict(resolved).items()
+            if v != dataclasses.asdict(ModelConfig.preset(cfg.preset)).get(k)
+        }
         cfg = dataclasses.replace(cfg, model={**cfg.model, **changed})
     return cfg

@@ -17,9 +17,10 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from tqdm import tqdm
 
 from .. import checkpoint as ckpt
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..errors import UserError
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..io import write_text_atomic
 from ..model import Transformer
@@ -36,7 +38,6 @@ from . import distributed
 from .config import TrainConfig
 from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
-from ..errors import UserError
 
 
 class NonFiniteLossError(RuntimeError):
@@ -80,18 +81,29 @@ class Trainer:
         # fused=True: one kernel for all parameters (5x faster than the default per-parameter
         # loop on CPU, measured in benchmarks/train_throughput.py); the same Adam arithmetic.
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=1.0, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+            self.model.parameters(),
+            lr=1.0,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
             fused=self.device.type in ("cpu", "cuda"),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale)
+            self.optimizer,
+            lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale),
         )
         self.amp_dtype = autocast_dtype(cfg.amp, self.device)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.scaler = torch.amp.GradScaler(
+            self.device.type, enabled=self.amp_dtype == torch.float16
+        )
         self.train_data = TokenDataset(cfg.data, "train")
         self.sampler = TokenBudgetSampler(
-            self.train_data.src_lens, self.train_data.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens,
-            seed=cfg.seed, rank=self.dist.rank, world_size=self.dist.world_size,
+            self.train_data.src_lens,
+            self.train_data.tgt_lens,
+            cfg.max_src_tokens,
+            cfg.max_tgt_tokens,
+            seed=cfg.seed,
+            rank=self.dist.rank,
+            world_size=self.dist.world_size,
         )
         self._check_data()
         self.update = 0
@@ -108,8 +120,10 @@ class Trainer:
         the model's positions."""
         cfg = self.cfg
         if not len(self.sampler.usable):
-            raise UserError(f"no pair of the train split of {cfg.data} fits max_src_tokens={cfg.max_src_tokens} "
-                            f"and max_tgt_tokens={cfg.max_tgt_tokens}")
+            raise UserError(
+                f"no pair of the train split of {cfg.data} fits max_src_tokens={cfg.max_src_tokens} "
+                f"and max_tgt_tokens={cfg.max_tgt_tokens}"
+            )
         self._check_lengths(self.train_data, self.sampler.usable)
         if not cfg.validate:
             return
@@ -117,11 +131,14 @@ class Trainer:
             valid = TokenDataset(cfg.data, "valid")
         except UserError as e:
             raise UserError(f"{e}: validation needs it (or set validate=false)") from None
-        usable = TokenBudgetSampler(valid.src_lens, valid.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens,
-                                    shuffle=False).usable
+        usable = TokenBudgetSampler(
+            valid.src_lens, valid.tgt_lens, cfg.max_src_tokens, cfg.max_tgt_tokens, shuffle=False
+        ).usable
         if not len(usable):
-            raise UserError(f"the valid split of {cfg.data} has no pair within max_src_tokens/max_tgt_tokens: "
-                            "nothing to validate on (or set validate=false)")
+            raise UserError(
+                f"the valid split of {cfg.data} has no pair within max_src_tokens/max_tgt_tokens: "
+                "nothing to validate on (or set validate=false)"
+            )
         self._check_lengths(valid, usable)
 
     def _check_lengths(self, data: TokenDataset, usable: np.ndarray) -> None:
@@ -132,7 +149,8 @@ class Trainer:
             raise UserError(
                 f"model.max_len={limit} is shorter than the {data.split} split of {self.cfg.data}, whose longest "
                 f"pair needs {needed} positions (subwords + eos/bos): raise model.max_len to {needed}, "
-                f"or prepare the data with --max-len {limit - 1}")
+                f"or prepare the data with --max-len {limit - 1}"
+            )
 
     # --- one update ---------------------------------------------------------------------
 
@@ -150,7 +168,9 @@ class Trainer:
         flops = 0.0
         for micro in range(self.cfg.update_freq):
             batch = collate(self.train_data, next(batches))
-            flops += training_flops(self.model_cfg, real_lengths(batch.src, pad), real_lengths(batch.tgt_out, pad))
+            flops += training_flops(
+                self.model_cfg, real_lengths(batch.src, pad), real_lengths(batch.tgt_out, pad)
+            )
             batch = batch.to(self.device)  # lengths counted on the CPU copy: no device sync
             last = micro == self.cfg.update_freq - 1
             sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
@@ -163,7 +183,12 @@ class Trainer:
             losses += torch.stack([loss.detach(), nll.detach()])
             tgt_tokens += batch.n_tgt_tokens
             src_tokens += batch.n_src_tokens
-        sums = torch.cat([losses.double().cpu(), torch.tensor([tgt_tokens, src_tokens, flops], dtype=torch.float64)])
+        sums = torch.cat(
+            [
+                losses.double().cpu(),
+                torch.tensor([tgt_tokens, src_tokens, flops], dtype=torch.float64),
+            ]
+        )
         if self.dist.enabled:  # on the device: nccl reduces CUDA tensors only
             sums = sums.to(self.device)
             dist.all_reduce(sums)
@@ -189,8 +214,13 @@ class Trainer:
         self.tokens["src"] += int(src_tokens)
         self.tokens["tgt"] += int(tgt_tokens)
         self.flops += flops  # summed over the ranks, like the tokens
-        return {"finite": 1.0, "stepped": 1.0, "loss": loss_sum / tgt_tokens, "nll": nll_sum / tgt_tokens,
-                "tokens": src_tokens + tgt_tokens}
+        return {
+            "finite": 1.0,
+            "stepped": 1.0,
+            "loss": loss_sum / tgt_tokens,
+            "nll": nll_sum / tgt_tokens,
+            "tokens": src_tokens + tgt_tokens,
+        }
 
     # --- validation -----------------------------------------------------------------------
 
@@ -198,8 +228,13 @@ class Trainer:
     def validate(self) -> dict[str, float]:
         """Loss and perplexity per subword on the valid split (no smoothing in the perplexity)."""
         data = TokenDataset(self.cfg.data, "valid")
-        sampler = TokenBudgetSampler(data.src_lens, data.tgt_lens, self.cfg.max_src_tokens,
-                                     self.cfg.max_tgt_tokens, shuffle=False)
+        sampler = TokenBudgetSampler(
+            data.src_lens,
+            data.tgt_lens,
+            self.cfg.max_src_tokens,
+            self.cfg.max_tgt_tokens,
+            shuffle=False,
+        )
         self.model.eval()
         loss_sum = nll_sum = tokens = 0.0
         for indices in sampler.epoch_batches(0):
@@ -208,9 +243,16 @@ class Trainer:
             with self._autocast():
                 logits = self.model(batch.src, batch.tgt_in, output_mask=mask)
             loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
-            loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + batch.n_tgt_tokens
-        return {"valid_loss": loss_sum / tokens, "valid_nll": nll_sum / tokens,
-                "valid_ppl": perplexity(nll_sum, int(tokens))}
+            loss_sum, nll_sum, tokens = (
+                loss_sum + loss.item(),
+                nll_sum + nll.item(),
+                tokens + batch.n_tgt_tokens,
+            )
+        return {
+            "valid_loss": loss_sum / tokens,
+            "valid_nll": nll_sum / tokens,
+            "valid_ppl": perplexity(nll_sum, int(tokens)),
+        }
 
     # --- checkpoints ----------------------------------------------------------------------
 
@@ -253,8 +295,15 @@ class Trainer:
                 "rng": rng,
                 "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
             }
-            path = ckpt.save_checkpoint(self.ckpt_root, self.update, self.model, meta, state,
-                                        self.vocab_file, keep_last=self.cfg.keep_last)
+            path = ckpt.save_checkpoint(
+                self.ckpt_root,
+                self.update,
+                self.model,
+                meta,
+                state,
+                self.vocab_file,
+                keep_last=self.cfg.keep_last,
+            )
         if self.dist.enabled:
             dist.barrier()
         if failure is not None:
@@ -274,11 +323,16 @@ class Trainer:
                 "resume with the dataset it was trained on, or start a new run directory"
             )
         if meta["model_config"] != dataclasses.asdict(self.model_cfg):
-            raise UserError(f"{path}: the model config differs from the current one; "
-                             f"saved {meta['model_config']}, now {dataclasses.asdict(self.model_cfg)}")
+            raise UserError(
+                f"{path}: the model config differs from the current one; "
+                f"saved {meta['model_config']}, now {dataclasses.asdict(self.model_cfg)}"
+            )
         if meta["world_size"] != self.dist.world_size:
-            warnings.warn(f"{path} was written by {meta['world_size']} processes, now "
-                          f"{self.dist.world_size}: the data order will differ from an uninterrupted run")
+            warnings.warn(
+                f"{path} was written by {meta['world_size']} processes, now "
+                f"{self.dist.world_size}: the data order will differ from an uninterrupted run",
+                stacklevel=2,
+            )
         ckpt.load_weights(self.model, path)
         state = ckpt.load_trainer_state(path)
         self.optimizer.load_state_dict(state["optimizer"])
@@ -305,7 +359,8 @@ class Trainer:
     def _done(self) -> bool:
         cfg = self.cfg
         return (cfg.max_updates is not None and self.update >= cfg.max_updates) or (
-            cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60)
+            cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60
+        )
 
     def run(self, resume: str | Path | None = "auto") -> dict[str, Any]:
         """Train until max_updates or max_minutes; returns the summary (also in summary.json)."""
@@ -316,7 +371,9 @@ class Trainer:
         main = self.dist.is_main
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(self.out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
+            write_text_atomic(
+                self.out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2)
+            )
         log = _Log(self.out, enabled=main)
         bar = _progress(cfg, self.update, self.elapsed, enabled=main)
         batches = iter(self.sampler)
@@ -328,33 +385,50 @@ class Trainer:
             self.elapsed = time.monotonic() - t0
             if not stats["finite"]:
                 nonfinite += 1
-                warnings.warn(f"non-finite loss at update {self.update + 1}: update skipped "
-                              f"({nonfinite} in a row, limit {cfg.max_nonfinite})")
+                warnings.warn(
+                    f"non-finite loss at update {self.update + 1}: update skipped "
+                    f"({nonfinite} in a row, limit {cfg.max_nonfinite})",
+                    stacklevel=2,
+                )
                 if nonfinite >= cfg.max_nonfinite:
                     raise NonFiniteLossError(
                         f"{nonfinite} non-finite losses in a row at update {self.update + 1}: "
-                        "lower lr_scale, raise warmup, or use amp=bf16/none")
+                        "lower lr_scale, raise warmup, or use amp=bf16/none"
+                    )
                 continue
             nonfinite = 0
             skipped = 0 if stats["stepped"] else skipped + 1
             if skipped >= MAX_SKIPPED_STEPS:
-                raise NonFiniteLossError(f"the fp16 gradient scaler skipped {skipped} steps in a row at update "
-                                         f"{self.update + 1}: the gradients are not finite; use amp=bf16/none")
+                raise NonFiniteLossError(
+                    f"the fp16 gradient scaler skipped {skipped} steps in a row at update "
+                    f"{self.update + 1}: the gradients are not finite; use amp=bf16/none"
+                )
             if skipped:
                 continue
             window_tokens += stats["tokens"]
             if self.update % cfg.log_every == 0:
                 now = time.monotonic()
-                record = {"update": self.update, "loss": stats["loss"], "nll": stats["nll"],
-                          "lr": self.scheduler.get_last_lr()[0], "tok_s": window_tokens / (now - window_t),
-                          "elapsed_s": self.elapsed}
+                record = {
+                    "update": self.update,
+                    "loss": stats["loss"],
+                    "nll": stats["nll"],
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "tok_s": window_tokens / (now - window_t),
+                    "elapsed_s": self.elapsed,
+                }
                 window_tokens, window_t = 0.0, now
                 log.write(record)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2e}",
-                                tok_s=f"{record['tok_s']:.0f}", refresh=False)
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}",
+                    lr=f"{record['lr']:.2e}",
+                    tok_s=f"{record['tok_s']:.0f}",
+                    refresh=False,
+                )
             _advance(bar, self.update, self.elapsed, cfg)
             due = (cfg.save_every_updates and self.update % cfg.save_every_updates == 0) or (
-                cfg.save_every_minutes and time.monotonic() - last_save >= cfg.save_every_minutes * 60)
+                cfg.save_every_minutes
+                and time.monotonic() - last_save >= cfg.save_every_minutes * 60
+            )
             if self._agree(bool(due)):
                 paused = time.monotonic()
                 self.save()
@@ -386,7 +460,9 @@ class Trainer:
             "matmul_peak_flops": peak,
             "mfu": mfu(self.flops, max(self.elapsed, 1e-9), peak, self.dist.world_size),
             **self.valid,
-            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root).resolve()),  # absolute: any cwd
+            "checkpoint": str(
+                ckpt.latest_checkpoint(self.ckpt_root).resolve()
+            ),  # absolute: any cwd
         }
 
 
@@ -424,7 +500,19 @@ def _advance(bar: tqdm, update: int, elapsed: float, cfg: TrainConfig) -> None:
 def _progress(cfg: TrainConfig, update: int, elapsed: float, enabled: bool) -> tqdm:
     """Updates out of max_updates, or seconds out of the time budget when one is set."""
     if cfg.max_minutes:
-        return tqdm(total=int(cfg.max_minutes * 60), initial=int(elapsed), unit="s", desc="train",
-                    disable=not enabled, dynamic_ncols=True)
-    return tqdm(total=cfg.max_updates, initial=update, unit="upd", desc="train",
-                disable=not enabled, dynamic_ncols=True)
+        return tqdm(
+            total=int(cfg.max_minutes * 60),
+            initial=int(elapsed),
+            unit="s",
+            desc="train",
+            disable=not enabled,
+            dynamic_ncols=True,
+        )
+    return tqdm(
+        total=cfg.max_updates,
+        initial=update,
+        unit="upd",
+        desc="train",
+        disable=not enabled,
+        dynamic_ncols=True,
+    )
