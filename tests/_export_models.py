@@ -39,7 +39,7 @@ def trained_like_model(
         E[EOS_ID] *= eos_scale
         E[:, 0] = 0.0
         E[[PAD_ID, BOS_ID], 0] = -10.0
-        norm = model.dec_norm if model.cfg.norm == "pre" else model.decoder[-1].sublayer[-1].norm
+        norm = model.dec_norm if model.cfg.norm == "pre" else model.decoder[-1].ffn_norm
         norm.bias[0] = 10.0
     return model
 

@@ -36,7 +36,7 @@ def _collapse(model: aiayn.Transformer) -> None:
     """Make the last encoder layer's final LayerNorm output its bias alone: every position the
     same vector, the state the 30-minute parser trained itself into."""
     with torch.no_grad():
-        norm = model.encoder[-1].sublayer[1].norm
+        norm = model.encoder[-1].ffn_norm
         norm.weight.zero_()
         norm.bias.normal_()
 

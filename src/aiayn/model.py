@@ -1,4 +1,7 @@
-"""The Transformer, in the order of section 3 of "Attention Is All You Need".
+"""The Transformer, in the order of section 3 of "Attention Is All You Need": the encoder
+and decoder stacks (3.1), attention (3.2), the feed-forward networks (3.3), embeddings and
+positional encoding (3.4, 3.5), dropout (5.4), then the model (Figure 1) and, last, the
+key/value cache that incremental decoding needs.
 
 Tensors are batch-first. Masks follow one convention, that of
 ``F.scaled_dot_product_attention``: boolean ``True`` means "may attend".
@@ -23,6 +26,96 @@ from torch import Tensor, nn
 from .config import Init, ModelConfig
 
 AttentionImpl = Literal["fused", "reference"]
+
+
+# --- 3.1 Encoder and decoder stacks -----------------------------------------------------
+# Each sub-layer is LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper), or with
+# ``norm="pre"`` x + Dropout(Sublayer(LayerNorm(x))); ``forward`` shows which, as PyTorch's
+# ``norm_first`` does, and each norm is named for the sub-layer it belongs to.
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, then the feed-forward network (Figure 1, left)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model)
+        self.feed_forward = PositionwiseFeedForward(cfg)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = UniformDropout(cfg.P_drop)  # 5.4: residual dropout
+        self.norm_first = cfg.norm == "pre"
+
+    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """x: (B, S, d_model) -> (B, S, d_model)."""
+        if self.norm_first:
+            x = x + self._self_attention(self.self_attn_norm(x), mask)
+            return x + self._feed_forward(self.ffn_norm(x))
+        x = self.self_attn_norm(x + self._self_attention(x, mask))
+        return self.ffn_norm(x + self._feed_forward(x))
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.dropout(self.self_attn(x, mask))
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.feed_forward(x))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model)
+        self.src_attn = MultiHeadAttention(cfg, self_attention=False)
+        self.src_attn_norm = nn.LayerNorm(cfg.d_model)
+        self.feed_forward = PositionwiseFeedForward(cfg)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model)
+        self.dropout = UniformDropout(cfg.P_drop)  # 5.4: residual dropout
+        self.norm_first = cfg.norm == "pre"
+
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: LayerCache | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        """y: (B, T, d_model); memory (n, S, d_model) with B = n*b (see ``MultiHeadAttention``)."""
+        self_kv = cache.self_kv if cache is not None else None
+        memory_kv = self._memory_kv(memory, cache)
+        if self.norm_first:
+            y = y + self._self_attention(self.self_attn_norm(y), self_mask, self_kv, is_causal)
+            y = y + self._src_attention(self.src_attn_norm(y), memory_kv, memory_mask)
+            return y + self._feed_forward(self.ffn_norm(y))
+        y = self.self_attn_norm(y + self._self_attention(y, self_mask, self_kv, is_causal))
+        y = self.src_attn_norm(y + self._src_attention(y, memory_kv, memory_mask))
+        return self.ffn_norm(y + self._feed_forward(y))
+
+    def _memory_kv(self, memory: Tensor, cache: LayerCache | None) -> tuple[Tensor, Tensor]:
+        """The memory's keys and values, projected once per sentence when decoding."""
+        if cache is not None and cache.memory_kv is not None:
+            return cache.memory_kv
+        memory_kv = self.src_attn.project_kv(memory)
+        if cache is not None:
+            cache.memory_kv = memory_kv
+        return memory_kv
+
+    def _self_attention(
+        self, y: Tensor, mask: Tensor | None, cache: KVCache | None, is_causal: bool
+    ) -> Tensor:
+        return self.dropout(self.self_attn(y, mask, cache=cache, is_causal=is_causal))
+
+    def _src_attention(
+        self, y: Tensor, memory_kv: tuple[Tensor, Tensor], mask: Tensor | None
+    ) -> Tensor:
+        return self.dropout(self.src_attn(y, mask, memory_kv=memory_kv))
+
+    def _feed_forward(self, y: Tensor) -> Tensor:
+        return self.dropout(self.feed_forward(y))
 
 
 # --- 3.2.1 Scaled dot-product attention -------------------------------------------------
@@ -150,7 +243,8 @@ class MultiHeadAttention(nn.Module):
         return self.W_O(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))
 
 
-# --- Masks: which positions a query may attend (True = may attend, as SDPA) -----------------
+# --- 3.2.3 Applications of attention: which positions a query may attend ---------------
+# True = may attend, as in F.scaled_dot_product_attention.
 
 
 def attention_mask(
@@ -214,179 +308,6 @@ class PositionwiseFeedForward(nn.Module):
         return self.W_2(F.relu(self.W_1(x)))
 
 
-# --- 3.1 Encoder and decoder stacks ------------------------------------------------------
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout (5.4), with the CPU keep-mask drawn as ``uniform < 1 - p``.
-
-    The mask has the same distribution (each element kept with probability 1 - p, kept values
-    scaled by 1 / (1 - p)), but on CPU ``bernoulli_``, which ``F.dropout`` uses, is about twice as
-    slow as ``uniform_``, and it was 12% of a training step of the small model (2 threads). Other
-    devices keep ``F.dropout`` and its fused kernel.
-    """
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x  # what F.dropout returns here, without a call per sub-layer when decoding
-        if x.device.type != "cpu":
-            return super().forward(x)
-        keep = 1.0 - self.p
-        noise = torch.empty_like(x).uniform_()
-        noise = (noise < keep).to(x.dtype).mul_(1.0 / keep)
-        return x * noise
-
-
-class SublayerConnection(nn.Module):
-    """LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper), or x + Dropout(Sublayer(LN(x)))."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = Dropout(cfg.P_drop)  # 5.4: residual dropout
-        self.pre_norm = cfg.norm == "pre"
-
-    def input(self, x: Tensor) -> Tensor:
-        return self.norm(x) if self.pre_norm else x
-
-    def output(self, x: Tensor, sublayer_out: Tensor) -> Tensor:
-        y = x + self.dropout(sublayer_out)
-        return y if self.pre_norm else self.norm(y)
-
-
-class EncoderLayer(nn.Module):
-    """Multi-head self-attention, then the feed-forward network, each a residual sub-layer."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
-        self.feed_forward = PositionwiseFeedForward(cfg)
-        self.sublayer = nn.ModuleList([SublayerConnection(cfg) for _ in range(2)])
-
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        attn, ffn = self.sublayer
-        x = attn.output(x, self.self_attn(attn.input(x), mask))
-        return ffn.output(x, self.feed_forward(ffn.input(x)))
-
-
-class KVCache:
-    """One decoder layer's self-attention keys and values for incremental decoding.
-
-    ``k``/``v`` are buffers (rows, h, capacity, d) allocated once per batch: each step writes
-    its positions in place (no ``torch.cat`` of a growing tensor), and a beam reordering
-    gathers the ``length`` filled positions into a spare pair of buffers, which then become
-    the current ones (no allocation per step). Rows beyond ``rows`` and positions beyond
-    ``length`` are stale and never read. With restricted attention (``window`` = r) a single
-    new query sees only the last r + 1 positions, so only those are returned.
-    """
-
-    def __init__(self, capacity: int, window: int | None = None) -> None:
-        self.capacity, self.window = capacity, window
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
-        self.spare: tuple[Tensor, Tensor] | None = None
-        self.rows = self.length = 0
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v (rows, h, n, d) after the cached positions; return what the new queries
-        may attend: (rows, h, length, d) views (the window's last r + 1 for a single query)."""
-        rows, _, n, _ = k.shape
-        if self.k is None or self.v is None:
-            self.k = k.new_empty(rows, k.size(1), self.capacity, k.size(3))
-            self.v = v.new_empty(rows, v.size(1), self.capacity, v.size(3))
-            self.rows = rows
-        if rows != self.rows:
-            raise ValueError(f"cache holds {self.rows} rows, step has {rows}")
-        start, end = self.length, self.length + n
-        if end > self.capacity:
-            raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
-        self.k[:rows, :, start:end] = k
-        self.v[:rows, :, start:end] = v
-        self.length = end
-        lo = max(0, end - 1 - self.window) if self.window is not None and n == 1 else 0
-        return self.k[:rows, :, lo:end], self.v[:rows, :, lo:end]
-
-    def select(self, index: Tensor) -> None:
-        """Row i becomes old row index[i] (rows may repeat, reorder or leave)."""
-        if self.k is None or self.v is None:
-            return
-        rows = index.numel()
-        if self.spare is None or self.spare[0].size(0) < rows:
-            self.spare = (
-                self.k.new_empty(rows, *self.k.shape[1:]),
-                self.v.new_empty(rows, *self.v.shape[1:]),
-            )
-        L = self.length
-        for old, new in zip((self.k, self.v), self.spare):
-            torch.index_select(old[: self.rows, :, :L], 0, index, out=new[:rows, :, :L])
-        (self.k, self.v), self.spare = self.spare, (self.k, self.v)
-        self.rows = rows
-
-
-@dataclass
-class LayerCache:
-    """One decoder layer's cached tensors: self-attention k/v, and the memory's k/v (n, h, S, d)
-    projected once per sentence at the first step."""
-
-    self_kv: KVCache
-    memory_kv: tuple[Tensor, Tensor] | None = None
-
-
-@dataclass
-class DecoderCache:
-    """Key/value cache for incremental decoding; ``step`` = target positions already seen."""
-
-    layers: list[LayerCache] = field(default_factory=list)
-    step: int = 0
-    memory_padded: bool = True  # False: no source has padding, attention needs no mask
-
-    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep/reorder target rows (beams), and with ``sentences`` the sentences' rows too.
-
-        ``rows`` (B',) long: target row i becomes old row rows[i] (a beam reordered within its
-        sentence, the beam fanning out from 1 to k, beams of finished sentences leaving).
-        ``sentences`` (n',) long: the sentences that stay, for the memory k/v; leave it None
-        while the sentences stay as they are: their memory k/v then need no copy at all.
-        """
-        for layer in self.layers:
-            layer.self_kv.select(rows)
-            if sentences is not None and layer.memory_kv is not None:
-                layer.memory_kv = tuple(t.index_select(0, sentences) for t in layer.memory_kv)  # type: ignore[assignment]
-
-
-class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right)."""
-
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
-        self.src_attn = MultiHeadAttention(cfg, self_attention=False)
-        self.feed_forward = PositionwiseFeedForward(cfg)
-        self.sublayer = nn.ModuleList([SublayerConnection(cfg) for _ in range(3)])
-
-    def forward(
-        self,
-        y: Tensor,
-        memory: Tensor,
-        self_mask: Tensor | None,
-        memory_mask: Tensor | None,
-        cache: LayerCache | None = None,
-        is_causal: bool = False,
-    ) -> Tensor:
-        """y: (B, T, d_model); memory (n, S, d_model) with B = n*b (see ``MultiHeadAttention``)."""
-        sa, ca, ffn = self.sublayer
-        self_kv = cache.self_kv if cache is not None else None
-        y = sa.output(y, self.self_attn(sa.input(y), self_mask, cache=self_kv, is_causal=is_causal))
-        if cache is not None and cache.memory_kv is not None:
-            memory_kv = cache.memory_kv
-        else:
-            memory_kv = self.src_attn.project_kv(memory)
-            if cache is not None:
-                cache.memory_kv = memory_kv
-        y = ca.output(y, self.src_attn(ca.input(y), memory_mask, memory_kv=memory_kv))
-        return ffn.output(y, self.feed_forward(ffn.input(y)))
-
-
 # --- 3.4 Embeddings and softmax, 3.5 Positional encoding ---------------------------------
 
 
@@ -415,7 +336,7 @@ class Embedding(nn.Module):
             self.register_buffer(
                 "pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False
             )
-        self.dropout = Dropout(cfg.P_drop)
+        self.dropout = UniformDropout(cfg.P_drop)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x: (B, L) token ids at positions start..start+L-1 -> (B, L, d_model)."""
@@ -424,6 +345,28 @@ class Embedding(nn.Module):
             raise ValueError(f"sequence of length {end} exceeds max_len={self.max_len}")
         pe = self.learned.weight[start:end] if hasattr(self, "learned") else self.pe[start:end]
         return self.dropout(self.tokens(x) * self.scale + pe)
+
+
+# --- 5.4 Regularization: dropout --------------------------------------------------------
+
+
+class UniformDropout(nn.Dropout):
+    """nn.Dropout (5.4), with the CPU keep-mask drawn as ``uniform < 1 - p``.
+
+    The same distribution (each element kept with probability 1 - p, kept values scaled by
+    1 / (1 - p)); on the CPU ``bernoulli_``, which ``F.dropout`` uses, is much slower than
+    ``uniform_``. Other devices keep ``F.dropout`` and its fused kernel.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x  # what F.dropout returns here, without a call per sub-layer when decoding
+        if x.device.type != "cpu":
+            return super().forward(x)
+        keep = 1.0 - self.p
+        noise = torch.empty_like(x).uniform_()
+        noise = (noise < keep).to(x.dtype).mul_(1.0 / keep)
+        return x * noise
 
 
 # --- The model -----------------------------------------------------------------------------
@@ -462,12 +405,10 @@ class Transformer(nn.Module):
         """Initial weights: embeddings N(0, d_model^-1/2) (so that embedding * sqrt(d_model) has unit
         variance), LayerNorms at identity, projections by ``init``.
 
-        The paper does not say how its weights start. "xavier" (Xavier-uniform projections, zero
-        biases, as in tensor2tensor-style reimplementations) was our default until 2026-11-30;
-        "fairseq" is fairseq's (see ``MultiHeadAttention`` and ``PositionwiseFeedForward``) and
-        learns much faster early on: the demo recipe reached dev perplexity 45.9 after 772 updates
-        against 67.1 with "xavier" (50.1 with only the feed-forward layers changed; fairseq itself
-        48.2), same data, batches and schedule (docs/experiments.md, "peers").
+        The paper does not say how its weights start. "fairseq" (see ``MultiHeadAttention`` and
+        ``PositionwiseFeedForward``) learns much faster early on than "xavier" (Xavier-uniform
+        projections, zero biases, as tensor2tensor-style reimplementations do); the measurements
+        are in docs/experiments.md ("peers").
         """
         for module in self.modules():
             if isinstance(module, (MultiHeadAttention, PositionwiseFeedForward)):
@@ -478,6 +419,25 @@ class Transformer(nn.Module):
             nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
             with torch.no_grad():
                 emb.weight[self.cfg.pad_id].zero_()
+
+    @torch.no_grad()
+    def attention_weights(self, src: Tensor, tgt_in: Tensor) -> dict[str, list[Tensor]]:
+        """Per layer, the (h, T, S) weights of encoder self-, decoder self- and encoder-decoder
+        attention for one sentence pair (src (1, S), tgt_in (1, T)), from the reference path,
+        with dropout off; the model's mode and attention path are restored after."""
+        was_training = self.training
+        self.eval()
+        self.set_attention_impl("reference")
+        try:
+            self(src, tgt_in)
+            return {
+                "encoder self-attention": [layer.self_attn.weights[0] for layer in self.encoder],
+                "decoder self-attention": [layer.self_attn.weights[0] for layer in self.decoder],
+                "encoder-decoder attention": [layer.src_attn.weights[0] for layer in self.decoder],
+            }
+        finally:
+            self.set_attention_impl("fused")
+            self.train(was_training)
 
     def set_attention_impl(self, impl: AttentionImpl) -> None:
         """ "fused" (scaled_dot_product_attention) or "reference" (records ``.weights``)."""
@@ -583,3 +543,91 @@ def count_parameters(cfg: ModelConfig) -> int:
     positions = 2 * cfg.max_len * d if cfg.positional == "learned" else 0
     final_norms = 2 * norm if cfg.norm == "pre" else 0
     return encoder + decoder + embeddings + positions + final_norms
+
+
+# --- Incremental decoding: the key/value cache behind ``decode_step`` (section 6's search) ---
+
+
+class KVCache:
+    """One decoder layer's self-attention keys and values for incremental decoding.
+
+    ``k``/``v`` are buffers (rows, h, capacity, d) allocated once per batch: each step writes
+    its positions in place (no ``torch.cat`` of a growing tensor), and a beam reordering
+    gathers the ``length`` filled positions into a spare pair of buffers, which then become
+    the current ones (no allocation per step). Rows beyond ``rows`` and positions beyond
+    ``length`` are stale and never read. With restricted attention (``window`` = r) a single
+    new query sees only the last r + 1 positions, so only those are returned.
+    """
+
+    def __init__(self, capacity: int, window: int | None = None) -> None:
+        self.capacity, self.window = capacity, window
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.spare: tuple[Tensor, Tensor] | None = None
+        self.rows = self.length = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v (rows, h, n, d) after the cached positions; return what the new queries
+        may attend: (rows, h, length, d) views (the window's last r + 1 for a single query)."""
+        rows, _, n, _ = k.shape
+        if self.k is None or self.v is None:
+            self.k = k.new_empty(rows, k.size(1), self.capacity, k.size(3))
+            self.v = v.new_empty(rows, v.size(1), self.capacity, v.size(3))
+            self.rows = rows
+        if rows != self.rows:
+            raise ValueError(f"cache holds {self.rows} rows, step has {rows}")
+        start, end = self.length, self.length + n
+        if end > self.capacity:
+            raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
+        self.k[:rows, :, start:end] = k
+        self.v[:rows, :, start:end] = v
+        self.length = end
+        lo = max(0, end - 1 - self.window) if self.window is not None and n == 1 else 0
+        return self.k[:rows, :, lo:end], self.v[:rows, :, lo:end]
+
+    def select(self, index: Tensor) -> None:
+        """Row i becomes old row index[i] (rows may repeat, reorder or leave)."""
+        if self.k is None or self.v is None:
+            return
+        rows = index.numel()
+        if self.spare is None or self.spare[0].size(0) < rows:
+            self.spare = (
+                self.k.new_empty(rows, *self.k.shape[1:]),
+                self.v.new_empty(rows, *self.v.shape[1:]),
+            )
+        L = self.length
+        for old, new in zip((self.k, self.v), self.spare):
+            torch.index_select(old[: self.rows, :, :L], 0, index, out=new[:rows, :, :L])
+        (self.k, self.v), self.spare = self.spare, (self.k, self.v)
+        self.rows = rows
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's cached tensors: self-attention k/v, and the memory's k/v (n, h, S, d)
+    projected once per sentence at the first step."""
+
+    self_kv: KVCache
+    memory_kv: tuple[Tensor, Tensor] | None = None
+
+
+@dataclass
+class DecoderCache:
+    """Key/value cache for incremental decoding; ``step`` = target positions already seen."""
+
+    layers: list[LayerCache] = field(default_factory=list)
+    step: int = 0
+    memory_padded: bool = True  # False: no source has padding, attention needs no mask
+
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Keep/reorder target rows (beams), and with ``sentences`` the sentences' rows too.
+
+        ``rows`` (B',) long: target row i becomes old row rows[i] (a beam reordered within its
+        sentence, the beam fanning out from 1 to k, beams of finished sentences leaving).
+        ``sentences`` (n',) long: the sentences that stay, for the memory k/v; leave it None
+        while the sentences stay as they are: their memory k/v then need no copy at all.
+        """
+        for layer in self.layers:
+            layer.self_kv.select(rows)
+            if sentences is not None and layer.memory_kv is not None:
+                layer.memory_kv = tuple(t.index_select(0, sentences) for t in layer.memory_kv)  # type: ignore[assignment]

@@ -59,25 +59,6 @@ def plot_training(
     return save_figure(fig, out)
 
 
-@torch.no_grad()
-def attention_weights(
-    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor
-) -> dict[str, list[torch.Tensor]]:
-    """Per layer, the (h, T, S) weights of encoder self-, decoder self- and enc-dec attention
-    for one sentence pair, computed with the reference attention path."""
-    model.eval()
-    model.set_attention_impl("reference")
-    try:
-        model(src, tgt_in)
-        return {
-            "encoder self-attention": [layer.self_attn.weights[0] for layer in model.encoder],
-            "decoder self-attention": [layer.self_attn.weights[0] for layer in model.decoder],
-            "encoder-decoder attention": [layer.src_attn.weights[0] for layer in model.decoder],
-        }
-    finally:
-        model.set_attention_impl("fused")
-
-
 def plot_attention(
     weights: torch.Tensor, queries: Sequence[str], keys: Sequence[str], title: str, out: Path
 ) -> Path:
@@ -108,8 +89,8 @@ def attention_maps(
     src_tokens = [vocab.id_to_piece(i) for i in src_ids]
     tgt_tokens = [vocab.id_to_piece(i) for i in tgt_ids]
     device = next(model.parameters()).device
-    weights = attention_weights(
-        model, torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
+    weights = model.attention_weights(
+        torch.tensor([src_ids], device=device), torch.tensor([tgt_ids], device=device)
     )
     axes = {
         "encoder self-attention": ("enc_self", src_tokens, src_tokens),

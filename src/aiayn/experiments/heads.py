@@ -24,7 +24,6 @@ import torch
 from .. import checkpoint as ckpt
 from ..data import Vocab
 from ..io import read_lines
-from ..plots import attention_weights
 from .corpus import recorded_valid
 from .runner import Budget, Experiment, Row, markdown_table
 
@@ -63,7 +62,7 @@ def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> lis
     for source, reference in pairs:
         src_ids = vocab.encode_source(source, model.cfg.max_len)
         tgt_ids = [vocab.bos_id] + vocab.encode(reference)[: model.cfg.max_len - 1]
-        weights = attention_weights(model, torch.tensor([src_ids]), torch.tensor([tgt_ids]))
+        weights = model.attention_weights(torch.tensor([src_ids]), torch.tensor([tgt_ids]))
         punctuation = torch.tensor([is_punctuation(vocab.id_to_piece(i)) for i in src_ids])
         for layer, layer_weights in enumerate(weights["encoder self-attention"]):
             stats = head_statistics(layer_weights, punctuation)
@@ -189,7 +188,7 @@ def plot_lines(model, vocab: Vocab, sources: list[str], out: Path) -> Path:
     source = next((s for s in sources if low <= len(vocab.encode(s)) + 1 <= high), sources[0])
     ids = vocab.encode_source(source, model.cfg.max_len)
     tokens = [vocab.id_to_piece(i) for i in ids]
-    weights = attention_weights(model, torch.tensor([ids]), torch.tensor([[vocab.bos_id]]))
+    weights = model.attention_weights(torch.tensor([ids]), torch.tensor([[vocab.bos_id]]))
     last = weights["encoder self-attention"][-1]  # (h, n, n)
     h, n = last.size(0), len(tokens)
     fig, axes = plt.subplots(1, h, figsize=(2.6 * h, 0.28 * n + 1), squeeze=False)

@@ -73,7 +73,7 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     spec = transformer_spec.TransformerSpec.from_config(
         (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU
     )
-    spec.config.layer_norm_epsilon = model.encoder[0].sublayer[0].norm.eps
+    spec.config.layer_norm_epsilon = model.encoder[0].self_attn_norm.eps
     spec.config.add_source_eos = True
     spec.config.decoder_start_token = vocab.id_to_piece(vocab.bos_id)
     for name, i in (
@@ -94,21 +94,21 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     for ours, theirs in zip(model.encoder, enc.layer):
         _linear(theirs.self_attention.linear[0], ours.self_attn.W_QKV)
         _linear(theirs.self_attention.linear[1], ours.self_attn.W_O)
-        _norm(theirs.self_attention.layer_norm, ours.sublayer[0].norm)
+        _norm(theirs.self_attention.layer_norm, ours.self_attn_norm)
         _linear(theirs.ffn.linear_0, ours.feed_forward.W_1)
         _linear(theirs.ffn.linear_1, ours.feed_forward.W_2)
-        _norm(theirs.ffn.layer_norm, ours.sublayer[1].norm)
+        _norm(theirs.ffn.layer_norm, ours.ffn_norm)
     for ours, theirs in zip(model.decoder, dec.layer):
         _linear(theirs.self_attention.linear[0], ours.self_attn.W_QKV)
         _linear(theirs.self_attention.linear[1], ours.self_attn.W_O)
-        _norm(theirs.self_attention.layer_norm, ours.sublayer[0].norm)
+        _norm(theirs.self_attention.layer_norm, ours.self_attn_norm)
         _linear(theirs.attention.linear[0], ours.src_attn.W_Q)
         _linear(theirs.attention.linear[1], ours.src_attn.W_KV)
         _linear(theirs.attention.linear[2], ours.src_attn.W_O)
-        _norm(theirs.attention.layer_norm, ours.sublayer[1].norm)
+        _norm(theirs.attention.layer_norm, ours.src_attn_norm)
         _linear(theirs.ffn.linear_0, ours.feed_forward.W_1)
         _linear(theirs.ffn.linear_1, ours.feed_forward.W_2)
-        _norm(theirs.ffn.layer_norm, ours.sublayer[2].norm)
+        _norm(theirs.ffn.layer_norm, ours.ffn_norm)
     pieces = [vocab.id_to_piece(i) for i in range(len(vocab))]
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)

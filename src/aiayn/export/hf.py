@@ -107,22 +107,22 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
         p = f"model.encoder.layers.{i}"
         split(f"{p}.self_attn", layer.self_attn.W_QKV, "qkv")
         writes(f"{p}.self_attn.out_proj", layer.self_attn.W_O)
-        writes(f"{p}.self_attn_layer_norm", layer.sublayer[0].norm)
+        writes(f"{p}.self_attn_layer_norm", layer.self_attn_norm)
         reads(f"{p}.fc1", layer.feed_forward.W_1)
         writes(f"{p}.fc2", layer.feed_forward.W_2)
-        writes(f"{p}.final_layer_norm", layer.sublayer[1].norm)
+        writes(f"{p}.final_layer_norm", layer.ffn_norm)
     for i, layer in enumerate(model.decoder):
         p = f"model.decoder.layers.{i}"
         split(f"{p}.self_attn", layer.self_attn.W_QKV, "qkv")
         writes(f"{p}.self_attn.out_proj", layer.self_attn.W_O)
-        writes(f"{p}.self_attn_layer_norm", layer.sublayer[0].norm)
+        writes(f"{p}.self_attn_layer_norm", layer.self_attn_norm)
         reads(f"{p}.encoder_attn.q_proj", layer.src_attn.W_Q)
         split(f"{p}.encoder_attn", layer.src_attn.W_KV, "kv")
         writes(f"{p}.encoder_attn.out_proj", layer.src_attn.W_O)
-        writes(f"{p}.encoder_attn_layer_norm", layer.sublayer[1].norm)
+        writes(f"{p}.encoder_attn_layer_norm", layer.src_attn_norm)
         reads(f"{p}.fc1", layer.feed_forward.W_1)
         writes(f"{p}.fc2", layer.feed_forward.W_2)
-        writes(f"{p}.final_layer_norm", layer.sublayer[2].norm)
+        writes(f"{p}.final_layer_norm", layer.ffn_norm)
     return {name: t.detach().float().contiguous() for name, t in state.items()}
 
 

@@ -72,7 +72,7 @@ class Tree:
         return [leaf.tag for leaf in self.leaves()]
 
 
-class TreeSyntaxError(ValueError):
+class TreeSyntaxError(UserError):
     """A malformed bracketing; the message starts with ``source:line:``."""
 
 

@@ -3,7 +3,7 @@
 Everything here runs on the batcher's worker thread (``decode``) or touches no model state
 (``encode``, ``info``), so the model is only ever used by one thread at a time. The library
 does the work: ``load_transformer`` reads the checkpoint, ``Vocab.encode_source`` makes the source
-ids, ``decode_ids`` searches, and ``plots.attention_weights`` (the path behind the demo's
+ids, ``decode_ids`` searches, and ``Transformer.attention_weights`` (the path behind the demo's
 attention pictures) gives the encoder-decoder attention of the best hypothesis.
 """
 
@@ -21,7 +21,6 @@ from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, decode_ids, for_decoding
 from ..errors import UserError
 from ..model import Transformer, count_parameters
-from ..plots import attention_weights
 
 DECODE_MAX_TOKENS = 8000  # padded source tokens per forward pass, as ``aiayn translate``
 ENC_DEC = "encoder-decoder attention"
@@ -137,8 +136,8 @@ class Translator:
         produced = hyp.tokens + [self.vocab.eos_id] if ended else hyp.tokens
         tgt_in = [self.vocab.bos_id] + produced[:-1]  # (T,) the decoder input that produced them
         device = next(self.model.parameters()).device
-        weights = attention_weights(
-            self.model, torch.tensor([source], device=device), torch.tensor([tgt_in], device=device)
+        weights = self.model.attention_weights(
+            torch.tensor([source], device=device), torch.tensor([tgt_in], device=device)
         )[ENC_DEC]  # N_dec x (h, T, S)
         return {
             "source": [self.vocab.id_to_piece(i) for i in source],
