@@ -165,11 +165,24 @@ class _Live:
             setattr(self, name, getattr(self, name).index_select(0, sentences))
 
 
-def expand(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+@dataclass
+class _Candidates:
+    """One step's 2k best extensions of each sentence's live prefixes, best first: (n, 2k) each."""
+
+    top: Tensor  # log P of the extended prefix
+    beam_of: Tensor  # the live beam (of b) it extends
+    tok: Tensor  # the token it appends
+    is_eos: Tensor  # whether that token is eos
+
+    @property
+    def k(self) -> int:
+        return self.top.size(1) // 2
+
+
+def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
     """Extend every live prefix by every token and keep the 2k best candidates per sentence.
 
-    scores (n, b) log P of the prefixes, lprobs (n*b, V) -> top (n, 2k) candidate log P, best
-    first; beam_of (n, 2k) the prefix (beam) each extends; tok (n, 2k) the token it appends.
+    scores (n, b) log P of the prefixes, lprobs (n*b, V) -> candidates (n, 2k).
     """
     (n, b), V = scores.shape, lprobs.size(-1)
     cand = (scores.unsqueeze(-1) + lprobs.view(n, b, V)).view(n, b * V)  # (n, b*V)
@@ -179,58 +192,45 @@ def expand(scores: Tensor, lprobs: Tensor, k: int) -> tuple[Tensor, Tensor, Tens
     beam_of, tok = idx // V, idx % V
     if b * V < 2 * k:
         beam_of.clamp_(max=b - 1)
-    return top, beam_of, tok
+    return _Candidates(top, beam_of, tok, tok == eos_id)
 
 
 def finish(
-    finished: _Finished,
-    live: _Live,
-    prefixes: Tensor,
-    t: int,
-    alpha: float,
-    top: Tensor,
-    beam_of: Tensor,
-    tok: Tensor,
-    is_eos: Tensor,
-    b: int,
+    finished: _Finished, live: _Live, cand: _Candidates, *, prefixes: Tensor, t: int, alpha: float
 ) -> None:
     """Finish the eos candidates that rank among the first k (at a sentence's length limit,
     every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``."""
-    k = top.size(1) // 2
+    k, n = cand.k, cand.top.size(0)
+    b = prefixes.size(0) // n  # live beams per sentence
     at_max = (live.max_lens <= t)[:, None]  # (n, 1)
-    rank_ok = torch.arange(2 * k, device=top.device) < k  # (2k,)
-    chosen = rank_ok & (is_eos | at_max) & (top > NEG_INF)  # (n, 2k)
+    rank_ok = torch.arange(2 * k, device=cand.top.device) < k  # (2k,)
+    chosen = rank_ok & (cand.is_eos | at_max) & (cand.top > NEG_INF)  # (n, 2k)
     if bool(chosen.any()):
         i, j = chosen.nonzero(as_tuple=True)
         outputs = torch.cat(
-            [prefixes.index_select(0, i * b + beam_of[i, j]), tok[i, j, None]], dim=1
+            [prefixes.index_select(0, i * b + cand.beam_of[i, j]), cand.tok[i, j, None]], dim=1
         )
-        finished.add(gnmt_length_penalty(t, alpha), chosen, live.active, top, outputs, is_eos)
+        finished.add(
+            gnmt_length_penalty(t, alpha), chosen, live.active, cand.top, outputs, cand.is_eos
+        )
 
 
 def prune(
-    finished: _Finished,
-    live: _Live,
-    t: int,
-    alpha: float,
-    top: Tensor,
-    beam_of: Tensor,
-    tok: Tensor,
-    is_eos: Tensor,
-    b: int,
+    finished: _Finished, live: _Live, cand: _Candidates, *, b: int, t: int, alpha: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The k best non-eos candidates stay live; a sentence is done at its length limit or once
-    none of them can reach its n-best list (see the module docstring).
+    none of them can reach its n-best list (see the module docstring). ``b``: live beams per
+    sentence before this step.
 
     Returns rows (n, k), the prefix row (of n*b) each live beam extends; tokens (n, k) and
     scores (n, k) of the live beams; done (n,) bool.
     """
-    k = top.size(1) // 2
-    scores, pos = top.masked_fill(is_eos, NEG_INF).topk(k, dim=1)  # (n, k)
+    scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
     lp_bound = live.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
     done = (live.max_lens <= t) | (scores[:, 0] / lp_bound <= finished.threshold())
-    rows = (torch.arange(top.size(0), device=top.device) * b)[:, None] + beam_of.gather(1, pos)
-    return rows, tok.gather(1, pos), scores, done
+    n = cand.top.size(0)
+    rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
+    return rows, cand.tok.gather(1, pos), scores, done
 
 
 @torch.no_grad()
@@ -286,12 +286,9 @@ def beam_search(
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
         if states is not None:
             lprobs = constrain(lprobs, [constraint.allowed(state) for state in states])
-        top, beam_of, tok = expand(scores, lprobs, k)  # (n, 2k) each
-        is_eos = tok == eos_id
-        finish(finished, live, prefixes, t, alpha, top, beam_of, tok, is_eos, b)
-        rows, tokens, scores, done = prune(
-            finished, live, t, alpha, top, beam_of, tok, is_eos, b
-        )  # (n, k), (n,)
+        cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
+        finish(finished, live, cand, prefixes=prefixes, t=t, alpha=alpha)
+        rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, alpha=alpha)
 
         # Done sentences leave the batch; the cache follows the surviving beams.
         if bool(done.any()):
