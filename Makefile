@@ -11,25 +11,30 @@ TORCH_INDEX ?=
 MINUTES ?= 15
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint docs bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,export]"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,export,docs]"
 	touch $@
 
 demo: setup
 	$(BIN)/aiayn demo --minutes $(MINUTES)
 
-test: setup lint
+test: setup lint docs
 	$(BIN)/python -m pytest
 
 # The formatter and the linter (rules in pyproject.toml); `ruff format .` applies the format.
 lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
+
+# The documentation site (mkdocs.yml): --strict, so a broken link or anchor, or a page missing
+# from the nav, fails `make test`. Written to site/ (ignored by git).
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
 
 bench: setup
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"
