@@ -4,7 +4,7 @@ A decode step multiplies a few rows (batch x beam: 4 at batch 1) by every weight
 the decoder and by the output projection. PyTorch sends ``F.linear`` to MKL's sgemm, which
 re-packs the whole weight matrix on every call; on the AMD EPYC (AVX2) of our benchmarks, decoding
 with weights packed once for oneDNN is 1.5-1.6x as fast at batch 1 (``benchmarks/
-decode_throughput.py --unpacked``; the figures are in the README). oneDNN is the library PyTorch itself uses for this (the same ops
+decode_throughput.py --unpacked``; the figures are in docs/benchmarks.md). oneDNN is the library PyTorch itself uses for this (the same ops
 ``torch.compile`` inserts when it freezes a CPU model); there is no public eager API for it,
 so ``PackedLinear`` calls those ops directly, and ``pack_linears`` falls back to leaving the
 model as it is where they are missing (a PyTorch built without oneDNN).
