@@ -140,6 +140,81 @@ def test_close_finishes_what_is_queued_then_refuses():
     assert asyncio.run(main()) == [1, 2, 3]
 
 
+class SlowHandle:
+    """A decode function the test holds: each call is recorded, and the one for ``slow`` waits
+    until ``release`` is set (a long batch decoding)."""
+
+    def __init__(self, slow):
+        self.slow, self.calls = slow, []
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, items):
+        self.calls.append(list(items))
+        if self.slow in items:
+            self.started.set()
+            assert self.release.wait(timeout=30)
+        return [item.upper() for item in items]
+
+
+async def _until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_requests_cancelled_while_queued_are_dropped_undecoded():
+    handle = SlowHandle("a")
+
+    async def main():
+        batcher = Batcher(handle, cost=len, key=lambda i: 0, max_cost=100, max_wait_s=0)
+        first = asyncio.ensure_future(batcher.submit("a"))
+        await _until(handle.started.is_set)  # "a" is decoding; the next two wait behind it
+        gone = asyncio.ensure_future(batcher.submit("b"))
+        after = asyncio.ensure_future(batcher.submit("c"))
+        await asyncio.sleep(0.05)
+        gone.cancel()  # what the app does when b's client hangs up
+        await asyncio.sleep(0.05)
+        handle.release.set()
+        try:
+            return await first, await after, gone.cancelled(), batcher.stats
+        finally:
+            batcher.close()
+
+    first, after, cancelled, stats = asyncio.run(main())
+    assert (first, after, cancelled) == ("A", "C", True)
+    assert handle.calls == [["a"], ["c"]]  # b was never decoded
+    assert (stats.requests, stats.cancelled) == (2, 1)
+
+
+def test_stop_refuses_new_requests_and_fails_those_still_queued_at_the_deadline():
+    handle = SlowHandle("a")
+
+    async def main():
+        batcher = Batcher(handle, cost=len, key=lambda i: 0, max_cost=0, max_wait_s=0)
+        decoding = asyncio.ensure_future(batcher.submit("a"))
+        await _until(handle.started.is_set)
+        queued = [asyncio.ensure_future(batcher.submit(i)) for i in ("b", "c")]
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        batcher.stop(0.3)
+        with pytest.raises(ShuttingDown):
+            await batcher.submit("d")
+        refused = await asyncio.gather(*queued, return_exceptions=True)
+        waited = time.monotonic() - start
+        assert not decoding.done()  # refused while "a" still decodes, not after it
+        handle.release.set()
+        try:
+            return await decoding, refused, waited
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, batcher.close)
+
+    answer, refused, waited = asyncio.run(main())
+    assert answer == "A" and handle.calls == [["a"]]
+    assert all(isinstance(r, ShuttingDown) and "not decoded" in str(r) for r in refused)
+    assert 0.25 < waited < 5
+
+
 # --- a tiny checkpoint and the API through the test client ------------------------------------------
 
 
@@ -337,6 +412,7 @@ def test_health_info_and_page(translator, checkpoint):
             "batches": 0,
             "largest": 0,
             "failures": 0,
+            "cancelled": 0,
         }
         info = c.get("/info").json()
         page = c.get("/")
