@@ -367,6 +367,17 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
             "alpha: Input should be greater than or equal to 0",
         ),
         ('{"text": ["a"], "beam": 4, "nbest": 5}', 422, "nbest (5) must be <= beam (4)"),
+        (
+            '{"text": ["ok", "a\\ud800b"]}',
+            422,
+            "text.1: character 1 is a lone surrogate '\\ud800', not Unicode text",
+        ),
+        ('{"text": ["a"], "\\udfff": 1}', 422, "a field name is not Unicode text"),
+        (
+            json.dumps({"text": ["a"], "pad": "x" * 6000}),
+            413,
+            "the body is 6026 bytes; the limit is 5360 bytes per request",
+        ),
         (json.dumps({"text": ["a"] * 9}), 413, "text has 9 sentences; the limit is 8 per request"),
         (
             json.dumps({"text": ["a" * 60, "b" * 41]}),
@@ -402,6 +413,37 @@ def test_unknown_routes_and_methods_answer_json(translator):
             405,
             {"error": "Method Not Allowed"},
         )
+
+
+@pytest.mark.parametrize(
+    "content_type, status, message",
+    [
+        ("application/json; charset=utf-8", 200, None),
+        ("application/vnd.api+json", 200, None),
+        (
+            "text/plain",
+            415,
+            "the body must be JSON with Content-Type: application/json, not 'text/plain'",
+        ),
+        (
+            "application/x-www-form-urlencoded",  # what curl -d sends without -H
+            415,
+            "not 'application/x-www-form-urlencoded'",
+        ),
+        (None, 415, "the body must be JSON with Content-Type: application/json, not none"),
+    ],
+)
+def test_the_body_must_be_sent_as_json(translator, content_type, status, message):
+    """Strict on purpose: a browser sends a text/plain POST from any page without asking (no
+    CORS preflight), so accepting it would let any web page drive a local server."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    with client(translator) as c:
+        r = c.post("/translate", content='{"text": ["Hello."]}', headers=headers)
+    assert r.status_code == status
+    if message is not None:
+        assert list(r.json()) == ["error"] and message in r.json()["error"]
+    else:
+        assert len(r.json()["translations"]) == 1
 
 
 def test_health_info_and_page(translator, checkpoint):
