@@ -29,7 +29,15 @@ from aiayn.checkpoint import save_checkpoint
 from aiayn.cli.main import main
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, decode_ids, translate
-from aiayn.serve import Batcher, Limits, ShuttingDown, TranslateJob, Translator, create_app
+from aiayn.serve import (
+    Batcher,
+    Limits,
+    ShuttingDown,
+    TranslateJob,
+    Translator,
+    create_app,
+    make_server,
+)
 
 SENTENCES = [
     "In the beginning God created the heaven and the earth.",
@@ -610,6 +618,183 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+# --- uvicorn as `aiayn serve` configures it, in a thread: bodies, timeouts, hang-ups, shutdown ---
+
+
+class SlowTranslator:
+    """``Translator`` for the app without a model: a sentence's ids are its characters, and
+    one-sentence jobs are decoded by a ``SlowHandle`` (which answers in capitals)."""
+
+    max_source_tokens = 10_000
+
+    def __init__(self, slow: str):
+        self.handle = SlowHandle(slow)
+
+    def encode(self, lines):
+        return [[ord(c) for c in line] for line in lines]
+
+    def decode(self, jobs):
+        return [[{"text": t}] for t in self.handle(["".join(map(chr, j.sources[0])) for j in jobs])]
+
+    def info(self):
+        return {}
+
+
+@contextmanager
+def serving(app, **server_args):
+    """``app`` behind the uvicorn server that ``aiayn serve`` runs; yields (server, host, port).
+
+    Leaving sets ``should_exit``, which is what SIGTERM does to uvicorn's server."""
+    port = _free_port()
+    server = make_server(app, host="127.0.0.1", port=port, log_level="warning", **server_args)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield server, "127.0.0.1", port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+def _post_in_thread(port: int, text: str, results: dict) -> threading.Thread:
+    def send():
+        results[text] = httpx.post(
+            f"http://127.0.0.1:{port}/translate", json={"text": [text]}, timeout=30
+        )
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One response of a keep-alive connection: its headers, then Content-Length bytes."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    _, headers, body = _parse(data)
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return data.partition(b"\r\n\r\n")[0] + b"\r\n\r\n" + body
+
+
+def _parse(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, body
+
+
+HEADERS = b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+
+
+def test_an_oversize_body_is_refused_before_it_is_read():
+    limit = Limits().max_body_bytes
+    with serving(create_app(SlowTranslator("slow"))) as (_, host, port):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Content-Length: 50000000\r\n\r\n" + b'{"text": ["')
+            status, headers, body = _parse(_read_until_closed(s))  # answered, not waiting
+        assert (status, headers["connection"]) == (413, "close")
+        assert json.loads(body) == {
+            "error": f"the body is 50000000 bytes; the limit is {limit} bytes per request"
+        }
+        chunk = b"x" * 16384
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Transfer-Encoding: chunked\r\n\r\n")
+            for _ in range(limit // len(chunk) + 1):  # just over the limit, and never the end
+                s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            status, _, body = _parse(_read_until_closed(s))
+        assert status == 413
+        assert json.loads(body) == {
+            "error": f"the body is over {limit} bytes, the limit per request"
+        }
+
+
+def test_half_sent_headers_are_cut_off_and_a_long_decode_is_not():
+    translator = SlowTranslator("slow")
+    with serving(create_app(translator), header_timeout_s=0.5) as (_, host, port):
+        with socket.create_connection((host, port), timeout=5) as s:
+            start = time.monotonic()
+            s.sendall(HEADERS)  # and never the blank line that ends them
+            assert _read_until_closed(s) == b""
+            assert 0.4 < time.monotonic() - start < 3
+        with socket.create_connection((host, port), timeout=5) as s:  # a keep-alive connection
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
+            assert _parse(_read_response(s))[0] == 200
+            s.sendall(b"GET /health HTTP/1.1\r\n")
+            assert _read_until_closed(s) == b""
+        results = {}
+        sender = _post_in_thread(port, "slow", results)
+        assert translator.handle.started.wait(timeout=10)
+        time.sleep(1.0)  # decoding for twice the header timeout
+        translator.handle.release.set()
+        sender.join(timeout=10)
+    assert results["slow"].json() == {"translations": [{"text": "SLOW"}]}
+
+
+def test_a_client_that_hangs_up_is_not_decoded():
+    translator = SlowTranslator("slow")
+    with serving(create_app(translator, Limits(max_wait_ms=0))) as (_, host, port):
+        results = {}
+        first = _post_in_thread(port, "slow", results)
+        assert translator.handle.started.wait(timeout=10)
+        body = b'{"text": ["gone"]}'
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.3)  # queued behind "slow"; then the client hangs up
+        time.sleep(0.3)
+        after = _post_in_thread(port, "next", results)
+        time.sleep(0.3)
+        translator.handle.release.set()
+        first.join(timeout=10)
+        after.join(timeout=10)
+        stats = httpx.get(f"http://127.0.0.1:{port}/health").json()
+    assert results["next"].json() == {"translations": [{"text": "NEXT"}]}
+    assert translator.handle.calls == [["slow"], ["next"]]
+    assert stats["cancelled"] == 1
+
+
+def test_shutdown_answers_503_for_what_it_will_not_decode_and_finishes_the_rest():
+    translator = SlowTranslator("slow")
+    app = create_app(translator, Limits(max_batch_tokens=0, max_wait_ms=0))
+    results = {}
+    with serving(app, shutdown_timeout_s=1.5) as (server, _, port):
+        decoding = _post_in_thread(port, "slow", results)
+        assert translator.handle.started.wait(timeout=10)
+        queued = [_post_in_thread(port, text, results) for text in ("queued", "also queued")]
+        time.sleep(0.3)
+        start = time.monotonic()
+        server.should_exit = True  # what SIGTERM does
+        for sender in queued:
+            sender.join(timeout=10)
+        refused_after = time.monotonic() - start
+        assert decoding.is_alive()  # refused while "slow" is still decoding
+        time.sleep(0.5)  # past the shutdown timeout (before 2x it): the decoding batch finishes
+        translator.handle.release.set()
+        decoding.join(timeout=10)
+    assert 1.3 < refused_after < 2.5
+    for text in ("queued", "also queued"):
+        assert results[text].status_code == 503
+        assert results[text].json() == {
+            "error": "the server is shutting down; this request was not decoded"
+        }
+    assert results["slow"].status_code == 200
+    assert results["slow"].json() == {"translations": [{"text": "SLOW"}]}
+    assert translator.handle.calls == [["slow"]]
 
 
 def test_cli_rejects_a_missing_checkpoint_and_bad_limits_in_one_line(tmp_path, checkpoint, capsys):

@@ -311,26 +311,3 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         return page
 
     return app
-
-
-def run_server(
-    checkpoint: str,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    device: str = "cpu",
-    limits: Limits = Limits(),
-    shutdown_timeout_s: float = 30.0,
-    quantize: str | None = None,
-) -> None:
-    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM.
-
-    On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish
-    (for at most ``shutdown_timeout_s``); the lifespan then drains the batcher.
-    """
-    import uvicorn
-
-    translator = Translator.load(checkpoint, device, quantize)
-    app = create_app(translator, limits)
-    uvicorn.run(
-        app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout_s, log_level="info"
-    )
