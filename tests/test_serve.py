@@ -29,7 +29,15 @@ from aiayn.checkpoint import save_checkpoint
 from aiayn.cli.main import main
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, decode_ids, translate
-from aiayn.serve import Batcher, Limits, ShuttingDown, TranslateJob, Translator, create_app
+from aiayn.serve import (
+    Batcher,
+    Limits,
+    ShuttingDown,
+    TranslateJob,
+    Translator,
+    create_app,
+    make_server,
+)
 
 SENTENCES = [
     "In the beginning God created the heaven and the earth.",
@@ -138,6 +146,81 @@ def test_close_finishes_what_is_queued_then_refuses():
         return await asyncio.gather(*pending)
 
     assert asyncio.run(main()) == [1, 2, 3]
+
+
+class SlowHandle:
+    """A decode function the test holds: each call is recorded, and the one for ``slow`` waits
+    until ``release`` is set (a long batch decoding)."""
+
+    def __init__(self, slow):
+        self.slow, self.calls = slow, []
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, items):
+        self.calls.append(list(items))
+        if self.slow in items:
+            self.started.set()
+            assert self.release.wait(timeout=30)
+        return [item.upper() for item in items]
+
+
+async def _until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_requests_cancelled_while_queued_are_dropped_undecoded():
+    handle = SlowHandle("a")
+
+    async def main():
+        batcher = Batcher(handle, cost=len, key=lambda i: 0, max_cost=100, max_wait_s=0)
+        first = asyncio.ensure_future(batcher.submit("a"))
+        await _until(handle.started.is_set)  # "a" is decoding; the next two wait behind it
+        gone = asyncio.ensure_future(batcher.submit("b"))
+        after = asyncio.ensure_future(batcher.submit("c"))
+        await asyncio.sleep(0.05)
+        gone.cancel()  # what the app does when b's client hangs up
+        await asyncio.sleep(0.05)
+        handle.release.set()
+        try:
+            return await first, await after, gone.cancelled(), batcher.stats
+        finally:
+            batcher.close()
+
+    first, after, cancelled, stats = asyncio.run(main())
+    assert (first, after, cancelled) == ("A", "C", True)
+    assert handle.calls == [["a"], ["c"]]  # b was never decoded
+    assert (stats.requests, stats.cancelled) == (2, 1)
+
+
+def test_stop_refuses_new_requests_and_fails_those_still_queued_at_the_deadline():
+    handle = SlowHandle("a")
+
+    async def main():
+        batcher = Batcher(handle, cost=len, key=lambda i: 0, max_cost=0, max_wait_s=0)
+        decoding = asyncio.ensure_future(batcher.submit("a"))
+        await _until(handle.started.is_set)
+        queued = [asyncio.ensure_future(batcher.submit(i)) for i in ("b", "c")]
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        batcher.stop(0.3)
+        with pytest.raises(ShuttingDown):
+            await batcher.submit("d")
+        refused = await asyncio.gather(*queued, return_exceptions=True)
+        waited = time.monotonic() - start
+        assert not decoding.done()  # refused while "a" still decodes, not after it
+        handle.release.set()
+        try:
+            return await decoding, refused, waited
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, batcher.close)
+
+    answer, refused, waited = asyncio.run(main())
+    assert answer == "A" and handle.calls == [["a"]]
+    assert all(isinstance(r, ShuttingDown) and "not decoded" in str(r) for r in refused)
+    assert 0.25 < waited < 5
 
 
 # --- a tiny checkpoint and the API through the test client ------------------------------------------
@@ -292,6 +375,17 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
             "alpha: Input should be greater than or equal to 0",
         ),
         ('{"text": ["a"], "beam": 4, "nbest": 5}', 422, "nbest (5) must be <= beam (4)"),
+        (
+            '{"text": ["ok", "a\\ud800b"]}',
+            422,
+            "text.1: character 1 is a lone surrogate '\\ud800', not Unicode text",
+        ),
+        ('{"text": ["a"], "\\udfff": 1}', 422, "a field name is not Unicode text"),
+        (
+            json.dumps({"text": ["a"], "pad": "x" * 6000}),
+            413,
+            "the body is 6026 bytes; the limit is 5360 bytes per request",
+        ),
         (json.dumps({"text": ["a"] * 9}), 413, "text has 9 sentences; the limit is 8 per request"),
         (
             json.dumps({"text": ["a" * 60, "b" * 41]}),
@@ -329,6 +423,37 @@ def test_unknown_routes_and_methods_answer_json(translator):
         )
 
 
+@pytest.mark.parametrize(
+    "content_type, status, message",
+    [
+        ("application/json; charset=utf-8", 200, None),
+        ("application/vnd.api+json", 200, None),
+        (
+            "text/plain",
+            415,
+            "the body must be JSON with Content-Type: application/json, not 'text/plain'",
+        ),
+        (
+            "application/x-www-form-urlencoded",  # what curl -d sends without -H
+            415,
+            "not 'application/x-www-form-urlencoded'",
+        ),
+        (None, 415, "the body must be JSON with Content-Type: application/json, not none"),
+    ],
+)
+def test_the_body_must_be_sent_as_json(translator, content_type, status, message):
+    """Strict on purpose: a browser sends a text/plain POST from any page without asking (no
+    CORS preflight), so accepting it would let any web page drive a local server."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    with client(translator) as c:
+        r = c.post("/translate", content='{"text": ["Hello."]}', headers=headers)
+    assert r.status_code == status
+    if message is not None:
+        assert list(r.json()) == ["error"] and message in r.json()["error"]
+    else:
+        assert len(r.json()["translations"]) == 1
+
+
 def test_health_info_and_page(translator, checkpoint):
     with client(translator, max_wait_ms=1.0) as c:
         assert c.get("/health").json() == {
@@ -337,6 +462,7 @@ def test_health_info_and_page(translator, checkpoint):
             "batches": 0,
             "largest": 0,
             "failures": 0,
+            "cancelled": 0,
         }
         info = c.get("/info").json()
         page = c.get("/")
@@ -492,6 +618,183 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+# --- uvicorn as `aiayn serve` configures it, in a thread: bodies, timeouts, hang-ups, shutdown ---
+
+
+class SlowTranslator:
+    """``Translator`` for the app without a model: a sentence's ids are its characters, and
+    one-sentence jobs are decoded by a ``SlowHandle`` (which answers in capitals)."""
+
+    max_source_tokens = 10_000
+
+    def __init__(self, slow: str):
+        self.handle = SlowHandle(slow)
+
+    def encode(self, lines):
+        return [[ord(c) for c in line] for line in lines]
+
+    def decode(self, jobs):
+        return [[{"text": t}] for t in self.handle(["".join(map(chr, j.sources[0])) for j in jobs])]
+
+    def info(self):
+        return {}
+
+
+@contextmanager
+def serving(app, **server_args):
+    """``app`` behind the uvicorn server that ``aiayn serve`` runs; yields (server, host, port).
+
+    Leaving sets ``should_exit``, which is what SIGTERM does to uvicorn's server."""
+    port = _free_port()
+    server = make_server(app, host="127.0.0.1", port=port, log_level="warning", **server_args)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield server, "127.0.0.1", port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+def _post_in_thread(port: int, text: str, results: dict) -> threading.Thread:
+    def send():
+        results[text] = httpx.post(
+            f"http://127.0.0.1:{port}/translate", json={"text": [text]}, timeout=30
+        )
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One response of a keep-alive connection: its headers, then Content-Length bytes."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    _, headers, body = _parse(data)
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return data.partition(b"\r\n\r\n")[0] + b"\r\n\r\n" + body
+
+
+def _parse(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, body
+
+
+HEADERS = b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+
+
+def test_an_oversize_body_is_refused_before_it_is_read():
+    limit = Limits().max_body_bytes
+    with serving(create_app(SlowTranslator("slow"))) as (_, host, port):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Content-Length: 50000000\r\n\r\n" + b'{"text": ["')
+            status, headers, body = _parse(_read_until_closed(s))  # answered, not waiting
+        assert (status, headers["connection"]) == (413, "close")
+        assert json.loads(body) == {
+            "error": f"the body is 50000000 bytes; the limit is {limit} bytes per request"
+        }
+        chunk = b"x" * 16384
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Transfer-Encoding: chunked\r\n\r\n")
+            for _ in range(limit // len(chunk) + 1):  # just over the limit, and never the end
+                s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            status, _, body = _parse(_read_until_closed(s))
+        assert status == 413
+        assert json.loads(body) == {
+            "error": f"the body is over {limit} bytes, the limit per request"
+        }
+
+
+def test_half_sent_headers_are_cut_off_and_a_long_decode_is_not():
+    translator = SlowTranslator("slow")
+    with serving(create_app(translator), header_timeout_s=0.5) as (_, host, port):
+        with socket.create_connection((host, port), timeout=5) as s:
+            start = time.monotonic()
+            s.sendall(HEADERS)  # and never the blank line that ends them
+            assert _read_until_closed(s) == b""
+            assert 0.4 < time.monotonic() - start < 3
+        with socket.create_connection((host, port), timeout=5) as s:  # a keep-alive connection
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: test\r\n\r\n")
+            assert _parse(_read_response(s))[0] == 200
+            s.sendall(b"GET /health HTTP/1.1\r\n")
+            assert _read_until_closed(s) == b""
+        results = {}
+        sender = _post_in_thread(port, "slow", results)
+        assert translator.handle.started.wait(timeout=10)
+        time.sleep(1.0)  # decoding for twice the header timeout
+        translator.handle.release.set()
+        sender.join(timeout=10)
+    assert results["slow"].json() == {"translations": [{"text": "SLOW"}]}
+
+
+def test_a_client_that_hangs_up_is_not_decoded():
+    translator = SlowTranslator("slow")
+    with serving(create_app(translator, Limits(max_wait_ms=0))) as (_, host, port):
+        results = {}
+        first = _post_in_thread(port, "slow", results)
+        assert translator.handle.started.wait(timeout=10)
+        body = b'{"text": ["gone"]}'
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            time.sleep(0.3)  # queued behind "slow"; then the client hangs up
+        time.sleep(0.3)
+        after = _post_in_thread(port, "next", results)
+        time.sleep(0.3)
+        translator.handle.release.set()
+        first.join(timeout=10)
+        after.join(timeout=10)
+        stats = httpx.get(f"http://127.0.0.1:{port}/health").json()
+    assert results["next"].json() == {"translations": [{"text": "NEXT"}]}
+    assert translator.handle.calls == [["slow"], ["next"]]
+    assert stats["cancelled"] == 1
+
+
+def test_shutdown_answers_503_for_what_it_will_not_decode_and_finishes_the_rest():
+    translator = SlowTranslator("slow")
+    app = create_app(translator, Limits(max_batch_tokens=0, max_wait_ms=0))
+    results = {}
+    with serving(app, shutdown_timeout_s=1.5) as (server, _, port):
+        decoding = _post_in_thread(port, "slow", results)
+        assert translator.handle.started.wait(timeout=10)
+        queued = [_post_in_thread(port, text, results) for text in ("queued", "also queued")]
+        time.sleep(0.3)
+        start = time.monotonic()
+        server.should_exit = True  # what SIGTERM does
+        for sender in queued:
+            sender.join(timeout=10)
+        refused_after = time.monotonic() - start
+        assert decoding.is_alive()  # refused while "slow" is still decoding
+        time.sleep(0.5)  # past the shutdown timeout (before 2x it): the decoding batch finishes
+        translator.handle.release.set()
+        decoding.join(timeout=10)
+    assert 1.3 < refused_after < 2.5
+    for text in ("queued", "also queued"):
+        assert results[text].status_code == 503
+        assert results[text].json() == {
+            "error": "the server is shutting down; this request was not decoded"
+        }
+    assert results["slow"].status_code == 200
+    assert results["slow"].json() == {"translations": [{"text": "SLOW"}]}
+    assert translator.handle.calls == [["slow"]]
 
 
 def test_cli_rejects_a_missing_checkpoint_and_bad_limits_in_one_line(tmp_path, checkpoint, capsys):

@@ -5,11 +5,13 @@ page that shows the encoder-decoder attention of each translation.
     curl -s localhost:8000/translate -H 'Content-Type: application/json' -d '{"text": ["Hello."]}'
 
 ``batcher`` groups concurrent requests for one worker thread; ``translator`` turns a checkpoint
-into answers with the library's decoding; ``app`` holds the routes, limits and errors.
+into answers with the library's decoding; ``app`` holds the routes, limits and errors;
+``server`` runs the app under uvicorn with its timeouts and shutdown.
 """
 
-from .app import Limits, TranslateRequest, create_app, run_server
+from .app import Limits, TranslateRequest, create_app
 from .batcher import Batcher, BatchStats, ShuttingDown
+from .server import make_server, run_server
 from .translator import TranslateJob, Translator
 
 __all__ = [
@@ -21,5 +23,6 @@ __all__ = [
     "TranslateRequest",
     "Translator",
     "create_app",
+    "make_server",
     "run_server",
 ]

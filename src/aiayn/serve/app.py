@@ -5,24 +5,30 @@
     GET  /info       model config, vocabulary, checkpoint, parameters, limits
     GET  /           the page: translate, then explore the attention (Figures 3-5)
 
-Every error is JSON ``{"error": "one line"}``: 400 malformed JSON; 422 wrong type, unknown
-field, bad value; 413 over a limit; 500 when decoding that request failed (the others in its
-batch are answered); 503 while shutting down. Decoding runs on the batcher's worker thread,
-never on the event loop.
+Every error is JSON ``{"error": "one line"}``: 400 malformed JSON; 415 a body not sent as
+JSON; 422 wrong type, unknown field, bad value, text that is not Unicode; 413 over a limit (a
+body over ``Limits.max_body_bytes`` is refused before it is read); 500 when decoding that
+request failed (the others in its batch are answered); 503 while shutting down. Decoding runs
+on the batcher's worker thread, never on the event loop; a request whose client hangs up
+while it waits is dropped undecoded.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from importlib.resources import files
+from typing import Annotated, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..decode import DECODE_PRESETS, DecodeConfig
 from ..errors import UserError
@@ -31,6 +37,7 @@ from .translator import TranslateJob, Translator
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,13 +59,33 @@ class Limits:
             if getattr(self, name) < least:
                 raise UserError(f"{name} must be >= {least}, got {getattr(self, name)}")
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest body a request within the other limits needs: every character written
+        as a JSON escaped surrogate pair (12 bytes), a few bytes around each sentence, and 4 KiB
+        for the other fields."""
+        return 12 * self.max_chars + 8 * self.max_sentences + 4096
+
+
+def _unicode(line: str) -> str:
+    """JSON can escape a lone surrogate (``"\\ud800"``), which no tokenizer (nor UTF-8) encodes."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UserError(
+            f"character {err.start} is a lone surrogate {line[err.start]!r}, not Unicode text"
+        ) from None
+    return line
+
 
 class TranslateRequest(BaseModel):
     """The body of ``POST /translate``: types are strict (``"4"`` is not a beam size)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    text: list[str] = Field(min_length=1, description="sentences to translate, one per item")
+    text: list[Annotated[str, AfterValidator(_unicode)]] = Field(
+        min_length=1, description="sentences to translate, one per item"
+    )
     beam: int = Field(
         DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size (1: beam search with one beam)"
     )
@@ -84,8 +111,80 @@ class TranslateRequest(BaseModel):
         )
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class BodyLimit:
+    """ASGI middleware: a request's body, at most ``max_bytes`` of it, is read before the app
+    parses it. Over the limit (declared by Content-Length, or reached while a chunked body
+    streams in) the answer is a 413 that closes the connection, so the rest is never read."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            message = (
+                f"the body is {declared} bytes; the limit is {self.max_bytes} bytes per request"
+            )
+            return await self._refuse(message, scope, receive, send)
+        body, more = bytearray(), True
+        while more:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                return  # the client left before its body was in: nobody to answer
+            body += event.get("body", b"")
+            more = event.get("more_body", False)
+            if len(body) > self.max_bytes:
+                message = f"the body is over {self.max_bytes} bytes, the limit per request"
+                return await self._refuse(message, scope, receive, send)
+        await self.app(scope, _replay(bytes(body), receive), send)
+
+    async def _refuse(self, message: str, scope: Scope, receive: Receive, send: Send) -> None:
+        await _error(413, message, headers={"connection": "close"})(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the app: the body read already, then the client's (its disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _is_json(content_type: str | None) -> bool:
+    """FastAPI's rule for a JSON body: application/json or application/*+json."""
+    mime = (content_type or "").split(";")[0].strip().lower()
+    return mime == "application/json" or (
+        mime.startswith("application/") and mime.endswith("+json")
+    )
+
+
+async def _unless_hung_up(request: Request, work: Awaitable[T]) -> T | None:
+    """``work``'s result, or None once the client hangs up (``work`` is then cancelled)."""
+
+    async def hung_up() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(hung_up())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+    return task.result() if task.done() else None
 
 
 def _validation_message(err: RequestValidationError) -> tuple[int, str]:
@@ -98,7 +197,9 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str]:
                 f"malformed JSON: {e.get('ctx', {}).get('error', e['msg'])} at character {e['loc'][-1]}",
             )
         where = ".".join(str(part) for part in e["loc"] if part != "body")
-        if not where and e["type"] in ("model_attributes_type", "dict_type", "model_type"):
+        if not where and e["type"] == "string_unicode":
+            problems.append("a field name is not Unicode text (it holds a lone surrogate)")
+        elif not where and e["type"] in ("model_attributes_type", "dict_type", "model_type"):
             problems.append('the body must be a JSON object, e.g. {"text": ["a sentence"]}')
         elif not where:
             problems.append(e["msg"].removeprefix("Value error, "))
@@ -111,8 +212,24 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str]:
     return 422, "; ".join(problems)
 
 
+def _not_json(request: Request, err: RequestValidationError) -> str | None:
+    """Why a body was not read as JSON, if its content type is the reason.
+
+    Strict on purpose: a browser sends a text/plain POST from any web page without asking the
+    server first (no CORS preflight), so accepting one would let any page use a local server.
+    """
+    content_type = request.headers.get("content-type")
+    if not isinstance(err.body, bytes) or _is_json(content_type):  # bytes: left unparsed
+        return None
+    given = repr(content_type) if content_type else "none"
+    return f"the body must be JSON with Content-Type: application/json, not {given}"
+
+
 def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
-    """The app for one loaded ``translator``; its batcher thread lives as long as the app runs."""
+    """The app for one loaded ``translator``; its batcher thread lives as long as the app runs.
+
+    ``app.state.batcher.stop(drain_s)`` begins a shutdown (``server.make_server`` calls it).
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -126,15 +243,18 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         try:
             yield
         finally:  # uvicorn has let the requests in flight finish; decode what is still queued
-            app.state.batcher.close()
+            await asyncio.to_thread(app.state.batcher.close)
 
     app = FastAPI(
         title="aiayn", summary="Transformer translation with dynamic batching", lifespan=lifespan
     )
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        if (problem := _not_json(request, err)) is not None:
+            return _error(415, problem)
         return _error(*_validation_message(err))
 
     @app.exception_handler(HTTPException)
@@ -164,11 +284,13 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         job = TranslateJob(sources, body.decode_config(), body.attention)
         batcher: Batcher = request.app.state.batcher
         try:
-            answers = await batcher.submit(job)
+            answers = await _unless_hung_up(request, batcher.submit(job))
         except ShuttingDown as err:
             return _error(503, str(err))
         except Exception as err:  # this request only: the batcher answered the others
             return _error(500, f"decoding failed: {type(err).__name__}: {err}")
+        if answers is None:  # nobody reads this; 499 is what access logs call a hang-up
+            return _error(499, "the client closed the connection")
         return JSONResponse({"translations": answers})
 
     @app.get("/health")
@@ -189,26 +311,3 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         return page
 
     return app
-
-
-def run_server(
-    checkpoint: str,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    device: str = "cpu",
-    limits: Limits = Limits(),
-    shutdown_timeout_s: float = 30.0,
-    quantize: str | None = None,
-) -> None:
-    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM.
-
-    On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish
-    (for at most ``shutdown_timeout_s``); the lifespan then drains the batcher.
-    """
-    import uvicorn
-
-    translator = Translator.load(checkpoint, device, quantize)
-    app = create_app(translator, limits)
-    uvicorn.run(
-        app, host=host, port=port, timeout_graceful_shutdown=shutdown_timeout_s, log_level="info"
-    )

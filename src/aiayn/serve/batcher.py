@@ -11,7 +11,13 @@ no wait at all. ``max_cost=0`` turns batching off: every request is decoded alon
 Only requests with the same ``key`` (e.g. beam size and alpha) can share a decode call; a
 batch with several keys is handed over as one group per key. If ``handle`` fails for a group,
 each of its requests is retried alone, so a request that cannot be decoded fails by itself
-and the others still get their answers.
+and the others still get their answers. A request whose caller stopped waiting (its client hung
+up, and the app cancelled the ``submit``) is dropped before it is decoded, so the requests
+behind it do not wait for an answer nobody reads.
+
+Shutting down in two steps: ``stop(drain_s)`` refuses new requests and gives the queue
+``drain_s`` seconds; requests not handed to ``handle`` by then fail with ``ShuttingDown``
+(the batch decoding then still finishes). ``close`` then stops the worker thread.
 
 Why by hand: Starlette/FastAPI have no batching; the serving frameworks that do (Triton,
 TorchServe, Ray Serve) are servers of their own, far heavier than this one module.
@@ -51,10 +57,12 @@ class BatchStats:
     batches: int = 0
     largest: int = 0
     failures: int = 0
+    cancelled: int = 0  # dropped undecoded: the caller stopped waiting
 
 
 class ShuttingDown(RuntimeError):
-    """``submit`` after ``close``: the server no longer takes requests."""
+    """``submit`` after ``stop`` or ``close``, or a request still queued at ``stop``'s deadline:
+    the server will not decode it."""
 
 
 _STOP = object()
@@ -83,6 +91,8 @@ class Batcher(Generic[T, R]):
         self.stats = BatchStats()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._closed = False
+        self._deadline = float("inf")  # monotonic time after which nothing more is decoded
+        self._timer: threading.Timer | None = None
         self._thread = threading.Thread(target=self._work, name="aiayn-decoder", daemon=True)
         self._thread.start()
 
@@ -95,9 +105,24 @@ class Batcher(Generic[T, R]):
         self._queue.put(pending)
         return await pending.future
 
+    def stop(self, drain_s: float) -> None:
+        """Take no more requests; fail with ``ShuttingDown`` those not decoding in ``drain_s``.
+
+        Returns at once: the event loop must keep running to send the answers.
+        """
+        self._closed = True
+        if self._timer is None:
+            self._deadline = time.monotonic() + drain_s
+            self._timer = threading.Timer(drain_s, self._refuse_queued)
+            self._timer.daemon = True
+            self._timer.start()
+
     def close(self) -> None:
-        """Finish every request already queued, then stop the worker thread."""
-        if not self._closed:
+        """Finish every request still queued (unless ``stop``'s deadline passed), then stop the
+        worker thread."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._thread.is_alive():
             self._closed = True
             self._queue.put(_STOP)
             self._thread.join()
@@ -112,6 +137,8 @@ class Batcher(Generic[T, R]):
             carry = None
             if first is _STOP:
                 return
+            if self._drop(first):
+                continue
             batch, cost = [first], first.cost
             deadline = time.monotonic() + self.max_wait_s
             while True:
@@ -122,6 +149,8 @@ class Batcher(Generic[T, R]):
                 if nxt is _STOP:
                     stop = True  # decode what is here, then stop
                     break
+                if self._drop(nxt):
+                    continue
                 if cost + nxt.cost > self.max_cost:
                     carry = nxt
                     break
@@ -129,10 +158,37 @@ class Batcher(Generic[T, R]):
                 cost += nxt.cost
             self._run(batch)
 
+    def _drop(self, p: _Pending) -> bool:
+        """Whether ``p`` is not to be decoded: its caller left, or the shutdown deadline passed."""
+        if p.future.cancelled():  # set by the loop thread; a stale read costs one wasted decode
+            self.stats.cancelled += 1
+            return True
+        if time.monotonic() >= self._deadline:
+            _refuse(p)
+            return True
+        return False
+
+    def _refuse_queued(self) -> None:
+        """At the deadline (on the timer's thread): fail what is still queued at once, rather
+        than when the batch decoding now is done."""
+        stop = False
+        while True:
+            try:
+                p = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if p is _STOP:
+                stop = True
+            else:
+                _refuse(p)
+        if stop:  # close() is waiting for the worker to see it
+            self._queue.put(_STOP)
+
     def _run(self, batch: list[_Pending]) -> None:
         groups: dict[Hashable, list[_Pending]] = {}
         for p in batch:
-            groups.setdefault(p.key, []).append(p)
+            if not self._drop(p):  # cancelled, or the deadline passed, while the batch formed
+                groups.setdefault(p.key, []).append(p)
         for group in groups.values():
             self.stats.batches += 1
             self.stats.requests += len(group)
@@ -162,6 +218,10 @@ class Batcher(Generic[T, R]):
         self.stats.failures += 1
         log.error("decoding a request failed", exc_info=err)
         _settle(p, None, err)
+
+
+def _refuse(p: _Pending) -> None:
+    _settle(p, None, ShuttingDown("the server is shutting down; this request was not decoded"))
 
 
 def _settle(p: _Pending, result: Any, err: Exception | None) -> None:

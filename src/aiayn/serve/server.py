@@ -1,0 +1,130 @@
+"""The uvicorn side of ``aiayn serve``: timeouts, and a shutdown that answers every request.
+
+Two holes in uvicorn's defaults are closed here:
+
+- uvicorn times out only an idle keep-alive connection, so a client that sends half its
+  headers holds a connection for ever; here a request's headers must be in
+  ``header_timeout_s`` after the connection opens or the previous answer went out.
+- On SIGTERM uvicorn cancels what is not done after its graceful timeout: requests still in
+  the batcher's queue got plain-text 500s, and a response being sent was cut. Here the batcher
+  is told first (``Batcher.stop``): what has not started decoding ``shutdown_timeout_s`` after
+  the signal is answered 503 JSON, and the batch decoding then and the responses being sent
+  get as long again to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import h11
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .app import Limits, create_app
+from .translator import Translator
+
+HEADER_TIMEOUT_S = 10.0  # for a request's line and headers, which a client sends at once
+KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this long (uvicorn's default)
+MAX_HEADER_BYTES = 16 * 1024  # request line and headers; h11 answers 400 past it
+
+
+class _HeaderDeadline(H11Protocol):
+    """uvicorn's h11 connection, closed when a request's headers are not in by a deadline."""
+
+    header_timeout_s = HEADER_TIMEOUT_S
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        self._arm()  # before uvicorn starts on a pipelined request, which disarms it again
+        super().on_response_complete()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:  # the request line and headers are in
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which tells the app's batcher when a shutdown begins."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, drain_s: float) -> None:
+        super().__init__(config)
+        self._app, self.drain_s = app, drain_s
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._app.state.batcher.stop(self.drain_s)
+        await super().shutdown(sockets)
+
+
+def make_server(
+    app: FastAPI,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    shutdown_timeout_s: float = 30.0,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    log_level: str = "info",
+) -> uvicorn.Server:
+    """A uvicorn server for ``app`` (from ``create_app``); ``run()`` serves until SIGINT/SIGTERM
+    (or ``should_exit``)."""
+    protocol = type("HeaderDeadline", (_HeaderDeadline,), {"header_timeout_s": header_timeout_s})
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_graceful_shutdown=2 * shutdown_timeout_s,  # the queue's time, then as long again
+        log_level=log_level,
+    )
+    return _Server(config, app, drain_s=shutdown_timeout_s)
+
+
+def run_server(
+    checkpoint: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "cpu",
+    limits: Limits | None = None,
+    shutdown_timeout_s: float = 30.0,
+    quantize: str | None = None,
+) -> None:
+    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM (see the module docstring)."""
+    translator = Translator.load(checkpoint, device, quantize)
+    server = make_server(
+        create_app(translator, limits or Limits()),
+        host=host,
+        port=port,
+        shutdown_timeout_s=shutdown_timeout_s,
+    )
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises a captured SIGINT once it has shut down
+        pass
+    if not server.started:
+        raise SystemExit(3)  # uvicorn.run's status when the app or the socket failed to start
