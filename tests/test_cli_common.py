@@ -33,6 +33,7 @@ def no_cuda(monkeypatch):
     "device, problem",
     [
         ("potato", "--device potato: not a device; use cpu, cuda or cuda:N"),
+        ("meta", "--device meta: not available here; use cpu, cuda or cuda:N"),
         ("cuda", "--device cuda: CUDA is not available on this machine; use cpu"),
         ("cuda:1", "--device cuda:1: CUDA is not available on this machine; use cpu"),
     ],

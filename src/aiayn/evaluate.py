@@ -74,7 +74,7 @@ def reference_perplexity(
     """exp(mean NLL per subword) of the references (eos included), teacher-forced, in eval
     mode (the model's mode is restored afterwards)."""
     with eval_mode(model):
-        return _reference_perplexity(model, vocab, sources, references, batch_size)
+        return _reference_perplexity(model, vocab, sources, references, batch_size=batch_size)
 
 
 def _reference_perplexity(
@@ -82,6 +82,7 @@ def _reference_perplexity(
     vocab: Vocab,
     sources: Sequence[str],
     references: Sequence[str],
+    *,
     batch_size: int,
 ) -> float:
     device = next(model.parameters()).device

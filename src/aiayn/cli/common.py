@@ -80,10 +80,10 @@ def check_device(name: str) -> str:
         device = torch.device(name)
     except RuntimeError:
         raise UserError(f"--device {name}: not a device; use cpu, cuda or cuda:N") from None
-    if device.type == "cpu":
+    if device.type == "cpu" or (device.type == "mps" and torch.backends.mps.is_available()):
         return name
     if device.type != "cuda":
-        raise UserError(f"--device {name}: not supported; use cpu, cuda or cuda:N")
+        raise UserError(f"--device {name}: not available here; use cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
         raise UserError(f"--device {name}: CUDA is not available on this machine; use cpu")
     count = torch.cuda.device_count()
