@@ -1,13 +1,89 @@
-"""aiayn.checkpoint: loading weights, including those of older checkpoints."""
+"""aiayn.checkpoint: what loading refuses (non-finite weights, a pointer that is no checkpoint
+name), the permissions of what averaging writes, and loading older checkpoints."""
 
 import json
+import os
 import re
 import shutil
+from pathlib import Path
 
+import pytest
 import torch
+from _safety import copy_run, one_line_error, run_cli
 from safetensors.torch import load_file, save_file
 
-from aiayn.checkpoint import WEIGHTS, load_transformer
+from aiayn.checkpoint import (
+    WEIGHTS,
+    average_checkpoints,
+    latest_checkpoint,
+    list_checkpoints,
+    load_transformer,
+)
+from aiayn.errors import UserError
+
+BAD = "encoder.0.feed_forward.W_2.weight"
+
+
+@pytest.fixture
+def ckpt(tiny_run, tmp_path) -> Path:
+    """A private copy of the newest checkpoint of ``tiny_run``."""
+    return Path(shutil.copytree(latest_checkpoint(tiny_run / "checkpoints"), tmp_path / "ckpt"))
+
+
+def spoil(ckpt: Path, value: float, names: tuple[str, ...] = (BAD,)) -> None:
+    state = load_file(str(ckpt / WEIGHTS))
+    for name in names:
+        state[name].view(-1)[3] = value
+    save_file(state, str(ckpt / WEIGHTS))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(ckpt, value):
+    spoil(ckpt, value)
+    with pytest.raises(UserError, match=rf"^{ckpt}: {BAD} holds NaN or infinite values"):
+        load_transformer(ckpt)
+
+
+def test_all_nan_weights_name_the_first_tensor_and_translate_nothing(ckpt, tmp_path, capsys):
+    state = load_file(str(ckpt / WEIGHTS))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in state.items()}, str(ckpt / WEIGHTS))
+    src = tmp_path / "in.txt"
+    src.write_text("In the beginning\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2 and out == ""
+    one_line_error(err, str(ckpt), "src_embed.tokens.weight holds NaN or infinite values")
+
+
+def test_averaging_refuses_non_finite_weights(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "checkpoints")
+    spoil(ckpts / "update_0000002", float("nan"))
+    with pytest.raises(UserError, match=f"update_0000002: {BAD} holds NaN"):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_an_averaged_checkpoint_gets_the_usual_permissions(tiny_run, tmp_path):
+    old = os.umask(0o022)
+    try:
+        out = average_checkpoints(list_checkpoints(tiny_run / "checkpoints"), tmp_path / "avg")
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o755  # not mkdtemp's private 0700
+    files = sorted(out.iterdir())
+    assert WEIGHTS in [f.name for f in files]
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o644, f.name  # safetensors alone writes 0600
+
+
+def test_a_pointer_holding_a_big_file_is_quoted_in_part(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "checkpoints")
+    big = tmp_path / "big.txt"
+    big.write_text("x" * 100_000 + "\n")
+    (ckpts / "latest").unlink()
+    (ckpts / "latest").symlink_to(big)
+    with pytest.raises(UserError, match="not a checkpoint directory inside") as info:
+        latest_checkpoint(ckpts)
+    assert repr("x" * 60) + " ..." in str(info.value) and "x" * 61 not in str(info.value)
 
 
 def test_a_checkpoint_with_the_old_sublayer_norm_names_loads_into_the_named_norms(

@@ -2,6 +2,7 @@
 
 import gzip
 import re
+import shutil
 from itertools import islice
 
 import numpy as np
@@ -107,6 +108,28 @@ def test_model_with_other_special_ids_is_rejected(tmp_path):
     )  # sentencepiece defaults: unk=0, bos=1, eos=2, no pad
     with pytest.raises(UserError, match=r"special ids \(pad, unk, bos, eos\) are \(-1, 0, 1, 2\)"):
         Vocab.load(tmp_path / "d.model")
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)) * 4, b""])
+def test_a_file_that_is_no_sentencepiece_model_is_named(tmp_path, content):
+    (tmp_path / "spm.model").write_bytes(content)
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'spm.model'}: not a SentencePiece model"):
+        Vocab.load(tmp_path / "spm.model")
+
+
+def test_translate_names_a_garbage_spm_model_in_one_line(tiny_run, tmp_path, capsys):
+    from _safety import one_line_error, run_cli
+
+    from aiayn.checkpoint import latest_checkpoint
+
+    ckpt = shutil.copytree(latest_checkpoint(tiny_run / "checkpoints"), tmp_path / "ckpt")
+    (ckpt / "spm.model").write_bytes(np.random.default_rng(0).bytes(5000))
+    (tmp_path / "in.txt").write_text("In the beginning\n")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--input", tmp_path / "in.txt"
+    )
+    assert code == 2 and out == ""
+    one_line_error(err, f"{ckpt / 'spm.model'}: not a SentencePiece model")
 
 
 def test_prepare_counts_skips_and_dtype(small):

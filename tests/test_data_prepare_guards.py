@@ -347,6 +347,15 @@ def test_bad_sizes_are_one_line_errors(corpus, tmp_path, capsys, flags, message)
     assert not (tmp_path / "o").exists() and leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("flags", [[], ["--train-src", "only-one-side.en"]])
+def test_prepare_without_inputs_is_a_one_line_error(tmp_path, capsys, flags):
+    err = run_prepare(capsys, "--out", str(tmp_path / "o"), *flags)
+    assert err.startswith(
+        "aiayn prepare: error: no input: give --bundled, --wmt14, or --train-src and --train-tgt"
+    )
+    assert not (tmp_path / "o").exists()
+
+
 def test_too_large_vocab_size_says_the_limit(corpus, tmp_path):
     with pytest.raises(UserError, match=r"at most (\d+) pieces; ask for \1 or fewer") as e:
         prepare_corpus({"train": corpus["train"]}, tmp_path / "o", vocab_size=5000)

@@ -305,6 +305,16 @@ def test_overlong_source_truncated_with_warning():
     assert len(hyps[0]) == 1
 
 
+def test_overlong_sources_go_to_on_truncate_instead_of_a_warning(recwarn):
+    model = tiny_model()  # tiny: max_len 256 positions
+    told = []
+    sources = [[5, EOS], [5] * 300 + [EOS], [6] * 257]
+    config = DecodeConfig(beam=1, max_len_a=0, max_len_b=2)
+    hyps = decode_ids(model, sources, config, on_truncate=lambda *a: told.append(a))
+    assert told == [(1, 301, 256), (2, 257, 256)] and not recwarn.list
+    assert len(hyps) == 3 and all(len(h) == 1 for h in hyps)
+
+
 @pytest.mark.parametrize(
     "batch_size,max_tokens,expected",
     [

@@ -4,6 +4,7 @@ reruns that skip finished rows, and the measurements' own arithmetic pinned by h
 import functools
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import torch
 from aiayn.config import ModelConfig
 from aiayn.data import TokenDataset
 from aiayn.decode import DecodeConfig
+from aiayn.errors import UserError
 from aiayn.experiments import run_experiment, table1, table3, training
 from aiayn.experiments.corpus import Corpus, valid_paths
 from aiayn.experiments.heads import head_statistics, is_punctuation
@@ -185,6 +187,13 @@ def test_budget_is_typed_and_checked():
         read_budget(["update=7"])
     with pytest.raises(ValueError, match="updates must be >= 1"):
         read_budget(["updates=0"])
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1"])
+def test_budget_seconds_must_be_a_finite_positive_number(value):
+    message = f"--budget: seconds must be a positive, finite number, got {float(value)}"
+    with pytest.raises(UserError, match=f"^{re.escape(message)}$"):
+        read_budget([f"seconds={value}"])
 
 
 def test_cli_reports_a_bad_budget_in_one_line(tmp_path):

@@ -2,6 +2,7 @@
 unrepresentable options are named, and the CLI turns both into one line and exit code 2."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -146,3 +147,34 @@ def test_a_model_converted_for_decoding_is_refused(mode):
 
     with pytest.raises(ExportError, match="packed or quantized for decoding"):
         to_marian(converted)  # the exporter itself refuses, before reading any weight
+
+
+def test_cli_names_an_out_below_a_file_in_one_line(tmp_path, capsys):
+    model = Transformer(ModelConfig.preset("tiny"))
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, None
+    )
+    (tmp_path / "afile").write_text("keep me")
+    out = tmp_path / "afile" / "sub"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--checkpoint", str(ckpt), "--to", "hf", "--out", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"aiayn export: error: cannot write {out}: {tmp_path / 'afile'} is a file, not a directory"
+    ]
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def test_an_export_gets_the_usual_permissions(tmp_path):
+    from safetensors.torch import save_file  # writes 0600 files of its own accord
+
+    old = os.umask(0o022)
+    try:
+        with export_dir(tmp_path / "out", {"format": "test"}) as tmp:
+            save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755
+    for name in ("model.safetensors", MARKER):
+        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name

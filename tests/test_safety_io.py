@@ -15,7 +15,9 @@ from aiayn.errors import UserError
 from aiayn.io import (
     atomic_file,
     iter_lines,
+    publish_dir,
     read_lines,
+    temp_dir_beside,
     write_lines_atomic,
     write_parallel,
     write_text_atomic,
@@ -168,6 +170,32 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o644  # not mkstemp's private 0600
+
+
+def test_published_directories_get_the_usual_permissions(tmp_path):
+    import torch
+    from safetensors.torch import save_file  # writes 0600 files of its own accord
+
+    old = os.umask(0o022)
+    try:
+        tmp = temp_dir_beside(tmp_path / "out")
+        save_file({"w": torch.zeros(2)}, str(tmp / "model.safetensors"))
+        (tmp / "meta.json").write_text("{}")
+        publish_dir(tmp, tmp_path / "out")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755  # not mkdtemp's private 0700
+    for name in ("model.safetensors", "meta.json"):
+        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_a_directory_under_a_file_is_named(tmp_path):
+    (tmp_path / "afile").write_text("keep me")
+    with pytest.raises(
+        UserError, match=f"^cannot write {tmp_path}/afile/sub: {tmp_path}/afile is a file"
+    ):
+        temp_dir_beside(tmp_path / "afile" / "sub")
+    assert (tmp_path / "afile").read_text() == "keep me"
 
 
 def test_an_output_that_is_a_directory_is_refused(tmp_path):

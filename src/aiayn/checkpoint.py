@@ -21,7 +21,7 @@ import pickle
 import re
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,11 +109,13 @@ def latest_checkpoint(ckpt_root: Path) -> Path | None:
     """
     pointer = ckpt_root / "latest"
     if pointer.is_file():
-        name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        with open(pointer, "rb") as f:  # a name is short: never read a whole stray file
+            name = f.read(256).decode("utf-8", errors="replace").strip()
         path = ckpt_root / name
         if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
+            quoted = repr(name[:60]) + (" ..." if len(name) > 60 else "")
             raise UserError(
-                f"{pointer} names {name!r}, which is not a checkpoint directory inside "
+                f"{pointer} names {quoted}, which is not a checkpoint directory inside "
                 f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there"
             )
         if (path / META).is_file():
@@ -180,17 +182,30 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
         ) from None
 
 
+def check_finite(tensors: Mapping[str, torch.Tensor], ckpt: Path) -> None:
+    """Refuse NaN or infinite weights (a diverged run): they decode every line to an empty
+    one and export without a word. The first bad tensor is named."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(
+                f"{ckpt}: {name} holds NaN or infinite values: the run diverged before this "
+                "checkpoint; use an earlier one"
+            )
+
+
 def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint's ``model.safetensors`` (a damaged file is named as such)."""
     path = Path(ckpt) / WEIGHTS
     if not path.is_file():
         raise FileNotFoundError(f"{ckpt} is not a checkpoint: {WEIGHTS} is missing")
     try:
-        return load_file(str(path))
+        state = load_file(str(path))
     except SafetensorError as e:
         raise UserError(
             f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged (truncated?)"
         ) from None
+    check_finite(state, ckpt)
+    return state
 
 
 # Norm names before they were named by role: (stack, sub-layer index) -> name
@@ -237,6 +252,7 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
         raise UserError(
             f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}"
         )
+    check_finite(model.state_dict(), ckpt)
 
 
 def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):

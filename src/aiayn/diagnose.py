@@ -24,7 +24,7 @@ import torch
 
 from .data import Vocab
 from .errors import UserError
-from .evaluate import reference_perplexity
+from .evaluate import eval_mode, reference_perplexity
 from .model import Transformer
 
 __all__ = ["source_sensitivity", "encoder_spread"]
@@ -46,21 +46,36 @@ def source_sensitivity(
 def encoder_spread(model: Transformer, vocab: Vocab, sources: Sequence[str]) -> list[float]:
     """Per encoder layer, mean over sentences of mean_i |x_i - mean_j x_j| / mean_i |x_i|
     (positions i, j of one sentence, eos included); sentences are run one at a time, so there
-    is no padding to exclude."""
-    model.eval()
-    device = next(model.parameters()).device
-    totals = [0.0] * len(model.encoder)
-    n = 0
-    for line in sources:
-        if not line.strip():
-            continue
-        src = torch.tensor([vocab.encode_source(line, model.cfg.max_len)], device=device)
-        x = model.src_embed(src)
-        for i, layer in enumerate(model.encoder):
-            x = layer(x, None)
-            deviation = (x - x.mean(dim=1, keepdim=True)).norm(dim=-1).mean()
-            totals[i] += float(deviation / x.norm(dim=-1).mean())
-        n += 1
+    is no padding to exclude. The states are those of ``model.encode`` (its mask; the last
+    layer's through the final norm: what the decoder reads), in eval mode (restored after)."""
+    with eval_mode(model):
+        device = next(model.parameters()).device
+        totals = [0.0] * len(model.encoder)
+        n = 0
+        for line in sources:
+            if not line.strip():
+                continue
+            src = torch.tensor([vocab.encode_source(line, model.cfg.max_len)], device=device)
+            for i, x in enumerate(_encoder_states(model, src)):  # x: (1, S, d_model)
+                deviation = (x - x.mean(dim=1, keepdim=True)).norm(dim=-1).mean()
+                totals[i] += float(deviation / x.norm(dim=-1).mean())
+            n += 1
     if n == 0:
         raise UserError("no non-empty source sentence")
     return [t / n for t in totals]
+
+
+def _encoder_states(model: Transformer, src: torch.Tensor) -> list[torch.Tensor]:
+    """The output of each encoder layer in one ``model.encode(src)``, the last one replaced by
+    what ``encode`` returns (after the final norm, where there is one)."""
+    states: list[torch.Tensor] = []
+    hooks = [
+        layer.register_forward_hook(lambda _layer, _inputs, out: states.append(out))
+        for layer in model.encoder
+    ]
+    try:
+        memory = model.encode(src)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return states[:-1] + [memory]

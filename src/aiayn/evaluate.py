@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,18 @@ class Evaluation:
         }
 
 
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Run the block with ``model`` in eval mode (no dropout), then put it back in the mode
+    it was in: a measurement taken mid-training must not switch dropout off for the rest."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def reference_perplexity(
     model: Transformer,
@@ -58,8 +71,20 @@ def reference_perplexity(
     references: Sequence[str],
     batch_size: int = 64,
 ) -> float:
-    """exp(mean NLL per subword) of the references (eos included), teacher-forced."""
-    model.eval()
+    """exp(mean NLL per subword) of the references (eos included), teacher-forced, in eval
+    mode (the model's mode is restored afterwards)."""
+    with eval_mode(model):
+        return _reference_perplexity(model, vocab, sources, references, batch_size=batch_size)
+
+
+def _reference_perplexity(
+    model: Transformer,
+    vocab: Vocab,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    batch_size: int,
+) -> float:
     device = next(model.parameters()).device
     nll_sum, tokens = 0.0, 0
     pairs = [

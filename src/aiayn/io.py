@@ -8,7 +8,8 @@ here. Bytes are decoded as strict UTF-8, line by line, so that an error names th
 
 Writing. A file is written to a temporary name beside its destination, fsynced and renamed,
 so that a reader (or a crash) sees the old file or the new one, never half of one; a failed
-write removes its temporary file. ``publish_dir`` does the same for a whole directory.
+write removes its temporary file. ``publish_dir`` does the same for a whole directory. What
+is published gets the permissions the umask gives any new file, whoever wrote it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import gzip
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,12 +97,17 @@ def check_output_file(path: PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path} is a directory; give a file name for the output")
+    check_parent(path)
+    return path
+
+
+def check_parent(path: Path) -> None:
+    """Refuse ``path`` when the nearest existing folder above it is a file (``afile/sub``)."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"cannot write {path}: {parent} is a file, not a directory")
-    return path
 
 
 @contextmanager
@@ -159,10 +164,39 @@ def write_parallel(pairs: Iterable[tuple[str, str]], src_path: PathLike, tgt_pat
 
 
 def temp_dir_beside(path: PathLike) -> Path:
-    """A new, empty directory beside ``path`` (same file system, so renaming it is atomic)."""
+    """A new, empty directory beside ``path`` (same file system, so renaming it is atomic).
+
+    Its name is random and created exclusively; it gets the umask's usual permissions (unlike
+    mkdtemp's 0700), since it becomes the published directory.
+    """
     path = Path(path)
+    check_parent(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue  # another's name: draw again, never reuse it
+
+
+def _umask() -> int:
+    """The process umask; reading it means setting it, so 0o077 stands in for that instant."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(directory: Path) -> None:
+    """Give ``directory`` and everything in it the permissions the umask gives new files and
+    folders: some writers (safetensors) create private 0600 files of their own accord."""
+    mask = _umask()
+    for root, _, files in os.walk(directory):
+        os.chmod(root, 0o777 & ~mask)
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                os.chmod(os.path.join(root, name), 0o666 & ~mask)
 
 
 def fsync_tree(directory: Path) -> None:
@@ -178,6 +212,7 @@ def publish_dir(tmp: Path, final: Path) -> None:
     """Rename the complete directory ``tmp`` to ``final``; an existing ``final`` (which the
     caller has decided may be replaced) is first moved aside and removed only afterwards, so
     that a crash leaves the old or the new directory in place, never neither."""
+    apply_umask(tmp)
     fsync_tree(tmp)
     aside = None
     if final.exists() or final.is_symlink():

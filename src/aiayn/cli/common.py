@@ -1,5 +1,6 @@
 """What several commands share, written once: the decoding options and the ``DecodeConfig``
-they make, the thread count, the training run, and the line saying where a command wrote."""
+they make, the device, the thread count, the training run, and the line saying where a
+command wrote."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..decode import DecodeConfig
@@ -52,9 +55,41 @@ def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> No
             help="search only well-formed trees with one leaf per word (not in the paper; "
             "default: the paper's search, then repair)",
         )
-    p.add_argument("--device", default="cpu")
+    add_device_arg(p)
     if preset is None:
         add_quantize_arg(p)
+
+
+def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:
+    """``--device`` of every command that runs a model; ``main`` checks it (``check_device``)
+    before the command starts."""
+    p.add_argument(
+        "--device", default=default, help=f"cpu, cuda, cuda:N or auto (default: {default})"
+    )
+
+
+def check_device(name: str) -> str:
+    """``--device`` as torch takes it ("auto": cuda where there is one, else cpu), or a
+    one-line ``UserError``: torch names a device it cannot use in a traceback from deep
+    inside loading a checkpoint or starting a run."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"--device {name}: not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "cpu" or (device.type == "mps" and torch.backends.mps.is_available()):
+        return name
+    if device.type != "cuda":
+        raise UserError(f"--device {name}: not available here; use cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {name}: CUDA is not available on this machine; use cpu")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise UserError(f"--device {name}: this machine has {count} CUDA devices (0-{count - 1})")
+    return name
 
 
 def add_quantize_arg(p: argparse.ArgumentParser) -> None:
@@ -103,7 +138,7 @@ def add_train_args(
         "--set", action="append", metavar="KEY=VALUE", help=f"override, e.g. {set_example}"
     )
     p.add_argument("--resume", default="auto", help=resume_help)
-    p.add_argument("--device", default="auto", help="cpu, cuda (default: cuda if available)")
+    add_device_arg(p, default="auto")
 
 
 def run_training(args: argparse.Namespace, command: str, **defaults: str) -> None:

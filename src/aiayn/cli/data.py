@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..errors import UserError
 from .common import say_wrote
 
 
@@ -30,7 +31,7 @@ def _prepare(args: argparse.Namespace) -> None:
         splits = download_wmt14(args.wmt14, src, tgt, Path(args.out) / "raw")
     else:
         if not (args.train_src and args.train_tgt):
-            raise SystemExit("aiayn prepare: give --bundled, or --train-src and --train-tgt")
+            raise UserError("no input: give --bundled, --wmt14, or --train-src and --train-tgt")
         splits = {"train": (Path(args.train_src), Path(args.train_tgt))}
         for name in ("valid", "test"):
             src, tgt = getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")

@@ -19,6 +19,7 @@ import sys
 
 from ..errors import UserError
 from . import data, demo, experiment, export, parse, serve, train, translate
+from .common import check_device
 
 # The sub-commands in the order `aiayn --help` lists them.
 COMMANDS = (
@@ -50,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
+        if "device" in args:  # once, here, for every command that takes it
+            args.device = check_device(args.device)
         args.func(args)
     except (
         UserError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_quantize_arg
+from .common import add_device_arg, add_quantize_arg
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -38,7 +38,7 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
         "--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)"
     )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--device", default="cpu")
+    add_device_arg(p)
     p.add_argument(
         "--max-batch-tokens",
         type=int,

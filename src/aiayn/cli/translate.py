@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TextIO
@@ -35,8 +36,9 @@ def translate_stream(
 
     Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
-    ``UserError`` names those lines (``name`` is what it calls the input). ``quantize``: None
-    or "int8" (see ``aiayn.decode.quantize``).
+    ``UserError`` names those lines (``name`` is what it calls the input). A line longer than
+    the model's positions is truncated and named on stderr by its line in the input. ``quantize``:
+    None or "int8" (see ``aiayn.decode.quantize``).
     """
     from ..checkpoint import VOCAB, load_transformer
     from ..data import Vocab
@@ -62,7 +64,11 @@ def translate_stream(
                 texts.append("")  # an empty line translates to an empty line
         if not texts:
             break
-        for out in translate(model, texts, vocab, decode, batch_size=chunk, max_tokens=8000):
+        report = partial(_say_truncated, name=name, first=count + 1)
+        outputs = translate(
+            model, texts, vocab, decode, batch_size=chunk, max_tokens=8000, on_truncate=report
+        )
+        for out in outputs:
             sink.write(out + "\n")
         sink.flush()
         count += len(texts)
@@ -73,6 +79,15 @@ def translate_stream(
             f"empty lines; the other {count - len(bad)} were translated"
         )
     return count
+
+
+def _say_truncated(index: int, tokens: int, cap: int, *, name: str, first: int) -> None:
+    """``on_truncate`` for a chunk whose first text is line ``first`` of ``name``."""
+    print(
+        f"aiayn translate: warning: {name}: line {first + index}: {tokens} tokens, "
+        f"more than the model's {cap} positions: truncated",
+        file=sys.stderr,
+    )
 
 
 def _translate(args: argparse.Namespace) -> None:

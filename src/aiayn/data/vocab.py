@@ -132,7 +132,13 @@ class Vocab:
         path = Path(path)
         if not path.is_file():
             raise UserError(f"vocabulary model {path} does not exist")
-        return cls(spm.SentencePieceProcessor(model_file=str(path)), path)
+        try:
+            processor = spm.SentencePieceProcessor(model_file=str(path))
+        except RuntimeError:  # sentencepiece's only answer to a file it cannot parse
+            raise UserError(
+                f"{path}: not a SentencePiece model (damaged, or another kind of file)"
+            ) from None
+        return cls(processor, path)
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()

@@ -13,7 +13,7 @@ with a warning.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -67,11 +67,14 @@ def decode_ids(
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    on_truncate: Callable[[int, int, int], None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Token-id sources -> n-best hypotheses per source, in input order.
 
     Empty sources get no hypotheses (``[]``). Sources longer than ``max_src_len`` (default: the
-    model's ``cfg.max_len`` when it has one) are truncated, keeping a final eos, with a warning.
+    model's ``cfg.max_len`` when it has one) are truncated, keeping a final eos, with a warning;
+    or, given ``on_truncate``, each is reported to it as (index, tokens, cap) instead, so that
+    a caller reading a file in chunks can name the line in the file.
     Output lengths are capped at the model's positions as well. Every beam size, 1 included,
     is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
     under the length penalty, which greedy search would not (they agree when alpha = 0).
@@ -85,15 +88,18 @@ def decode_ids(
     sources = [list(s) for s in sources]
     if cap is not None:
         too_long = [i for i, s in enumerate(sources) if len(s) > cap]
-        if too_long:
+        if on_truncate is not None:
+            for i in too_long:
+                on_truncate(i, len(sources[i]), cap)
+        elif too_long:
             warnings.warn(
                 f"{len(too_long)} source(s) longer than {cap} tokens truncated "
                 f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
                 stacklevel=2,
             )
-            for i in too_long:
-                s = sources[i]
-                sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+        for i in too_long:
+            s = sources[i]
+            sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
     results: list[list[Hypothesis]] = [[] for _ in sources]
     nonempty = [i for i, s in enumerate(sources) if s]
     batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))

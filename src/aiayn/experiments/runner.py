@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import json
+import math
 import os
 import sys
 import time
@@ -50,12 +51,12 @@ class Budget:
         2  # CPU threads (table1 on a shared machine: 1, or spin-waiting threads distort it)
     )
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # read_budget names "--budget" before these messages
         for name in ("updates", "sentences", "max_tokens", "threads"):
             if getattr(self, name) < 1:
-                raise UserError(f"--budget {name} must be >= 1, got {getattr(self, name)}")
-        if self.seconds <= 0:
-            raise UserError(f"--budget seconds must be positive, got {self.seconds}")
+                raise UserError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not (math.isfinite(self.seconds) and self.seconds > 0):  # nan > 0 is False too
+            raise UserError(f"seconds must be a positive, finite number, got {self.seconds}")
 
 
 def read_budget(assignments: Sequence[str]) -> Budget:

@@ -23,7 +23,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import UserError
-from ..io import publish_dir, temp_dir_beside
+from ..io import check_parent, publish_dir, temp_dir_beside
 
 MARKER = "aiayn-export.json"
 
@@ -113,6 +113,7 @@ def _previous_export(out: Path) -> bool:
 def check_out(out: Path) -> None:
     """Refuse an OUT that exists and is not an empty directory or an earlier export of ours."""
     if not out.exists():
+        check_parent(out)  # afile/sub: before the work, in a line
         return
     if not out.is_dir():
         raise ExportError(f"--out {out} exists and is not a directory; not overwriting it")
