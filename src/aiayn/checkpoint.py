@@ -33,11 +33,16 @@ from torch import nn
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
 from .errors import UserError
-from .io import publish_dir, temp_dir_beside, write_text_atomic
+from .io import check_not_input, publish_dir, temp_dir_beside, write_text_atomic
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
 CHECKPOINT_NAME = re.compile(r"update_\d+")
+
+
+def checkpoint_files(ckpt: Path) -> list[Path]:
+    """The files of checkpoint directory ``ckpt`` that commands read (present or not)."""
+    return [Path(ckpt) / name for name in (WEIGHTS, META, TRAINER, VOCAB)]
 
 
 def checkpoint_name(update: int) -> str:
@@ -246,17 +251,11 @@ def is_averaged_checkpoint(path: Path) -> bool:
 def check_average_out(out: Path, inputs: Sequence[Path], force: bool = False) -> None:
     """Refuse an output directory whose replacement would destroy what averaging did not write.
 
-    Never a directory that holds (or is) one of the inputs (a run or checkpoints directory),
-    even with ``force``; an existing path only if it is a previous averaged checkpoint, or
-    with ``force``.
+    Never one of the inputs (the checkpoints, the validation files) or a directory that holds
+    one (a run or checkpoints directory), even with ``force``; an existing path only if it is
+    a previous averaged checkpoint, or with ``force``.
     """
-    target = Path(out).resolve()
-    for p in inputs:
-        source = Path(p).resolve()
-        if source == target or target in source.parents:
-            raise UserError(
-                f"--out {out} holds the checkpoint {p} being averaged; choose a new directory"
-            )
+    check_not_input(out, inputs, option="--out", whole_dir=True)
     if (out.exists() or out.is_symlink()) and not force and not is_averaged_checkpoint(out):
         raise UserError(
             f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "

@@ -150,6 +150,11 @@ def split_files(split: str) -> list[str]:
     return [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
 
 
+def dataset_files(splits: Iterable[str]) -> list[str]:
+    """The names of the files ``prepare`` writes into a dataset directory of ``splits``."""
+    return [META, VOCAB_MODEL, "spm.vocab", *chain.from_iterable(map(split_files, splits))]
+
+
 def is_dataset_file(name: str) -> bool:
     """Whether ``name`` is one of the files ``prepare`` writes into a dataset directory."""
     return name in (META, VOCAB_MODEL, "spm.vocab") or _ARRAY_FILE.fullmatch(name) is not None

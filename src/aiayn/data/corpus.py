@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import fsync_dir, fsync_tree
-from .binarize import META, binarize_split, is_dataset_file, read_meta, split_files, write_meta
+from ..io import check_not_input, fsync_dir, fsync_tree
+from .binarize import (
+    META,
+    binarize_split,
+    dataset_files,
+    is_dataset_file,
+    read_meta,
+    split_files,
+    write_meta,
+)
 from .readers import ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
 
@@ -71,6 +79,8 @@ def prepare_corpus(
         if path.is_dir():
             raise UserError(f"{path}: is a directory; expected a text file of sentences")
     out = Path(out_dir).resolve()
+    for output in [out, *(out / name for name in dataset_files(splits))]:
+        check_not_input(output, inputs)
     check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
