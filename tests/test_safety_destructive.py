@@ -384,6 +384,56 @@ def test_average_refuses_a_mixture_of_model_configs(tiny_run, tmp_path):
         average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
 
 
+def _rewrite_weights(ckpt, change) -> None:
+    """Replace the tensors of ``ckpt``'s model.safetensors by ``change(tensors)``."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(ckpt / WEIGHTS))
+    save_file(change(tensors), str(ckpt / WEIGHTS))
+
+
+def test_average_refuses_a_tensor_of_another_shape_by_name(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    name = "encoder.0.feed_forward.W_1.weight"
+    # A [1, d] tensor for a [d_ff, d] weight broadcasts in a sum: it must be refused, not averaged.
+    _rewrite_weights(ckpts / "update_0000002", lambda t: {**t, name: t[name][:1].clone()})
+    with pytest.raises(UserError, match=f"update_0000002: tensor {name} has shape \\[1, 32\\]"):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_average_refuses_a_missing_tensor_by_name(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    name = "encoder.0.sublayer.1.norm.bias"
+    _rewrite_weights(ckpts / "update_0000003", lambda t: {k: v for k, v in t.items() if k != name})
+    with pytest.raises(UserError, match=f"update_0000003 has no tensor {name}"):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+
+
+def test_average_refuses_checkpoints_stored_in_different_dtypes(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    _rewrite_weights(ckpts / "update_0000003", lambda t: {k: v.half() for k, v in t.items()})
+    with pytest.raises(
+        UserError, match="update_0000003: tensor .* is torch.float16, in .* torch.float32"
+    ):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+
+
+def test_average_sums_in_fp32_and_stores_the_common_dtype(tiny_run, tmp_path):
+    from aiayn.checkpoint import load_state
+
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    for ckpt in list_checkpoints(ckpts):
+        _rewrite_weights(
+            ckpt, lambda t: {k: torch.full_like(v, 60000).half() for k, v in t.items()}
+        )
+    out = average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+    state = load_state(out)
+    assert {t.dtype for t in state.values()} == {torch.float16}
+    # 3 x 60000 overflows fp16 (max 65504); summed in fp32 the mean is exact.
+    assert all(torch.equal(t, torch.full_like(t, 60000)) for t in state.values())
+
+
 # --- 7. the valid split: checked at start-up; a failure never loses the trained updates ---------
 
 

@@ -286,14 +286,44 @@ def check_same_model(paths: Sequence[Path]) -> None:
             )
 
 
+def check_same_tensors(paths: Sequence[Path], states: Sequence[dict[str, torch.Tensor]]) -> None:
+    """Every state holds the first one's tensor names with the same shapes and dtypes.
+
+    A shape that differs would broadcast in the sum (a [1, d] tensor into a [d_ff, d] one)
+    and give an average that loads and translates garbage; a dtype that differs leaves no
+    one dtype to store the average in.
+    """
+    first, reference = Path(paths[0]), states[0]
+    for path, state in zip(paths[1:], states[1:]):
+        if missing := sorted(reference.keys() - state.keys()):
+            raise UserError(f"{path} has no tensor {missing[0]}, which {first} has: cannot average")
+        if extra := sorted(state.keys() - reference.keys()):
+            raise UserError(
+                f"{path} has a tensor {extra[0]}, which {first} has not: cannot average"
+            )
+        for name in sorted(state):
+            tensor, expected = state[name], reference[name]
+            if tensor.shape != expected.shape:
+                raise UserError(
+                    f"{path}: tensor {name} has shape {list(tensor.shape)}, in {first} "
+                    f"{list(expected.shape)}: cannot average"
+                )
+            if tensor.dtype != expected.dtype:
+                raise UserError(
+                    f"{path}: tensor {name} is {tensor.dtype}, in {first} {expected.dtype}: "
+                    "cannot average checkpoints stored in different dtypes"
+                )
+
+
 def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -> Path:
     """Average the weights of ``paths`` into checkpoint directory ``out`` (section 6.1).
 
-    Floating-point tensors are accumulated in float32 and cast back; other tensors (none in
-    this model, but e.g. integer buffers) are taken from the last checkpoint. The tied matrix
-    is stored once per file, so it is averaged once and stays tied when loaded. ``out`` is
-    built in a new temporary directory and renamed into place; see ``check_average_out`` for
-    what it may replace.
+    The checkpoints must hold the same tensors (names, shapes, dtypes: ``check_same_tensors``).
+    Floating-point tensors are summed in float32 and the mean stored in their common dtype;
+    other tensors (none in this model, but e.g. integer buffers) are taken from the last
+    checkpoint. The tied matrix is stored once per file, so it is averaged once and stays
+    tied when loaded. ``out`` is built in a new temporary directory and renamed into place;
+    see ``check_average_out`` for what it may replace.
     """
     if not paths:
         raise UserError("no checkpoints to average")
@@ -301,13 +331,9 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     check_average_out(out, paths, force)
     check_same_model(paths)
     states = [load_state(Path(p)) for p in paths]
-    names = set(states[0])
-    for p, state in zip(paths, states):
-        if set(state) != names:
-            raise UserError(f"{p} holds different tensors than {paths[0]}: cannot average")
+    check_same_tensors(paths, states)
     averaged: dict[str, torch.Tensor] = {}
-    for name in sorted(names):
-        last = states[-1][name]
+    for name, last in sorted(states[-1].items()):
         if last.is_floating_point():
             total = torch.zeros_like(last, dtype=torch.float32)
             for state in states:
