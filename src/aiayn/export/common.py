@@ -22,12 +22,13 @@ from typing import Any
 import torch
 
 from ..config import ModelConfig
+from ..errors import UserError
 from ..io import publish_dir, temp_dir_beside
 
 MARKER = "aiayn-export.json"
 
 
-class ExportError(ValueError):
+class ExportError(UserError):
     """A model or an output directory that cannot be exported as asked (a user error)."""
 
 
