@@ -8,12 +8,14 @@ longer and its tokens more varied), the model tests on the fixture only."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
 from _ptb_sample import FIXTURE_DIR, fixture_split, require_ptb_dir
+from _safety import one_line_error, run_cli
 
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
@@ -24,6 +26,7 @@ from aiayn.parsing import (
     is_bracket,
     linearize,
     parse_trees,
+    pipeline,
     read_lines,
     read_treebank,
     split_wsj_sample,
@@ -39,6 +42,7 @@ from aiayn.parsing.pipeline import (
     prepare_parsing,
     prepared_leaves,
     text_paths,
+    trained_leaves,
     tree_constraint,
 )
 from aiayn.train import TrainConfig
@@ -132,14 +136,7 @@ def test_decoded_pieces_delinearize_to_the_gold_tree(prepared):
     assert len(ids_to_tokens(vocab, mixed)) == 2
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory):
-    """A tiny model trained for 6 updates on the fixture's XX-leaf data."""
-    data = tmp_path_factory.mktemp("fixture") / "data"
-    _prepare(fixture_split(), VOCAB_SIZE["fixture"], data)
-    run = tmp_path_factory.mktemp("run")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: a second thread only adds waiting on a busy machine
+def _train(data, run, updates: int):
     cfg = TrainConfig(
         data=str(data),
         out=str(run),
@@ -148,14 +145,37 @@ def tiny_checkpoint(tmp_path_factory):
         max_src_tokens=600,
         max_tgt_tokens=1000,
         warmup=10,
-        max_updates=6,
+        max_updates=updates,
         save_every_minutes=None,
         validate=False,
         log_every=1,
     )
     Trainer(cfg, device="cpu").run(resume=None)
-    yield data, run / "checkpoints" / "update_0000006"
+    return run / "checkpoints" / f"update_{updates:07d}"
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops: a second thread only adds waiting on a busy machine
+    yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, one_thread):
+    """A tiny model trained for 6 updates on the fixture's XX-leaf data."""
+    data = tmp_path_factory.mktemp("fixture") / "data"
+    _prepare(fixture_split(), VOCAB_SIZE["fixture"], data)
+    return data, _train(data, tmp_path_factory.mktemp("run"), 6)
+
+
+@pytest.fixture(scope="module")
+def words_checkpoint(tmp_path_factory, one_thread):
+    """A tiny model trained for 1 update on the fixture's word-leaf data."""
+    data = tmp_path_factory.mktemp("fixture-words") / "data"
+    _prepare(fixture_split(), VOCAB_SIZE["fixture"], data, leaves="words")
+    return _train(data, tmp_path_factory.mktemp("run-words"), 1)
 
 
 def test_evaluate_agrees_with_evalb_on_its_prediction_file(tiny_checkpoint, tmp_path):
@@ -317,3 +337,63 @@ def test_the_command_line_prepares_the_fixture(tmp_path):
     assert summary["sentences"] == {"train": 16, "dev": 4, "test": 3}
     assert summary["files"] == {"train": 3, "dev": 1, "test": 1}
     assert len(read_lines(tmp_path / "data" / "test.gold")) == 3
+
+
+# --- a checkpoint decodes with the leaf form it was trained on ---------------------------------
+
+
+def _decoded_leaves(monkeypatch, ckpt, **kwargs) -> list[str]:
+    """The leaf forms ``parse_lines`` decoded ``ckpt`` with (beam 1, a few steps)."""
+    used = []
+
+    def spy(*args, leaves, **rest):
+        used.append(leaves)
+        return real(*args, leaves=leaves, **rest)
+
+    real = pipeline._parse_words
+    monkeypatch.setattr(pipeline, "_parse_words", spy)
+    parse_lines(ckpt, ["The dog barks ."], DecodeConfig(beam=1, max_len_b=5), **kwargs)
+    return used
+
+
+def test_a_checkpoint_records_the_leaf_form_of_its_training_data(tiny_checkpoint, words_checkpoint):
+    assert trained_leaves(tiny_checkpoint[1]) == "XX"
+    assert trained_leaves(words_checkpoint) == "words"
+
+
+def test_parse_decodes_with_the_recorded_leaf_form_by_default(words_checkpoint, monkeypatch):
+    assert _decoded_leaves(monkeypatch, words_checkpoint) == ["words"]
+    assert _decoded_leaves(monkeypatch, words_checkpoint, leaves="words") == ["words"]
+
+
+def test_a_leaf_form_that_contradicts_the_checkpoint_is_a_one_line_error(
+    words_checkpoint, tmp_path, capsys
+):
+    (tmp_path / "in.txt").write_text("The dog barks .\n")
+    code, out, err = run_cli(
+        capsys,
+        "parse",
+        "parse",
+        "--checkpoint",
+        words_checkpoint,
+        "--input",
+        tmp_path / "in.txt",
+        "--leaves",
+        "XX",
+        "--beam",
+        1,
+    )
+    assert code == 2 and out == ""
+    one_line_error(err, str(words_checkpoint), "--leaves words", "--leaves XX")
+
+
+def test_a_checkpoint_without_a_record_keeps_the_old_default(
+    words_checkpoint, tmp_path, monkeypatch
+):
+    old = shutil.copytree(words_checkpoint, tmp_path / "old")
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["dataset"]
+    (old / "meta.json").write_text(json.dumps(meta))
+    assert trained_leaves(old) is None
+    assert _decoded_leaves(monkeypatch, old) == ["XX"]
+    assert _decoded_leaves(monkeypatch, old, leaves="words") == ["words"]

@@ -6,6 +6,7 @@ user would make, and checks both the error and that nothing was lost.
 
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -61,7 +62,7 @@ def test_average_never_replaces_a_directory_holding_its_inputs_even_with_force(
         capsys, "average", run / "checkpoints", "--last", 2, "--out", out, "--force"
     )
     assert code == 2
-    one_line_error(err, "holds the checkpoint", "being averaged")
+    one_line_error(err, f"--out {out}", "the input", "update_000000")
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == before
     assert all((p / WEIGHTS).is_file() for p in list_checkpoints(run / "checkpoints"))
 
@@ -106,6 +107,116 @@ def test_a_failed_average_leaves_the_previous_one_intact(tiny_run, tmp_path, mon
         average_checkpoints(list_checkpoints(tiny_run / "checkpoints"), out)
     assert (out / WEIGHTS).read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["averaged"]
+
+
+# --- 1b. no command writes its output over one of its inputs -----------------------------------
+
+
+def _evaluate_files(tmp_path):
+    src, ref = tmp_path / "test.en", tmp_path / "test.es"
+    src.write_text("In the beginning God created the heaven\nAnd the earth\n")
+    ref.write_text("En el principio creó Dios los cielos\nY la tierra\n")
+    return src, ref
+
+
+@pytest.mark.parametrize("victim", ["--src", "--ref", "spm.model"])
+@pytest.mark.parametrize("how", ["same path", "symlink", "hard link", "input links to it"])
+def test_evaluate_refuses_an_output_that_is_one_of_its_inputs(
+    tiny_run, tmp_path, capsys, victim, how
+):
+    ckpt = shutil.copytree(tiny_run / "checkpoints" / "update_0000003", tmp_path / "ckpt")
+    src, ref = _evaluate_files(tmp_path)
+    target = {"--src": src, "--ref": ref, "spm.model": ckpt / VOCAB}[victim]
+    output = target
+    if how == "symlink":
+        output = tmp_path / "hyp.link"
+        output.symlink_to(target)
+    elif how == "hard link":
+        output = tmp_path / "hyp.hard"
+        os.link(target, output)
+    elif how == "input links to it":  # the input is a link to the file the output replaces
+        output = tmp_path / "hyp.txt"
+        shutil.move(target, output)
+        target.symlink_to(output)
+    before = {p: p.read_bytes() for p in (src, ref, ckpt / VOCAB)}
+    code, _, err = run_cli(
+        capsys,
+        "evaluate",
+        "--checkpoint",
+        ckpt,
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--output",
+        output,
+        "--beam",
+        1,
+    )
+    assert code == 2
+    one_line_error(err, f"--output {output} is the input", str(target))
+    assert {p: p.read_bytes() for p in (src, ref, ckpt / VOCAB)} == before
+
+
+@pytest.mark.parametrize("target", ["reference", "its directory"])
+def test_average_never_replaces_its_choose_on_files_even_with_force(
+    tiny_run, tmp_path, capsys, target
+):
+    data = tmp_path / "valid"
+    data.mkdir()
+    src, ref = _evaluate_files(data)
+    out = {"reference": ref, "its directory": data}[target]
+    code, _, err = run_cli(
+        capsys,
+        "average",
+        tiny_run / "checkpoints",
+        "--last",
+        2,
+        "--choose-on",
+        src,
+        ref,
+        "--out",
+        out,
+        "--force",
+    )
+    assert code == 2
+    one_line_error(err, f"--out {out}", "the input", str(data / "test."))
+    assert sorted(p.name for p in data.iterdir()) == ["test.en", "test.es"]
+    assert read_lines(ref)[1] == "Y la tierra"
+
+
+def test_demo_fresh_never_deletes_its_prepared_corpus(tmp_path, monkeypatch):
+    from aiayn import demo
+
+    def no_prepare(work):
+        raise AssertionError("the demo ran before checking --work against --out")
+
+    monkeypatch.setattr(demo, "prepare_bundled", no_prepare)
+    run = tmp_path / "run"
+    (run / "attention").mkdir(parents=True)  # a demo output's name, holding a dataset
+    (run / "attention" / "meta.json").write_text("{}")
+    with pytest.raises(UserError, match=f"--out {run} holds the input {run / 'attention'}"):
+        demo.run_demo(out=run, work=run / "attention", fresh=True, progress=lambda m: None)
+    assert (run / "attention" / "meta.json").read_text() == "{}"
+
+
+def test_experiment_refuses_to_write_its_results_into_its_checkpoint(tiny_run, tmp_path, capsys):
+    ckpt = shutil.copytree(tiny_run / "checkpoints" / "update_0000003", tmp_path / "ckpt")
+    before = sorted(p.name for p in ckpt.iterdir())
+    code, _, err = run_cli(
+        capsys,
+        "experiment",
+        "heads",
+        "--checkpoint",
+        ckpt,
+        "--out",
+        ckpt,
+        "--budget",
+        "sentences=2",
+    )
+    assert code == 2
+    one_line_error(err, f"--out {ckpt} is the input {ckpt}")
+    assert sorted(p.name for p in ckpt.iterdir()) == before
 
 
 # --- 3. one line-reading rule: LF ends a line, CRLF's CR goes, a bare CR stays --------------------
@@ -271,6 +382,56 @@ def test_average_refuses_a_mixture_of_model_configs(tiny_run, tmp_path):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="different model configs"):
         average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+
+
+def _rewrite_weights(ckpt, change) -> None:
+    """Replace the tensors of ``ckpt``'s model.safetensors by ``change(tensors)``."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(ckpt / WEIGHTS))
+    save_file(change(tensors), str(ckpt / WEIGHTS))
+
+
+def test_average_refuses_a_tensor_of_another_shape_by_name(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    name = "encoder.0.feed_forward.W_1.weight"
+    # A [1, d] tensor for a [d_ff, d] weight broadcasts in a sum: it must be refused, not averaged.
+    _rewrite_weights(ckpts / "update_0000002", lambda t: {**t, name: t[name][:1].clone()})
+    with pytest.raises(UserError, match=f"update_0000002: tensor {name} has shape \\[1, 32\\]"):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+    assert not (tmp_path / "avg").exists()
+
+
+def test_average_refuses_a_missing_tensor_by_name(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    name = "encoder.0.sublayer.1.norm.bias"
+    _rewrite_weights(ckpts / "update_0000003", lambda t: {k: v for k, v in t.items() if k != name})
+    with pytest.raises(UserError, match=f"update_0000003 has no tensor {name}"):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+
+
+def test_average_refuses_checkpoints_stored_in_different_dtypes(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    _rewrite_weights(ckpts / "update_0000003", lambda t: {k: v.half() for k, v in t.items()})
+    with pytest.raises(
+        UserError, match="update_0000003: tensor .* is torch.float16, in .* torch.float32"
+    ):
+        average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+
+
+def test_average_sums_in_fp32_and_stores_the_common_dtype(tiny_run, tmp_path):
+    from aiayn.checkpoint import load_state
+
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    for ckpt in list_checkpoints(ckpts):
+        _rewrite_weights(
+            ckpt, lambda t: {k: torch.full_like(v, 60000).half() for k, v in t.items()}
+        )
+    out = average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")
+    state = load_state(out)
+    assert {t.dtype for t in state.values()} == {torch.float16}
+    # 3 x 60000 overflows fp16 (max 65504); summed in fp32 the mean is exact.
+    assert all(torch.equal(t, torch.full_like(t, 60000)) for t in state.values())
 
 
 # --- 7. the valid split: checked at start-up; a failure never loses the trained updates ---------

@@ -168,15 +168,27 @@ def test_evaluate_output_that_is_a_directory_fails_before_decoding(
     [
         ("", "", "are both empty: nothing to evaluate"),
         ("a\nb\n", "", "the reference file {ref} is empty"),
+        ("a\nb\n", "x\n", "{src} has 2 lines but {ref} has 1"),
+        ("\n \n", "x\ny\n", "no line of {src} has text"),
     ],
 )
-def test_evaluate_empty_files_are_named(ckpt, tmp_path, capsys, src_text, ref_text, problem):
+@pytest.mark.parametrize("command", ["evaluate", "average --choose-on"])
+def test_evaluate_and_average_choose_on_check_the_test_files_alike(
+    tiny_run, tmp_path, capsys, src_text, ref_text, problem, command
+):
     src, ref = tmp_path / "s.txt", tmp_path / "r.txt"
     src.write_text(src_text)
     ref.write_text(ref_text)
-    code, _, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    if command == "evaluate":
+        ckpt = latest_checkpoint(tiny_run / "checkpoints")
+        argv = ["evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref]
+    else:
+        argv = ["average", tiny_run / "checkpoints", "--last", 2, "--choose-on", src, ref]
+        argv += ["--out", tmp_path / "avg"]
+    code, out, err = run_cli(capsys, *argv)
     assert code == 2
-    one_line_error(err, problem.format(ref=ref))
+    one_line_error(err, problem.format(src=src, ref=ref))
+    assert "perplexity" not in out and not (tmp_path / "avg").exists()
 
 
 def test_alpha_nan_is_a_one_line_error(ckpt, tmp_path, capsys):

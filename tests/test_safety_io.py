@@ -14,6 +14,7 @@ from aiayn.data.readers import iter_lines as corpus_lines
 from aiayn.errors import UserError
 from aiayn.io import (
     atomic_file,
+    check_not_input,
     iter_lines,
     publish_dir,
     read_lines,
@@ -202,6 +203,49 @@ def test_an_output_that_is_a_directory_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(UserError, match="is a directory; give a file name"):
         write_text_atomic(tmp_path / "out", "x")
+
+
+def _same_file_cases(tmp_path, how):
+    """(output, input) where the output is the input by ``how``."""
+    data = tmp_path / "ref.txt"
+    data.write_text("keep\n")
+    if how == "same path":
+        return tmp_path / "." / "ref.txt", data
+    if how == "symlink to the input":
+        (tmp_path / "link").symlink_to(data)
+        return tmp_path / "link", data
+    if how == "input is a symlink to it":
+        (tmp_path / "link").symlink_to(data)
+        return data, tmp_path / "link"
+    os.link(data, tmp_path / "hard")
+    return tmp_path / "hard", data
+
+
+@pytest.mark.parametrize(
+    "how", ["same path", "symlink to the input", "input is a symlink to it", "hard link"]
+)
+def test_an_output_that_is_an_input_is_refused_naming_both(tmp_path, how):
+    output, data = _same_file_cases(tmp_path, how)
+    with pytest.raises(UserError) as caught:
+        check_not_input(output, [tmp_path / "other", data], option="--output")
+    message = str(caught.value)
+    assert "\n" not in message and f"--output {output}" in message and str(data) in message
+
+
+def test_an_output_beside_its_inputs_is_allowed(tmp_path):
+    (tmp_path / "ref.txt").write_text("x\n")
+    (tmp_path / "hyp.txt").write_text("y\n")  # an earlier output, not an input
+    check_not_input(tmp_path / "hyp.txt", [tmp_path / "ref.txt", tmp_path / "missing"])
+    check_not_input(tmp_path / "new.txt", [tmp_path / "ref.txt"])
+
+
+def test_a_directory_holding_an_input_is_refused_only_when_replaced_whole(tmp_path):
+    inner = tmp_path / "run" / "checkpoints" / "update_1"
+    inner.mkdir(parents=True)
+    check_not_input(tmp_path / "run", [inner])  # written into, not replaced: the input stays
+    with pytest.raises(UserError, match=f"--out {tmp_path / 'run'} holds the input {inner}"):
+        check_not_input(tmp_path / "run", [inner], option="--out", whole_dir=True)
+    check_not_input(inner / "averaged", [inner], whole_dir=True)  # inside an input is no threat
 
 
 def test_io_does_not_import_torch():

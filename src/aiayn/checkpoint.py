@@ -33,11 +33,16 @@ from torch import nn
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
 from .errors import UserError
-from .io import publish_dir, temp_dir_beside, write_text_atomic
+from .io import check_not_input, publish_dir, temp_dir_beside, write_text_atomic
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
 CHECKPOINT_NAME = re.compile(r"update_\d+")
+
+
+def checkpoint_files(ckpt: Path) -> list[Path]:
+    """The files of checkpoint directory ``ckpt`` that commands read (present or not)."""
+    return [Path(ckpt) / name for name in (WEIGHTS, META, TRAINER, VOCAB)]
 
 
 def checkpoint_name(update: int) -> str:
@@ -287,17 +292,11 @@ def is_averaged_checkpoint(path: Path) -> bool:
 def check_average_out(out: Path, inputs: Sequence[Path], force: bool = False) -> None:
     """Refuse an output directory whose replacement would destroy what averaging did not write.
 
-    Never a directory that holds (or is) one of the inputs (a run or checkpoints directory),
-    even with ``force``; an existing path only if it is a previous averaged checkpoint, or
-    with ``force``.
+    Never one of the inputs (the checkpoints, the validation files) or a directory that holds
+    one (a run or checkpoints directory), even with ``force``; an existing path only if it is
+    a previous averaged checkpoint, or with ``force``.
     """
-    target = Path(out).resolve()
-    for p in inputs:
-        source = Path(p).resolve()
-        if source == target or target in source.parents:
-            raise UserError(
-                f"--out {out} holds the checkpoint {p} being averaged; choose a new directory"
-            )
+    check_not_input(out, inputs, option="--out", whole_dir=True)
     if (out.exists() or out.is_symlink()) and not force and not is_averaged_checkpoint(out):
         raise UserError(
             f"--out {out} exists and is not an averaged checkpoint; choose a new directory, "
@@ -328,14 +327,44 @@ def check_same_model(paths: Sequence[Path]) -> None:
             )
 
 
+def check_same_tensors(paths: Sequence[Path], states: Sequence[dict[str, torch.Tensor]]) -> None:
+    """Every state holds the first one's tensor names with the same shapes and dtypes.
+
+    A shape that differs would broadcast in the sum (a [1, d] tensor into a [d_ff, d] one)
+    and give an average that loads and translates garbage; a dtype that differs leaves no
+    one dtype to store the average in.
+    """
+    first, reference = Path(paths[0]), states[0]
+    for path, state in zip(paths[1:], states[1:]):
+        if missing := sorted(reference.keys() - state.keys()):
+            raise UserError(f"{path} has no tensor {missing[0]}, which {first} has: cannot average")
+        if extra := sorted(state.keys() - reference.keys()):
+            raise UserError(
+                f"{path} has a tensor {extra[0]}, which {first} has not: cannot average"
+            )
+        for name in sorted(state):
+            tensor, expected = state[name], reference[name]
+            if tensor.shape != expected.shape:
+                raise UserError(
+                    f"{path}: tensor {name} has shape {list(tensor.shape)}, in {first} "
+                    f"{list(expected.shape)}: cannot average"
+                )
+            if tensor.dtype != expected.dtype:
+                raise UserError(
+                    f"{path}: tensor {name} is {tensor.dtype}, in {first} {expected.dtype}: "
+                    "cannot average checkpoints stored in different dtypes"
+                )
+
+
 def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -> Path:
     """Average the weights of ``paths`` into checkpoint directory ``out`` (section 6.1).
 
-    Floating-point tensors are accumulated in float32 and cast back; other tensors (none in
-    this model, but e.g. integer buffers) are taken from the last checkpoint. The tied matrix
-    is stored once per file, so it is averaged once and stays tied when loaded. ``out`` is
-    built in a new temporary directory and renamed into place; see ``check_average_out`` for
-    what it may replace.
+    The checkpoints must hold the same tensors (names, shapes, dtypes: ``check_same_tensors``).
+    Floating-point tensors are summed in float32 and the mean stored in their common dtype;
+    other tensors (none in this model, but e.g. integer buffers) are taken from the last
+    checkpoint. The tied matrix is stored once per file, so it is averaged once and stays
+    tied when loaded. ``out`` is built in a new temporary directory and renamed into place;
+    see ``check_average_out`` for what it may replace.
     """
     if not paths:
         raise UserError("no checkpoints to average")
@@ -343,13 +372,9 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     check_average_out(out, paths, force)
     check_same_model(paths)
     states = [load_state(Path(p)) for p in paths]
-    names = set(states[0])
-    for p, state in zip(paths, states):
-        if set(state) != names:
-            raise UserError(f"{p} holds different tensors than {paths[0]}: cannot average")
+    check_same_tensors(paths, states)
     averaged: dict[str, torch.Tensor] = {}
-    for name in sorted(names):
-        last = states[-1][name]
+    for name, last in sorted(states[-1].items()):
         if last.is_floating_point():
             total = torch.zeros_like(last, dtype=torch.float32)
             for state in states:

@@ -25,7 +25,7 @@ from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig, for_decoding
 from .errors import UserError
 from .evaluate import Evaluation, average_last_best, evaluate_model
-from .io import read_lines, write_lines_atomic, write_text_atomic
+from .io import check_not_input, read_lines, write_lines_atomic, write_text_atomic
 from .plots import attention_maps, plot_training
 from .train import TrainConfig
 from .train.config import apply_sets
@@ -130,6 +130,7 @@ def run_demo(
     ``work`` and ``out`` are relative to the working directory; the report names them absolute.
     """
     work, out = work.resolve(), out.resolve()
+    check_not_input(out, [work], option="--out", whole_dir=True)  # --fresh deletes the run
     if fresh and out.exists():
         _check_demo_run(out)
         shutil.rmtree(out)

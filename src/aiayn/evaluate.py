@@ -14,12 +14,25 @@ from typing import Any
 
 import torch
 
-from .checkpoint import VOCAB, average_checkpoints, check_average_out, load_transformer
+from .checkpoint import (
+    VOCAB,
+    average_checkpoints,
+    check_average_out,
+    checkpoint_files,
+    load_transformer,
+)
 from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, for_decoding, translate
 from .errors import UserError
-from .io import check_output_file, publish_dir, read_lines, temp_dir_beside, write_lines_atomic
+from .io import (
+    check_not_input,
+    check_output_file,
+    publish_dir,
+    read_lines,
+    temp_dir_beside,
+    write_lines_atomic,
+)
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
 from .train.loss import perplexity
@@ -169,6 +182,24 @@ def evaluate_model(
     )
 
 
+def read_test_pair(src_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str]]:
+    """The lines of a source file and of its references, refused unless they can be scored:
+    both empty, no reference, no source line with text, or line counts that differ (every
+    score after the first missing line would compare the wrong sentences)."""
+    sources, references = read_lines(src_path), read_lines(ref_path)
+    if not sources and not references:
+        raise UserError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
+    if not references:
+        raise UserError(
+            f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)"
+        )
+    if len(sources) != len(references):
+        raise UserError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
+    if not any(line.strip() for line in sources):
+        raise UserError(f"no line of {src_path} has text: nothing to evaluate")
+    return sources, references
+
+
 def evaluate_checkpoint(
     checkpoint: str | Path,
     src_path: str | Path,
@@ -184,19 +215,14 @@ def evaluate_checkpoint(
 
     ``quantize``: None or "int8" (see ``aiayn.decode.quantize``); perplexity uses it too.
     Every input is checked before the model decodes anything: an output path that cannot be
-    written, empty files and misaligned files fail at once, not after hours of beam search.
+    written or that is one of the inputs, empty files and misaligned files fail at once, not
+    after hours of beam search.
     """
     if hyp_path is not None:
         check_output_file(hyp_path)
-    sources, references = read_lines(src_path), read_lines(ref_path)
-    if not sources and not references:
-        raise UserError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
-    if not references:
-        raise UserError(
-            f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)"
-        )
-    if len(sources) != len(references):
-        raise UserError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
+        inputs = [src_path, ref_path, *checkpoint_files(Path(checkpoint))]
+        check_not_input(hyp_path, inputs, option="--output")
+    sources, references = read_test_pair(src_path, ref_path)
     model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)

@@ -110,6 +110,43 @@ def check_parent(path: Path) -> None:
         raise UserError(f"cannot write {path}: {parent} is a file, not a directory")
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: the same path once resolved, or (both existing) the same
+    inode, which also catches a hard link."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        sa, sb = a.stat(), b.stat()
+    except OSError:  # one of them does not exist yet
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def check_not_input(
+    output: PathLike,
+    inputs: Iterable[PathLike | None],
+    *,
+    option: str = "output",
+    whole_dir: bool = False,
+) -> None:
+    """Refuse an ``output`` that is one of a command's ``inputs`` (the same path, or the same
+    file through a symlink or a hard link): writing it would destroy what the command reads.
+
+    ``whole_dir``: ``output`` is a directory the command replaces as a whole, so an input
+    inside it is refused too. ``option`` names the output in the message; None inputs are
+    skipped (options not given).
+    """
+    out = Path(output)
+    for given in inputs:
+        if given is None:
+            continue
+        source = Path(given)
+        if _same_file(out, source):
+            raise UserError(f"{option} {out} is the input {source}; choose another path")
+        if whole_dir and out.resolve() in source.resolve().parents:
+            raise UserError(f"{option} {out} holds the input {source}; choose another path")
+
+
 @contextmanager
 def atomic_file(path: PathLike) -> Iterator[Path]:
     """A fresh temporary path beside ``path``: write it inside the block; on success it is

@@ -12,6 +12,7 @@ from ..errors import UserError
 def _experiment(args: argparse.Namespace) -> None:
     from ..experiments import TRAINING, run_experiment
     from ..experiments.runner import read_budget
+    from ..io import check_not_input
 
     budget = read_budget(args.budget or [])
     out = Path(args.out or f"runs/exp/{args.name}")
@@ -19,6 +20,8 @@ def _experiment(args: argparse.Namespace) -> None:
         raise UserError(
             f"{out / 'results.json'} does not exist: no row of {args.name} has been measured there"
         )
+    data = args.data if args.name in TRAINING else None
+    check_not_input(out, [data, args.checkpoint, *(args.valid or ())], option="--out")
     inputs: dict = {}
     if args.name in TRAINING:
         from ..experiments.corpus import Corpus, load_corpus, valid_paths

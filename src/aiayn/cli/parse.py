@@ -149,7 +149,7 @@ def add_parse(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--leaves",
         choices=get_args(Leaves),
-        default="XX",
-        help="as the model's training data was prepared (aiayn parse prepare --leaves)",
+        help="as the model's training data was prepared (aiayn parse prepare --leaves); "
+        "default: what the checkpoint records, XX for checkpoints that record none",
     )
     c.set_defaults(func=_parse)

@@ -25,10 +25,11 @@ def _average(args: argparse.Namespace) -> None:
     for warning in caught:
         print(f"aiayn average: warning: {warning.message}", file=sys.stderr)
     if args.choose_on:
-        from ..evaluate import average_last_best
-        from ..io import read_lines
+        from ..checkpoint import check_average_out
+        from ..evaluate import average_last_best, read_test_pair
 
-        sources, references = (read_lines(p) for p in args.choose_on)
+        check_average_out(Path(args.out), [*chosen, *map(Path, args.choose_on)], args.force)
+        sources, references = read_test_pair(*args.choose_on)
         out, k_best, ppl_by_k = average_last_best(
             chosen, Path(args.out), sources, references, force=args.force
         )

@@ -132,11 +132,9 @@ def _diagnose(args: argparse.Namespace) -> None:
     from ..checkpoint import VOCAB, load_transformer
     from ..data import Vocab
     from ..diagnose import encoder_spread, source_sensitivity
-    from ..io import read_lines
+    from ..evaluate import read_test_pair
 
-    sources, references = read_lines(args.src)[: args.limit], read_lines(args.ref)[: args.limit]
-    if len(sources) != len(references):
-        raise UserError(f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}")
+    sources, references = (lines[: args.limit] for lines in read_test_pair(args.src, args.ref))
     model, _ = load_transformer(args.checkpoint, "cpu")
     vocab = Vocab.load(Path(args.checkpoint) / VOCAB)
     report = {

@@ -133,13 +133,21 @@ def binarize_split(
     }
 
 
-def write_meta(out_dir: Path, vocab: Vocab, splits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def write_meta(
+    out_dir: Path,
+    vocab: Vocab,
+    splits: dict[str, dict[str, Any]],
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``meta.json``; ``record`` is what the preparer states about its text (``aiayn
+    parse prepare``: the leaf form of its targets), kept as ``meta["record"]``."""
     meta = {
         "vocab_fingerprint": vocab.fingerprint,
         "vocab_size": len(vocab),
         "vocab_model": vocab.path.name,
         "dtype": token_dtype(len(vocab)).name,
         "splits": splits,
+        **({"record": record} if record is not None else {}),
     }
     (out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
@@ -148,6 +156,11 @@ def write_meta(out_dir: Path, vocab: Vocab, splits: dict[str, dict[str, Any]]) -
 def split_files(split: str) -> list[str]:
     """The names of the arrays of ``split`` in a dataset directory."""
     return [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
+
+
+def dataset_files(splits: Iterable[str]) -> list[str]:
+    """The names of the files ``prepare`` writes into a dataset directory of ``splits``."""
+    return [META, VOCAB_MODEL, "spm.vocab", *chain.from_iterable(map(split_files, splits))]
 
 
 def is_dataset_file(name: str) -> bool:
@@ -266,7 +279,8 @@ def subset_dataset(
                 "tgt_tokens": tokens["tgt"],
             },
         }
-        written = write_meta(tmp, Vocab.load(tmp / meta["vocab_model"]), splits)
+        vocab = Vocab.load(tmp / meta["vocab_model"])
+        written = write_meta(tmp, vocab, splits, meta.get("record"))
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -18,8 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import fsync_dir, fsync_tree
-from .binarize import META, binarize_split, is_dataset_file, read_meta, split_files, write_meta
+from ..io import check_not_input, fsync_dir, fsync_tree
+from .binarize import (
+    META,
+    binarize_split,
+    dataset_files,
+    is_dataset_file,
+    read_meta,
+    split_files,
+    write_meta,
+)
 from .readers import ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
 
@@ -48,12 +56,14 @@ def prepare_corpus(
     max_words: int | None = None,
     num_threads: int = 2,
     user_defined_symbols: Sequence[str] = (),
+    record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train the vocabulary on ``splits["train"]`` and binarise every split into ``out_dir``.
 
     ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
     bounds whitespace words while reading. ``user_defined_symbols`` become atomic
-    vocabulary pieces (see ``Vocab.train``). Returns the ``meta.json`` contents plus timings.
+    vocabulary pieces (see ``Vocab.train``). ``record`` goes into ``meta.json`` as it is
+    (``write_meta``), and from there into every checkpoint trained on the dataset. Returns the ``meta.json`` contents plus timings.
 
     The dataset is built in a temporary directory beside ``out_dir`` and renamed into place at
     the end (see ``check_target`` for what may already be there), so a failed or interrupted
@@ -71,6 +81,8 @@ def prepare_corpus(
         if path.is_dir():
             raise UserError(f"{path}: is a directory; expected a text file of sentences")
     out = Path(out_dir).resolve()
+    for output in [out, *(out / name for name in dataset_files(splits))]:
+        check_not_input(output, inputs)
     check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -78,7 +90,14 @@ def prepare_corpus(
     tmp.mkdir()
     try:
         meta = _build(
-            splits, tmp, vocab_size, max_len, max_words, num_threads, user_defined_symbols
+            splits,
+            tmp,
+            vocab_size,
+            max_len,
+            max_words,
+            num_threads,
+            user_defined_symbols,
+            record=record,
         )
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,6 +137,8 @@ def _build(
     max_words: int | None,
     num_threads: int,
     user_defined_symbols: Sequence[str],
+    *,
+    record: dict[str, Any] | None,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
@@ -146,7 +167,7 @@ def _build(
             "skipped_empty": stats.empty,
             "skipped_too_long_words": stats.too_long,
         }
-    meta = write_meta(out, vocab, summary)
+    meta = write_meta(out, vocab, summary, record)
     return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
 
 

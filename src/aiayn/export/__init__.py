@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..io import check_not_input
 from .common import MARKER, ExportError, check_out, load_for_export
 
 FORMATS = ("hf", "ctranslate2")
@@ -28,6 +29,7 @@ def export_checkpoint(
         raise ExportError(f"unknown export format {to!r}; choose one of: {', '.join(FORMATS)}")
     if quantization is not None and to != "ctranslate2":
         raise ExportError("--quantization applies to --to ctranslate2 only")
+    check_not_input(out, [checkpoint], option="--out", whole_dir=True)  # out is replaced whole
     check_out(Path(out))  # refuse before the work, not after it
     model, vocab = load_for_export(checkpoint)
     if to == "hf":

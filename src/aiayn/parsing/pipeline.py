@@ -29,11 +29,12 @@ from typing import Any
 
 from sentencepiece import sentencepiece_model_pb2 as sp_model
 
-from ..checkpoint import VOCAB, load_transformer
+from ..checkpoint import VOCAB, checkpoint_files, load_transformer, read_meta
 from ..data import Vocab, check_vocab, prepare_corpus
+from ..data import read_meta as read_dataset_meta
 from ..decode import DecodeConfig, decode_ids
 from ..errors import UserError
-from ..io import write_lines_atomic
+from ..io import check_not_input, write_lines_atomic
 from .constraint import TreeConstraint
 from .corpus import write_parallel
 from .evalb import evalb_score
@@ -54,6 +55,9 @@ MIN_INDEX_TOKENS = 300
 MAX_OPEN_RUN = 8
 
 
+PARSING_INFO = "parsing.json"  # prepare_parsing's summary beside the dataset
+
+
 def text_paths(data_dir: str | Path, split: str) -> tuple[Path, Path]:
     """(words file, linearised-tree file) of ``split`` in a prepared directory."""
     text = Path(data_dir) / "text"
@@ -62,6 +66,12 @@ def text_paths(data_dir: str | Path, split: str) -> tuple[Path, Path]:
 
 def gold_path(data_dir: str | Path, split: str) -> Path:
     return Path(data_dir) / f"{split}.gold"
+
+
+def _prepared_text(data_dir: Path) -> list[Path]:
+    """The text files ``prepare_parsing`` writes before binarising."""
+    texts = [p for split in PARSING_SPLITS for p in text_paths(data_dir, split)]
+    return texts + [gold_path(data_dir, split) for split in PARSING_SPLITS if split != "train"]
 
 
 def bracket_symbols(trees: Iterable[Tree], leaves: Leaves = "XX", max_words: int = 0) -> list[str]:
@@ -93,10 +103,14 @@ def prepare_parsing(
     target tokens, and dropping long sentences from dev/test would bias the F1.
     ``leaves="index"`` / ``"tags"`` / ``"words"`` write word markers / POS tags / words
     instead of ``XX`` in the targets (options; see ``linearize``); the choice is recorded in
-    ``parsing.json`` for decoding.
+    the dataset's ``meta.json`` (and so in every checkpoint trained on it) and in
+    ``parsing.json``.
     Returns ``prepare_corpus``'s summary plus the sentence counts and the number of symbols.
     """
     out = Path(out_dir)
+    treebank = [*train_files, *dev_files, *test_files]
+    for output in [out, *_prepared_text(out), out / PARSING_INFO]:
+        check_not_input(output, treebank, option="--out")
     (out / "text").mkdir(parents=True, exist_ok=True)
     trees = {
         "train": read_treebank(train_files),
@@ -119,6 +133,7 @@ def prepare_parsing(
         vocab_size=vocab_size,
         max_len=max_len,
         user_defined_symbols=symbols,
+        record={"task": "parsing", "leaves": leaves},
     )
     info = {
         "sentences": {s: len(t) for s, t in trees.items()},
@@ -126,7 +141,7 @@ def prepare_parsing(
         "leaves": leaves,
         "files": {s: len(f) for s, f in zip(PARSING_SPLITS, (train_files, dev_files, test_files))},
     }
-    (out / "parsing.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    (out / PARSING_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return {**summary, **info}
 
 
@@ -140,12 +155,33 @@ def ids_to_tokens(vocab: Vocab, ids: Iterable[int]) -> list[str]:
 
 
 def prepared_leaves(data_dir: str | Path) -> Leaves:
-    """How the targets of a prepared directory write preterminals ("XX" unless prepared with
-    ``leaves="words"``; directories from before the option have no record and are "XX")."""
-    info = Path(data_dir) / "parsing.json"
-    return (
-        json.loads(info.read_text(encoding="utf-8")).get("leaves", "XX") if info.exists() else "XX"
-    )
+    """How the targets of a prepared directory write preterminals: as its ``meta.json``
+    records, else its ``parsing.json`` (directories from before the record), else "XX"
+    (directories from before the option)."""
+    recorded = read_dataset_meta(data_dir).get("record", {}).get("leaves")
+    info = Path(data_dir) / PARSING_INFO
+    if recorded is None and info.exists():
+        recorded = json.loads(info.read_text(encoding="utf-8")).get("leaves")
+    return recorded or "XX"
+
+
+def trained_leaves(checkpoint: str | Path) -> Leaves | None:
+    """The leaf form of the data ``checkpoint`` was trained on, as the dataset's record in its
+    ``meta.json`` says; None for a checkpoint that records none (trained before the record)."""
+    dataset = read_meta(Path(checkpoint)).get("dataset") or {}
+    return dataset.get("record", {}).get("leaves")
+
+
+def decode_leaves(checkpoint: str | Path, asked: Leaves | None = None) -> Leaves:
+    """The leaf form to decode ``checkpoint`` with: the recorded one (``trained_leaves``), which
+    ``asked`` may repeat but not contradict; ``asked``, else "XX", where none is recorded."""
+    recorded = trained_leaves(checkpoint)
+    if recorded is not None and asked is not None and asked != recorded:
+        raise UserError(
+            f"{checkpoint} was trained on --leaves {recorded} targets (its meta.json says so): "
+            f"decoding it with --leaves {asked} misreads every tree; drop --leaves"
+        )
+    return recorded or asked or "XX"
 
 
 def leaf_tokens(vocab: Vocab) -> list[str]:
@@ -238,6 +274,11 @@ def evaluate_parser(
     """
     if split not in ("dev", "test"):
         raise UserError(f"split must be 'dev' or 'test', got {split!r}")
+    out = Path(out_dir) if out_dir is not None else Path(checkpoint)
+    trees_path, report_path = out / f"{split}.parsed", out / f"{split}.evalb"
+    inputs = [gold_path(data_dir, split), *checkpoint_files(Path(checkpoint))]
+    for output in (trees_path, report_path):
+        check_not_input(output, inputs, option="--out")
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     check_vocab(data_dir, vocab)
     gold = read_tree_lines(gold_path(data_dir, split))
@@ -260,8 +301,6 @@ def evaluate_parser(
     predicted = [tree for tree, _ in parsed]
     repaired = sum(flag for _, flag in parsed)
     result = evalb_score(gold, predicted)
-    out = Path(out_dir) if out_dir is not None else Path(checkpoint)
-    trees_path, report_path = out / f"{split}.parsed", out / f"{split}.evalb"
     write_lines_atomic(trees_path, [to_bracketed(t) for t in predicted])
     header = (
         f"checkpoint {checkpoint}\nsplit {split}: {len(gold)} sentences\n"
@@ -301,10 +340,14 @@ def parse_lines(
     decode: DecodeConfig = DecodeConfig.preset("parsing"),
     device: str = "cpu",
     constrained: bool = False,
-    leaves: Leaves = "XX",
+    leaves: Leaves | None = None,
 ) -> list[str]:
     """Tokenised sentences (PTB tokens split by spaces) -> one-line bracketed trees whose
-    preterminals are tagged ``XX`` (the model predicts no tags); a blank line gives ""."""
+    preterminals are tagged ``XX`` (the model predicts no tags); a blank line gives "".
+
+    ``leaves``: how the checkpoint's training targets wrote preterminals; by default what the
+    checkpoint records (``decode_leaves``)."""
+    leaves = decode_leaves(checkpoint, leaves)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
     model, _ = load_transformer(checkpoint, device)
     words = [line.split() for line in lines]
@@ -327,4 +370,7 @@ __all__ = [
     "text_paths",
     "gold_path",
     "tree_constraint",
+    "prepared_leaves",
+    "trained_leaves",
+    "decode_leaves",
 ]

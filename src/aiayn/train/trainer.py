@@ -287,6 +287,7 @@ class Trainer:
                 "model_config": dataclasses.asdict(self.model_cfg),
                 "train_config": dataclasses.asdict(self.cfg),
                 "vocab_fingerprint": self.vocab.fingerprint,
+                "dataset": self.data_meta,  # its record says how the text was made
             }
             state = {
                 "optimizer": self.optimizer.state_dict(),
