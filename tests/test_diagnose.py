@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import aiayn
+from aiayn.analysis.diagnose import encoder_spread, source_sensitivity
 from aiayn.checkpoint import save_checkpoint
 from aiayn.cli.main import main
 from aiayn.data import Vocab
-from aiayn.diagnose import encoder_spread, source_sensitivity
 from aiayn.evaluate import reference_perplexity
 
 SOURCES = [

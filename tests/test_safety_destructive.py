@@ -404,7 +404,7 @@ def test_average_refuses_a_tensor_of_another_shape_by_name(tiny_run, tmp_path):
 
 def test_average_refuses_a_missing_tensor_by_name(tiny_run, tmp_path):
     ckpts = copy_run(tiny_run, tmp_path / "ckpts")
-    name = "encoder.0.sublayer.1.norm.bias"
+    name = "encoder.0.ffn_norm.bias"
     _rewrite_weights(ckpts / "update_0000003", lambda t: {k: v for k, v in t.items() if k != name})
     with pytest.raises(UserError, match=f"update_0000003 has no tensor {name}"):
         average_checkpoints(list_checkpoints(ckpts), tmp_path / "avg")

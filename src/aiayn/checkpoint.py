@@ -21,7 +21,7 @@ import pickle
 import re
 import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -415,3 +415,28 @@ def choose_last(ckpt_root: Path, last: int) -> list[Path]:
             stacklevel=2,
         )
     return found[-last:]
+
+
+def average_last_best(
+    kept: list[Path], out: Path, score: Callable[[Path], float], force: bool = False
+) -> tuple[Path, int, dict[int, float]]:
+    """Average the last k of ``kept`` (paper section 6.1), with the k whose average ``score``
+    rates lowest (e.g. ``evaluate.perplexity_on`` the validation split, never the test split).
+
+    Why choose: the paper averaged checkpoints written 10 minutes apart late in a long run, when
+    the weights move slowly; in a short run they move fast and old checkpoints drag the average
+    back (docs/demo.md). Returns the averaged directory, the chosen k and the score of each k.
+    ``out`` may replace what ``average_checkpoints`` may replace, nothing else.
+    """
+    check_average_out(out, kept, force)
+    scratch = temp_dir_beside(out)
+    try:
+        score_by_k = {
+            k: score(average_checkpoints(kept[-k:], scratch / str(k)))
+            for k in range(1, len(kept) + 1)
+        }
+        best = min(score_by_k, key=score_by_k.__getitem__)
+        publish_dir(scratch / str(best), out)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return out, best, score_by_k

@@ -21,12 +21,12 @@ from typing import Any
 import torch
 
 from . import checkpoint as ckpt
+from .analysis.plots import attention_maps, plot_training
 from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
 from .decode import DecodeConfig, for_decoding
 from .errors import UserError
-from .evaluate import Evaluation, average_last_best, evaluate_model
+from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .io import check_not_input, read_lines, write_lines_atomic, write_text_atomic
-from .plots import attention_maps, plot_training
 from .train import TrainConfig
 from .train.config import apply_sets
 from .train.trainer import Trainer
@@ -150,8 +150,8 @@ def run_demo(
     paths = bundled_corpus_paths()
     valid_src, valid_ref = (read_lines(p) for p in paths["valid"])
     kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
-    averaged, k_best, valid_ppl_by_k = average_last_best(
-        kept, out / "averaged", valid_src, valid_ref
+    averaged, k_best, valid_ppl_by_k = ckpt.average_last_best(
+        kept, out / "averaged", perplexity_on(valid_src, valid_ref)
     )
     model = for_decoding(ckpt.load_transformer(averaged)[0])  # fp32, packed for decoding
     vocab = Vocab.load(averaged / ckpt.VOCAB)

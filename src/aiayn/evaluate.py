@@ -4,9 +4,8 @@ plus the perplexity per subword of the references."""
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +15,6 @@ import torch
 
 from .checkpoint import (
     VOCAB,
-    average_checkpoints,
-    check_average_out,
     checkpoint_files,
     load_transformer,
 )
@@ -28,9 +25,7 @@ from .errors import UserError
 from .io import (
     check_not_input,
     check_output_file,
-    publish_dir,
     read_lines,
-    temp_dir_beside,
     write_lines_atomic,
 )
 from .metrics import paper_bleu, sacre_bleu
@@ -121,36 +116,15 @@ def _reference_perplexity(
     return perplexity(nll_sum, tokens)
 
 
-def average_last_best(
-    kept: list[Path],
-    out: Path,
-    valid_src: list[str],
-    valid_ref: list[str],
-    force: bool = False,
-) -> tuple[Path, int, dict[int, float]]:
-    """Average the last k of ``kept`` (paper section 6.1), with k chosen by validation perplexity.
+def perplexity_on(sources: Sequence[str], references: Sequence[str]) -> Callable[[Path], float]:
+    """A checkpoint's perplexity on this test pair: the score ``checkpoint.average_last_best``
+    chooses by (lower is better)."""
 
-    Why choose: the paper averaged checkpoints written 10 minutes apart late in a 12-hour run,
-    when the weights move slowly. In a 15-minute CPU run they move fast, and old checkpoints
-    drag the average back: in the demo, the last 1 / 2 / 3 / 5 checkpoints 1.5 minutes apart
-    measured validation perplexity 28.5 / 26.8 / 27.4 / 31.2. Choosing k on the validation
-    split (never the test split) takes the paper's averaging where it helps.
-    Returns the averaged checkpoint directory, the chosen k and the validation perplexity for
-    each k. ``out`` may replace what ``average_checkpoints`` may replace, nothing else.
-    """
-    check_average_out(out, kept, force)
-    scratch = temp_dir_beside(out)
-    try:
-        vocab = Vocab.load(Path(kept[-1]) / VOCAB)  # one vocabulary: every candidate copies it
-        ppl_by_k: dict[int, float] = {}
-        for k in range(1, len(kept) + 1):
-            model, _ = load_transformer(average_checkpoints(kept[-k:], scratch / str(k)))
-            ppl_by_k[k] = reference_perplexity(model, vocab, valid_src, valid_ref)
-        best = min(ppl_by_k, key=ppl_by_k.__getitem__)
-        publish_dir(scratch / str(best), out)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return out, best, ppl_by_k
+    def score(ckpt: Path) -> float:
+        model, _ = load_transformer(ckpt)
+        return reference_perplexity(model, Vocab.load(Path(ckpt) / VOCAB), sources, references)
+
+    return score
 
 
 def evaluate_model(

@@ -12,7 +12,7 @@ from .common import say_wrote
 
 
 def _info(args: argparse.Namespace) -> None:
-    from ..info import preset_table
+    from ..analysis.info import preset_table
 
     print(preset_table())
 

@@ -25,13 +25,13 @@ def _average(args: argparse.Namespace) -> None:
     for warning in caught:
         print(f"aiayn average: warning: {warning.message}", file=sys.stderr)
     if args.choose_on:
-        from ..checkpoint import check_average_out
-        from ..evaluate import average_last_best, read_test_pair
+        from ..checkpoint import average_last_best, check_average_out
+        from ..evaluate import perplexity_on, read_test_pair
 
         check_average_out(Path(args.out), [*chosen, *map(Path, args.choose_on)], args.force)
         sources, references = read_test_pair(*args.choose_on)
         out, k_best, ppl_by_k = average_last_best(
-            chosen, Path(args.out), sources, references, force=args.force
+            chosen, Path(args.out), perplexity_on(sources, references), force=args.force
         )
         print(
             "validation perplexity by number averaged: "

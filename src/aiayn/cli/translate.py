@@ -129,9 +129,9 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _diagnose(args: argparse.Namespace) -> None:
+    from ..analysis.diagnose import encoder_spread, source_sensitivity
     from ..checkpoint import VOCAB, load_transformer
     from ..data import Vocab
-    from ..diagnose import encoder_spread, source_sensitivity
     from ..evaluate import read_test_pair
 
     sources, references = (lines[: args.limit] for lines in read_test_pair(args.src, args.ref))

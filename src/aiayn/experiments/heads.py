@@ -154,7 +154,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def plot_shares(rows: list[dict[str, Any]], out: Path) -> Path:
-    from ..plots import plt, save_figure
+    from ..analysis.plots import plt, save_figure
 
     labels = [f"L{r['layer']} H{h['head']}" for r in rows for h in r["heads"]]
     values = [[h[k] for k in SHARES] for r in rows for h in r["heads"]]
@@ -182,7 +182,7 @@ def plot_lines(model, vocab: Vocab, sources: list[str], out: Path) -> Path:
     """Figures 3-5: each word (left) joined to the words it attends to (right), line opacity
     the weight, one panel per head of the last encoder layer, for the first validation
     sentence of a readable length."""
-    from ..plots import plt, save_figure
+    from ..analysis.plots import plt, save_figure
 
     low, high = FIGURE_LENGTH
     source = next((s for s in sources if low <= len(vocab.encode(s)) + 1 <= high), sources[0])

@@ -58,7 +58,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    from ..plots import plt, save_figure
+    from ..analysis.plots import plt, save_figure
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     names = [r["name"] for r in rows]

@@ -318,7 +318,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    from ..plots import plt, save_figure
+    from ..analysis.plots import plt, save_figure
 
     ns = [r["n"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

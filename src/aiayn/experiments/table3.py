@@ -219,7 +219,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     """Relative change against base, ours against the paper's: agreement is the two odd quadrants."""
-    from ..plots import plt, save_figure
+    from ..analysis.plots import plt, save_figure
 
     base = next((r for r in rows if r["name"] == "base"), None)
     if base is None:

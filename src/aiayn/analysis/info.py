@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .config import PRESETS, ModelConfig
-from .model import count_parameters
+from ..config import PRESETS, ModelConfig
+from ..model import count_parameters
 
 
 def preset_table() -> str:

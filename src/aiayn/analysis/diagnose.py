@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 import torch
 
-from .data import Vocab
-from .errors import UserError
-from .evaluate import eval_mode, reference_perplexity
-from .model import Transformer
+from ..data import Vocab
+from ..errors import UserError
+from ..evaluate import eval_mode, reference_perplexity
+from ..model import Transformer
 
 __all__ = ["source_sensitivity", "encoder_spread"]
 
