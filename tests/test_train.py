@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _safety import one_line_error, run_cli
 from safetensors.torch import load_file
 
 from aiayn import ModelConfig, Transformer
@@ -20,6 +21,7 @@ from aiayn.checkpoint import (
     load_transformer,
     save_checkpoint,
 )
+from aiayn.errors import UserError
 from aiayn.flops import mfu, real_lengths, training_flops
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
@@ -202,6 +204,64 @@ def test_resume_refuses_another_vocabulary(tiny_corpus, tmp_path):
     (ckpt / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="different vocabulary"):
         Trainer(cfg).run(resume=ckpt)
+
+
+# --- one run per OUT: a lock the kernel releases when its holder dies -----------------------
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_second_run_on_a_running_out_fails_naming_the_holder(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=3, save_every_updates=1)
+    cfg_path = _write(config(tiny_corpus, tmp_path / "run", seed=7), tmp_path / "second.json")
+    real, seen = Trainer.train_update, {}
+
+    def update_then_intrude(self, batches):
+        if self.update == 2 and not seen:  # mid-run, two checkpoints and a log on disk
+            seen["before"] = before = _files(tmp_path / "run")
+            capsys.readouterr()  # the first run's progress bar
+            seen["cli"] = run_cli(capsys, "train", cfg_path, "--device", "cpu")
+            seen["untouched"] = _files(tmp_path / "run") == before
+        return real(self, batches)
+
+    monkeypatch.setattr(Trainer, "train_update", update_then_intrude)
+    assert Trainer(cfg).run()["updates"] == 3  # the first run finishes undisturbed
+    code, _, err = seen["cli"]
+    assert code == 2
+    one_line_error(err, str(tmp_path / "run"), f"pid {os.getpid()}")
+    assert seen["untouched"]
+    assert json.loads((tmp_path / "run/config.json").read_text())["seed"] == cfg.seed
+
+
+_HOLD_LOCK = """
+import sys, time
+from aiayn.io import exclusive_lock
+with exclusive_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_lock_left_by_a_killed_run_does_not_block(tiny_corpus, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout.readline() == "locked\n"
+    cfg = config(tiny_corpus, out, max_updates=1)
+    with pytest.raises(UserError, match=f"pid {holder.pid}"):
+        Trainer(cfg).run()
+    assert not (out / "checkpoints").exists() and not (out / "config.json").exists()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert Trainer(cfg).run()["updates"] == 1
 
 
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------

@@ -9,10 +9,14 @@ here. Bytes are decoded as strict UTF-8, line by line, so that an error names th
 Writing. A file is written to a temporary name beside its destination, fsynced and renamed,
 so that a reader (or a crash) sees the old file or the new one, never half of one; a failed
 write removes its temporary file. ``publish_dir`` does the same for a whole directory.
+
+Locking. ``exclusive_lock`` holds a file with ``flock``: one process at a time, and the kernel
+releases it when the holder ends, however it ends, so a killed run never blocks the next one.
 """
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
 import secrets
@@ -187,3 +191,40 @@ def publish_dir(tmp: Path, final: Path) -> None:
     fsync_dir(final.parent)
     if aside is not None:
         shutil.rmtree(aside)
+
+
+# ----------------------------------------------------------------------------------------
+# Locking
+
+
+@contextmanager
+def exclusive_lock(path: PathLike, *, wait: bool = True) -> Iterator[bool]:
+    """Hold ``path`` exclusively (created if missing) and write this process's pid into it.
+
+    ``flock``: the kernel releases the lock when the process ends, even by SIGKILL. ``wait``
+    False: do not wait for another holder; yields whether this process got the lock (see
+    ``lock_holder`` for who has it otherwise).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def lock_holder(path: PathLike) -> int | None:
+    """The pid ``exclusive_lock`` wrote into ``path``; None before the holder has written it."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
