@@ -295,12 +295,76 @@ def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
     assert_same_weights(a, b)
     meta = json.loads((tmp_path / "ddp/checkpoints/update_0000003/meta.json").read_text())
     assert meta["world_size"] == 2
+    rng = torch.load(tmp_path / "ddp/checkpoints/update_0000003/trainer.pt")["rng"]
+    assert len(rng) == 2 and not torch.equal(rng[0]["cpu"], rng[1]["cpu"])  # each rank's own
     assert (
         meta["tokens"]
         == json.loads((tmp_path / "single/checkpoints/update_0000003/meta.json").read_text())[
             "tokens"
         ]
     )
+
+
+# Each rank saves its RNG states and restores its own; CUDA's generator is stood in for by a
+# torch.Generator, so that the CUDA branch of the same functions runs on a CPU.
+_RNG_ROUND_TRIP = """
+import sys
+from pathlib import Path
+import torch
+from aiayn.checkpoint import load_trainer_state
+from aiayn.train import distributed
+
+out = Path(sys.argv[1])
+d = distributed.setup("cpu")
+fake = torch.Generator()
+torch.cuda.get_rng_state = lambda device="cuda": fake.get_state()
+torch.cuda.set_rng_state = lambda state, device="cuda": fake.set_state(state)
+d = distributed.Distributed(d.rank, d.world_size, torch.device("cuda", 0))
+torch.manual_seed(100 + d.rank)
+fake.manual_seed(200 + d.rank)
+states = distributed.rng_states(d)
+expected = torch.stack([torch.rand(4), torch.rand(4, generator=fake)])
+if d.is_main:
+    torch.save({"rng": states}, out / "trainer.pt")
+torch.distributed.barrier()
+torch.manual_seed(0)
+fake.manual_seed(0)
+distributed.set_rng_states(load_trainer_state(out)["rng"], d)
+got = torch.stack([torch.rand(4), torch.rand(4, generator=fake)])
+torch.save({"expected": expected, "got": got}, out / f"rank{d.rank}.pt")
+distributed.teardown()
+"""
+
+
+def test_each_rank_restores_its_own_cpu_and_cuda_rng(tmp_path):
+    script = tmp_path / "round_trip.py"
+    script.write_text(_RNG_ROUND_TRIP)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [*cmd, str(script), str(tmp_path)], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(tmp_path / "trainer.pt", weights_only=True)["rng"]
+    assert [sorted(state) for state in saved] == [["cpu", "cuda"], ["cpu", "cuda"]]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    for rank in ranks:
+        assert torch.equal(rank["got"], rank["expected"])  # CPU draws, then CUDA draws
+    for kind in (0, 1):  # independent dropout masks per rank, on both generators
+        assert not torch.equal(ranks[0]["expected"][kind], ranks[1]["expected"][kind])
+
+
+def test_resume_reads_rng_states_of_older_checkpoints(tiny_corpus, tmp_path):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=1)
+    Trainer(cfg).run()
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
+    cpu = torch.manual_seed(5).get_state()
+    state |= {"rng": [cpu], "cuda_rng": None}  # the format before per-rank CUDA states
+    torch.save(state, ckpt / "trainer.pt")
+    torch.manual_seed(0)
+    Trainer(cfg).resume(ckpt)
+    assert torch.equal(torch.get_rng_state(), cpu)
 
 
 # --- non-finite losses ----------------------------------------------------------------------

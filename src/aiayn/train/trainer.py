@@ -258,18 +258,10 @@ class Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------
 
-    def _rng_states(self) -> list[torch.Tensor]:
-        state = torch.get_rng_state()
-        if not self.dist.enabled:
-            return [state]
-        gathered: list[Any] = [None] * self.dist.world_size
-        dist.all_gather_object(gathered, state)
-        return gathered
-
     def save(self) -> Path | None:
         """Validate (when configured), then write a checkpoint. A validation failure is
         reported only after the trained weights are saved: it must never cost the updates."""
-        rng = self._rng_states()  # collective: every rank takes part
+        rng = distributed.rng_states(self.dist)  # collective: every rank takes part
         path, failure = None, None
         if self.dist.is_main:
             if self.cfg.validate:
@@ -295,7 +287,6 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "rng": rng,
-                "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
             }
             path = ckpt.save_checkpoint(
                 self.ckpt_root,
@@ -340,10 +331,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        rng = state["rng"]
-        torch.set_rng_state(rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0])
-        if state.get("cuda_rng") is not None and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda_rng"])
+        distributed.set_rng_states(_saved_rng(state), self.dist)
         self.sampler.load_state_dict(meta["sampler"])
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
@@ -489,6 +477,18 @@ class Trainer:
                 ckpt.latest_checkpoint(self.ckpt_root).resolve()
             ),  # absolute: any cwd
         }
+
+
+def _saved_rng(state: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
+    """A checkpoint's RNG states per rank; older checkpoints held CPU states per rank and
+    rank 0's CUDA state alone (as ``cuda_rng``)."""
+    rng = state["rng"]
+    if not rng or isinstance(rng[0], dict):
+        return rng
+    old = [{"cpu": cpu} for cpu in rng]
+    if state.get("cuda_rng") is not None:
+        old[0]["cuda"] = state["cuda_rng"]
+    return old
 
 
 class _Log:
