@@ -10,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aiayn import io as aiayn_io
 from aiayn.data.readers import iter_lines as corpus_lines
 from aiayn.errors import UserError
 from aiayn.io import (
     atomic_file,
     iter_lines,
+    publish_dir,
     read_lines,
     write_lines_atomic,
     write_parallel,
@@ -174,6 +176,59 @@ def test_an_output_that_is_a_directory_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(UserError, match="is a directory; give a file name"):
         write_text_atomic(tmp_path / "out", "x")
+
+
+def _dir_with(path, text: str):
+    path.mkdir()
+    for name in ("model", "meta"):
+        (path / name).write_text(text)
+    return path
+
+
+def _copy_in(path) -> str:
+    """'old' or 'new' when ``path`` holds that complete copy."""
+    texts = {p.name: p.read_text() for p in path.iterdir()}
+    assert sorted(texts) == ["meta", "model"] and len(set(texts.values())) == 1, texts
+    return texts["meta"]
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_publish_dir_replaces_the_old_copy_and_leaves_nothing_else(tmp_path, monkeypatch, exchange):
+    final = _dir_with(tmp_path / "out", "old")
+    tmp = _dir_with(tmp_path / ".out.new", "new")
+    if not exchange:  # an OS without renameat2: the two renames
+        monkeypatch.setattr(aiayn_io, "_exchange", lambda a, b: False)
+    publish_dir(tmp, final)
+    assert _copy_in(final) == "new" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_publish_dir_replaces_a_link_and_not_what_it_points_to(tmp_path):
+    elsewhere = _dir_with(tmp_path / "elsewhere", "theirs")
+    (tmp_path / "out").symlink_to(elsewhere)
+    publish_dir(_dir_with(tmp_path / ".out.new", "new"), tmp_path / "out")
+    assert not (tmp_path / "out").is_symlink() and _copy_in(tmp_path / "out") == "new"
+    assert _copy_in(elsewhere) == "theirs"
+
+
+def test_a_crash_while_publishing_a_dir_leaves_a_complete_copy(tmp_path, monkeypatch):
+    final = _dir_with(tmp_path / "out", "old")
+    tmp = _dir_with(tmp_path / ".out.new", "new")
+    renames = []
+
+    def crash(*args):
+        raise OSError("power cut")
+
+    def rename_once(src, dst):  # the first rename happens, then the machine stops
+        if renames:
+            crash()
+        renames.append(src)
+        os.replace(src, dst)
+
+    monkeypatch.setattr(aiayn_io.os, "rename", rename_once)
+    monkeypatch.setattr(aiayn_io.shutil, "rmtree", crash)  # the step after the swap
+    with pytest.raises(OSError, match="power cut"):
+        publish_dir(tmp, final)
+    assert _copy_in(final) in ("old", "new")
 
 
 def test_io_does_not_import_torch():

@@ -16,13 +16,17 @@ releases it when the holder ends, however it ends, so a killed run never blocks 
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import fcntl
+import functools
 import gzip
 import os
 import secrets
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -179,18 +183,55 @@ def fsync_tree(directory: Path) -> None:
 
 
 def publish_dir(tmp: Path, final: Path) -> None:
-    """Rename the complete directory ``tmp`` to ``final``; an existing ``final`` (which the
-    caller has decided may be replaced) is first moved aside and removed only afterwards, so
-    that a crash leaves the old or the new directory in place, never neither."""
+    """Rename the complete directory ``tmp`` to ``final``, so that a crash leaves the old or
+    the new directory there, never neither. An existing ``final`` (which the caller has
+    decided may be replaced) is swapped with ``tmp`` in one step where the OS can (Linux
+    ``renameat2``), else first moved aside; the old copy is removed only afterwards."""
     fsync_tree(tmp)
-    aside = None
-    if final.exists() or final.is_symlink():
-        aside = temp_dir_beside(final)
-        os.rename(final, aside / final.name)
-    os.rename(tmp, final)
+    if not (final.exists() or final.is_symlink()):
+        os.rename(tmp, final)
+        fsync_dir(final.parent)
+        return
+    if _exchange(tmp, final):
+        old = tmp  # now holds the previous ``final``
+    else:  # a crash between these two renames leaves the old copy inside ``old``
+        old = temp_dir_beside(final)
+        os.rename(final, old / final.name)
+        os.rename(tmp, final)
     fsync_dir(final.parent)
-    if aside is not None:
-        shutil.rmtree(aside)
+    if old.is_symlink() or not old.is_dir():
+        old.unlink()
+    else:
+        shutil.rmtree(old)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # from <fcntl.h> and <linux/fs.h>
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """glibc's (2.28+) renameat2, or None on other systems."""
+    if sys.platform != "linux":
+        return None
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p] * 2 + [ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` atomically; False where the C library, the kernel
+    (before Linux 3.15) or the file system cannot."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
 # ----------------------------------------------------------------------------------------
