@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from _safety import dead_leftover
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from aiayn.io import (
     iter_lines,
     publish_dir,
     read_lines,
+    temp_dir_beside,
     write_lines_atomic,
     write_parallel,
     write_text_atomic,
@@ -229,6 +231,31 @@ def test_a_crash_while_publishing_a_dir_leaves_a_complete_copy(tmp_path, monkeyp
     with pytest.raises(OSError, match="power cut"):
         publish_dir(tmp, final)
     assert _copy_in(final) in ("old", "new")
+
+
+def test_temporary_dirs_of_ended_processes_are_removed_and_only_those(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    alive = temp_dir_beside(dest)  # this process's: in use
+    dead = dead_leftover(dest)
+    other = dead_leftover(tmp_path / "other")  # another destination's
+    elsewhere = dead.name.replace(dead.name.split("-")[1], "ffffffff")  # that pid, another host
+    foreign = [tmp_path / n for n in (".out.tmp", ".out.123.tmp", "out.1-2-3.tmp", elsewhere)]
+    for path in foreign:
+        path.mkdir()
+    assert str(os.getpid()) in alive.name and dead.name.startswith(".out.") and dead.exists()
+    fresh = temp_dir_beside(dest)
+    assert not dead.exists() and alive.is_dir() and fresh.is_dir() and other.is_dir()
+    assert all(path.is_dir() for path in foreign)
+
+
+def test_a_leftover_holding_the_only_copy_of_its_destination_is_kept(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    aside = dead_leftover(dest, holding_old_copy=True)
+    dest.rmdir()  # the crash came between the fallback's two renames
+    temp_dir_beside(dest)
+    assert (aside / "out").is_dir()
 
 
 def test_io_does_not_import_torch():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _safety import one_line_error, run_cli
+from _safety import dead_leftover, one_line_error, run_cli
 from safetensors.torch import load_file
 
 from aiayn import ModelConfig, Transformer
@@ -23,6 +23,7 @@ from aiayn.checkpoint import (
 )
 from aiayn.errors import UserError
 from aiayn.flops import mfu, real_lengths, training_flops
+from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.loss import label_smoothed_nll
@@ -210,9 +211,9 @@ def test_resume_refuses_another_vocabulary(tiny_corpus, tmp_path):
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
+    """Every file's bytes; only the names under tensorboard/ (its writer thread appends)."""
+    files = (p.relative_to(root) for p in sorted(root.rglob("*")) if p.is_file())
+    return {str(p): b"" if p.parts[0] == "tensorboard" else (root / p).read_bytes() for p in files}
 
 
 def test_a_second_run_on_a_running_out_fails_naming_the_holder(
@@ -262,6 +263,16 @@ def test_a_lock_left_by_a_killed_run_does_not_block(tiny_corpus, tmp_path):
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     assert Trainer(cfg).run()["updates"] == 1
+
+
+def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_path):
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    dead = [dead_leftover(ckpts / f"update_{n:07d}") for n in (1, 9)]
+    running = temp_dir_beside(ckpts / "update_0000009")  # a live process's, kept
+    Trainer(config(tiny_corpus, tmp_path / "run", max_updates=1)).run()
+    hidden = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("."))
+    assert hidden == [running.name] and not any(p.exists() for p in dead)
 
 
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------

@@ -8,7 +8,9 @@ here. Bytes are decoded as strict UTF-8, line by line, so that an error names th
 
 Writing. A file is written to a temporary name beside its destination, fsynced and renamed,
 so that a reader (or a crash) sees the old file or the new one, never half of one; a failed
-write removes its temporary file. ``publish_dir`` does the same for a whole directory.
+write removes its temporary file. ``publish_dir`` does the same for a whole directory; a
+temporary directory is named after its process, and what a killed process left is removed
+by the next one made beside the same destination.
 
 Locking. ``exclusive_lock`` holds a file with ``flock``: one process at a time, and the kernel
 releases it when the holder ends, however it ends, so a killed run never blocks the next one.
@@ -22,10 +24,12 @@ import fcntl
 import functools
 import gzip
 import os
+import re
 import secrets
 import shutil
+import socket
 import sys
-import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -167,10 +171,53 @@ def write_parallel(pairs: Iterable[tuple[str, str]], src_path: PathLike, tgt_pat
 
 
 def temp_dir_beside(path: PathLike) -> Path:
-    """A new, empty directory beside ``path`` (same file system, so renaming it is atomic)."""
+    """A new, empty directory beside ``path`` (same file system, so renaming it is atomic).
+
+    Named ``.NAME.PID-HOST-RANDOM.tmp`` after its process, so that what a killed process
+    left beside ``path`` is recognised and removed here, the next time (``remove_leftovers``).
+    Created with the umask's usual permissions: it becomes the output.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    remove_leftovers(path.parent, path.name)
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{_HOST}-{secrets.token_hex(4)}.tmp")
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+
+
+_HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"  # a pid means something on one host
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{8}\.tmp")
+
+
+def remove_leftovers(directory: PathLike, name: str | None = None) -> None:
+    """Remove the directories ``temp_dir_beside`` made in ``directory`` (for ``name`` only, if
+    given) whose process, on this host, has ended. One that may hold the only copy of its
+    destination (``publish_dir``'s fallback moved it there, then the process died) is kept."""
+    directory = Path(directory)
+    for entry in directory.iterdir() if directory.is_dir() else []:
+        found = _LEFTOVER.fullmatch(entry.name)
+        if found is None or found["host"] != _HOST or name not in (None, found["name"]):
+            continue
+        if entry.is_symlink() or not entry.is_dir() or _alive(int(found["pid"])):
+            continue
+        dest = found["name"]
+        if (entry / dest).exists() and not (directory / dest).exists():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process; not a pid at all
+        return True
+    return True
 
 
 def fsync_tree(directory: Path) -> None:
