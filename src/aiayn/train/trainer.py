@@ -358,8 +358,6 @@ class Trainer:
         Rank 0 holds OUT/.lock (the kernel drops it when rank 0 dies); every rank learns
         whether it got it, so that all stop, not only rank 0."""
         path = self.out / LOCK
-        if self.dist.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
         held = exclusive_lock(path, wait=False) if self.dist.is_main else nullcontext(True)
         with held as mine:
             if not self._agree(mine):
