@@ -1,6 +1,8 @@
 """Helpers of the test_safety_* files: run the CLI in-process, check its one-line errors."""
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from aiayn.cli.main import main
@@ -48,3 +50,16 @@ def config(data: Path, out: Path, **overrides) -> TrainConfig:
 def copy_run(tiny_run: Path, dest: Path) -> Path:
     shutil.copytree(tiny_run / "checkpoints", dest)
     return dest
+
+
+def dead_leftover(dest, *, holding_old_copy: bool = False):
+    """What a killed process leaves: a ``temp_dir_beside(dest)`` of a process that has ended
+    (with the old copy of ``dest`` inside, as publish_dir's fallback moves it aside)."""
+    code = (
+        "import sys; from pathlib import Path; from aiayn.io import temp_dir_beside; "
+        "tmp = temp_dir_beside(sys.argv[1]); (tmp / 'model').write_text('30 MB'); "
+        f"{holding_old_copy} and (tmp / Path(sys.argv[1]).name).mkdir(); print(tmp)"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(dest)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return Path(result.stdout.strip())

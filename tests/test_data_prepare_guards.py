@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _safety import dead_leftover
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,7 @@ from aiayn.data import corpus as corpus_module
 from aiayn.data.binarize import binarize_split, split_files
 from aiayn.data.readers import iter_lines, iter_parallel
 from aiayn.errors import UserError
+from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig
 
 WORDS = "the a house dog cat runs sees big small red green old new and with in on of".split()
@@ -138,6 +140,14 @@ def test_interrupted_prepare_removes_its_temporary_directory(corpus, tmp_path, m
     with pytest.raises(KeyboardInterrupt):
         prepare_corpus(corpus, out, vocab_size=80)
     assert snapshot(out) == before and leftovers(tmp_path) == []
+
+
+def test_prepare_removes_what_killed_prepares_left_and_keeps_a_running_ones(corpus, tmp_path):
+    out = tmp_path / "data"
+    prepare_corpus(corpus, out, vocab_size=60, max_len=None)
+    dead, running = dead_leftover(out), temp_dir_beside(out)
+    prepare_corpus(corpus, out, vocab_size=80, max_len=None)
+    assert leftovers(tmp_path) == [running.name] and not dead.exists()
 
 
 def test_new_dataset_replaces_the_old_and_keeps_other_entries(corpus, tmp_path):

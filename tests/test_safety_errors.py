@@ -236,7 +236,7 @@ def test_train_reports_a_full_disk_in_one_line(tiny_corpus, tmp_path, capsys, mo
     cfg_path.write_text(json.dumps(config(tiny_corpus, tmp_path / "run", max_updates=1).__dict__))
     code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
     assert code == 2
-    one_line_error(err, "no space left on device", "the partial .update_0000001.tmp was removed")
+    one_line_error(err, "no space left on device", "the partial .update_0000001.", "was removed")
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == []
 
 

@@ -7,9 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from _safety import dead_leftover
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aiayn import io as aiayn_io
 from aiayn.data.readers import iter_lines as corpus_lines
 from aiayn.errors import UserError
 from aiayn.io import (
@@ -246,6 +248,84 @@ def test_a_directory_holding_an_input_is_refused_only_when_replaced_whole(tmp_pa
     with pytest.raises(UserError, match=f"--out {tmp_path / 'run'} holds the input {inner}"):
         check_not_input(tmp_path / "run", [inner], option="--out", whole_dir=True)
     check_not_input(inner / "averaged", [inner], whole_dir=True)  # inside an input is no threat
+
+
+def _dir_with(path, text: str):
+    path.mkdir()
+    for name in ("model", "meta"):
+        (path / name).write_text(text)
+    return path
+
+
+def _copy_in(path) -> str:
+    """'old' or 'new' when ``path`` holds that complete copy."""
+    texts = {p.name: p.read_text() for p in path.iterdir()}
+    assert sorted(texts) == ["meta", "model"] and len(set(texts.values())) == 1, texts
+    return texts["meta"]
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_publish_dir_replaces_the_old_copy_and_leaves_nothing_else(tmp_path, monkeypatch, exchange):
+    final = _dir_with(tmp_path / "out", "old")
+    tmp = _dir_with(tmp_path / ".out.new", "new")
+    if not exchange:  # an OS without renameat2: the two renames
+        monkeypatch.setattr(aiayn_io, "_exchange", lambda a, b: False)
+    publish_dir(tmp, final)
+    assert _copy_in(final) == "new" and [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_publish_dir_replaces_a_link_and_not_what_it_points_to(tmp_path):
+    elsewhere = _dir_with(tmp_path / "elsewhere", "theirs")
+    (tmp_path / "out").symlink_to(elsewhere)
+    publish_dir(_dir_with(tmp_path / ".out.new", "new"), tmp_path / "out")
+    assert not (tmp_path / "out").is_symlink() and _copy_in(tmp_path / "out") == "new"
+    assert _copy_in(elsewhere) == "theirs"
+
+
+def test_a_crash_while_publishing_a_dir_leaves_a_complete_copy(tmp_path, monkeypatch):
+    final = _dir_with(tmp_path / "out", "old")
+    tmp = _dir_with(tmp_path / ".out.new", "new")
+    renames = []
+
+    def crash(*args):
+        raise OSError("power cut")
+
+    def rename_once(src, dst):  # the first rename happens, then the machine stops
+        if renames:
+            crash()
+        renames.append(src)
+        os.replace(src, dst)
+
+    monkeypatch.setattr(aiayn_io.os, "rename", rename_once)
+    monkeypatch.setattr(aiayn_io.shutil, "rmtree", crash)  # the step after the swap
+    with pytest.raises(OSError, match="power cut"):
+        publish_dir(tmp, final)
+    assert _copy_in(final) in ("old", "new")
+
+
+def test_temporary_dirs_of_ended_processes_are_removed_and_only_those(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    alive = temp_dir_beside(dest)  # this process's: in use
+    dead = dead_leftover(dest)
+    other = dead_leftover(tmp_path / "other")  # another destination's
+    elsewhere = dead.name.replace(dead.name.split("-")[1], "ffffffff")  # that pid, another host
+    foreign = [tmp_path / n for n in (".out.tmp", ".out.123.tmp", "out.1-2-3.tmp", elsewhere)]
+    for path in foreign:
+        path.mkdir()
+    assert str(os.getpid()) in alive.name and dead.name.startswith(".out.") and dead.exists()
+    fresh = temp_dir_beside(dest)
+    assert not dead.exists() and alive.is_dir() and fresh.is_dir() and other.is_dir()
+    assert all(path.is_dir() for path in foreign)
+
+
+def test_a_leftover_holding_the_only_copy_of_its_destination_is_kept(tmp_path):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    aside = dead_leftover(dest, holding_old_copy=True)
+    dest.rmdir()  # the crash came between the fallback's two renames
+    temp_dir_beside(dest)
+    assert (aside / "out").is_dir()
 
 
 def test_io_does_not_import_torch():

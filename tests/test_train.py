@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _safety import dead_leftover, one_line_error, run_cli
 from safetensors.torch import load_file
 
 from aiayn import ModelConfig, Transformer
@@ -20,7 +21,9 @@ from aiayn.checkpoint import (
     load_transformer,
     save_checkpoint,
 )
+from aiayn.errors import UserError
 from aiayn.flops import mfu, real_lengths, training_flops
+from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.loss import label_smoothed_nll
@@ -204,6 +207,74 @@ def test_resume_refuses_another_vocabulary(tiny_corpus, tmp_path):
         Trainer(cfg).run(resume=ckpt)
 
 
+# --- one run per OUT: a lock the kernel releases when its holder dies -----------------------
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file's bytes; only the names under tensorboard/ (its writer thread appends)."""
+    files = (p.relative_to(root) for p in sorted(root.rglob("*")) if p.is_file())
+    return {str(p): b"" if p.parts[0] == "tensorboard" else (root / p).read_bytes() for p in files}
+
+
+def test_a_second_run_on_a_running_out_fails_naming_the_holder(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=3, save_every_updates=1)
+    cfg_path = _write(config(tiny_corpus, tmp_path / "run", seed=7), tmp_path / "second.json")
+    real, seen = Trainer.train_update, {}
+
+    def update_then_intrude(self, batches):
+        if self.update == 2 and not seen:  # mid-run, two checkpoints and a log on disk
+            seen["before"] = before = _files(tmp_path / "run")
+            capsys.readouterr()  # the first run's progress bar
+            seen["cli"] = run_cli(capsys, "train", cfg_path, "--device", "cpu")
+            seen["untouched"] = _files(tmp_path / "run") == before
+        return real(self, batches)
+
+    monkeypatch.setattr(Trainer, "train_update", update_then_intrude)
+    assert Trainer(cfg).run()["updates"] == 3  # the first run finishes undisturbed
+    code, _, err = seen["cli"]
+    assert code == 2
+    one_line_error(err, str(tmp_path / "run"), f"pid {os.getpid()}")
+    assert seen["untouched"]
+    assert json.loads((tmp_path / "run/config.json").read_text())["seed"] == cfg.seed
+
+
+_HOLD_LOCK = """
+import sys, time
+from aiayn.io import exclusive_lock
+with exclusive_lock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_lock_left_by_a_killed_run_does_not_block(tiny_corpus, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout.readline() == "locked\n"
+    cfg = config(tiny_corpus, out, max_updates=1)
+    with pytest.raises(UserError, match=f"pid {holder.pid}"):
+        Trainer(cfg).run()
+    assert not (out / "checkpoints").exists() and not (out / "config.json").exists()
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert Trainer(cfg).run()["updates"] == 1
+
+
+def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_path):
+    ckpts = tmp_path / "run" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    dead = [dead_leftover(ckpts / f"update_{n:07d}") for n in (1, 9)]
+    running = temp_dir_beside(ckpts / "update_0000009")  # a live process's, kept
+    Trainer(config(tiny_corpus, tmp_path / "run", max_updates=1)).run()
+    hidden = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("."))
+    assert hidden == [running.name] and not any(p.exists() for p in dead)
+
+
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------
 
 
@@ -235,12 +306,76 @@ def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
     assert_same_weights(a, b)
     meta = json.loads((tmp_path / "ddp/checkpoints/update_0000003/meta.json").read_text())
     assert meta["world_size"] == 2
+    rng = torch.load(tmp_path / "ddp/checkpoints/update_0000003/trainer.pt")["rng"]
+    assert len(rng) == 2 and not torch.equal(rng[0]["cpu"], rng[1]["cpu"])  # each rank's own
     assert (
         meta["tokens"]
         == json.loads((tmp_path / "single/checkpoints/update_0000003/meta.json").read_text())[
             "tokens"
         ]
     )
+
+
+# Each rank saves its RNG states and restores its own; CUDA's generator is stood in for by a
+# torch.Generator, so that the CUDA branch of the same functions runs on a CPU.
+_RNG_ROUND_TRIP = """
+import sys
+from pathlib import Path
+import torch
+from aiayn.checkpoint import load_trainer_state
+from aiayn.train import distributed
+
+out = Path(sys.argv[1])
+d = distributed.setup("cpu")
+fake = torch.Generator()
+torch.cuda.get_rng_state = lambda device="cuda": fake.get_state()
+torch.cuda.set_rng_state = lambda state, device="cuda": fake.set_state(state)
+d = distributed.Distributed(d.rank, d.world_size, torch.device("cuda", 0))
+torch.manual_seed(100 + d.rank)
+fake.manual_seed(200 + d.rank)
+states = distributed.rng_states(d)
+expected = torch.stack([torch.rand(4), torch.rand(4, generator=fake)])
+if d.is_main:
+    torch.save({"rng": states}, out / "trainer.pt")
+torch.distributed.barrier()
+torch.manual_seed(0)
+fake.manual_seed(0)
+distributed.set_rng_states(load_trainer_state(out)["rng"], d)
+got = torch.stack([torch.rand(4), torch.rand(4, generator=fake)])
+torch.save({"expected": expected, "got": got}, out / f"rank{d.rank}.pt")
+distributed.teardown()
+"""
+
+
+def test_each_rank_restores_its_own_cpu_and_cuda_rng(tmp_path):
+    script = tmp_path / "round_trip.py"
+    script.write_text(_RNG_ROUND_TRIP)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [*cmd, str(script), str(tmp_path)], capture_output=True, text=True, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = torch.load(tmp_path / "trainer.pt", weights_only=True)["rng"]
+    assert [sorted(state) for state in saved] == [["cpu", "cuda"], ["cpu", "cuda"]]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
+    for rank in ranks:
+        assert torch.equal(rank["got"], rank["expected"])  # CPU draws, then CUDA draws
+    for kind in (0, 1):  # independent dropout masks per rank, on both generators
+        assert not torch.equal(ranks[0]["expected"][kind], ranks[1]["expected"][kind])
+
+
+def test_resume_reads_rng_states_of_older_checkpoints(tiny_corpus, tmp_path):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=1)
+    Trainer(cfg).run()
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    state = torch.load(ckpt / "trainer.pt", weights_only=True)
+    cpu = torch.manual_seed(5).get_state()
+    state |= {"rng": [cpu], "cuda_rng": None}  # the format before per-rank CUDA states
+    torch.save(state, ckpt / "trainer.pt")
+    torch.manual_seed(0)
+    Trainer(cfg).resume(ckpt)
+    assert torch.equal(torch.get_rng_state(), cpu)
 
 
 # --- non-finite losses ----------------------------------------------------------------------

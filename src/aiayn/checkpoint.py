@@ -10,7 +10,7 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 
 It is built in a temporary directory, every file fsynced, then renamed into place; the
 ``latest`` pointer is replaced atomically afterwards. A crash at any moment leaves the
-previous latest checkpoint intact.
+previous latest checkpoint intact; the next save removes what a killed save left.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from torch import nn
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
 from .errors import UserError
-from .io import check_not_input, publish_dir, temp_dir_beside, write_text_atomic
+from .io import check_not_input, publish_dir, remove_leftovers, temp_dir_beside, write_text_atomic
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
@@ -65,10 +65,9 @@ def save_checkpoint(
     """
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / checkpoint_name(update)
-    tmp = ckpt_root / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)  # our own leftover from a crash mid-save
+    remove_leftovers(ckpt_root)  # half-written checkpoints of killed runs, any update
+    tmp = temp_dir_beside(final)
     try:
-        tmp.mkdir()
         save_model(model, str(tmp / WEIGHTS))  # de-duplicates the tied matrix
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         if trainer_state is not None:

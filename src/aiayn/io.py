@@ -8,17 +8,31 @@ here. Bytes are decoded as strict UTF-8, line by line, so that an error names th
 
 Writing. A file is written to a temporary name beside its destination, fsynced and renamed,
 so that a reader (or a crash) sees the old file or the new one, never half of one; a failed
-write removes its temporary file. ``publish_dir`` does the same for a whole directory. What
-is published gets the permissions the umask gives any new file, whoever wrote it.
+write removes its temporary file. ``publish_dir`` does the same for a whole directory; a
+temporary directory is named after its process, and what a killed process left is removed
+by the next one made beside the same destination. What is published gets the permissions
+the umask gives any new file, whoever wrote it.
+
+Locking. ``exclusive_lock`` holds a file with ``flock``: one process at a time, and the kernel
+releases it when the holder ends, however it ends, so a killed run never blocks the next one.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
+import functools
 import gzip
 import os
+import re
 import secrets
 import shutil
-from collections.abc import Iterable, Iterator
+import socket
+import stat
+import sys
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -203,19 +217,52 @@ def write_parallel(pairs: Iterable[tuple[str, str]], src_path: PathLike, tgt_pat
 def temp_dir_beside(path: PathLike) -> Path:
     """A new, empty directory beside ``path`` (same file system, so renaming it is atomic).
 
-    Its name is random and created exclusively; it gets the umask's usual permissions (unlike
-    mkdtemp's 0700), since it becomes the published directory.
+    Named ``.NAME.PID-HOST-RANDOM.tmp`` after its process, so that what a killed process
+    left beside ``path`` is recognised and removed here, the next time (``remove_leftovers``).
+    Created with the umask's usual permissions (unlike mkdtemp's 0700): it becomes the output.
     """
     path = Path(path)
     check_parent(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path.parent, path.name)
     while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{_HOST}-{secrets.token_hex(4)}.tmp")
         try:
             tmp.mkdir()
             return tmp
         except FileExistsError:
-            continue  # another's name: draw again, never reuse it
+            continue
+
+
+_HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"  # a pid means something on one host
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)-(?P<host>[0-9a-f]{8})-[0-9a-f]{8}\.tmp")
+
+
+def remove_leftovers(directory: PathLike, name: str | None = None) -> None:
+    """Remove the directories ``temp_dir_beside`` made in ``directory`` (for ``name`` only, if
+    given) whose process, on this host, has ended. One that may hold the only copy of its
+    destination (``publish_dir``'s fallback moved it there, then the process died) is kept."""
+    directory = Path(directory)
+    for entry in directory.iterdir() if directory.is_dir() else []:
+        found = _LEFTOVER.fullmatch(entry.name)
+        if found is None or found["host"] != _HOST or name not in (None, found["name"]):
+            continue
+        if entry.is_symlink() or not entry.is_dir() or _alive(int(found["pid"])):
+            continue
+        dest = found["name"]
+        if (entry / dest).exists() and not (directory / dest).exists():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process; not a pid at all
+        return True
+    return True
 
 
 def _umask() -> int:
@@ -246,16 +293,92 @@ def fsync_tree(directory: Path) -> None:
 
 
 def publish_dir(tmp: Path, final: Path) -> None:
-    """Rename the complete directory ``tmp`` to ``final``; an existing ``final`` (which the
-    caller has decided may be replaced) is first moved aside and removed only afterwards, so
-    that a crash leaves the old or the new directory in place, never neither."""
+    """Rename the complete directory ``tmp`` to ``final``, so that a crash leaves the old or
+    the new directory there, never neither. An existing ``final`` (which the caller has
+    decided may be replaced) is swapped with ``tmp`` in one step where the OS can (Linux
+    ``renameat2``), else first moved aside; the old copy is removed only afterwards."""
     apply_umask(tmp)
+    if final.is_dir() and not final.is_symlink():  # a replaced directory keeps its permissions
+        os.chmod(tmp, stat.S_IMODE(final.stat().st_mode))
     fsync_tree(tmp)
-    aside = None
-    if final.exists() or final.is_symlink():
-        aside = temp_dir_beside(final)
-        os.rename(final, aside / final.name)
-    os.rename(tmp, final)
+    if not (final.exists() or final.is_symlink()):
+        os.rename(tmp, final)
+        fsync_dir(final.parent)
+        return
+    if _exchange(tmp, final):
+        old = tmp  # now holds the previous ``final``
+    else:  # a crash between these two renames leaves the old copy inside ``old``
+        old = temp_dir_beside(final)
+        os.rename(final, old / final.name)
+        os.rename(tmp, final)
     fsync_dir(final.parent)
-    if aside is not None:
-        shutil.rmtree(aside)
+    if old.is_symlink() or not old.is_dir():
+        old.unlink()
+    else:
+        shutil.rmtree(old)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # from <fcntl.h> and <linux/fs.h>
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """glibc's (2.28+) renameat2, or None on other systems."""
+    if sys.platform != "linux":
+        return None
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p] * 2 + [ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` atomically; False where the C library, the kernel
+    (before Linux 3.15) or the file system cannot."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+# ----------------------------------------------------------------------------------------
+# Locking
+
+
+@contextmanager
+def exclusive_lock(path: PathLike, *, wait: bool = True) -> Iterator[bool]:
+    """Hold ``path`` exclusively (created if missing) and write this process's pid into it.
+
+    ``flock``: the kernel releases the lock when the process ends, even by SIGKILL. ``wait``
+    False: do not wait for another holder; yields whether this process got the lock (see
+    ``lock_holder`` for who has it otherwise).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def lock_holder(path: PathLike) -> int | None:
+    """The pid ``exclusive_lock`` wrote into ``path``; None before the holder has written it."""
+    try:
+        text = Path(path).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

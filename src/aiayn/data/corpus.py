@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import check_not_input, fsync_dir, fsync_tree
+from ..io import check_not_input, fsync_dir, fsync_tree, publish_dir, temp_dir_beside
 from .binarize import (
     META,
     binarize_split,
@@ -85,9 +83,7 @@ def prepare_corpus(
         check_not_input(output, inputs)
     check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp = out.with_name(f".{out.name}.prepare-{suffix}")
-    tmp.mkdir()
+    tmp = temp_dir_beside(out)
     try:
         meta = _build(
             splits,
@@ -102,7 +98,7 @@ def prepare_corpus(
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _replace_dataset(tmp, out, out.with_name(f".{out.name}.old-{suffix}"))
+    _replace_dataset(tmp, out)
     return meta
 
 
@@ -171,22 +167,19 @@ def _build(
     return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
 
 
-def _replace_dataset(new: Path, out: Path, old: Path) -> None:
+def _replace_dataset(new: Path, out: Path) -> None:
     """Move the finished dataset ``new`` to ``out``.
 
-    A directory of dataset files only is swapped whole (``out`` is missing only between two
-    renames). Beside other entries the files move one by one instead, so that the directory
-    holding them is never renamed: the old ``meta.json`` goes first (the old dataset stops
-    loading), the new one last (the new dataset starts loading).
+    A directory of dataset files only is swapped whole (``publish_dir``). Beside other
+    entries the files move one by one instead, so that the directory holding them is never
+    renamed: the old ``meta.json`` goes first (the old dataset stops loading), the new one
+    last (the new dataset starts loading).
     """
     fsync_tree(new)  # data, then the names: after a power cut the dataset is whole or absent
     if not out.exists():
         os.rename(new, out)
     elif all(is_dataset_file(e.name) for e in out.iterdir()):
-        os.chmod(new, stat.S_IMODE(out.stat().st_mode))
-        os.rename(out, old)
-        os.rename(new, out)
-        shutil.rmtree(old)
+        publish_dir(new, out)
     else:
         previous = read_meta(out)["splits"] if (out / META).exists() else {}
         (out / META).unlink(missing_ok=True)

@@ -16,14 +16,11 @@ experiment tables this small (hydra/optuna sweep parameters; they do not write a
 from __future__ import annotations
 
 import datetime
-import fcntl
 import json
 import math
-import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from tqdm import tqdm
 
 from ..config import with_overrides
 from ..errors import UserError
-from ..io import write_text_atomic
+from ..io import exclusive_lock, write_text_atomic
 
 
 @dataclass
@@ -95,7 +92,7 @@ def run_rows(
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     relevant = {k: getattr(budget, k) for k in experiment.budget_keys}
-    with _lock(out / "locks" / "results.json"):
+    with exclusive_lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
     total = sum(row.cost for row in experiment.rows)
     bar = tqdm(
@@ -111,10 +108,10 @@ def run_rows(
     for row in [] if report_only else experiment.rows:
         if _finished(results, row.name):
             continue
-        with _lock(out / "locks" / row.name, wait=False) as mine:
+        with exclusive_lock(out / "locks" / row.name, wait=False) as mine:
             if not mine:  # another process is running this row
                 continue
-            with _lock(out / "locks" / "results.json"):
+            with exclusive_lock(out / "locks" / "results.json"):
                 results = _load(path, experiment, relevant)  # it may have been finished meanwhile
             if _finished(results, row.name):
                 continue
@@ -124,12 +121,12 @@ def run_rows(
             if measured is None:  # out of budget: stop here, a rerun continues
                 break
             finished = {"name": row.name, **measured, "wall_s": time.monotonic() - start}
-            with _lock(out / "locks" / "results.json"):
+            with exclusive_lock(out / "locks" / "results.json"):
                 results = _merge(_load(path, experiment, relevant), finished, experiment)
                 write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
         bar.update(row.cost)
     bar.close()
-    with _lock(out / "locks" / "results.json"):
+    with exclusive_lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
         rows = results["rows"]
         header = (
@@ -154,23 +151,6 @@ def _merge(
     """``results`` with ``finished`` added, rows in the experiment's order."""
     done = {r["name"]: r for r in results["rows"]} | {finished["name"]: finished}
     return {**results, "rows": [done[r.name] for r in experiment.rows if r.name in done]}
-
-
-@contextmanager
-def _lock(path: Path, wait: bool = True) -> Iterator[bool]:
-    """Hold ``path`` exclusively (flock; the OS releases it when the process ends). ``wait``
-    False: do not wait for another holder; yields whether this process got the lock."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -43,6 +44,30 @@ def setup(device: str = "auto") -> Distributed:
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
     return Distributed(rank, world_size, dev)
+
+
+def rng_states(d: Distributed) -> list[dict[str, torch.Tensor]]:
+    """Every rank's RNG states, ``{"cpu": ..., "cuda": ...}`` ("cuda" on a GPU only), in rank
+    order: each rank draws its own dropout masks, so each rank's states are saved.
+    A collective: every rank calls it."""
+    state = {"cpu": torch.get_rng_state()}
+    if d.device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(d.device)
+    if not d.enabled:
+        return [state]
+    gathered: list[Any] = [None] * d.world_size
+    dist.all_gather_object(gathered, state)
+    return gathered
+
+
+def set_rng_states(saved: list[dict[str, torch.Tensor]], d: Distributed) -> None:
+    """Restore this rank's states from ``rng_states``' list. A rank the saved run did not have
+    keeps its own seed (another rank's would repeat its masks); a CUDA state needs a GPU."""
+    if d.rank >= len(saved):
+        return
+    torch.set_rng_state(saved[d.rank]["cpu"])
+    if "cuda" in saved[d.rank] and d.device.type == "cuda":
+        torch.cuda.set_rng_state(saved[d.rank]["cuda"], d.device)
 
 
 def teardown() -> None:

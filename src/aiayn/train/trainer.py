@@ -1,5 +1,6 @@
 """The training loop of section 5: token-budget batches, Adam with the warm-up schedule,
-label smoothing, gradient accumulation, DDP, mixed precision, atomic checkpoints, exact resume.
+label smoothing, gradient accumulation, DDP, mixed precision, atomic checkpoints, exact resume,
+one run per OUT (a lock in OUT/.lock).
 
     trainer = Trainer(load_train_config("wmt14-base"))
     summary = trainer.run()
@@ -18,7 +19,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from .. import checkpoint as ckpt
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
 from ..errors import UserError
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
-from ..io import write_text_atomic
+from ..io import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
 from . import distributed
 from .config import TrainConfig
@@ -47,6 +48,7 @@ class NonFiniteLossError(RuntimeError):
 # The fp16 scaler halves its scale at every skipped step: 50 halvings from 2**16 leave
 # 2**-34, where gradients that still overflow are not finite whatever the scale.
 MAX_SKIPPED_STEPS = 50
+LOCK = ".lock"  # in OUT: held by the run writing there
 
 
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
@@ -256,18 +258,10 @@ class Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------
 
-    def _rng_states(self) -> list[torch.Tensor]:
-        state = torch.get_rng_state()
-        if not self.dist.enabled:
-            return [state]
-        gathered: list[Any] = [None] * self.dist.world_size
-        dist.all_gather_object(gathered, state)
-        return gathered
-
     def save(self) -> Path | None:
         """Validate (when configured), then write a checkpoint. A validation failure is
         reported only after the trained weights are saved: it must never cost the updates."""
-        rng = self._rng_states()  # collective: every rank takes part
+        rng = distributed.rng_states(self.dist)  # collective: every rank takes part
         path, failure = None, None
         if self.dist.is_main:
             if self.cfg.validate:
@@ -294,7 +288,6 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "rng": rng,
-                "cuda_rng": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
             }
             path = ckpt.save_checkpoint(
                 self.ckpt_root,
@@ -339,10 +332,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        rng = state["rng"]
-        torch.set_rng_state(rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0])
-        if state.get("cuda_rng") is not None and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["cuda_rng"])
+        distributed.set_rng_states(_saved_rng(state), self.dist)
         self.sampler.load_state_dict(meta["sampler"])
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
@@ -363,8 +353,29 @@ class Trainer:
             cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60
         )
 
+    @contextmanager
+    def _lock_out(self) -> Iterator[None]:
+        """One run per OUT: two would prune each other's checkpoints and interleave the log.
+        Rank 0 holds OUT/.lock (the kernel drops it when rank 0 dies); every rank learns
+        whether it got it, so that all stop, not only rank 0."""
+        path = self.out / LOCK
+        held = exclusive_lock(path, wait=False) if self.dist.is_main else nullcontext(True)
+        with held as mine:
+            if not self._agree(mine):
+                pid = lock_holder(path)
+                raise UserError(
+                    f"{self.out} is in use by another training run (pid "
+                    f"{pid if pid is not None else 'unknown'}, holding {path}); wait for it "
+                    "to end, or choose another out"
+                )
+            yield
+
     def run(self, resume: str | Path | None = "auto") -> dict[str, Any]:
         """Train until max_updates or max_minutes; returns the summary (also in summary.json)."""
+        with self._lock_out():
+            return self._run(resume)
+
+    def _run(self, resume: str | Path | None) -> dict[str, Any]:
         cfg = self.cfg
         start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
         if start_path:
@@ -465,6 +476,18 @@ class Trainer:
                 ckpt.latest_checkpoint(self.ckpt_root).resolve()
             ),  # absolute: any cwd
         }
+
+
+def _saved_rng(state: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
+    """A checkpoint's RNG states per rank; older checkpoints held CPU states per rank and
+    rank 0's CUDA state alone (as ``cuda_rng``)."""
+    rng = state["rng"]
+    if not rng or isinstance(rng[0], dict):
+        return rng
+    old = [{"cpu": cpu} for cpu in rng]
+    if state.get("cuda_rng") is not None:
+        old[0]["cuda"] = state["cuda_rng"]
+    return old
 
 
 class _Log:
