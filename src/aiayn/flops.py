@@ -72,9 +72,8 @@ def measure_matmul_peak(
     training dtype (default: fp32 on CPU, bf16 on CUDA) on the current threads: the
     denominator of MFU.
 
-    The best of ``trials`` windows of ``seconds / trials`` each: a single window on a shared
-    2-core machine measured anywhere from 86 to 249 GFLOP/s (an MFU of 162% against the low
-    one); a peak is what the hardware can do, so a moment of contention must not lower it.
+    The best of ``trials`` windows of ``seconds / trials`` each: on a shared machine one window
+    can catch a moment of contention, and a peak is what the hardware can do.
     """
     device = torch.device(device)
     if dtype is None:
