@@ -476,3 +476,32 @@ def test_config_layers_preset_file_and_sets(tmp_path):
     assert cfg.model_config(None).d_ff == 1024
     with pytest.raises(ValueError, match="cannot read 'x' as int"):
         load_train_config(path, ["max_updates=x"])
+
+
+def test_the_trainers_valid_perplexity_is_evaluates_on_the_same_sentences(tiny_corpus, tmp_path):
+    """One yardstick: Trainer.validate on a binarised valid split and evaluate's
+    reference_perplexity on the raw text it was prepared from give the same perplexity."""
+    from aiayn.data import Vocab, prepare_corpus
+    from aiayn.evaluate import reference_perplexity
+    from aiayn.io import read_lines
+    from aiayn.train import TrainConfig
+    from aiayn.train.trainer import Trainer
+
+    raw = tiny_corpus.parent
+    splits = {s: (raw / f"{s}.en", raw / f"{s}.es") for s in ("train", "valid")}
+    meta = prepare_corpus(splits, tmp_path / "data", vocab_size=300, max_len=250)
+    sources, references = (read_lines(p) for p in splits["valid"])
+    assert meta["splits"]["valid"]["pairs"] == len(sources)  # nothing dropped: the same sentences
+    cfg = TrainConfig(
+        data=str(tmp_path / "data"),
+        out=str(tmp_path / "run"),
+        preset="tiny",
+        model={"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2},
+        max_updates=1,
+        num_threads=1,
+    )
+    trainer = Trainer(cfg)
+    got = trainer.validate()["valid_ppl"]
+    vocab = Vocab.load(tmp_path / "data" / "spm.model")
+    want = reference_perplexity(trainer.model, vocab, sources, references)
+    assert got == pytest.approx(want, rel=1e-4)

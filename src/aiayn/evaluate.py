@@ -30,7 +30,7 @@ from .io import (
 )
 from .metrics import paper_bleu, sacre_bleu
 from .model import Transformer
-from .train.loss import perplexity
+from .train.loss import perplexity, teacher_forced
 
 
 @dataclass
@@ -96,23 +96,19 @@ def _reference_perplexity(
     device = next(model.parameters()).device
     nll_sum, tokens = 0.0, 0
     pairs = [
-        (vocab.encode_source(s, model.cfg.max_len), vocab.encode(r))
+        (vocab.encode_source(s, model.cfg.max_len), vocab.encode_target(r, model.cfg.max_len))
         for s, r in zip(sources, references)
         if s.strip()
     ]
     pairs.sort(key=lambda p: len(p[0]))
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
-        refs = [r[: model.cfg.max_len - 1] for _, r in chunk]
+        refs = [r for _, r in chunk]
         src = pad_rows([s for s, _ in chunk], [], [], vocab.pad_id).to(device)
         tgt_in = pad_rows(refs, [vocab.bos_id], [], vocab.pad_id).to(device)
         tgt_out = pad_rows(refs, [], [vocab.eos_id], vocab.pad_id).to(device)
-        mask = tgt_out != vocab.pad_id
-        logits = model(src, tgt_in, output_mask=mask)
-        nll_sum += torch.nn.functional.cross_entropy(
-            logits.float(), tgt_out[mask], reduction="sum"
-        ).item()
-        tokens += int(mask.sum())
+        _, nll, n = teacher_forced(model, src, tgt_in, tgt_out, vocab.pad_id, eps_ls=0.0)
+        nll_sum, tokens = nll_sum + nll.item(), tokens + n
     return perplexity(nll_sum, tokens)
 
 

@@ -85,7 +85,7 @@ def attention_maps(
 ) -> list[Path]:
     """PNG per attention kind and layer for one sentence pair (e.g. a source and its translation)."""
     src_ids = vocab.encode_source(source, model.cfg.max_len)
-    tgt_ids = [vocab.bos_id] + vocab.encode(target)[: model.cfg.max_len - 1]
+    tgt_ids = [vocab.bos_id] + vocab.encode_target(target, model.cfg.max_len)
     src_tokens = [vocab.id_to_piece(i) for i in src_ids]
     tgt_tokens = [vocab.id_to_piece(i) for i in tgt_ids]
     device = next(model.parameters()).device

@@ -157,6 +157,13 @@ class Vocab:
         ids = self.encode(text)
         return (ids if max_len is None else ids[: max_len - 1]) + [self.eos_id]
 
+    def encode_target(self, text: str, max_len: int | None = None) -> list[int]:
+        """A target sentence's subwords as the decoder is trained on them, at most
+        ``max_len - 1``, so that its input (bos + them) and its output (them + eos) both fit the
+        model's positions."""
+        ids = self.encode(text)
+        return ids if max_len is None else ids[: max_len - 1]
+
     def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
         return self.sp.encode(texts, out_type=int, num_threads=num_threads)
 

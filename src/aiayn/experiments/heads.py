@@ -61,7 +61,7 @@ def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> lis
     queries = 0
     for source, reference in pairs:
         src_ids = vocab.encode_source(source, model.cfg.max_len)
-        tgt_ids = [vocab.bos_id] + vocab.encode(reference)[: model.cfg.max_len - 1]
+        tgt_ids = [vocab.bos_id] + vocab.encode_target(reference, model.cfg.max_len)
         weights = model.attention_weights(torch.tensor([src_ids]), torch.tensor([tgt_ids]))
         punctuation = torch.tensor([is_punctuation(vocab.id_to_piece(i)) for i in src_ids])
         for layer, layer_weights in enumerate(weights["encoder self-attention"]):

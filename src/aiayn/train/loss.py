@@ -57,6 +57,20 @@ def label_smoothed_nll(
     return _LabelSmoothedNLL.apply(logits, target, float(eps_ls), int(ignore_index))
 
 
+def teacher_forced(
+    model: torch.nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int, eps_ls: float
+) -> tuple[Tensor, Tensor, int]:
+    """(label-smoothed loss sum, NLL sum, target tokens) of one batch, teacher-forced: the one
+    yardstick behind every validation perplexity (the trainer's and ``aiayn evaluate``'s).
+
+    src (B, S), tgt_in (B, T) = bos + subwords, tgt_out (B, T) = subwords + eos, pad elsewhere.
+    """
+    mask = tgt_out != pad_id  # (B, T)
+    logits = model(src, tgt_in, output_mask=mask)  # (n_tokens, V): padding is never projected
+    loss, nll = label_smoothed_nll(logits.float(), tgt_out[mask], eps_ls)
+    return loss, nll, int(mask.sum())
+
+
 def perplexity(nll_sum: float, tokens: int) -> float:
     """exp(mean NLL per subword); capped so an untrained model does not overflow."""
     return float(torch.exp(torch.tensor(min(nll_sum / max(tokens, 1), 50.0))))

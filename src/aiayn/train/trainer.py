@@ -37,7 +37,7 @@ from ..io import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
 from . import distributed
 from .config import TrainConfig
-from .loss import label_smoothed_nll, perplexity
+from .loss import label_smoothed_nll, perplexity, teacher_forced
 from .schedule import noam_rate
 
 
@@ -241,15 +241,16 @@ class Trainer:
         loss_sum = nll_sum = tokens = 0.0
         for indices in sampler.epoch_batches(0):
             batch = collate(data, indices).to(self.device)
-            mask = batch.tgt_out != self.model_cfg.pad_id
             with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in, output_mask=mask)
-            loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
-            loss_sum, nll_sum, tokens = (
-                loss_sum + loss.item(),
-                nll_sum + nll.item(),
-                tokens + batch.n_tgt_tokens,
-            )
+                loss, nll, n = teacher_forced(
+                    self.model,
+                    batch.src,
+                    batch.tgt_in,
+                    batch.tgt_out,
+                    self.model_cfg.pad_id,
+                    self.cfg.eps_ls,
+                )
+            loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + n
         return {
             "valid_loss": loss_sum / tokens,
             "valid_nll": nll_sum / tokens,
