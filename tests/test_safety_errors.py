@@ -143,7 +143,7 @@ def test_evaluate_output_that_is_a_directory_fails_before_decoding(
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the output path was checked")
 
-    monkeypatch.setattr(evaluate, "load_transformer", no_model)
+    monkeypatch.setattr(evaluate, "load_translator", no_model)
     (tmp_path / "s").write_text("a\n")
     (tmp_path / "r").write_text("b\n")
     (tmp_path / "hyps").mkdir()

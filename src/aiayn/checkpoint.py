@@ -272,6 +272,23 @@ def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
     return model.to(device).eval(), cfg
 
 
+def load_translator(
+    ckpt: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Transformer, Vocab]:
+    """(Transformer in eval mode, its Vocab) of a checkpoint or averaged directory: the model
+    and the ``spm.model`` beside it, which must have the model's vocabulary size."""
+    model, cfg = load_transformer(ckpt, device)
+    path = Path(ckpt) / VOCAB
+    if not path.is_file():
+        raise UserError(f"{ckpt}: no {VOCAB}; decoding needs the checkpoint's vocabulary")
+    vocab = Vocab.load(path)
+    if len(vocab) != cfg.vocab_size:
+        raise UserError(
+            f"{path} has {len(vocab)} pieces, the model's vocab_size is {cfg.vocab_size}"
+        )
+    return model, vocab
+
+
 # ----------------------------------------------------------------------------------------
 # Averaging (section 6.1)
 

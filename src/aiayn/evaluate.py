@@ -13,11 +13,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import (
-    VOCAB,
-    checkpoint_files,
-    load_transformer,
-)
+from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, for_decoding, translate
@@ -117,8 +113,7 @@ def perplexity_on(sources: Sequence[str], references: Sequence[str]) -> Callable
     chooses by (lower is better)."""
 
     def score(ckpt: Path) -> float:
-        model, _ = load_transformer(ckpt)
-        return reference_perplexity(model, Vocab.load(Path(ckpt) / VOCAB), sources, references)
+        return reference_perplexity(*load_translator(ckpt), sources, references)
 
     return score
 
@@ -193,8 +188,8 @@ def evaluate_checkpoint(
         inputs = [src_path, ref_path, *checkpoint_files(Path(checkpoint))]
         check_not_input(hyp_path, inputs, option="--output")
     sources, references = read_test_pair(src_path, ref_path)
-    model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
-    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    model, vocab = load_translator(checkpoint, device)
+    model = for_decoding(model, quantize)
     result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)
     if hyp_path is not None:
         write_lines_atomic(hyp_path, result.hypotheses)

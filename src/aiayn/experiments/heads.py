@@ -91,8 +91,8 @@ def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> lis
 
 
 def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) -> Experiment:
-    model, cfg = ckpt.load_transformer(checkpoint)
-    vocab = Vocab.load(Path(checkpoint) / ckpt.VOCAB)
+    model, vocab = ckpt.load_translator(checkpoint)
+    cfg = model.cfg
     sources, references = read_lines(valid[0]), read_lines(valid[1])
     pairs = [(s, r) for s, r in zip(sources, references) if s.strip() and r.strip()][
         : budget.sentences

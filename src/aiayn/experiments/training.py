@@ -102,6 +102,6 @@ def variant_rows(
 
 def score(checkpoint: Path, sources: list[str], references: list[str], lang: str) -> dict[str, Any]:
     """SacreBLEU (beam 4, alpha 0.6) and reference perplexity of ``checkpoint`` on the pairs."""
-    model = for_decoding(ckpt.load_transformer(checkpoint)[0])  # fp32, packed for decoding
-    vocab = Vocab.load(checkpoint / ckpt.VOCAB)
+    model, vocab = ckpt.load_translator(checkpoint)
+    model = for_decoding(model)  # fp32, packed for decoding
     return evaluate_model(model, vocab, sources, references, DecodeConfig(), lang=lang).as_dict()

@@ -89,14 +89,9 @@ def deviations(cfg: ModelConfig) -> dict[str, str]:
 
 def load_for_export(checkpoint: str | os.PathLike) -> tuple[Any, Any]:
     """(Transformer in eval mode on CPU, Vocab) of a checkpoint or averaged directory."""
-    from ..checkpoint import VOCAB, load_transformer
-    from ..data import Vocab
+    from ..checkpoint import load_translator
 
-    model, _ = load_transformer(checkpoint, "cpu")
-    vocab_path = Path(checkpoint) / VOCAB
-    if not vocab_path.is_file():
-        raise ExportError(f"{checkpoint}: no {VOCAB}; an export needs the checkpoint's vocabulary")
-    return model, Vocab.load(vocab_path)
+    return load_translator(checkpoint, "cpu")
 
 
 def check_vocab_size(cfg: ModelConfig, vocab: Any) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from sentencepiece import sentencepiece_model_pb2 as sp_model
 
-from ..checkpoint import VOCAB, checkpoint_files, load_transformer, read_meta
+from ..checkpoint import checkpoint_files, load_translator, read_meta
 from ..data import Vocab, check_vocab, prepare_corpus
 from ..data import read_meta as read_dataset_meta
 from ..decode import DecodeConfig, decode_ids
@@ -279,14 +279,13 @@ def evaluate_parser(
     inputs = [gold_path(data_dir, split), *checkpoint_files(Path(checkpoint))]
     for output in (trees_path, report_path):
         check_not_input(output, inputs, option="--out")
-    vocab = Vocab.load(Path(checkpoint) / VOCAB)
-    check_vocab(data_dir, vocab)
     gold = read_tree_lines(gold_path(data_dir, split))
     if limit is not None:
         gold = gold[:limit]
     if any(tree is None for tree in gold):
         raise UserError(f"{gold_path(data_dir, split)} has a blank line")
-    model, _ = load_transformer(checkpoint, device)
+    model, vocab = load_translator(checkpoint, device)
+    check_vocab(data_dir, vocab)
     leaves = prepared_leaves(data_dir)
     parsed = _parse_words(
         model,
@@ -348,8 +347,7 @@ def parse_lines(
     ``leaves``: how the checkpoint's training targets wrote preterminals; by default what the
     checkpoint records (``decode_leaves``)."""
     leaves = decode_leaves(checkpoint, leaves)
-    vocab = Vocab.load(Path(checkpoint) / VOCAB)
-    model, _ = load_transformer(checkpoint, device)
+    model, vocab = load_translator(checkpoint, device)
     words = [line.split() for line in lines]
     index = [i for i, w in enumerate(words) if w]
     parsed = _parse_words(

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import VOCAB, load_transformer, read_meta
+from ..checkpoint import load_translator, read_meta
 from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, decode_ids, for_decoding
 from ..errors import UserError
@@ -64,10 +64,10 @@ class Translator:
     ) -> Translator:
         """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
         --quantize``) and its own ``spm.model``."""
-        model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
+        model, vocab = load_translator(checkpoint, device)
         return cls(
-            model,
-            Vocab.load(Path(checkpoint) / VOCAB),
+            for_decoding(model, quantize),
+            vocab,
             checkpoint,
             read_meta(Path(checkpoint)),
             quantized=quantize,
