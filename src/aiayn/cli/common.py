@@ -30,12 +30,15 @@ def say_wrote(command: str, *paths: str | Path) -> None:
     )
 
 
-def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> None:
-    """The options of every command that decodes with a checkpoint (translate, evaluate, parse
-    evaluate, parse parse): every decoding option belongs here.
+def add_decode_args(
+    p: argparse.ArgumentParser, preset: str | None = None, *, search: bool = True
+) -> None:
+    """The options of every command that decodes with a checkpoint (translate, evaluate, score,
+    parse evaluate, parse parse): every decoding option belongs here.
 
     ``preset=None`` lets ``--decode-preset`` choose (the translation commands); ``"parsing"``
-    fixes the preset and adds its constrained search.
+    fixes the preset and adds its constrained search. ``search=False`` (score: forced
+    decoding) leaves out the beam.
     """
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     if preset is None:
@@ -43,7 +46,8 @@ def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> No
     else:
         p.set_defaults(decode_preset=preset)
     beam_help, alpha_help = _PRESET_HELP[preset or "translation"]
-    p.add_argument("--beam", type=int, help=beam_help)
+    if search:
+        p.add_argument("--beam", type=int, help=beam_help)
     p.add_argument("--alpha", type=float, help=alpha_help)
     if preset == "parsing":
         p.add_argument(
@@ -69,8 +73,20 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The preset ``add_decode_args`` chose, with ``--beam`` and ``--alpha`` where given."""
     from ..decode import DecodeConfig
 
-    overrides = {k: v for k, v in (("beam", args.beam), ("alpha", args.alpha)) if v is not None}
+    given = (("beam", getattr(args, "beam", None)), ("alpha", args.alpha))
+    overrides = {k: v for k, v in given if v is not None}
     return DecodeConfig.preset(args.decode_preset, **overrides)
+
+
+def load_decoder(args: argparse.Namespace):
+    """(model ready for decoding, its vocabulary) from ``--checkpoint``, ``--device`` and
+    ``--quantize`` as ``add_decode_args`` parsed them."""
+    from ..checkpoint import VOCAB, load_transformer
+    from ..data import Vocab
+    from ..decode import for_decoding
+
+    model = for_decoding(load_transformer(args.checkpoint, args.device)[0], args.quantize)
+    return model, Vocab.load(Path(args.checkpoint) / VOCAB)
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:

@@ -1,10 +1,12 @@
-"""Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included) and
-whole-corpus translation. Depends only on the model's ``encode``/``src_mask``/``decode_step``."""
+"""Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included),
+whole-corpus translation, and forced decoding (the score of a given output). Depends only on
+the model's ``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
+from .score import Score, force_decode, score_ids
 from .translate import decode_ids, length_batches, translate
 
 __all__ = [
@@ -13,10 +15,13 @@ __all__ = [
     "DecodeConfig",
     "Hypothesis",
     "QUANTIZE_MODES",
+    "Score",
     "beam_search",
     "decode_ids",
     "for_decoding",
+    "force_decode",
     "gnmt_length_penalty",
     "length_batches",
+    "score_ids",
     "translate",
 ]

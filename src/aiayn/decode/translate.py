@@ -76,24 +76,9 @@ def decode_ids(
     is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
     under the length penalty, which greedy search would not (they agree when alpha = 0).
     """
-    cap = (
-        max_src_len
-        if max_src_len is not None
-        else getattr(getattr(model, "cfg", None), "max_len", None)
-    )
-    device = torch.device(device) if device is not None else _model_device(model)
-    sources = [list(s) for s in sources]
-    if cap is not None:
-        too_long = [i for i, s in enumerate(sources) if len(s) > cap]
-        if too_long:
-            warnings.warn(
-                f"{len(too_long)} source(s) longer than {cap} tokens truncated "
-                f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
-                stacklevel=2,
-            )
-            for i in too_long:
-                s = sources[i]
-                sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+    cap = positions(model, max_src_len)
+    device = torch.device(device) if device is not None else model_device(model)
+    sources = fit_sources(sources, cap, eos_id)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     nonempty = [i for i, s in enumerate(sources) if s]
     batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
@@ -143,7 +128,30 @@ def translate(
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
 
 
-def _model_device(model: Any) -> torch.device:
+def positions(model: Any, max_src_len: int | None = None) -> int | None:
+    """The longest source (and output) the model takes: ``max_src_len``, else ``cfg.max_len``."""
+    if max_src_len is not None:
+        return max_src_len
+    return getattr(getattr(model, "cfg", None), "max_len", None)
+
+
+def fit_sources(sources: Sequence[Sequence[int]], cap: int | None, eos_id: int) -> list[list[int]]:
+    """Sources as lists, those longer than ``cap`` cut to it keeping a final eos, with a warning."""
+    sources = [list(s) for s in sources]
+    too_long = [i for i, s in enumerate(sources) if cap is not None and len(s) > cap]
+    if cap is not None and too_long:
+        warnings.warn(
+            f"{len(too_long)} source(s) longer than {cap} tokens truncated "
+            f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
+            stacklevel=3,
+        )
+        for i in too_long:
+            s = sources[i]
+            sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+    return sources
+
+
+def model_device(model: Any) -> torch.device:
     try:
         return next(model.parameters()).device
     except (AttributeError, StopIteration, TypeError):
