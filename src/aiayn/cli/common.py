@@ -31,14 +31,19 @@ def say_wrote(command: str, *paths: str | Path) -> None:
 
 
 def add_decode_args(
-    p: argparse.ArgumentParser, preset: str | None = None, *, search: bool = True
+    p: argparse.ArgumentParser,
+    preset: str | None = None,
+    *,
+    search: bool = True,
+    outputs: bool = False,
 ) -> None:
     """The options of every command that decodes with a checkpoint (translate, evaluate, score,
     parse evaluate, parse parse): every decoding option belongs here.
 
     ``preset=None`` lets ``--decode-preset`` choose (the translation commands); ``"parsing"``
     fixes the preset and adds its constrained search. ``search=False`` (score: forced
-    decoding) leaves out the beam.
+    decoding) leaves out the beam; ``outputs`` (translate) adds what it prints besides the best
+    line (``add_output_args``).
     """
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     if preset is None:
@@ -59,6 +64,31 @@ def add_decode_args(
     p.add_argument("--device", default="cpu")
     if preset is None:
         add_quantize_arg(p)
+    if outputs:
+        add_output_args(p)
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    """N-best lists, JSON lines and token scores (``aiayn.decode.nbest``)."""
+    p.add_argument(
+        "--nbest",
+        type=int,
+        metavar="K",
+        help="the K best per input line, as 'sentence-id ||| text ||| score ||| log-prob' "
+        "(ids from 0; score = log-prob / GNMT lp); raises --beam to K unless given",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "jsonl"],
+        help="text: lines as above; jsonl: one JSON object per input line, "
+        '{"id", "hypotheses": [{"text", "score", "log_prob", "length"}]} '
+        "(default: text, jsonl with --token-scores)",
+    )
+    p.add_argument(
+        "--token-scores",
+        action="store_true",
+        help="add [piece, log-prob] of every output subword, eos included (JSON lines)",
+    )
 
 
 def add_quantize_arg(p: argparse.ArgumentParser) -> None:
@@ -73,8 +103,11 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The preset ``add_decode_args`` chose, with ``--beam`` and ``--alpha`` where given."""
     from ..decode import DecodeConfig
 
-    given = (("beam", getattr(args, "beam", None)), ("alpha", args.alpha))
+    beam, nbest = getattr(args, "beam", None), getattr(args, "nbest", None)
+    given = (("beam", beam), ("alpha", args.alpha), ("nbest", nbest))
     overrides = {k: v for k, v in given if v is not None}
+    if nbest is not None and beam is None:  # K best need a beam of K at least
+        overrides["beam"] = max(nbest, DecodeConfig.preset(args.decode_preset).beam)
     return DecodeConfig.preset(args.decode_preset, **overrides)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TextIO
@@ -28,6 +29,7 @@ def translate_stream(
     prompt: bool = False,
     name: str = "<stdin>",
     quantize: str | None = None,
+    output: Outputs | None = None,
 ) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
     kept, flushed chunk by chunk so that a pipe sees results as they come; returns the number
@@ -36,7 +38,8 @@ def translate_stream(
     Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
     ``UserError`` names those lines (``name`` is what it calls the input). ``quantize``: None
-    or "int8" (see ``aiayn.decode.quantize``).
+    or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print besides the best line
+    (n-best lists, JSON lines; default: the best translation only).
     """
     from ..checkpoint import VOCAB, load_transformer
     from ..data import Vocab
@@ -62,7 +65,12 @@ def translate_stream(
                 texts.append("")  # an empty line translates to an empty line
         if not texts:
             break
-        for out in translate(model, texts, vocab, decode, batch_size=chunk, max_tokens=8000):
+        outs = (
+            translate(model, texts, vocab, decode, batch_size=chunk, max_tokens=8000)
+            if output is None
+            else output.lines(model, texts, vocab, decode, first=count, batch_size=chunk)
+        )
+        for out in outs:
             sink.write(out + "\n")
         sink.flush()
         count += len(texts)
@@ -92,7 +100,46 @@ def _translate(args: argparse.Namespace) -> None:
         prompt=interactive,
         name=args.input or "<stdin>",
         quantize=args.quantize,
+        output=Outputs.from_args(args),
     )
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What ``translate`` prints besides the best line per input: n-best lines (``moses``) or
+    JSON lines, with token scores (``aiayn.decode.nbest``)."""
+
+    fmt: str  # "moses" or "jsonl"
+    token_scores: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Outputs | None:
+        """None when no option asks for more than the best line (the plain output)."""
+        fmt = args.format or ("jsonl" if args.token_scores else "text")
+        if args.token_scores and fmt != "jsonl":
+            raise UserError("--token-scores prints JSON lines: drop --format text")
+        if fmt == "text" and args.nbest is None:
+            return None
+        return cls("moses" if fmt == "text" else "jsonl", args.token_scores)
+
+    def lines(
+        self, model, texts: list[str], vocab, decode: DecodeConfig, *, first: int, batch_size: int
+    ) -> list[str]:
+        """The lines printed for ``texts``, input lines ``first``, ``first`` + 1, ..."""
+        from ..decode import jsonl_line, nbest_outputs
+
+        nbest = nbest_outputs(
+            model,
+            texts,
+            vocab,
+            decode,
+            token_scores=self.token_scores,
+            batch_size=batch_size,
+            max_tokens=8000,
+        )
+        if self.fmt == "jsonl":
+            return [jsonl_line(first + i, outputs) for i, outputs in enumerate(nbest)]
+        return [o.moses(first + i) for i, outputs in enumerate(nbest) for o in outputs]
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -143,7 +190,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 def add_translate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate raw text, one line in -> one line out")
-    add_decode_args(p)
+    add_decode_args(p, outputs=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
     p.add_argument(

@@ -4,6 +4,7 @@ the model's ``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
+from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
 from .score import Score, force_decode, score_ids
@@ -14,6 +15,7 @@ __all__ = [
     "Constraint",
     "DecodeConfig",
     "Hypothesis",
+    "Output",
     "QUANTIZE_MODES",
     "Score",
     "beam_search",
@@ -21,7 +23,9 @@ __all__ = [
     "for_decoding",
     "force_decode",
     "gnmt_length_penalty",
+    "jsonl_line",
     "length_batches",
+    "nbest_outputs",
     "score_ids",
     "translate",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import torch
@@ -112,20 +113,28 @@ def translate(
     arguments are those of ``decode_ids`` (batch_size, max_tokens, device, progress, ...).
     """
     sources = [tokenizer.encode_source(line) for line in lines]
+    with eval_mode(model):
+        nbest = decode_ids(model, sources, config, **{**special_ids(tokenizer), **kwargs})
+    return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
+
+
+@contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """Dropout off while decoding; a model that was training goes back to training after."""
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
     try:
-        ids = {
-            name: getattr(tokenizer, name)
-            for name in ("pad_id", "bos_id", "eos_id")
-            if hasattr(tokenizer, name)
-        }
-        nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
+        yield
     finally:
         if was_training:
             model.train()
-    return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
+
+
+def special_ids(tokenizer: Any) -> dict[str, int]:
+    """The pad/bos/eos ids a tokenizer names, as keyword arguments of ``decode_ids``."""
+    names = ("pad_id", "bos_id", "eos_id")
+    return {name: getattr(tokenizer, name) for name in names if hasattr(tokenizer, name)}
 
 
 def positions(model: Any, max_src_len: int | None = None) -> int | None:
