@@ -36,6 +36,7 @@ def add_decode_args(
     *,
     search: bool = True,
     outputs: bool = False,
+    ensemble: bool = False,
 ) -> None:
     """The options of every command that decodes with a checkpoint (translate, evaluate, score,
     parse evaluate, parse parse): every decoding option belongs here.
@@ -43,9 +44,18 @@ def add_decode_args(
     ``preset=None`` lets ``--decode-preset`` choose (the translation commands); ``"parsing"``
     fixes the preset and adds its constrained search. ``search=False`` (score: forced
     decoding) leaves out the beam; ``outputs`` (translate) adds what it prints besides the best
-    line (``add_output_args``).
+    line (``add_output_args``); ``ensemble``: ``--checkpoint`` may repeat (a list).
     """
-    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    if ensemble:
+        p.add_argument(
+            "--checkpoint",
+            action="append",
+            required=True,
+            help="checkpoint or averaged directory; repeat it to decode with an ensemble (the "
+            "models' log-probabilities averaged at every step; one vocabulary)",
+        )
+    else:
+        p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     if preset is None:
         p.add_argument("--decode-preset", default="translation", choices=list(_PRESET_HELP))
     else:
@@ -112,14 +122,11 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
 
 
 def load_decoder(args: argparse.Namespace):
-    """(model ready for decoding, its vocabulary) from ``--checkpoint``, ``--device`` and
-    ``--quantize`` as ``add_decode_args`` parsed them."""
-    from ..checkpoint import VOCAB, load_transformer
-    from ..data import Vocab
-    from ..decode import for_decoding
+    """(model ready for decoding, its vocabulary) from ``--checkpoint`` (an ensemble when
+    repeated), ``--device`` and ``--quantize`` as ``add_decode_args`` parsed them."""
+    from ..decode import load_models
 
-    model = for_decoding(load_transformer(args.checkpoint, args.device)[0], args.quantize)
-    return model, Vocab.load(Path(args.checkpoint) / VOCAB)
+    return load_models(args.checkpoint, args.device, args.quantize)
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:

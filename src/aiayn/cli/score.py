@@ -103,7 +103,7 @@ def add_score(sub: argparse._SubParsersAction) -> None:
         "tab-separated; --tokens (JSON lines) adds log P of every subword. The sum over "
         "tokens is the training loss without label smoothing.",
     )
-    add_decode_args(p, search=False)
+    add_decode_args(p, search=False, ensemble=True)
     p.add_argument("--src", help="source text (.gz allowed)")
     p.add_argument("--ref", help="reference text, one line per source line (.gz allowed)")
     p.add_argument("--tokens", action="store_true", help="log-probability of every subword")

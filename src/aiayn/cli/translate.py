@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def translate_stream(
-    checkpoint: str | Path,
+    checkpoint: str | Path | Sequence[str | Path],
     source: IO[bytes],
     sink: TextIO,
     decode: DecodeConfig,
@@ -41,15 +42,12 @@ def translate_stream(
     or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print besides the best line
     (n-best lists, JSON lines; default: the best translation only).
     """
-    from ..checkpoint import VOCAB, load_transformer
-    from ..data import Vocab
-    from ..decode import for_decoding, translate
+    from ..decode import load_models, translate
     from ..io import decode_line, split_lines
 
     if chunk < 1:
         raise UserError(f"--chunk must be at least 1, got {chunk}")
-    model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
-    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
     lines = enumerate(split_lines(source), start=1)
     count, bad = 0, []
     while True:
@@ -190,7 +188,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 def add_translate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate raw text, one line in -> one line out")
-    add_decode_args(p, outputs=True)
+    add_decode_args(p, outputs=True, ensemble=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
     p.add_argument(

@@ -4,6 +4,7 @@ the model's ``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
+from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
@@ -14,6 +15,7 @@ __all__ = [
     "DECODE_PRESETS",
     "Constraint",
     "DecodeConfig",
+    "Ensemble",
     "Hypothesis",
     "Output",
     "QUANTIZE_MODES",
@@ -25,6 +27,7 @@ __all__ = [
     "gnmt_length_penalty",
     "jsonl_line",
     "length_batches",
+    "load_models",
     "nbest_outputs",
     "score_ids",
     "translate",

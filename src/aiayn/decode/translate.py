@@ -138,9 +138,12 @@ def special_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def positions(model: Any, max_src_len: int | None = None) -> int | None:
-    """The longest source (and output) the model takes: ``max_src_len``, else ``cfg.max_len``."""
+    """The longest source (and output) the model takes: ``max_src_len``, else the model's
+    ``max_positions`` (an ensemble's), else ``cfg.max_len``."""
     if max_src_len is not None:
         return max_src_len
+    if getattr(model, "max_positions", None) is not None:
+        return model.max_positions
     return getattr(getattr(model, "cfg", None), "max_len", None)
 
 
