@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig
+    from ..decode import DecodeConfig, SampleConfig
 
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
@@ -99,6 +99,22 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="add [piece, log-prob] of every output subword, eos included (JSON lines)",
     )
+    g = p.add_argument_group("sampling (not in the paper; e.g. for back-translation)")
+    g.add_argument(
+        "--sample",
+        action="store_true",
+        help="draw outputs from the model instead of beam search (--nbest N: N per source)",
+    )
+    g.add_argument("--top-k", type=int, help="draw among the K most probable tokens (0: all)")
+    g.add_argument(
+        "--top-p", type=float, help="draw among the fewest tokens of probability >= P (1: all)"
+    )
+    g.add_argument("--temperature", type=float, help="< 1 sharpens, > 1 flattens (default: 1)")
+    g.add_argument(
+        "--seed",
+        type=int,
+        help="the same seed gives the same samples, whatever the batching (default: 0)",
+    )
 
 
 def add_quantize_arg(p: argparse.ArgumentParser) -> None:
@@ -119,6 +135,29 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     if nbest is not None and beam is None:  # K best need a beam of K at least
         overrides["beam"] = max(nbest, DecodeConfig.preset(args.decode_preset).beam)
     return DecodeConfig.preset(args.decode_preset, **overrides)
+
+
+_SAMPLING = {
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "temperature": "--temperature",
+    "seed": "--seed",
+}
+
+
+def sample_config(args: argparse.Namespace) -> SampleConfig | None:
+    """``--sample`` and its options (``add_output_args``) as a SampleConfig; None without it."""
+    from ..decode import SampleConfig
+    from ..errors import UserError
+
+    given = {k: getattr(args, k) for k in _SAMPLING if getattr(args, k, None) is not None}
+    if not getattr(args, "sample", False):
+        if given:
+            raise UserError(f"{_SAMPLING[next(iter(given))]} needs --sample")
+        return None
+    if args.beam is not None:
+        raise UserError("--beam has no effect with --sample (--nbest N: N samples per source)")
+    return SampleConfig(samples=args.nbest or 1, **given)
 
 
 def load_decoder(args: argparse.Namespace):

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, TextIO
 
 from ..errors import UserError
-from .common import add_decode_args, decode_config, say_wrote
+from .common import add_decode_args, decode_config, sample_config, say_wrote
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig
+    from ..decode import DecodeConfig, SampleConfig
 
 
 def translate_stream(
@@ -104,11 +104,13 @@ def _translate(args: argparse.Namespace) -> None:
 
 @dataclass(frozen=True)
 class Outputs:
-    """What ``translate`` prints besides the best line per input: n-best lines (``moses``) or
-    JSON lines, with token scores (``aiayn.decode.nbest``)."""
+    """What ``translate`` prints and decodes beyond the best line of the beam search: the best
+    line of another search (``plain``), n-best lines (``moses``) or JSON lines, with token
+    scores (``aiayn.decode.nbest``); samples instead of the beam (``sampling``)."""
 
-    fmt: str  # "moses" or "jsonl"
+    fmt: str  # "plain", "moses" or "jsonl"
     token_scores: bool = False
+    sampling: SampleConfig | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Outputs | None:
@@ -116,9 +118,12 @@ class Outputs:
         fmt = args.format or ("jsonl" if args.token_scores else "text")
         if args.token_scores and fmt != "jsonl":
             raise UserError("--token-scores prints JSON lines: drop --format text")
-        if fmt == "text" and args.nbest is None:
+        sampling = sample_config(args)
+        if fmt == "text":
+            fmt = "plain" if args.nbest is None else "moses"
+        if fmt == "plain" and sampling is None:
             return None
-        return cls("moses" if fmt == "text" else "jsonl", args.token_scores)
+        return cls(fmt, args.token_scores, sampling)
 
     def lines(
         self, model, texts: list[str], vocab, decode: DecodeConfig, *, first: int, batch_size: int
@@ -132,9 +137,13 @@ class Outputs:
             vocab,
             decode,
             token_scores=self.token_scores,
+            sampling=self.sampling,
+            first_index=first,
             batch_size=batch_size,
             max_tokens=8000,
         )
+        if self.fmt == "plain":
+            return [outputs[0].text if outputs else "" for outputs in nbest]
         if self.fmt == "jsonl":
             return [jsonl_line(first + i, outputs) for i, outputs in enumerate(nbest)]
         return [o.moses(first + i) for i, outputs in enumerate(nbest) for o in outputs]

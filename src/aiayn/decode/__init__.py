@@ -8,6 +8,7 @@ from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
+from .sample import SampleConfig, sample
 from .score import Score, force_decode, score_ids
 from .translate import decode_ids, length_batches, translate
 
@@ -19,6 +20,7 @@ __all__ = [
     "Hypothesis",
     "Output",
     "QUANTIZE_MODES",
+    "SampleConfig",
     "Score",
     "beam_search",
     "decode_ids",
@@ -29,6 +31,7 @@ __all__ = [
     "length_batches",
     "load_models",
     "nbest_outputs",
+    "sample",
     "score_ids",
     "translate",
 ]

@@ -23,6 +23,7 @@ from ..data.collate import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
+from .sample import SampleConfig, sample
 
 
 class Tokenizer(Protocol):
@@ -62,7 +63,9 @@ def decode_ids(
     max_tokens: int | None = None,
     max_src_len: int | None = None,
     min_len: int = 0,
-    constraint: Constraint | None = None,
+    constraint: Constraint | Sequence[Constraint | None] | None = None,
+    sampling: SampleConfig | None = None,
+    first_index: int = 0,
     device: torch.device | str | None = None,
     progress: bool = False,
     pad_id: int = PAD_ID,
@@ -76,6 +79,10 @@ def decode_ids(
     Output lengths are capped at the model's positions as well. Every beam size, 1 included,
     is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
     under the length penalty, which greedy search would not (they agree when alpha = 0).
+
+    ``constraint``: one for every source, or one (or None) per source. ``sampling``: draw
+    ``sampling.samples`` outputs per source instead (``sample``), source i seeded as input
+    sentence ``first_index + i``.
     """
     cap = positions(model, max_src_len)
     device = torch.device(device) if device is not None else model_device(model)
@@ -88,8 +95,16 @@ def decode_ids(
     for batch in batches:
         members = [nonempty[j] for j in batch]
         src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)  # (b, longest)
-        hyps = beam_search(
-            model, src, config, min_len=min_len, max_len_cap=cap, constraint=constraint, **ids
+        search = dict(min_len=min_len, max_len_cap=cap, **ids)
+        search["constraint"] = (
+            [constraint[i] for i in members] if isinstance(constraint, Sequence) else constraint
+        )
+        hyps = (
+            beam_search(model, src, config, **search)
+            if sampling is None
+            else sample(
+                model, src, config, sampling, indices=[first_index + i for i in members], **search
+            )
         )
         for i, h in zip(members, hyps):
             results[i] = h
