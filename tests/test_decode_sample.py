@@ -84,7 +84,16 @@ def sampled(batch_size: int, seed: int = 7, first_index: int = 0, sources=None):
         tiny_model(), sources, config, batch_size=batch_size, first_index=first_index,
         sampling=SampleConfig(samples=3, top_k=20, seed=seed),
     )  # fmt: skip
-    return [[(tuple(h.tokens), round(h.log_prob, 4)) for h in hyps] for hyps in nbest]
+    return [[(tuple(h.tokens), Approx(h.log_prob)) for h in hyps] for hyps in nbest]
+
+
+class Approx(float):
+    """A log-probability equal to another within float noise (the batch shape changes the sums)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, float) and abs(self - other) < 1e-4
+
+    __hash__ = float.__hash__
 
 
 def _sources() -> list[list[int]]:
@@ -97,7 +106,7 @@ def test_same_seed_same_samples_whatever_the_batch():
     assert batched == one_by_one
     assert sampled(batch_size=4) == batched  # the same seed again
     assert sampled(batch_size=4, seed=8) != batched
-    assert len({h for hyps in batched for h in hyps}) > len(batched)  # samples differ
+    assert len({h[0] for hyps in batched for h in hyps}) > len(batched)  # samples differ
 
 
 def test_a_sentence_samples_by_its_index_in_the_input():

@@ -99,6 +99,18 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="add [piece, log-prob] of every output subword, eos included (JSON lines)",
     )
+    g = p.add_argument_group("constraints (aiayn.decode.constraints)")
+    g.add_argument(
+        "--prefix",
+        metavar="FILE",
+        help="one line per input line: the fixed start of its output (blank: none)",
+    )
+    g.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="one line per input line: tab-separated words or phrases its output must "
+        "contain (blank: none)",
+    )
     g = p.add_argument_group("sampling (not in the paper; e.g. for back-translation)")
     g.add_argument(
         "--sample",

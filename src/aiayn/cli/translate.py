@@ -8,16 +8,16 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, TextIO
 
 from ..errors import UserError
-from .common import add_decode_args, decode_config, sample_config, say_wrote
+from .common import add_decode_args, decode_config, say_wrote
+from .outputs import Outputs
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig, SampleConfig
+    from ..decode import DecodeConfig
 
 
 def translate_stream(
@@ -40,7 +40,8 @@ def translate_stream(
     output line (so outputs stay aligned with inputs) and the rest is translated; then
     ``UserError`` names those lines (``name`` is what it calls the input). ``quantize``: None
     or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print besides the best line
-    (n-best lists, JSON lines; default: the best translation only).
+    (n-best lists, JSON lines), samples, prefixes and constraints (default: the beam search's
+    best translation only).
     """
     from ..decode import load_models, translate
     from ..io import decode_line, split_lines
@@ -72,6 +73,8 @@ def translate_stream(
             sink.write(out + "\n")
         sink.flush()
         count += len(texts)
+    if output is not None:
+        output.finish(count)
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
         raise UserError(
@@ -100,53 +103,6 @@ def _translate(args: argparse.Namespace) -> None:
         quantize=args.quantize,
         output=Outputs.from_args(args),
     )
-
-
-@dataclass(frozen=True)
-class Outputs:
-    """What ``translate`` prints and decodes beyond the best line of the beam search: the best
-    line of another search (``plain``), n-best lines (``moses``) or JSON lines, with token
-    scores (``aiayn.decode.nbest``); samples instead of the beam (``sampling``)."""
-
-    fmt: str  # "plain", "moses" or "jsonl"
-    token_scores: bool = False
-    sampling: SampleConfig | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Outputs | None:
-        """None when no option asks for more than the best line (the plain output)."""
-        fmt = args.format or ("jsonl" if args.token_scores else "text")
-        if args.token_scores and fmt != "jsonl":
-            raise UserError("--token-scores prints JSON lines: drop --format text")
-        sampling = sample_config(args)
-        if fmt == "text":
-            fmt = "plain" if args.nbest is None else "moses"
-        if fmt == "plain" and sampling is None:
-            return None
-        return cls(fmt, args.token_scores, sampling)
-
-    def lines(
-        self, model, texts: list[str], vocab, decode: DecodeConfig, *, first: int, batch_size: int
-    ) -> list[str]:
-        """The lines printed for ``texts``, input lines ``first``, ``first`` + 1, ..."""
-        from ..decode import jsonl_line, nbest_outputs
-
-        nbest = nbest_outputs(
-            model,
-            texts,
-            vocab,
-            decode,
-            token_scores=self.token_scores,
-            sampling=self.sampling,
-            first_index=first,
-            batch_size=batch_size,
-            max_tokens=8000,
-        )
-        if self.fmt == "plain":
-            return [outputs[0].text if outputs else "" for outputs in nbest]
-        if self.fmt == "jsonl":
-            return [jsonl_line(first + i, outputs) for i, outputs in enumerate(nbest)]
-        return [o.moses(first + i) for i, outputs in enumerate(nbest) for o in outputs]
 
 
 def _evaluate(args: argparse.Namespace) -> None:

@@ -4,6 +4,7 @@ the model's ``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
+from .constraints import OutputConstraint
 from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
@@ -19,6 +20,7 @@ __all__ = [
     "Ensemble",
     "Hypothesis",
     "Output",
+    "OutputConstraint",
     "QUANTIZE_MODES",
     "SampleConfig",
     "Score",
