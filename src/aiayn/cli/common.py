@@ -99,6 +99,19 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="add [piece, log-prob] of every output subword, eos included (JSON lines)",
     )
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="word alignments from the encoder-decoder attention, Pharaoh 'i-j' pairs (source "
+        "word i, target word j, from 0): 'text ||| pairs' lines, a 5th n-best field, or "
+        '"alignment" in JSON',
+    )
+    p.add_argument(
+        "--alignment-layer",
+        type=int,
+        default=-1,
+        help="the decoder layer whose attention aligns (from 0; default -1: the last)",
+    )
     g = p.add_argument_group("constraints (aiayn.decode.constraints)")
     g.add_argument(
         "--prefix",

@@ -12,7 +12,7 @@ from ..errors import UserError
 from .common import sample_config
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig, OutputConstraint, SampleConfig
+    from ..decode import DecodeConfig, Output, OutputConstraint, SampleConfig
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class Outputs:
     sampling: SampleConfig | None = None
     prefix: PerLine | None = None
     constraints: PerLine | None = None
+    alignment_layer: int | None = None  # None: no alignments
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Outputs | None:
@@ -71,9 +72,10 @@ class Outputs:
         sampling = sample_config(args)
         prefix = PerLine.read("--prefix", args.prefix)
         constraints = PerLine.read("--constraints", args.constraints)
-        if fmt == "plain" and sampling is None and prefix is None and constraints is None:
+        layer = args.alignment_layer if args.alignments else None
+        if fmt == "plain" and (sampling, prefix, constraints, layer) == (None,) * 4:
             return None
-        return cls(fmt, args.token_scores, sampling, prefix, constraints)
+        return cls(fmt, args.token_scores, sampling, prefix, constraints, layer)
 
     def constraint(self, vocab: Any, i: int) -> OutputConstraint | None:
         """Input line i's prefix and phrases (i from 0); None when it has neither."""
@@ -113,6 +115,7 @@ class Outputs:
             vocab,
             decode,
             token_scores=self.token_scores,
+            alignment_layer=self.alignment_layer,
             sampling=self.sampling,
             first_index=first,
             constraint=[self.constraint(vocab, first + i) for i in range(len(texts))],
@@ -120,7 +123,12 @@ class Outputs:
             max_tokens=8000,
         )
         if self.fmt == "plain":
-            return [outputs[0].text if outputs else "" for outputs in nbest]
+            return [_plain(outputs[0]) if outputs else "" for outputs in nbest]
         if self.fmt == "jsonl":
             return [jsonl_line(first + i, outputs) for i, outputs in enumerate(nbest)]
         return [o.moses(first + i) for i, outputs in enumerate(nbest) for o in outputs]
+
+
+def _plain(output: Output) -> str:
+    """The text, and `` ||| pairs`` with alignments (as Marian prints them)."""
+    return output.text if output.alignment is None else f"{output.text} ||| {output.alignment}"

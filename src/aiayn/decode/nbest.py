@@ -8,7 +8,8 @@ of every token, in two formats.
 ``log_prob / lp(|Y|)``, and ``log-prob`` is log P(Y|X) (eos included when the output has one).
 An empty input line has no hypotheses: no n-best line, and ``"hypotheses": []``. Token
 log-probabilities come from forced decoding of each output (``score``), the search's own
-numbers recomputed, so they sum to its log-prob.
+numbers recomputed, so they sum to its log-prob. With word alignments (``align``) an n-best
+line gets a fifth field, `` ||| 0-0 1-2 ...``, and a JSON hypothesis an ``"alignment"``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.vocab import EOS_ID
+from ..data.vocab import BOS_ID, EOS_ID
+from .align import cross_attention, format_pharaoh, pharaoh
 from .beam import Hypothesis
 from .config import DecodeConfig
 from .score import score_ids
@@ -34,15 +36,19 @@ class Output:
     log_prob: float
     length: int
     tokens: list[tuple[str, float]] | None = None
+    alignment: str | None = None  # Pharaoh pairs "i-j ..." (``align``)
 
     def moses(self, sentence_id: int) -> str:
-        return f"{sentence_id} ||| {self.text} ||| {self.score:.6f} ||| {self.log_prob:.6f}"
+        line = f"{sentence_id} ||| {self.text} ||| {self.score:.6f} ||| {self.log_prob:.6f}"
+        return line if self.alignment is None else f"{line} ||| {self.alignment}"
 
     def record(self) -> dict[str, Any]:
         fields = {"text": self.text, "score": self.score, "log_prob": self.log_prob}
         fields["length"] = self.length
         if self.tokens is not None:
             fields["tokens"] = [[piece, lp] for piece, lp in self.tokens]
+        if self.alignment is not None:
+            fields["alignment"] = self.alignment
         return fields
 
 
@@ -64,12 +70,14 @@ def nbest_outputs(
     config: DecodeConfig = DecodeConfig(),
     *,
     token_scores: bool = False,
+    alignment_layer: int | None = None,
     **kwargs: Any,
 ) -> list[list[Output]]:
     """Sentences -> their n-best ``Output`` lists, in input order (``[]`` for a blank line).
 
-    ``token_scores`` needs ``tokenizer.id_to_piece``. Keyword arguments are those of
-    ``decode_ids``.
+    ``alignment_layer``: word alignments from that decoder layer's attention (``align``; a
+    Transformer or an Ensemble of them); None: none. ``token_scores`` and alignments need
+    ``tokenizer.id_to_piece``. Keyword arguments are those of ``decode_ids``.
     """
     ids = special_ids(tokenizer)
     cap = positions(model, kwargs.get("max_src_len"))  # cut once: forced decoding reads them too
@@ -81,11 +89,30 @@ def nbest_outputs(
         tokens = _token_log_probs(model, sources, nbest, tokenizer, config) if token_scores else {}
     return [
         [
-            Output(tokenizer.decode(h.tokens), h.score, h.log_prob, h.length, tokens.get((i, j)))
+            Output(
+                tokenizer.decode(h.tokens),
+                h.score,
+                h.log_prob,
+                h.length,
+                tokens.get((i, j)),
+                None
+                if alignment_layer is None
+                else _alignment(model, sources[i], h, tokenizer, alignment_layer),
+            )
             for j, h in enumerate(hyps)
         ]
         for i, hyps in enumerate(nbest)
     ]
+
+
+def _alignment(model: Any, source: list[int], hyp: Hypothesis, tokenizer: Any, layer: int) -> str:
+    """The Pharaoh pairs of ``hyp`` given its source (subwords + eos)."""
+    if not hyp.tokens:
+        return ""
+    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
+    attn = cross_attention(model, source, hyp.tokens, layer, getattr(tokenizer, "bos_id", BOS_ID))
+    src_pieces = [tokenizer.id_to_piece(t) for t in source if t != eos_id]
+    return format_pharaoh(pharaoh(attn, src_pieces, [tokenizer.id_to_piece(t) for t in hyp.tokens]))
 
 
 def _token_log_probs(
