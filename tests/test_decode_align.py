@@ -114,3 +114,19 @@ def test_translate_refuses_a_layer_the_model_lacks(tiny_run, tmp_path, capsys):
     )  # fmt: skip
     assert code == 2
     one_line_error(err, "--alignment-layer 3", "1 decoder layer")
+
+
+def test_an_ensemble_aligns_with_its_models_mean_attention():
+    from test_decode import tiny_model
+
+    from aiayn.decode import Ensemble
+    from aiayn.decode.align import cross_attention
+
+    a, b = tiny_model(seed=0), tiny_model(seed=1)
+    source, output = [5, 6, 7, 3], [8, 9, 10]
+    alone = [cross_attention(m, source, output) for m in (a, b)]
+    assert alone[0].shape == (3, 4)
+    assert torch.allclose(alone[0].sum(-1), torch.ones(3))  # rows are distributions
+    both = cross_attention(Ensemble([a, b]), source, output)
+    assert torch.allclose(both, (alone[0] + alone[1]) / 2)
+    assert not torch.allclose(alone[0], alone[1])

@@ -1,6 +1,8 @@
-"""Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included),
-whole-corpus translation, and forced decoding (the score of a given output). Depends only on
-the model's ``encode``/``src_mask``/``decode_step``."""
+"""Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included) and
+whole-corpus translation; beyond the paper, forced decoding (``score``), n-best output
+(``nbest``), ensembles, sampling, target prefixes and lexical constraints (``constraints``)
+and word alignments (``align``). The searches depend only on the model's
+``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig

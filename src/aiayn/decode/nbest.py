@@ -87,22 +87,15 @@ def nbest_outputs(
     with eval_mode(model):
         nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
         tokens = _token_log_probs(model, sources, nbest, tokenizer, config) if token_scores else {}
-    return [
-        [
-            Output(
-                tokenizer.decode(h.tokens),
-                h.score,
-                h.log_prob,
-                h.length,
-                tokens.get((i, j)),
-                None
-                if alignment_layer is None
-                else _alignment(model, sources[i], h, tokenizer, alignment_layer),
-            )
-            for j, h in enumerate(hyps)
-        ]
-        for i, hyps in enumerate(nbest)
-    ]
+
+    def output(i: int, j: int, h: Hypothesis) -> Output:
+        alignment = None
+        if alignment_layer is not None:
+            alignment = _alignment(model, sources[i], h, tokenizer, alignment_layer)
+        text = tokenizer.decode(h.tokens)
+        return Output(text, h.score, h.log_prob, h.length, tokens.get((i, j)), alignment)
+
+    return [[output(i, j, h) for j, h in enumerate(hyps)] for i, hyps in enumerate(nbest)]
 
 
 def _alignment(model: Any, source: list[int], hyp: Hypothesis, tokenizer: Any, layer: int) -> str:
