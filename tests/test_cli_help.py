@@ -40,7 +40,8 @@ def _reads_and_writes(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     if args.command == "average":
         return [args.checkpoints], [args.out]
     reads = [getattr(args, name, None) for name in ("checkpoint", "src", "ref", "input")]
-    return [p for p in reads if p], [args.out] if getattr(args, "out", None) else []
+    paths = [q for p in reads if p for q in (p if isinstance(p, list) else [p])]  # --checkpoint A B
+    return paths, [args.out] if getattr(args, "out", None) else []
 
 
 def test_help_has_examples():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import UserError
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig
+    from ..decode import DecodeConfig, SampleConfig
 
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
@@ -33,20 +33,39 @@ def say_wrote(command: str, *paths: str | Path) -> None:
     )
 
 
-def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> None:
-    """The options of every command that decodes with a checkpoint (translate, evaluate, parse
-    evaluate, parse parse): every decoding option belongs here.
+def add_decode_args(
+    p: argparse.ArgumentParser,
+    preset: str | None = None,
+    *,
+    search: bool = True,
+    outputs: bool = False,
+    ensemble: bool = False,
+) -> None:
+    """The options of every command that decodes with a checkpoint (translate, evaluate, score,
+    parse evaluate, parse parse): every decoding option belongs here.
 
     ``preset=None`` lets ``--decode-preset`` choose (the translation commands); ``"parsing"``
-    fixes the preset and adds its constrained search.
+    fixes the preset and adds its constrained search. ``search=False`` (score: forced
+    decoding) leaves out the beam; ``outputs`` (translate) adds what it prints besides the best
+    line (``add_output_args``); ``ensemble``: ``--checkpoint`` may repeat (a list).
     """
-    p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
+    if ensemble:
+        p.add_argument(
+            "--checkpoint",
+            action="append",
+            required=True,
+            help="checkpoint or averaged directory; repeat it to decode with an ensemble (the "
+            "models' log-probabilities averaged at every step; one vocabulary)",
+        )
+    else:
+        p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     if preset is None:
         p.add_argument("--decode-preset", default="translation", choices=list(_PRESET_HELP))
     else:
         p.set_defaults(decode_preset=preset)
     beam_help, alpha_help = _PRESET_HELP[preset or "translation"]
-    p.add_argument("--beam", type=int, help=beam_help)
+    if search:
+        p.add_argument("--beam", type=int, help=beam_help)
     p.add_argument("--alpha", type=float, help=alpha_help)
     if preset == "parsing":
         p.add_argument(
@@ -58,6 +77,72 @@ def add_decode_args(p: argparse.ArgumentParser, preset: str | None = None) -> No
     add_device_arg(p)
     if preset is None:
         add_quantize_arg(p)
+    if outputs:
+        add_output_args(p)
+
+
+def add_output_args(p: argparse.ArgumentParser) -> None:
+    """N-best lists, JSON lines and token scores (``aiayn.decode.nbest``)."""
+    p.add_argument(
+        "--nbest",
+        type=int,
+        metavar="K",
+        help="the K best per input line, as 'sentence-id ||| text ||| score ||| log-prob' "
+        "(ids from 0; score = log-prob / GNMT lp); raises --beam to K unless given",
+    )
+    p.add_argument(
+        "--format",
+        choices=["text", "jsonl"],
+        help="text: lines as above; jsonl: one JSON object per input line, "
+        '{"id", "hypotheses": [{"text", "score", "log_prob", "length"}]} '
+        "(default: text, jsonl with --token-scores)",
+    )
+    p.add_argument(
+        "--token-scores",
+        action="store_true",
+        help="add [piece, log-prob] of every output subword, eos included (JSON lines)",
+    )
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="word alignments from the encoder-decoder attention, Pharaoh 'i-j' pairs (source "
+        "word i, target word j, from 0): 'text ||| pairs' lines, a 5th n-best field, or "
+        '"alignment" in JSON',
+    )
+    p.add_argument(
+        "--alignment-layer",
+        type=int,
+        default=-1,
+        help="the decoder layer whose attention aligns (from 0; default -1: the last)",
+    )
+    g = p.add_argument_group("constraints (aiayn.decode.constraints)")
+    g.add_argument(
+        "--prefix",
+        metavar="FILE",
+        help="one line per input line: the fixed start of its output (blank: none)",
+    )
+    g.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="one line per input line: tab-separated words or phrases its output must "
+        "contain (blank: none)",
+    )
+    g = p.add_argument_group("sampling (not in the paper; e.g. for back-translation)")
+    g.add_argument(
+        "--sample",
+        action="store_true",
+        help="draw outputs from the model instead of beam search (--nbest N: N per source)",
+    )
+    g.add_argument("--top-k", type=int, help="draw among the K most probable tokens (0: all)")
+    g.add_argument(
+        "--top-p", type=float, help="draw among the fewest tokens of probability >= P (1: all)"
+    )
+    g.add_argument("--temperature", type=float, help="< 1 sharpens, > 1 flattens (default: 1)")
+    g.add_argument(
+        "--seed",
+        type=int,
+        help="the same seed gives the same samples, whatever the batching (default: 0)",
+    )
 
 
 def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:
@@ -104,8 +189,43 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The preset ``add_decode_args`` chose, with ``--beam`` and ``--alpha`` where given."""
     from ..decode import DecodeConfig
 
-    overrides = {k: v for k, v in (("beam", args.beam), ("alpha", args.alpha)) if v is not None}
+    beam, nbest = getattr(args, "beam", None), getattr(args, "nbest", None)
+    given = (("beam", beam), ("alpha", args.alpha), ("nbest", nbest))
+    overrides = {k: v for k, v in given if v is not None}
+    if nbest is not None and beam is None:  # K best need a beam of K at least
+        overrides["beam"] = max(nbest, DecodeConfig.preset(args.decode_preset).beam)
     return DecodeConfig.preset(args.decode_preset, **overrides)
+
+
+_SAMPLING = {
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "temperature": "--temperature",
+    "seed": "--seed",
+}
+
+
+def sample_config(args: argparse.Namespace) -> SampleConfig | None:
+    """``--sample`` and its options (``add_output_args``) as a SampleConfig; None without it."""
+    from ..decode import SampleConfig
+    from ..errors import UserError
+
+    given = {k: getattr(args, k) for k in _SAMPLING if getattr(args, k, None) is not None}
+    if not getattr(args, "sample", False):
+        if given:
+            raise UserError(f"{_SAMPLING[next(iter(given))]} needs --sample")
+        return None
+    if args.beam is not None:
+        raise UserError("--beam has no effect with --sample (--nbest N: N samples per source)")
+    return SampleConfig(samples=args.nbest or 1, **given)
+
+
+def load_decoder(args: argparse.Namespace):
+    """(model ready for decoding, its vocabulary) from ``--checkpoint`` (an ensemble when
+    repeated), ``--device`` and ``--quantize`` as ``add_decode_args`` parsed them."""
+    from ..decode import load_models
+
+    return load_models(args.checkpoint, args.device, args.quantize)
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiay
 aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
 aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
 echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
+aiayn score --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz
 aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
 aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
 """
@@ -18,7 +19,7 @@ import argparse
 import sys
 
 from ..errors import UserError
-from . import data, demo, experiment, export, parse, serve, train, translate
+from . import data, demo, experiment, export, parse, score, serve, train, translate
 from .common import check_device
 
 # The sub-commands in the order `aiayn --help` lists them.
@@ -29,6 +30,7 @@ COMMANDS = (
     train.add_average,
     translate.add_evaluate,
     translate.add_translate,
+    score.add_score,
     serve.add_serve,
     translate.add_diagnose,
     demo.add_demo,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -14,13 +15,14 @@ from typing import IO, TYPE_CHECKING, TextIO
 
 from ..errors import UserError
 from .common import add_decode_args, decode_config, say_wrote
+from .outputs import Outputs
 
 if TYPE_CHECKING:
     from ..decode import DecodeConfig
 
 
 def translate_stream(
-    checkpoint: str | Path,
+    checkpoint: str | Path | Sequence[str | Path],
     source: IO[bytes],
     sink: TextIO,
     decode: DecodeConfig,
@@ -29,6 +31,7 @@ def translate_stream(
     prompt: bool = False,
     name: str = "<stdin>",
     quantize: str | None = None,
+    output: Outputs | None = None,
 ) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
     kept, flushed chunk by chunk so that a pipe sees results as they come; returns the number
@@ -37,18 +40,17 @@ def translate_stream(
     Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
     ``UserError`` names those lines (``name`` is what it calls the input). A line longer than
-    the model's positions is truncated and named on stderr by its line in the input. ``quantize``:
-    None or "int8" (see ``aiayn.decode.quantize``).
+    the model's positions is truncated and named on stderr by its line in the input.
+    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print
+    besides the best line (n-best lists, JSON lines), samples, prefixes and constraints
+    (default: the beam search's best translation only).
     """
-    from ..checkpoint import VOCAB, load_transformer
-    from ..data import Vocab
-    from ..decode import for_decoding, translate
+    from ..decode import load_models, translate
     from ..io import decode_line, split_lines
 
     if chunk < 1:
         raise UserError(f"--chunk must be at least 1, got {chunk}")
-    model = for_decoding(load_transformer(checkpoint, device)[0], quantize)
-    vocab = Vocab.load(Path(checkpoint) / VOCAB)
+    model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
     lines = enumerate(split_lines(source), start=1)
     count, bad = 0, []
     while True:
@@ -65,13 +67,21 @@ def translate_stream(
         if not texts:
             break
         report = partial(_say_truncated, name=name, first=count + 1)
-        outputs = translate(
-            model, texts, vocab, decode, batch_size=chunk, max_tokens=8000, on_truncate=report
+        outs = (
+            translate(
+                model, texts, vocab, decode, batch_size=chunk, max_tokens=8000, on_truncate=report
+            )
+            if output is None
+            else output.lines(
+                model, texts, vocab, decode, first=count, batch_size=chunk, on_truncate=report
+            )
         )
-        for out in outputs:
+        for out in outs:
             sink.write(out + "\n")
         sink.flush()
         count += len(texts)
+    if output is not None:
+        output.finish(count)
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
         raise UserError(
@@ -107,6 +117,7 @@ def _translate(args: argparse.Namespace) -> None:
         prompt=interactive,
         name=args.input or "<stdin>",
         quantize=args.quantize,
+        output=Outputs.from_args(args),
     )
 
 
@@ -156,7 +167,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 def add_translate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate raw text, one line in -> one line out")
-    add_decode_args(p)
+    add_decode_args(p, outputs=True, ensemble=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
     p.add_argument(

@@ -1,22 +1,41 @@
 """Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included) and
-whole-corpus translation. Depends only on the model's ``encode``/``src_mask``/``decode_step``."""
+whole-corpus translation; beyond the paper, forced decoding (``score``), n-best output
+(``nbest``), ensembles, sampling, target prefixes and lexical constraints (``constraints``)
+and word alignments (``align``). The searches depend only on the model's
+``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
+from .constraints import OutputConstraint
+from .ensemble import Ensemble, load_models
+from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
+from .sample import SampleConfig, sample
+from .score import Score, force_decode, score_ids
 from .translate import decode_ids, length_batches, translate
 
 __all__ = [
     "DECODE_PRESETS",
     "Constraint",
     "DecodeConfig",
+    "Ensemble",
     "Hypothesis",
+    "Output",
+    "OutputConstraint",
     "QUANTIZE_MODES",
+    "SampleConfig",
+    "Score",
     "beam_search",
     "decode_ids",
     "for_decoding",
+    "force_decode",
     "gnmt_length_penalty",
+    "jsonl_line",
     "length_batches",
+    "load_models",
+    "nbest_outputs",
+    "sample",
+    "score_ids",
     "translate",
 ]

@@ -53,26 +53,77 @@ class Hypothesis:
 
 
 class Constraint(Protocol):
-    """Which tokens may follow a prefix (e.g. ``aiayn.parsing.constraint.TreeConstraint``).
+    """Which tokens may follow a prefix (e.g. ``aiayn.parsing.constraint.TreeConstraint``,
+    ``aiayn.decode.constraints``).
 
     States are opaque and immutable (beams that share a prefix share its state); tokens outside
     ``allowed`` get log-probability -inf, so eos must be allowed for an output to finish.
+    ``allowed`` may answer None (every token) or ``AllBut(ids)`` (every token but those), so
+    that a constraint need not list the whole vocabulary.
     """
 
     def start(self, source: Sequence[int], max_len: int) -> Any: ...  # the empty output's state
-    def allowed(self, state: Any) -> Iterable[int]: ...
+    def allowed(self, state: Any) -> Iterable[int] | None: ...
     def advance(self, state: Any, token: int) -> Any: ...
 
 
-def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int]]) -> Tensor:
-    """(rows, V) log-probabilities with every token outside ``allowed[row]`` set to -inf."""
-    rows, cols = [], []
+def constraint_states(
+    constraint: Constraint | Sequence[Constraint | None] | None,
+    src: Tensor,
+    max_lens: Tensor,
+    pad_id: int,
+) -> list[tuple[Constraint, Any]] | None:
+    """Per row of src (B, S): (its constraint, the empty output's state), or None without any.
+    ``constraint`` is one for every row, or one (or None: unconstrained) per row."""
+    if constraint is None:
+        return None
+    per_row = list(constraint) if isinstance(constraint, Sequence) else [constraint] * len(src)
+    if all(c is None for c in per_row):
+        return None
+    return [
+        (c, c.start([i for i in row if i != pad_id], limit))
+        for c, row, limit in zip(map(_or_free, per_row), src.tolist(), max_lens.tolist())
+    ]
+
+
+class Unconstrained:
+    """Every token may follow (the rows of a batch that have no constraint)."""
+
+    def start(self, source: Sequence[int], max_len: int) -> None:
+        return None
+
+    def allowed(self, state: None) -> None:
+        return None
+
+    def advance(self, state: None, token: int) -> None:
+        return None
+
+
+def _or_free(constraint: Constraint | None) -> Constraint:
+    return Unconstrained() if constraint is None else constraint
+
+
+class AllBut(frozenset):
+    """``Constraint.allowed``'s answer "every token but these" (e.g. no eos yet)."""
+
+
+def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int] | None]) -> Tensor:
+    """(rows, V) log-probabilities with every token outside ``allowed[row]`` set to -inf;
+    ``None`` allows every token, ``AllBut(ids)`` every token but ``ids``."""
+    listed, on, off = [], ([], []), ([], [])  # rows given as lists; (rows, cols) on and off
     for row, ids in enumerate(allowed):
-        ids = list(ids)
-        rows += [row] * len(ids)
-        cols += ids
-    keep = torch.zeros_like(lprobs, dtype=torch.bool)
-    keep[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)] = True
+        if ids is None:
+            continue
+        cols = list(ids)
+        if not isinstance(ids, AllBut):
+            listed.append(row)
+        target = off if isinstance(ids, AllBut) else on
+        target[0].extend([row] * len(cols))
+        target[1].extend(cols)
+    keep = torch.ones(lprobs.shape, dtype=torch.bool)
+    keep[listed] = False
+    keep[torch.tensor(on[0], dtype=torch.long), torch.tensor(on[1], dtype=torch.long)] = True
+    keep[torch.tensor(off[0], dtype=torch.long), torch.tensor(off[1], dtype=torch.long)] = False
     return lprobs.masked_fill(~keep.to(lprobs.device), NEG_INF)
 
 
@@ -241,7 +292,7 @@ def beam_search(
     *,
     min_len: int = 0,
     max_len_cap: int | None = None,
-    constraint: Constraint | None = None,
+    constraint: Constraint | Sequence[Constraint | None] | None = None,
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
@@ -250,7 +301,8 @@ def beam_search(
 
     ``min_len``: eos is forbidden before output position ``min_len`` (for benchmarks that need
     a fixed output length). ``max_len_cap``: upper limit on |Y| (e.g. the model's positions).
-    ``constraint``: restricts each step's tokens to those it allows after the prefix.
+    ``constraint``: restricts each step's tokens to those it allows after the prefix; one for
+    every sentence, or one (or None) per sentence of ``src``.
 
     Shapes: n sentences still decoding (of B), b live beams per sentence (1 at the first step,
     then k = ``config.beam``), V vocabulary, t the step (= output position); row = sentence * b
@@ -273,19 +325,12 @@ def beam_search(
     prefixes = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
     cache = None
-    states = (
-        None
-        if constraint is None
-        else [  # one per live prefix
-            constraint.start([i for i in row if i != pad_id], limit)
-            for row, limit in zip(src.tolist(), max_lens.tolist())
-        ]
-    )
+    states = constraint_states(constraint, src, max_lens, pad_id)  # (constraint, state) per prefix
     for t in range(1, T + 1):
         logits, cache = model.decode_step(step_in, live.memory, live.mask, cache, max_len=T)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
         if states is not None:
-            lprobs = constrain(lprobs, [constraint.allowed(state) for state in states])
+            lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, alpha=alpha)
         rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, alpha=alpha)
@@ -304,7 +349,7 @@ def beam_search(
         rows = rows.view(-1)  # (n*k,) rows of the old n*b
         if states is not None:
             states = [
-                constraint.advance(states[r], tok_r)
+                (states[r][0], states[r][0].advance(states[r][1], tok_r))
                 for r, tok_r in zip(rows.tolist(), tokens.view(-1).tolist())
             ]
         prefixes = torch.cat(

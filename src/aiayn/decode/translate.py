@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import torch
@@ -22,6 +23,7 @@ from ..data.collate import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
+from .sample import SampleConfig, sample
 
 
 class Tokenizer(Protocol):
@@ -61,7 +63,9 @@ def decode_ids(
     max_tokens: int | None = None,
     max_src_len: int | None = None,
     min_len: int = 0,
-    constraint: Constraint | None = None,
+    constraint: Constraint | Sequence[Constraint | None] | None = None,
+    sampling: SampleConfig | None = None,
+    first_index: int = 0,
     device: torch.device | str | None = None,
     progress: bool = False,
     pad_id: int = PAD_ID,
@@ -78,28 +82,14 @@ def decode_ids(
     Output lengths are capped at the model's positions as well. Every beam size, 1 included,
     is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
     under the length penalty, which greedy search would not (they agree when alpha = 0).
+
+    ``constraint``: one for every source, or one (or None) per source. ``sampling``: draw
+    ``sampling.samples`` outputs per source instead (``sample``), source i seeded as input
+    sentence ``first_index + i``.
     """
-    cap = (
-        max_src_len
-        if max_src_len is not None
-        else getattr(getattr(model, "cfg", None), "max_len", None)
-    )
-    device = torch.device(device) if device is not None else _model_device(model)
-    sources = [list(s) for s in sources]
-    if cap is not None:
-        too_long = [i for i, s in enumerate(sources) if len(s) > cap]
-        if on_truncate is not None:
-            for i in too_long:
-                on_truncate(i, len(sources[i]), cap)
-        elif too_long:
-            warnings.warn(
-                f"{len(too_long)} source(s) longer than {cap} tokens truncated "
-                f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
-                stacklevel=2,
-            )
-        for i in too_long:
-            s = sources[i]
-            sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+    cap = positions(model, max_src_len)
+    device = torch.device(device) if device is not None else model_device(model)
+    sources = fit_sources(sources, cap, eos_id, on_truncate)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     nonempty = [i for i, s in enumerate(sources) if s]
     batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
@@ -108,8 +98,16 @@ def decode_ids(
     for batch in batches:
         members = [nonempty[j] for j in batch]
         src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)  # (b, longest)
-        hyps = beam_search(
-            model, src, config, min_len=min_len, max_len_cap=cap, constraint=constraint, **ids
+        search = dict(min_len=min_len, max_len_cap=cap, **ids)
+        search["constraint"] = (
+            [constraint[i] for i in members] if isinstance(constraint, Sequence) else constraint
+        )
+        hyps = (
+            beam_search(model, src, config, **search)
+            if sampling is None
+            else sample(
+                model, src, config, sampling, indices=[first_index + i for i in members], **search
+            )
         )
         for i, h in zip(members, hyps):
             results[i] = h
@@ -133,23 +131,67 @@ def translate(
     arguments are those of ``decode_ids`` (batch_size, max_tokens, device, progress, ...).
     """
     sources = [tokenizer.encode_source(line) for line in lines]
+    with eval_mode(model):
+        nbest = decode_ids(model, sources, config, **{**special_ids(tokenizer), **kwargs})
+    return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
+
+
+@contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """Dropout off while decoding; a model that was training goes back to training after."""
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
     try:
-        ids = {
-            name: getattr(tokenizer, name)
-            for name in ("pad_id", "bos_id", "eos_id")
-            if hasattr(tokenizer, name)
-        }
-        nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
+        yield
     finally:
         if was_training:
             model.train()
-    return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
 
 
-def _model_device(model: Any) -> torch.device:
+def special_ids(tokenizer: Any) -> dict[str, int]:
+    """The pad/bos/eos ids a tokenizer names, as keyword arguments of ``decode_ids``."""
+    names = ("pad_id", "bos_id", "eos_id")
+    return {name: getattr(tokenizer, name) for name in names if hasattr(tokenizer, name)}
+
+
+def positions(model: Any, max_src_len: int | None = None) -> int | None:
+    """The longest source (and output) the model takes: ``max_src_len``, else the model's
+    ``max_positions`` (an ensemble's), else ``cfg.max_len``."""
+    if max_src_len is not None:
+        return max_src_len
+    if getattr(model, "max_positions", None) is not None:
+        return model.max_positions
+    return getattr(getattr(model, "cfg", None), "max_len", None)
+
+
+def fit_sources(
+    sources: Sequence[Sequence[int]],
+    cap: int | None,
+    eos_id: int,
+    on_truncate: Callable[[int, int, int], None] | None = None,
+) -> list[list[int]]:
+    """Sources as lists, those longer than ``cap`` cut to it keeping a final eos: the one
+    truncation rule. Each cut is reported to ``on_truncate`` as (index, tokens, cap), or else
+    in one warning."""
+    sources = [list(s) for s in sources]
+    too_long = [i for i, s in enumerate(sources) if cap is not None and len(s) > cap]
+    if on_truncate is not None:
+        for i in too_long:
+            on_truncate(i, len(sources[i]), cap)
+    elif too_long:
+        warnings.warn(
+            f"{len(too_long)} source(s) longer than {cap} tokens truncated "
+            f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
+            stacklevel=3,
+        )
+    for i in too_long:
+        s = sources[i]
+        sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+    return sources
+
+
+def model_device(model: Any) -> torch.device:
     try:
         return next(model.parameters()).device
     except (AttributeError, StopIteration, TypeError):

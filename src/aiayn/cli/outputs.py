@@ -1,0 +1,137 @@
+"""What ``aiayn translate`` prints and decodes beyond the best line of the beam search: n-best
+lines or JSON lines with token scores (``aiayn.decode.nbest``), samples
+(``aiayn.decode.sample``), prefixes and lexical constraints (``aiayn.decode.constraints``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UserError
+from .common import sample_config
+
+if TYPE_CHECKING:
+    from ..decode import DecodeConfig, Output, OutputConstraint, SampleConfig
+
+
+@dataclass(frozen=True)
+class PerLine:
+    """A file of one line per input line (``--prefix``, ``--constraints``)."""
+
+    option: str
+    path: str
+    lines: list[str] = field(repr=False)
+
+    @classmethod
+    def read(cls, option: str, path: str | None) -> PerLine | None:
+        from ..io import read_lines
+
+        return None if path is None else cls(option, path, read_lines(path))
+
+    def __str__(self) -> str:
+        return f"{self.option} {self.path}"
+
+    def line(self, i: int) -> str:
+        """Input line i's line (from 0); ``UserError`` when the file has fewer."""
+        if i >= len(self.lines):
+            raise UserError(
+                f"{self} has {len(self.lines)} lines, the input at least {i + 1}: give one "
+                "line per input line"
+            )
+        return self.lines[i]
+
+    def check_count(self, count: int) -> None:
+        if len(self.lines) != count:
+            raise UserError(
+                f"{self} has {len(self.lines)} lines, the input {count}: give one line per "
+                "input line"
+            )
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The best line of another search (``plain``: samples, constraints), n-best lines
+    (``moses``) or JSON lines (``jsonl``), decoded with or without sampling and constraints."""
+
+    fmt: str  # "plain", "moses" or "jsonl"
+    token_scores: bool = False
+    sampling: SampleConfig | None = None
+    prefix: PerLine | None = None
+    constraints: PerLine | None = None
+    alignment_layer: int | None = None  # None: no alignments
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Outputs | None:
+        """None when no option asks for more than the best line of the beam search."""
+        fmt = args.format or ("jsonl" if args.token_scores else "text")
+        if args.token_scores and fmt != "jsonl":
+            raise UserError("--token-scores prints JSON lines: drop --format text")
+        if fmt == "text":
+            fmt = "plain" if args.nbest is None else "moses"
+        sampling = sample_config(args)
+        prefix = PerLine.read("--prefix", args.prefix)
+        constraints = PerLine.read("--constraints", args.constraints)
+        layer = args.alignment_layer if args.alignments else None
+        if fmt == "plain" and (sampling, prefix, constraints, layer) == (None,) * 4:
+            return None
+        return cls(fmt, args.token_scores, sampling, prefix, constraints, layer)
+
+    def constraint(self, vocab: Any, i: int) -> OutputConstraint | None:
+        """Input line i's prefix and phrases (i from 0); None when it has neither."""
+        from ..decode import OutputConstraint
+
+        prefix = self.prefix.line(i) if self.prefix else ""
+        fields = self.constraints.line(i).split("\t") if self.constraints else []
+        phrases = [vocab.encode(p) for p in fields if p.strip()]
+        if not prefix.strip() and not phrases:
+            return None
+        files = " and ".join(str(f) for f in (self.prefix, self.constraints) if f)
+        where = f"{files}: line {i + 1}"
+        return OutputConstraint(vocab.encode(prefix), phrases, where=where, eos_id=vocab.eos_id)
+
+    def finish(self, count: int) -> None:
+        """After ``count`` input lines: each per-line file must have had as many."""
+        for given in (self.prefix, self.constraints):
+            if given is not None:
+                given.check_count(count)
+
+    def lines(
+        self,
+        model: Any,
+        texts: list[str],
+        vocab: Any,
+        decode: DecodeConfig,
+        *,
+        first: int,
+        batch_size: int,
+        on_truncate: Callable[[int, int, int], None] | None = None,
+    ) -> list[str]:
+        """The lines printed for ``texts``, input lines ``first``, ``first`` + 1, ..."""
+        from ..decode import jsonl_line, nbest_outputs
+
+        nbest = nbest_outputs(
+            model,
+            texts,
+            vocab,
+            decode,
+            token_scores=self.token_scores,
+            alignment_layer=self.alignment_layer,
+            sampling=self.sampling,
+            first_index=first,
+            constraint=[self.constraint(vocab, first + i) for i in range(len(texts))],
+            batch_size=batch_size,
+            max_tokens=8000,
+            on_truncate=on_truncate,
+        )
+        if self.fmt == "plain":
+            return [_plain(outputs[0]) if outputs else "" for outputs in nbest]
+        if self.fmt == "jsonl":
+            return [jsonl_line(first + i, outputs) for i, outputs in enumerate(nbest)]
+        return [o.moses(first + i) for i, outputs in enumerate(nbest) for o in outputs]
+
+
+def _plain(output: Output) -> str:
+    """The text, and `` ||| pairs`` with alignments (as Marian prints them)."""
+    return output.text if output.alignment is None else f"{output.text} ||| {output.alignment}"

@@ -1,0 +1,121 @@
+"""Ensembles: several models decoding as one. At every step the next-token distribution is
+the average of the models' log-probabilities, renormalised (a product of experts):
+
+    log P(y | y_<t, X) = mean_m log P_m(y | y_<t, X) - log Z_t
+
+``Ensemble`` implements the decoding interface (``encode``/``src_mask``/``decode_step``), so
+beam search, sampling and forced decoding take it as they take one model; the search's own
+``log_softmax`` does the renormalisation. The models must share one vocabulary (the ids mean
+the same pieces); their sizes may differ. The memory given back by ``encode`` is the models'
+memories side by side on the last axis, so that the search can reorder it as one tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import UserError
+from .translate import positions
+
+
+class EnsembleCache:
+    """Each model's decoder cache; the search reorders them together."""
+
+    def __init__(self, caches: list[Any]) -> None:
+        self.caches = caches
+
+    def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        for cache in self.caches:
+            cache.select(rows, sentences=sentences)
+
+
+class Ensemble:
+    """Models (each with the decoding interface) decoding with averaged log-probabilities."""
+
+    def __init__(self, models: Sequence[Any]) -> None:
+        if not models:
+            raise ValueError("an ensemble needs at least one model")
+        self.models = list(models)
+        self.widths: list[int] = []  # each model's d_model, as its memory showed it
+        limits = [positions(m) for m in self.models]
+        self.max_positions = min((n for n in limits if n is not None), default=None)
+
+    # The parts of nn.Module that decoding uses: mode, device, attention for alignments.
+    @property
+    def training(self) -> bool:
+        return any(getattr(m, "training", False) for m in self.models)
+
+    def eval(self) -> Ensemble:
+        for m in self.models:
+            m.eval()
+        return self
+
+    def train(self, mode: bool = True) -> Ensemble:
+        for m in self.models:
+            m.train(mode)
+        return self
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        for m in self.models:
+            yield from m.parameters()
+
+    def encode(self, src: Tensor) -> Tensor:
+        """src (B, S) -> the memories (B, S, sum of d_model) side by side."""
+        memories = [m.encode(src) for m in self.models]
+        self.widths = [mem.size(-1) for mem in memories]
+        return torch.cat(memories, dim=-1)
+
+    def src_mask(self, src: Tensor) -> Tensor:
+        return self.models[0].src_mask(src)
+
+    def decode_step(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        cache: EnsembleCache | None = None,
+        *,
+        max_len: int | None = None,
+    ) -> tuple[Tensor, EnsembleCache]:
+        """As ``Transformer.decode_step``; the "logits" are the mean log-probabilities (B, V)."""
+        caches = cache.caches if cache is not None else [None] * len(self.models)
+        lprobs, new = [], []
+        for model, mem, c in zip(self.models, memory.split(self.widths, dim=-1), caches):
+            logits, c = model.decode_step(tgt_in, mem, src_mask, c, max_len=max_len)
+            lprobs.append(F.log_softmax(logits.float(), dim=-1))
+            new.append(c)
+        return torch.stack(lprobs).mean(0), EnsembleCache(new)
+
+
+def load_models(
+    checkpoints: str | Path | Sequence[str | Path],
+    device: str | torch.device = "cpu",
+    quantize: str | None = None,
+):
+    """(model ready for decoding, its vocabulary) from one checkpoint, or an ``Ensemble`` of
+    several; ``UserError`` unless they share one vocabulary (``spm.model``)."""
+    from ..checkpoint import VOCAB, load_translator, vocab_fingerprint
+    from .quantize import for_decoding
+
+    paths = (
+        [Path(checkpoints)]
+        if isinstance(checkpoints, (str, Path))
+        else list(map(Path, checkpoints))
+    )
+    first = vocab_fingerprint(paths[0])
+    for p in paths[1:]:
+        if vocab_fingerprint(p) != first:
+            raise UserError(
+                f"--checkpoint {p} has another vocabulary ({VOCAB}) than {paths[0]}: "
+                "an ensemble needs one vocabulary"
+            )
+    loaded = [load_translator(p, device) for p in paths]
+    models = [for_decoding(model, quantize) for model, _ in loaded]
+    vocab = loaded[0][1]
+    return (models[0] if len(models) == 1 else Ensemble(models)), vocab

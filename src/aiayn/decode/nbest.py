@@ -1,0 +1,131 @@
+"""N-best lists as the commands print them: text, scores and, on request, the log-probability
+of every token, in two formats.
+
+    sentence-id ||| text ||| score ||| log-prob       (Moses/fairseq n-best lines)
+    {"id": 0, "hypotheses": [{"text": ..., "score": ..., "log_prob": ..., "length": ...}]}
+
+``sentence-id`` counts input lines from 0; ``score`` is the GNMT score the search ranks by,
+``log_prob / lp(|Y|)``, and ``log-prob`` is log P(Y|X) (eos included when the output has one).
+An empty input line has no hypotheses: no n-best line, and ``"hypotheses": []``. Token
+log-probabilities come from forced decoding of each output (``score``), the search's own
+numbers recomputed, so they sum to its log-prob. With word alignments (``align``) an n-best
+line gets a fifth field, `` ||| 0-0 1-2 ...``, and a JSON hypothesis an ``"alignment"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..data.vocab import BOS_ID, EOS_ID
+from .align import cross_attention, format_pharaoh, pharaoh
+from .beam import Hypothesis
+from .config import DecodeConfig
+from .score import score_ids
+from .translate import Tokenizer, decode_ids, eval_mode, fit_sources, positions, special_ids
+
+
+@dataclass
+class Output:
+    """One hypothesis for printing; ``tokens``: (piece, log P) per output token, eos included."""
+
+    text: str
+    score: float
+    log_prob: float
+    length: int
+    tokens: list[tuple[str, float]] | None = None
+    alignment: str | None = None  # Pharaoh pairs "i-j ..." (``align``)
+
+    def moses(self, sentence_id: int) -> str:
+        line = f"{sentence_id} ||| {self.text} ||| {self.score:.6f} ||| {self.log_prob:.6f}"
+        return line if self.alignment is None else f"{line} ||| {self.alignment}"
+
+    def record(self) -> dict[str, Any]:
+        fields = {"text": self.text, "score": self.score, "log_prob": self.log_prob}
+        fields["length"] = self.length
+        if self.tokens is not None:
+            fields["tokens"] = [[piece, lp] for piece, lp in self.tokens]
+        if self.alignment is not None:
+            fields["alignment"] = self.alignment
+        return fields
+
+
+def jsonl_line(sentence_id: int, outputs: Sequence[Output]) -> str:
+    """One input line's hypotheses as a JSON line."""
+    record = {"id": sentence_id, "hypotheses": [o.record() for o in outputs]}
+    return json.dumps(record, ensure_ascii=False)
+
+
+def output_ids(hyp: Hypothesis, eos_id: int) -> list[int]:
+    """The ids the model produced for ``hyp``: its tokens, and eos when it ended with one."""
+    return hyp.tokens + [eos_id] * (hyp.length - len(hyp.tokens))
+
+
+def nbest_outputs(
+    model: Any,
+    lines: Sequence[str],
+    tokenizer: Tokenizer,
+    config: DecodeConfig = DecodeConfig(),
+    *,
+    token_scores: bool = False,
+    alignment_layer: int | None = None,
+    **kwargs: Any,
+) -> list[list[Output]]:
+    """Sentences -> their n-best ``Output`` lists, in input order (``[]`` for a blank line).
+
+    ``alignment_layer``: word alignments from that decoder layer's attention (``align``; a
+    Transformer or an Ensemble of them); None: none. ``token_scores`` and alignments need
+    ``tokenizer.id_to_piece``. Keyword arguments are those of ``decode_ids``.
+    """
+    ids = special_ids(tokenizer)
+    cap = positions(model, kwargs.get("max_src_len"))  # cut once: forced decoding reads them too
+    sources = fit_sources(
+        [tokenizer.encode_source(s) for s in lines],
+        cap,
+        ids.get("eos_id", EOS_ID),
+        kwargs.pop("on_truncate", None),
+    )
+    with eval_mode(model):
+        nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
+        tokens = _token_log_probs(model, sources, nbest, tokenizer, config) if token_scores else {}
+
+    def output(i: int, j: int, h: Hypothesis) -> Output:
+        alignment = None
+        if alignment_layer is not None:
+            alignment = _alignment(model, sources[i], h, tokenizer, alignment_layer)
+        text = tokenizer.decode(h.tokens)
+        return Output(text, h.score, h.log_prob, h.length, tokens.get((i, j)), alignment)
+
+    return [[output(i, j, h) for j, h in enumerate(hyps)] for i, hyps in enumerate(nbest)]
+
+
+def _alignment(model: Any, source: list[int], hyp: Hypothesis, tokenizer: Any, layer: int) -> str:
+    """The Pharaoh pairs of ``hyp`` given its source (subwords + eos)."""
+    if not hyp.tokens:
+        return ""
+    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
+    attn = cross_attention(model, source, hyp.tokens, layer, getattr(tokenizer, "bos_id", BOS_ID))
+    src_pieces = [tokenizer.id_to_piece(t) for t in source if t != eos_id]
+    return format_pharaoh(pharaoh(attn, src_pieces, [tokenizer.id_to_piece(t) for t in hyp.tokens]))
+
+
+def _token_log_probs(
+    model: Any,
+    sources: Sequence[Sequence[int]],
+    nbest: Sequence[Sequence[Hypothesis]],
+    tokenizer: Any,
+    config: DecodeConfig,
+) -> dict[tuple[int, int], list[tuple[str, float]]]:
+    """(sentence, rank) -> (piece, log P) per token of that hypothesis, by forced decoding."""
+    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
+    keys = [(i, j) for i, hyps in enumerate(nbest) for j in range(len(hyps))]
+    targets = [output_ids(nbest[i][j], eos_id) for i, j in keys]
+    ids = special_ids(tokenizer)
+    scores = score_ids(model, [sources[i] for i, _ in keys], targets, alpha=config.alpha, **ids)
+    return {
+        key: [(tokenizer.id_to_piece(t), lp) for t, lp in zip(target, score.token_log_probs)]
+        for key, target, score in zip(keys, targets, scores)
+        if score is not None
+    }

@@ -1,0 +1,170 @@
+"""Forced decoding (``aiayn.decode.score``) and ``aiayn score``: the training loss's numbers, the
+search's own scores, and the command's output formats."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from _safety import one_line_error, run_cli
+from test_decode import B_, EOS, PAD, SRC, TABLE, A, ScriptedModel, tiny_model
+
+from aiayn.checkpoint import VOCAB, latest_checkpoint
+from aiayn.data import Vocab
+from aiayn.data.collate import pad_rows
+from aiayn.decode import DecodeConfig, beam_search, score_ids
+from aiayn.evaluate import reference_perplexity
+from aiayn.io import read_lines
+from aiayn.train.loss import label_smoothed_nll
+
+
+def test_scripted_forced_scores_are_hand_computed():
+    # b a eos: .4 * .9 * 1; a eos: .6 * .7. alpha 0.6: lp(3) = (8/6)^.6, lp(2) = (7/6)^.6.
+    model = ScriptedModel(TABLE)
+    s1, s2 = score_ids(model, [[7, 8, 9]] * 2, [[B_, A, EOS], [A, EOS]], alpha=0.6)
+    assert s1.token_log_probs == pytest.approx([math.log(0.4), math.log(0.9), 0.0])
+    assert (s1.length, s2.length) == (3, 2)
+    assert s1.log_prob == pytest.approx(math.log(0.36))
+    assert s1.score == pytest.approx(math.log(0.36) / (8 / 6) ** 0.6)
+    assert s2.score == pytest.approx(math.log(0.42) / (7 / 6) ** 0.6)
+    assert s1.ppl == pytest.approx(0.36 ** (-1 / 3))
+
+
+def test_forced_scores_equal_the_search_scores():
+    config = DecodeConfig(beam=2, alpha=2.0, max_len_a=0, max_len_b=3, nbest=2)
+    hyps = beam_search(ScriptedModel(TABLE), SRC, config)[0]
+    targets = [h.tokens + [EOS] * (h.length - len(h.tokens)) for h in hyps]
+    scores = score_ids(ScriptedModel(TABLE), SRC.tolist() * 2, targets, alpha=2.0)
+    assert [s.score for s in scores] == pytest.approx([h.score for h in hyps], abs=1e-6)
+    assert [s.log_prob for s in scores] == pytest.approx([h.log_prob for h in hyps], abs=1e-6)
+
+
+def random_pairs(n: int = 7, seed: int = 2) -> tuple[list[list[int]], list[list[int]]]:
+    g = torch.Generator().manual_seed(seed)
+    sources, targets = [], []
+    for _ in range(n):
+        s, t = torch.randint(1, 12, (2,), generator=g).tolist()
+        sources.append(torch.randint(4, 100, (s,), generator=g).tolist() + [EOS])
+        targets.append(torch.randint(4, 100, (t,), generator=g).tolist() + [EOS])
+    return sources, targets
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_forced_scores_equal_the_training_loss_without_smoothing(batch_size):
+    model = tiny_model()
+    sources, targets = random_pairs()
+    scores = score_ids(model, sources, targets, batch_size=batch_size)
+    for src, tgt, score in zip(sources, targets, scores):
+        tgt_in = torch.tensor([[2] + tgt[:-1]])
+        with torch.no_grad():
+            logits = model(torch.tensor([src]), tgt_in)[0]
+        loss, nll = label_smoothed_nll(logits, torch.tensor(tgt), 0.0)
+        assert -score.log_prob == pytest.approx(float(loss), abs=1e-4)
+        per_token = -torch.log_softmax(logits, -1).gather(1, torch.tensor(tgt)[:, None])
+        assert score.token_log_probs == pytest.approx((-per_token[:, 0]).tolist(), abs=1e-5)
+        assert score.length == len(tgt)
+    # and batched over padded pairs, as training sees them
+    src = pad_rows(sources, [], [], PAD)
+    tgt_in = pad_rows([t[:-1] for t in targets], [2], [], PAD)
+    tgt_out = pad_rows(targets, [], [], PAD)
+    with torch.no_grad():
+        logits = model(src, tgt_in).flatten(0, 1)
+    loss, _ = label_smoothed_nll(logits, tgt_out.flatten(), 0.0, ignore_index=PAD)
+    assert -sum(s.log_prob for s in scores) == pytest.approx(float(loss), rel=1e-5)
+
+
+def test_empty_source_has_no_score_and_overlong_target_is_refused():
+    model = tiny_model()
+    assert score_ids(model, [[], [5, EOS]], [[EOS], [6, EOS]])[0] is None
+    with pytest.raises(ValueError, match="refs: line 2: 300 tokens"):
+        score_ids(model, [[5, EOS], [5, EOS]], [[EOS], [6] * 299 + [EOS]], name="refs")
+
+
+# --- aiayn score ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pairs(tiny_corpus, tmp_path):
+    src, ref = tmp_path / "src.en", tmp_path / "ref.es"
+    sources = read_lines(tiny_corpus.parent / "test.en")[:6]
+    references = read_lines(tiny_corpus.parent / "test.es")[:6]
+    src.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(references) + "\n", encoding="utf-8")
+    return src, ref, sources, references
+
+
+def test_score_command_prints_the_library_scores(tiny_run, pairs, capsys):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, ref, sources, references = pairs
+    code, out, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    assert code == 0, err
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert len(rows) == len(sources) and all(len(r) == 4 for r in rows)
+
+    from aiayn.checkpoint import load_transformer
+
+    model, _ = load_transformer(ckpt)
+    vocab = Vocab.load(ckpt / VOCAB)
+    expected = score_ids(
+        model,
+        [vocab.encode_source(s) for s in sources],
+        [vocab.encode(r) + [EOS] for r in references],
+    )
+    for row, s in zip(rows, expected):
+        assert float(row[0]) == pytest.approx(s.log_prob, abs=1e-5)
+        assert int(row[1]) == s.length
+        assert float(row[2]) == pytest.approx(s.score, abs=1e-5)
+        assert float(row[3]) == pytest.approx(s.ppl, rel=1e-5)
+    ppl = reference_perplexity(model, vocab, sources, references)
+    corpus_ppl = float(err.rsplit("perplexity ", 1)[1].split()[0])
+    assert corpus_ppl == pytest.approx(ppl, rel=1e-5)  # the corpus figure evaluate reports
+
+
+def test_score_tokens_jsonl_and_stdin_tsv(tiny_run, pairs, capsys, monkeypatch):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, ref, sources, references = pairs
+    code, out, err = run_cli(
+        capsys, "score", "--checkpoint", ckpt, "--src", src, "--ref", ref, "--tokens"
+    )
+    assert code == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    vocab = Vocab.load(ckpt / VOCAB)
+    for i, (record, reference) in enumerate(zip(records, references)):
+        assert record["line"] == i + 1
+        pieces = [piece for piece, _ in record["tokens"]]
+        assert pieces == [vocab.id_to_piece(t) for t in vocab.encode(reference)] + ["</s>"]
+        assert math.fsum(lp for _, lp in record["tokens"]) == pytest.approx(record["log_prob"])
+
+    tsv = "".join(f"{s}\t{r}\n" for s, r in zip(sources, references)).encode()
+    monkeypatch.setattr("sys.stdin", _Stdin(tsv))
+    code, out2, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--format", "jsonl")
+    assert code == 0, err
+    assert [json.loads(line)["log_prob"] for line in out2.splitlines()] == pytest.approx(
+        [r["log_prob"] for r in records]
+    )
+
+
+class _Stdin:
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)
+
+
+def test_score_refuses_bad_input_in_one_line(tiny_run, pairs, capsys, monkeypatch, tmp_path):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, ref, *_ = pairs
+    short = tmp_path / "short"
+    short.write_text("one line\n")
+    code, _, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", src, "--ref", short)
+    assert code == 2
+    one_line_error(err, str(src), "6 lines", str(short), "1")
+    monkeypatch.setattr("sys.stdin", _Stdin(b"a\tb\nno tab here\n"))
+    code, _, err = run_cli(capsys, "score", "--checkpoint", ckpt)
+    assert code == 2
+    one_line_error(err, "<stdin>: line 2", "tab")
+    code, _, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", src)
+    assert code == 2
+    one_line_error(err, "--src and --ref")
