@@ -21,7 +21,7 @@ from ..data import Vocab
 from ..data.binarize import TokenDataset, subset_dataset
 from .corpus import Corpus
 from .runner import Budget, Experiment, Row, markdown_table
-from .training import score, train_row
+from .training import score, train_row, training_experiment
 
 BUCKETS = ((0.0, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0))  # source length / L
 
@@ -48,13 +48,12 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
 
         return run
 
-    return Experiment(
-        name="extrapolation",
-        rows=[Row(p, runner(p)) for p in ("sinusoidal", "learned")],
+    return training_experiment(
+        "extrapolation",
+        [Row(p, runner(p)) for p in ("sinusoidal", "learned")],
+        corpus=corpus,
         report=report,
         plot=plot,
-        budget_keys=("preset", "updates", "sentences", "max_tokens"),
-        inputs=corpus.record(),
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..data.binarize import TokenDataset, read_meta, subset_dataset
 from .corpus import Corpus
 from .runner import Budget, Experiment, Row, markdown_table
-from .training import train_row
+from .training import train_row, training_experiment
 
 FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 
@@ -45,13 +45,12 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
 
         return run
 
-    return Experiment(
-        name="low-resource",
-        rows=[Row(f"{f:.0%}", runner(f)) for f in FRACTIONS],
+    return training_experiment(
+        "low-resource",
+        [Row(f"{f:.0%}", runner(f)) for f in FRACTIONS],
+        corpus=corpus,
         report=report,
         plot=plot,
-        budget_keys=("preset", "updates", "sentences", "max_tokens"),
-        inputs=corpus.record(),
     )
 
 

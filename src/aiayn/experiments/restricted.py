@@ -16,7 +16,7 @@ from typing import Any
 
 from .corpus import Corpus
 from .runner import Budget, Experiment, markdown_table
-from .training import variant_rows
+from .training import training_experiment, variant_rows
 
 RADII: list[int | None] = [1, 2, 4, 8, 16, None]
 
@@ -27,13 +27,12 @@ def _name(r: int | None) -> str:
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     variants = {_name(r): ({"attention_window": r}, {}) for r in RADII}
-    return Experiment(
-        name="restricted",
-        rows=variant_rows(out, budget, corpus, variants),
+    return training_experiment(
+        "restricted",
+        variant_rows(out, budget, corpus, variants),
+        corpus=corpus,
         report=report,
         plot=plot,
-        budget_keys=("preset", "updates", "sentences", "max_tokens"),
-        inputs=corpus.record(),
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ..config import ModelConfig
 from .corpus import Corpus
 from .runner import Budget, Experiment, markdown_table
-from .training import variant_rows
+from .training import training_experiment, variant_rows
 
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
@@ -27,13 +27,12 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
         for scaled in (True, False):
             name = f"d_k={d_k} {'scaled' if scaled else 'unscaled'}"
             variants[name] = ({"h": h, "d_k": d_k, "d_v": d_k, "scale_attention": scaled}, {})
-    return Experiment(
-        name="scaling",
-        rows=variant_rows(out, budget, corpus, variants),
+    return training_experiment(
+        "scaling",
+        variant_rows(out, budget, corpus, variants),
+        corpus=corpus,
         report=report,
         plot=plot,
-        budget_keys=("preset", "updates", "sentences", "max_tokens"),
-        inputs=corpus.record(),
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from ..config import PRESETS, ModelConfig
 from .corpus import Corpus
 from .runner import Budget, Experiment, markdown_table
-from .training import variant_rows
+from .training import training_experiment, variant_rows
 
 # The paper's Table 3 (newstest2013): dev perplexity per word-piece and BLEU, per row.
 PAPER: dict[str, tuple[float, float]] = {
@@ -100,13 +100,12 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     paper_rows = changes(ModelConfig.preset(budget.preset))
     rows = {"base": paper_rows.pop("base"), SEED_ROW: ({}, {"seed": 2}), **paper_rows}
     variants = {name: ({"P_drop": 0.1, **model}, train) for name, (model, train) in rows.items()}
-    return Experiment(
-        name="table3",
-        rows=variant_rows(out, budget, corpus, variants),
+    return training_experiment(
+        "table3",
+        variant_rows(out, budget, corpus, variants),
+        corpus=corpus,
         report=report,
         plot=plot,
-        budget_keys=("preset", "updates", "sentences", "max_tokens"),
-        inputs=corpus.record(),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..flops import forward_flops
 from ..model import count_parameters
 from ..train.trainer import Trainer
 from .corpus import Corpus
-from .runner import Budget, Row
+from .runner import Budget, Experiment, Row
 
 
 def train_row(
@@ -70,6 +71,20 @@ def train_row(
         ]
         result["decode_sent_per_s"] = len(sources) / (time.monotonic() - start)
     return result
+
+
+def training_experiment(
+    name: str, rows: list[Row], *, corpus: Corpus, report: Callable, plot: Callable
+) -> Experiment:
+    """An experiment whose rows train models: their numbers depend on the same budget keys."""
+    return Experiment(
+        name=name,
+        rows=rows,
+        report=report,
+        plot=plot,
+        budget_keys=("preset", "updates", "sentences", "max_tokens"),
+        inputs=corpus.record(),
+    )
 
 
 def variant_rows(
