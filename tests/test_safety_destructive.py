@@ -25,8 +25,8 @@ from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
 from aiayn.io import read_lines
-from aiayn.train import TrainConfig, load_train_config
-from aiayn.train.config import apply_sets
+from aiayn.train import load_train_config
+from aiayn.train.config import resolve_train_config
 from aiayn.train.trainer import Trainer
 
 # --- 1. average --out never destroys what it did not write -------------------------------------
@@ -193,7 +193,7 @@ def test_translate_rejects_a_chunk_below_one(tiny_run, tmp_path, capsys, chunk):
 )
 def test_out_of_range_values_are_rejected_naming_the_key(assignment, key):
     with pytest.raises(ValueError, match=key):
-        apply_sets(TrainConfig(preset="tiny"), [assignment])
+        resolve_train_config({"preset": "tiny"}, [assignment])
 
 
 def test_train_with_a_nan_learning_rate_fails_before_training(tmp_path, capsys):
