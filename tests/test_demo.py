@@ -1,6 +1,7 @@
 """The main job end to end on a budget of seconds, and the CLI on what it leaves behind."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -9,6 +10,7 @@ import sacrebleu
 from _safety import one_line_error, run_cli
 
 from aiayn import checkpoint as ckpt
+from aiayn import demo as demo_module
 from aiayn.data import Vocab, bundled_corpus_paths
 from aiayn.demo import demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
@@ -99,6 +101,19 @@ def test_demo_rerun_reuses_data_and_training(demo):
     assert vocab.stat().st_mtime_ns == stamp  # the prepared corpus was reused
     assert again["training"]["updates"] == report["training"]["updates"]  # budget already spent
     assert again["test"]["sacrebleu"] == report["test"]["sacrebleu"]
+
+
+def test_demo_fresh_deletes_a_run_the_demo_made(demo, tmp_path, monkeypatch):
+    root, _ = demo
+    run = shutil.copytree(root / "run", tmp_path / "run")
+
+    def stop(work):
+        raise RuntimeError("stopped after --fresh")
+
+    monkeypatch.setattr(demo_module, "prepare_bundled", stop)
+    with pytest.raises(RuntimeError, match="stopped after --fresh"):
+        run_demo(out=run, work=root / "work", sets=["preset=tiny"], fresh=True)
+    assert not run.exists()
 
 
 def test_demo_set_lands_even_when_it_equals_the_preset_default(tmp_path):

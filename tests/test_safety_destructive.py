@@ -373,3 +373,14 @@ def test_demo_fresh_refuses_a_directory_that_is_not_a_demo_run(tmp_path):
         run_demo(out=home, fresh=True, work=tmp_path / "work", progress=lambda message: None)
     assert (home / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "work").exists()
+
+
+def test_demo_fresh_refuses_a_train_run_and_keeps_every_file(tiny_run, tmp_path):
+    from aiayn.demo import run_demo
+
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    before = sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*"))
+    with pytest.raises(UserError, match="aiayn demo did not create it.*delete it by hand"):
+        run_demo(out=run, fresh=True, work=tmp_path / "work", progress=lambda message: None)
+    assert sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*")) == before
+    assert not (tmp_path / "work").exists()

@@ -97,6 +97,8 @@ def bleu_over_time(
     return points
 
 
+# Written by the demo into a run directory it creates: ``--fresh`` deletes no other directory.
+DEMO_MARKER = ".aiayn-demo"
 # What a demo run directory holds; ``--fresh`` deletes nothing else.
 DEMO_OUTPUTS = frozenset(
     {
@@ -127,6 +129,19 @@ def _check_demo_run(out: Path) -> None:
             f"--fresh would delete {out}, which is not a demo run directory (it holds "
             f"{', '.join(strangers[:5])}); choose another --out"
         )
+    if not (out / DEMO_MARKER).is_file():
+        raise UserError(
+            f"--fresh would delete {out}, but aiayn demo did not create it (it has no "
+            f"{DEMO_MARKER}; demo runs of older versions have none): delete it by hand or "
+            "choose another --out"
+        )
+
+
+def _start_run_dir(out: Path) -> None:
+    """Create ``out`` with the marker ``--fresh`` asks for; one that exists is not ours to mark."""
+    if not out.exists():
+        out.mkdir(parents=True)
+        write_text_atomic(out / DEMO_MARKER, "made by aiayn demo, which --fresh may delete\n")
 
 
 def run_demo(
@@ -156,6 +171,7 @@ def run_demo(
     )
 
     progress(f"[2/5] training for {minutes:g} minutes")
+    _start_run_dir(out)
     trainer = Trainer(cfg, device="cpu")
     summary = trainer.run()
 

@@ -39,5 +39,7 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
         "(not out or data: use --out, --work)",
     )
     p.add_argument("--test-limit", type=int, help="evaluate on the first N test sentences only")
-    p.add_argument("--fresh", action="store_true", help="delete the run directory first")
+    p.add_argument(
+        "--fresh", action="store_true", help="delete the run directory first (only one a demo made)"
+    )
     p.set_defaults(func=_demo)
