@@ -1,15 +1,18 @@
 """The main job end to end on a budget of seconds, and the CLI on what it leaves behind."""
 
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
 import sacrebleu
+from _safety import one_line_error, run_cli
 
 from aiayn import checkpoint as ckpt
+from aiayn import demo as demo_module
 from aiayn.data import Vocab, bundled_corpus_paths
-from aiayn.demo import format_report, run_demo
+from aiayn.demo import demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
 from aiayn.io import read_lines
 
@@ -98,6 +101,42 @@ def test_demo_rerun_reuses_data_and_training(demo):
     assert vocab.stat().st_mtime_ns == stamp  # the prepared corpus was reused
     assert again["training"]["updates"] == report["training"]["updates"]  # budget already spent
     assert again["test"]["sacrebleu"] == report["test"]["sacrebleu"]
+
+
+def test_demo_fresh_deletes_a_run_the_demo_made(demo, tmp_path, monkeypatch):
+    root, _ = demo
+    run = shutil.copytree(root / "run", tmp_path / "run")
+
+    def stop(work):
+        raise RuntimeError("stopped after --fresh")
+
+    monkeypatch.setattr(demo_module, "prepare_bundled", stop)
+    with pytest.raises(RuntimeError, match="stopped after --fresh"):
+        run_demo(out=run, work=root / "work", sets=["preset=tiny"], fresh=True)
+    assert not run.exists()
+
+
+def test_demo_set_lands_even_when_it_equals_the_preset_default(tmp_path):
+    cfg = demo_train_config(tmp_path, tmp_path / "out", minutes=15, sets=["model.P_drop=0.1"])
+    assert cfg.model_config(None).P_drop == 0.1  # the recipe's 0.0 loses to --set
+
+
+@pytest.mark.parametrize(("key", "flag"), [("out", "--out"), ("data", "--work")])
+def test_demo_refuses_out_and_data_in_set_naming_the_flag(tmp_path, capsys, key, flag):
+    elsewhere = tmp_path / "elsewhere"
+    code, _, err = run_cli(
+        capsys,
+        "demo",
+        "--out",
+        tmp_path / "run",
+        "--work",
+        tmp_path / "work",
+        "--set",
+        f"{key}={elsewhere}",
+    )
+    assert code == 2
+    one_line_error(err, f"--set {key}", flag)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing prepared, trained or made
 
 
 def test_translate_cli_keeps_lines_and_order(demo):

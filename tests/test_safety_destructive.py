@@ -26,8 +26,8 @@ from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
 from aiayn.io import read_lines
-from aiayn.train import TrainConfig, load_train_config
-from aiayn.train.config import apply_sets
+from aiayn.train import load_train_config
+from aiayn.train.config import resolve_train_config
 from aiayn.train.trainer import Trainer
 
 # --- 1. average --out never destroys what it did not write -------------------------------------
@@ -304,7 +304,7 @@ def test_translate_rejects_a_chunk_below_one(tiny_run, tmp_path, capsys, chunk):
 )
 def test_out_of_range_values_are_rejected_naming_the_key(assignment, key):
     with pytest.raises(ValueError, match=key):
-        apply_sets(TrainConfig(preset="tiny"), [assignment])
+        resolve_train_config({"preset": "tiny"}, [assignment])
 
 
 def test_train_with_a_nan_learning_rate_fails_before_training(tmp_path, capsys):
@@ -533,4 +533,15 @@ def test_demo_fresh_refuses_a_directory_that_is_not_a_demo_run(tmp_path):
     with pytest.raises(UserError, match="not a demo run directory.*notes.txt"):
         run_demo(out=home, fresh=True, work=tmp_path / "work", progress=lambda message: None)
     assert (home / "notes.txt").read_text() == "keep me"
+    assert not (tmp_path / "work").exists()
+
+
+def test_demo_fresh_refuses_a_train_run_and_keeps_every_file(tiny_run, tmp_path):
+    from aiayn.demo import run_demo
+
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    before = sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*"))
+    with pytest.raises(UserError, match="aiayn demo did not create it.*delete it by hand"):
+        run_demo(out=run, fresh=True, work=tmp_path / "work", progress=lambda message: None)
+    assert sorted((p.relative_to(run), p.stat().st_size) for p in run.rglob("*")) == before
     assert not (tmp_path / "work").exists()

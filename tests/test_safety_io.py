@@ -26,7 +26,7 @@ from aiayn.io import (
     write_text_atomic,
 )
 from aiayn.train import TrainConfig, load_train_config
-from aiayn.train.config import apply_sets
+from aiayn.train.config import resolve_train_config
 
 FAST = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -383,7 +383,7 @@ VALUES = st.one_of(
 def test_any_set_strings_give_a_config_or_a_value_error(pairs):
     sets = [f"{k}={v}" for k, v in pairs]
     try:
-        cfg = apply_sets(TrainConfig(preset="tiny"), sets)
+        cfg = resolve_train_config({"preset": "tiny"}, sets)
     except ValueError as e:
         assert str(e).startswith("--set"), e
         return

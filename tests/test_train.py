@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 from _safety import dead_leftover, one_line_error, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from aiayn import ModelConfig, Transformer
@@ -21,11 +23,13 @@ from aiayn.checkpoint import (
     load_transformer,
     save_checkpoint,
 )
+from aiayn.config import PRESETS
 from aiayn.errors import UserError
 from aiayn.flops import mfu, real_lengths, training_flops
 from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
+from aiayn.train.config import resolve_train_config
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.trainer import NonFiniteLossError, Trainer
 
@@ -505,3 +509,71 @@ def test_the_trainers_valid_perplexity_is_evaluates_on_the_same_sentences(tiny_c
     vocab = Vocab.load(tmp_path / "data" / "spm.model")
     want = reference_perplexity(trainer.model, vocab, sources, references)
     assert got == pytest.approx(want, rel=1e-4)
+
+
+def test_a_set_equal_to_the_preset_default_still_beats_the_file():
+    # parsing-sample.yaml says norm: pre; post is the preset's (and the paper's) default
+    cfg = load_train_config("parsing-sample", ["model.norm=post", "model.P_drop=0.1"])
+    model = cfg.model_config(None)
+    assert (model.norm, model.P_drop) == ("post", 0.1)
+
+
+def test_a_preset_named_by_set_brings_its_training_overrides(tmp_path):
+    cfg = load_train_config("wmt14-base", ["preset=big"])
+    assert (cfg.preset, cfg.max_updates, cfg.keep_last) == ("big", 300_000, 20)
+    path = tmp_path / "c.yaml"
+    path.write_text("preset: base\nkeep_last: 7\n")
+    cfg = load_train_config(path, ["preset=big", "max_updates=50"])
+    assert (cfg.max_updates, cfg.keep_last) == (50, 7)  # explicit keys beat the preset's
+    path.write_text("preset: big\n")
+    cfg = load_train_config(path, ["preset=base"])
+    assert (cfg.max_updates, cfg.keep_last) == (100_000, 5)  # big's overrides left with big
+
+
+# Values to draw from, each list holding some preset's default so that "equal to the default"
+# is drawn often: the case that was dropped.
+MODEL_VALUES = {
+    "P_drop": [0.0, 0.1, 0.3],
+    "norm": ["post", "pre"],
+    "d_ff": [64, 1024, 2048, 4096],
+    "attention_dropout": [0.0, 0.1],
+    "share_embeddings": [True, False],
+}
+TRAIN_VALUES = {
+    "eps_ls": [0.0, 0.1, 0.2],
+    "keep_last": [3, 5, 20],
+    "max_updates": [7, 100_000, 300_000],
+    "warmup": [300, 4000],
+}
+KEYS = [("model", k) for k in MODEL_VALUES] + [("train", k) for k in TRAIN_VALUES]
+PRESET_OR_NONE = st.none() | st.sampled_from(sorted(PRESETS))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.sampled_from(KEYS),
+    file_preset=PRESET_OR_NONE,
+    set_presets=st.lists(st.sampled_from(sorted(PRESETS)), max_size=2),
+    data=st.data(),
+)
+def test_the_resolved_value_is_the_last_one_given(key, file_preset, set_presets, data):
+    section, name = key
+    values = st.sampled_from((MODEL_VALUES if section == "model" else TRAIN_VALUES)[name])
+    in_file = data.draw(st.none() | values, label="file value")
+    in_sets = data.draw(st.lists(values, max_size=2), label="--set values")
+    file: dict = {} if file_preset is None else {"preset": file_preset}
+    if in_file is not None:
+        file.update({"model": {name: in_file}} if section == "model" else {name: in_file})
+    prefix = "model." if section == "model" else ""
+    sets = [f"preset={p}" for p in set_presets] + [f"{prefix}{name}={v}" for v in in_sets]
+    cfg = resolve_train_config(file, sets)
+
+    preset = (set_presets or [file_preset or "base"])[-1]
+    if section == "model":
+        given_last = [PRESETS[preset].fields.get(name, getattr(ModelConfig(), name)), in_file]
+        resolved = getattr(cfg.model_config(None), name)
+    else:
+        given_last = [PRESETS[preset].train.get(name, getattr(TrainConfig(), name)), in_file]
+        resolved = getattr(cfg, name)
+    expected = [v for v in given_last + in_sets if v is not None][-1]
+    assert cfg.preset == preset and resolved == expected

@@ -191,9 +191,10 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def with_overrides(obj: T, assignments: list[str], where: str = "--set") -> T:
-    """Return a copy of dataclass ``obj`` with ``key=value`` strings applied (typed)."""
-    hints = typing.get_type_hints(type(obj))
+def parse_assignments(cls: type, assignments: list[str], where: str = "--set") -> dict[str, Any]:
+    """``{key: value}`` of ``key=value`` strings, each value read as the type of field ``key`` of
+    dataclass ``cls``; a key given twice keeps its last value."""
+    hints = typing.get_type_hints(cls)
     changes: dict[str, Any] = {}
     for item in assignments:
         key, sep, text = item.partition("=")
@@ -203,6 +204,12 @@ def with_overrides(obj: T, assignments: list[str], where: str = "--set") -> T:
         if key not in hints:
             raise UserError(f"{where}: unknown key {key!r}; valid keys: {sorted(hints)}")
         changes[key] = _parse(text.strip(), hints[key], f"{where} {key}")
+    return changes
+
+
+def with_overrides(obj: T, assignments: list[str], where: str = "--set") -> T:
+    """Return a copy of dataclass ``obj`` with ``key=value`` strings applied (typed)."""
+    changes = parse_assignments(type(obj), assignments, where)
     try:
         return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
     except ValueError as e:

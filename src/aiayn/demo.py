@@ -28,14 +28,16 @@ from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .io import check_not_input, read_lines, write_lines_atomic, write_text_atomic
 from .train import TrainConfig
-from .train.config import apply_sets
+from .train.config import resolve_train_config
 from .train.trainer import Trainer
 
 VOCAB_SIZE = 8000
 AVERAGE_AT_MOST = 5  # the paper averaged the last 5 checkpoints (base models)
+# Keys of the recipe that have their own flag; a --set would train in one place and evaluate another.
+FLAGGED_KEYS = {"out": "--out", "data": "--work"}
 
 
-def demo_train_config(data: Path, out: Path, minutes: float) -> TrainConfig:
+def demo_train_config(data: Path, out: Path, minutes: float, sets: list[str] = ()) -> TrainConfig:
     """The demo's recipe, chosen by measurement on a 2-core CPU (README, "The demo").
 
     The paper's recipe with a CPU-sized model (preset "demo": 3+3 layers, d_model 256) and
@@ -45,23 +47,35 @@ def demo_train_config(data: Path, out: Path, minutes: float) -> TrainConfig:
     only slows learning: without it the same run makes 5.9k instead of 4.6k tokens/s and
     reaches validation perplexity 16.9 instead of 28.5. ``--set model.P_drop=0.1`` restores it
     for longer runs. A checkpoint every 1/15 of the budget gives the averaging recent ones.
+
+    ``sets`` (``--set key=value``) go on top of the recipe by ``resolve_train_config``'s rule.
     """
-    return TrainConfig(
-        data=str(data),
-        out=str(out),
-        preset="demo",
-        model={"P_drop": 0.0},
-        max_src_tokens=1024,
-        max_tgt_tokens=1024,
-        warmup=300,
-        lr_scale=0.5,
-        max_updates=None,
-        max_minutes=minutes,
-        save_every_minutes=max(minutes / 15, 0.05),
-        keep_last=6,
-        num_threads=torch.get_num_threads(),
-        log_every=10,
-    )
+    _refuse_flagged_sets(sets)
+    recipe = {
+        "data": str(data),
+        "out": str(out),
+        "preset": "demo",
+        "model": {"P_drop": 0.0},
+        "max_src_tokens": 1024,
+        "max_tgt_tokens": 1024,
+        "warmup": 300,
+        "lr_scale": 0.5,
+        "max_updates": None,
+        "max_minutes": minutes,
+        "save_every_minutes": max(minutes / 15, 0.05),
+        "keep_last": 6,
+        "num_threads": torch.get_num_threads(),
+        "log_every": 10,
+    }
+    return resolve_train_config(recipe, list(sets), where="the demo recipe")
+
+
+def _refuse_flagged_sets(sets: list[str]) -> None:
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        if key in FLAGGED_KEYS:
+            flag = FLAGGED_KEYS[key]
+            raise UserError(f"--set {key}: the demo's {key} is given by {flag}; use {flag} instead")
 
 
 def prepare_bundled(work: Path) -> dict[str, Any]:
@@ -83,6 +97,8 @@ def bleu_over_time(
     return points
 
 
+# Written by the demo into a run directory it creates: ``--fresh`` deletes no other directory.
+DEMO_MARKER = ".aiayn-demo"
 # What a demo run directory holds; ``--fresh`` deletes nothing else.
 DEMO_OUTPUTS = frozenset(
     {
@@ -113,6 +129,19 @@ def _check_demo_run(out: Path) -> None:
             f"--fresh would delete {out}, which is not a demo run directory (it holds "
             f"{', '.join(strangers[:5])}); choose another --out"
         )
+    if not (out / DEMO_MARKER).is_file():
+        raise UserError(
+            f"--fresh would delete {out}, but aiayn demo did not create it (it has no "
+            f"{DEMO_MARKER}; demo runs of older versions have none): delete it by hand or "
+            "choose another --out"
+        )
+
+
+def _start_run_dir(out: Path) -> None:
+    """Create ``out`` with the marker ``--fresh`` asks for; one that exists is not ours to mark."""
+    if not out.exists():
+        out.mkdir(parents=True)
+        write_text_atomic(out / DEMO_MARKER, "made by aiayn demo, which --fresh may delete\n")
 
 
 def run_demo(
@@ -131,6 +160,7 @@ def run_demo(
     """
     work, out = work.resolve(), out.resolve()
     check_not_input(out, [work], option="--out", whole_dir=True)  # --fresh deletes the run
+    cfg = demo_train_config(work, out, minutes, list(sets))  # a bad --set fails before any work
     if fresh and out.exists():
         _check_demo_run(out)
         shutil.rmtree(out)
@@ -142,7 +172,7 @@ def run_demo(
     )
 
     progress(f"[2/5] training for {minutes:g} minutes")
-    cfg = apply_sets(demo_train_config(work, out, minutes), list(sets))
+    _start_run_dir(out)
     trainer = Trainer(cfg, device="cpu")
     summary = trainer.run()
 

@@ -31,7 +31,15 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--minutes", type=float, default=15.0, help="training budget (wall clock)")
     p.add_argument("--work", default="work/bible", help="where the prepared corpus goes")
     p.add_argument("--out", default="runs/demo", help="run directory")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="TrainConfig override")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="TrainConfig override of the demo's recipe, e.g. model.P_drop=0.1 "
+        "(not out or data: use --out, --work)",
+    )
     p.add_argument("--test-limit", type=int, help="evaluate on the first N test sentences only")
-    p.add_argument("--fresh", action="store_true", help="delete the run directory first")
+    p.add_argument(
+        "--fresh", action="store_true", help="delete the run directory first (only one a demo made)"
+    )
     p.set_defaults(func=_demo)

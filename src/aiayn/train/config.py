@@ -1,7 +1,8 @@
 """The training configuration: plain data, every key typed, unknown keys rejected.
 
 A config file (YAML or TOML) holds TrainConfig's keys; ``model`` holds ModelConfig
-overrides on top of ``preset``. ``--set key=value`` overrides either (``model.d_ff=1024``).
+overrides on top of ``preset``. ``--set key=value`` overrides either (``model.d_ff=1024``);
+which value wins is one rule, ``resolve_train_config``'s.
 The resolved config is saved with every checkpoint, so runs can be diffed and reproduced.
 """
 
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..config import PRESETS, Init, ModelConfig, from_dict, with_overrides
+from ..config import PRESETS, Init, ModelConfig, from_dict, parse_assignments
 from ..errors import UserError
 
 
@@ -173,30 +174,50 @@ def _config_error(e: Exception, suffix: str) -> str:
 def load_train_config(
     path: str | Path | None, sets: list[str] = (), **defaults: Any
 ) -> TrainConfig:
-    """Defaults < the preset's training overrides (e.g. Table 3 row D's eps_ls) < file < --set.
+    """The config of ``path`` with ``--set`` strings, by ``resolve_train_config``'s rule.
 
-    ``path`` is a config file or the name of a bundled one (``bundled_configs``).
+    ``path`` is a config file or the name of a bundled one (``bundled_configs``); ``defaults``
+    are a command's own (``aiayn parse train``'s preset).
     """
     file = find_config(path) if path else None
     data = read_config_file(file) if file else {}
-    where = str(file) if file else "config"
-    preset = data.get("preset", defaults.get("preset", TrainConfig.preset))
+    return resolve_train_config(data, sets, defaults=defaults, where=str(file or "config"))
+
+
+def resolve_train_config(
+    file: dict[str, Any],
+    sets: list[str] = (),
+    *,
+    defaults: dict[str, Any] | None = None,
+    where: str = "config",
+) -> TrainConfig:
+    """The one precedence rule, key by key (``model.KEY`` too), whatever the source:
+
+    TrainConfig's defaults < ``defaults`` < the preset's training overrides
+    (``PRESETS[name].train``, e.g. big's 300k updates) < ``file`` < ``sets`` (``--set``);
+    for ``model`` keys the preset's fields (``TrainConfig.model_config``) take that place.
+
+    The preset is the one named last (``--set``, else the file, else ``defaults``), so
+    ``--set preset=big`` brings big's overrides, which keys the file or ``--set`` give still beat.
+    Every value given lands as written, even one equal to the preset's. ``file`` is a config's
+    mapping (or a recipe's, the demo's) and ``where`` names it in errors.
+    """
+    defaults = defaults or {}
+    train_sets, model_sets = _parse_sets(sets)
+    preset = train_sets.get(
+        "preset", file.get("preset", defaults.get("preset", TrainConfig.preset))
+    )
     preset_train = PRESETS[preset].train if isinstance(preset, str) and preset in PRESETS else {}
-    cfg = from_dict(TrainConfig, {**defaults, **preset_train, **data}, where=where)
-    return apply_sets(cfg, sets)
+    below_sets = {**defaults, **preset_train, **file}
+    checked = from_dict(TrainConfig, below_sets, where=where)  # the file's mistakes name the file
+    model = {**defaults.get("model", {}), **checked.model, **model_sets}
+    return from_dict(TrainConfig, {**below_sets, **train_sets, "model": model}, where="--set")
 
 
-def apply_sets(cfg: TrainConfig, sets: list[str]) -> TrainConfig:
-    """Apply ``--set key=value`` strings; ``model.<name>=value`` overrides the model (typed)."""
-    model_sets = [s[len("model.") :] for s in sets if s.startswith("model.")]
-    train_sets = [s for s in sets if not s.startswith("model.")]
-    cfg = with_overrides(cfg, train_sets)
-    if model_sets:
-        resolved = with_overrides(cfg.model_config(None), model_sets, where="--set model")
-        changed = {
-            k: v
-            for k, v in dataclasses.asdict(resolved).items()
-            if v != dataclasses.asdict(ModelConfig.preset(cfg.preset)).get(k)
-        }
-        cfg = dataclasses.replace(cfg, model={**cfg.model, **changed})
-    return cfg
+def _parse_sets(sets: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(TrainConfig keys, ModelConfig keys) of ``key=value`` / ``model.key=value`` strings, typed."""
+    model = [s[len("model.") :] for s in sets if s.startswith("model.")]
+    train = [s for s in sets if not s.startswith("model.")]
+    return parse_assignments(TrainConfig, train), parse_assignments(
+        ModelConfig, model, where="--set model"
+    )
