@@ -203,8 +203,10 @@ def test_unknown_preset_names_the_choices():
 
 def test_row_b_sets_d_k_independently():
     cfg = ModelConfig.preset("B-dk16")
-    assert (cfg.dk, cfg.dv) == (16, 64)
-    assert ModelConfig(d_model=30, h=4, d_k=7, d_v=9).dk == 7  # explicit widths lift divisibility
+    assert (cfg.resolved_d_k, cfg.resolved_d_v) == (16, 64)
+    assert (
+        ModelConfig(d_model=30, h=4, d_k=7, d_v=9).resolved_d_k == 7
+    )  # explicit widths lift divisibility
 
 
 def test_cache_select_without_memory_reorder_is_exact_within_a_sentence():

@@ -53,13 +53,13 @@ class ModelConfig:
         self.validate()
 
     @property
-    def dk(self) -> int:
-        """The effective per-head query/key width."""
+    def resolved_d_k(self) -> int:
+        """The per-head query/key width in force: ``d_k`` where set (None means d_model / h)."""
         return self.d_k if self.d_k is not None else self.d_model // self.h
 
     @property
-    def dv(self) -> int:
-        """The effective per-head value width."""
+    def resolved_d_v(self) -> int:
+        """The per-head value width in force: ``d_v`` where set (None means d_model / h)."""
         return self.d_v if self.d_v is not None else self.d_model // self.h
 
     def validate(self) -> None:

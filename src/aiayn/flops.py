@@ -33,7 +33,7 @@ def forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[
     """
     if len(src_lens) != len(tgt_lens):
         raise UserError(f"{len(src_lens)} source lengths but {len(tgt_lens)} target lengths")
-    d, qk, v = cfg.d_model, cfg.h * cfg.dk, cfg.h * cfg.dv
+    d, qk, v = cfg.d_model, cfg.h * cfg.resolved_d_k, cfg.h * cfg.resolved_d_v
     per_position = d * (2 * qk + v) + v * d + 2 * d * cfg.d_ff  # W_Q, W_K, W_V, W_O; W_1, W_2
     per_pair = qk + v  # Q K^T and the weighted sum of V, per (query, key)
     S, T = sum(src_lens), sum(tgt_lens)

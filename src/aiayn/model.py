@@ -152,7 +152,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, self_attention: bool) -> None:
         super().__init__()
-        self.h, self.d_k, self.d_v = cfg.h, cfg.dk, cfg.dv
+        self.h, self.d_k, self.d_v = cfg.h, cfg.resolved_d_k, cfg.resolved_d_v
         self.scale = 1.0 / math.sqrt(self.d_k) if cfg.scale_attention else 1.0
         self.dropout_p = cfg.attention_dropout
         self.self_attention = self_attention
@@ -532,7 +532,7 @@ class Transformer(nn.Module):
 def count_parameters(cfg: ModelConfig) -> int:
     """Trainable parameters of ``Transformer(cfg)``, counted analytically (tied matrix once)."""
     d, v = cfg.d_model, cfg.vocab_size
-    qk, vv = cfg.h * cfg.dk, cfg.h * cfg.dv
+    qk, vv = cfg.h * cfg.resolved_d_k, cfg.h * cfg.resolved_d_v
     self_attn = d * (2 * qk + vv) + (2 * qk + vv) + vv * d + d
     src_attn = d * qk + qk + d * (qk + vv) + (qk + vv) + vv * d + d
     ffn = d * cfg.d_ff + cfg.d_ff + cfg.d_ff * d + d

@@ -19,8 +19,8 @@ def preset_table() -> str:
         paper = f"{preset.paper_params_m:.0f}M" if preset.paper_params_m else "-"
         train = ", ".join(f"{k}={v}" for k, v in preset.train.items())
         lines.append(
-            f"{name:<11} {cfg.N_enc:>3} {cfg.d_model:>7} {cfg.d_ff:>5} {cfg.h:>3} {cfg.dk:>4} "
-            f"{cfg.dv:>4} {cfg.P_drop:>6} {params:>8.1f}M {paper:>6}  {train}"
+            f"{name:<11} {cfg.N_enc:>3} {cfg.d_model:>7} {cfg.d_ff:>5} {cfg.h:>3} {cfg.resolved_d_k:>4} "
+            f"{cfg.resolved_d_v:>4} {cfg.P_drop:>6} {params:>8.1f}M {paper:>6}  {train}"
         )
     lines.append(
         "Counts use each preset's vocabulary (37,000 shared BPE for the Table 3 rows), counting "

@@ -58,7 +58,7 @@ SEED_ROW = "base-seed2"  # the base with another seed: how far apart two runs of
 
 def changes(base: ModelConfig) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """Row name -> (model overrides, training overrides): the paper's change, scaled to ``base``."""
-    d, h, N, dk = base.d_model, base.h, base.N_enc, base.dk
+    d, h, N, dk = base.d_model, base.h, base.N_enc, base.resolved_d_k
 
     def heads(n: int) -> dict[str, Any]:
         return {"h": n, "d_k": d // n, "d_v": d // n}
@@ -73,8 +73,8 @@ def changes(base: ModelConfig) -> dict[str, tuple[dict[str, Any], dict[str, Any]
         "A-h4": (heads(max(1, h // 2)), {}),
         "A-h16": (heads(2 * h), {}),
         "A-h32": (heads(4 * h), {}),
-        "B-dk16": ({"d_k": max(1, dk // 4), "d_v": base.dv}, {}),
-        "B-dk32": ({"d_k": dk // 2, "d_v": base.dv}, {}),
+        "B-dk16": ({"d_k": max(1, dk // 4), "d_v": base.resolved_d_v}, {}),
+        "B-dk32": ({"d_k": dk // 2, "d_v": base.resolved_d_v}, {}),
         "C-N2": (layers(2), {}),
         "C-N4": (layers(4), {}),
         "C-N8": (layers(8), {}),

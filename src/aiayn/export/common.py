@@ -80,9 +80,9 @@ def deviations(cfg: ModelConfig) -> dict[str, str]:
         found["attention_window"] = (
             f"attention_window={cfg.attention_window} (restricted attention)"
         )
-    if cfg.dk * cfg.h != cfg.d_model or cfg.dv * cfg.h != cfg.d_model:
+    if cfg.resolved_d_k * cfg.h != cfg.d_model or cfg.resolved_d_v * cfg.h != cfg.d_model:
         found["d_k"] = (
-            f"d_k={cfg.dk}, d_v={cfg.dv} with h={cfg.h} (need d_k = d_v = d_model / h = {cfg.d_model // cfg.h})"
+            f"d_k={cfg.resolved_d_k}, d_v={cfg.resolved_d_v} with h={cfg.h} (need d_k = d_v = d_model / h = {cfg.d_model // cfg.h})"
         )
     return found
 
