@@ -22,52 +22,34 @@ import torch
 
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
-from .data import Vocab, bundled_corpus_paths, prepare_corpus, read_meta
+from .data import Vocab, bundled_corpus_paths, prepare_bundled
 from .decode import DecodeConfig, for_decoding
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .io import check_not_input, read_lines, write_lines_atomic, write_text_atomic
 from .train import TrainConfig
-from .train.config import resolve_train_config
+from .train.config import recipe_config
 from .train.trainer import Trainer
 
-VOCAB_SIZE = 8000
 AVERAGE_AT_MOST = 5  # the paper averaged the last 5 checkpoints (base models)
 # Keys of the recipe that have their own flag; a --set would train in one place and evaluate another.
 FLAGGED_KEYS = {"out": "--out", "data": "--work"}
 
 
 def demo_train_config(data: Path, out: Path, minutes: float, sets: list[str] = ()) -> TrainConfig:
-    """The demo's recipe, chosen by measurement on a 2-core CPU (README, "The demo").
-
-    The paper's recipe with a CPU-sized model (preset "demo": 3+3 layers, d_model 256) and
-    batches (1024 + 1024 tokens), and three labelled deviations that matter at this scale: a
-    warm-up of 300 updates, half the schedule's peak (``lr_scale`` 0.5), and no dropout
-    (``P_drop`` 0). Fifteen minutes is under three epochs, far from over-fitting, so dropout
-    only slows learning: without it the same run makes 5.9k instead of 4.6k tokens/s and
-    reaches validation perplexity 16.9 instead of 28.5. ``--set model.P_drop=0.1`` restores it
-    for longer runs. A checkpoint every 1/15 of the budget gives the averaging recent ones.
-
-    ``sets`` (``--set key=value``) go on top of the recipe by ``resolve_train_config``'s rule.
-    """
+    """The bundled recipe ``configs/demo.yaml`` (its deviations and their measurements are
+    stated there) for this run: its corpus, run directory and budget, with a checkpoint every
+    1/15 of the budget, then ``sets`` (``--set key=value``) on top."""
     _refuse_flagged_sets(sets)
-    recipe = {
-        "data": str(data),
-        "out": str(out),
-        "preset": "demo",
-        "model": {"P_drop": 0.0},
-        "max_src_tokens": 1024,
-        "max_tgt_tokens": 1024,
-        "warmup": 300,
-        "lr_scale": 0.5,
-        "max_updates": None,
-        "max_minutes": minutes,
-        "save_every_minutes": max(minutes / 15, 0.05),
-        "keep_last": 6,
-        "num_threads": torch.get_num_threads(),
-        "log_every": 10,
-    }
-    return resolve_train_config(recipe, list(sets), where="the demo recipe")
+    return recipe_config(
+        "demo",
+        list(sets),
+        data=str(data),
+        out=str(out),
+        max_minutes=minutes,
+        save_every_minutes=max(minutes / 15, 0.05),
+        num_threads=torch.get_num_threads(),
+    )
 
 
 def _refuse_flagged_sets(sets: list[str]) -> None:
@@ -76,13 +58,6 @@ def _refuse_flagged_sets(sets: list[str]) -> None:
         if key in FLAGGED_KEYS:
             flag = FLAGGED_KEYS[key]
             raise UserError(f"--set {key}: the demo's {key} is given by {flag}; use {flag} instead")
-
-
-def prepare_bundled(work: Path) -> dict[str, Any]:
-    """Prepare the bundled corpus once; later runs reuse it."""
-    if (work / "meta.json").exists() and read_meta(work).get("vocab_size") == VOCAB_SIZE:
-        return read_meta(work)
-    return prepare_corpus(bundled_corpus_paths(), work, vocab_size=VOCAB_SIZE)
 
 
 def bleu_over_time(

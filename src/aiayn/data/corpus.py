@@ -33,6 +33,16 @@ PathPair = tuple[str | os.PathLike, str | os.PathLike]
 BIBLE_SPLITS = ("train", "valid", "test")
 
 
+BUNDLED_VOCAB_SIZE = 8000  # shared BPE pieces of the bundled corpus (the demo's and experiments')
+
+
+def prepare_bundled(work: Path, vocab_size: int = BUNDLED_VOCAB_SIZE) -> dict[str, Any]:
+    """Prepare the bundled corpus into ``work`` once; later calls reuse it (same vocabulary size)."""
+    if (work / META).exists() and read_meta(work).get("vocab_size") == vocab_size:
+        return read_meta(work)
+    return prepare_corpus(bundled_corpus_paths(), work, vocab_size=vocab_size)
+
+
 def bundled_corpus_paths(src: str = "en", tgt: str = "es") -> dict[str, tuple[Path, Path]]:
     """{split: (source file, target file)} of the Bible corpus shipped in ``aiayn/corpus/bible/``.
 

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data import bundled_corpus_paths
-from ..demo import prepare_bundled
+from ..data import bundled_corpus_paths, prepare_bundled
 from ..errors import UserError
 from ..io import read_lines
 

@@ -15,10 +15,10 @@ from .. import checkpoint as ckpt
 from ..config import ModelConfig
 from ..data import Vocab
 from ..decode import DecodeConfig, for_decoding
-from ..demo import demo_train_config
 from ..evaluate import evaluate_model
 from ..flops import forward_flops
 from ..model import count_parameters
+from ..train.config import recipe_config
 from ..train.trainer import Trainer
 from .corpus import Corpus
 from .runner import Budget, Experiment, Row
@@ -35,9 +35,7 @@ def train_row(
 ) -> dict[str, Any]:
     """Train ``budget.updates`` updates of the demo recipe with ``model``/``train`` overrides
     into ``out`` (resuming there if interrupted), and score the last checkpoint."""
-    demo = demo_train_config(
-        data or corpus.data, out, minutes=15.0
-    )  # the recipe; the budget replaces the minutes
+    demo = recipe_config("demo", data=str(data or corpus.data), out=str(out))  # budget below
     cfg = dataclasses.replace(
         demo,
         preset=budget.preset,

@@ -171,6 +171,13 @@ def _config_error(e: Exception, suffix: str) -> str:
     return f"invalid {kind} ({e})"
 
 
+def recipe_config(name: str, sets: list[str] = (), **keys: Any) -> TrainConfig:
+    """The bundled recipe ``name`` (``aiayn/configs/NAME.yaml``) with ``keys`` in place of its
+    own (a run's data, out, budget) and then ``sets``, by ``resolve_train_config``'s rule."""
+    path = bundled_configs()[name]
+    return resolve_train_config({**read_config_file(path), **keys}, sets, where=str(path))
+
+
 def load_train_config(
     path: str | Path | None, sets: list[str] = (), **defaults: Any
 ) -> TrainConfig:
