@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
     average_checkpoints,
+    best_checkpoint,
+    checkpoint_name,
     latest_checkpoint,
     list_checkpoints,
     load_transformer,
@@ -446,6 +448,71 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
     assert any((tmp_path / "run/tensorboard").iterdir())
     saved = json.loads((latest_checkpoint(tmp_path / "run/checkpoints") / "meta.json").read_text())
     assert saved["train_config"]["max_updates"] == 4 and saved["model_config"]["d_model"] == 32
+
+
+# --- the best checkpoint and early stopping --------------------------------------------------
+
+
+def script_validation(monkeypatch, metric: str, values: list[float]) -> None:
+    """Trainer.validate reports ``values[update - 1]`` as ``metric``."""
+    monkeypatch.setattr(Trainer, "validate", lambda self: {metric: values[self.update - 1]})
+
+
+def _logged(out: Path, metric: str) -> dict[int, float]:
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return {r["update"]: r[metric] for r in records if metric in r}
+
+
+@pytest.mark.parametrize(
+    "metric, values, best",
+    [
+        ("valid_ppl", [5.0, 3.0, 4.0, 6.0, 3.5, 7.0], 2),
+    ],
+)
+def test_best_names_the_best_logged_validation_and_survives_pruning(
+    tiny_corpus, tmp_path, monkeypatch, metric, values, best
+):
+    script_validation(monkeypatch, metric, values)
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        save_every_updates=1,
+        keep_last=2,
+        best_metric=metric,
+        **({"valid_bleu_sentences": 4} if metric == "valid_bleu" else {}),
+    )
+    summary = Trainer(cfg).run()
+    logged = _logged(tmp_path / "run", metric)
+    assert list(logged.values()) == values
+    pick = min if metric == "valid_ppl" else max
+    assert pick(logged, key=logged.__getitem__) == best
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert best_checkpoint(ckpts).name == checkpoint_name(best)
+    assert [p.name for p in list_checkpoints(ckpts)] == [checkpoint_name(u) for u in (best, 5, 6)]
+    assert summary["best"]["update"] == best and summary["best"]["value"] == values[best - 1]
+    assert summary["best"]["checkpoint"] == str((ckpts / checkpoint_name(best)).resolve())
+
+
+def test_average_best_takes_the_k_best_by_the_runs_metric(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    script_validation(monkeypatch, "valid_ppl", [5.0, 3.0, 4.0, 6.0, 3.5, 7.0])
+    cfg = config(tiny_corpus, tmp_path / "run", validate=True, save_every_updates=1, keep_last=3)
+    Trainer(cfg).run()
+    ckpts = tmp_path / "run" / "checkpoints"
+    code, out, _ = run_cli(capsys, "average", ckpts, "--best", "2", "--out", tmp_path / "avg")
+    assert code == 0 and "update_0000002, update_0000005" in out
+    meta = json.loads((tmp_path / "avg" / "meta.json").read_text())
+    assert meta["averaged_from"] == ["update_0000002", "update_0000005"]
+
+
+def test_average_best_needs_a_recorded_validation(tiny_run, tmp_path, capsys):
+    code, _, err = run_cli(
+        capsys, "average", tiny_run / "checkpoints", "--best", "2", "--out", tmp_path / "avg"
+    )
+    assert code == 2
+    one_line_error(err, "records a validation valid_ppl", "use --last")
 
 
 # --- configuration --------------------------------------------------------------------------

@@ -9,14 +9,17 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 - ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own.
 
 It is built in a temporary directory, every file fsynced, then renamed into place; the
-``latest`` pointer is replaced atomically afterwards. A crash at any moment leaves the
-previous latest checkpoint intact; the next save removes what a killed save left.
+``latest`` pointer (and ``best``, when the checkpoint has the best validation so far) is
+replaced atomically afterwards. A crash at any moment leaves the previous latest checkpoint
+intact; the next save removes what a killed save left. ``keep_last`` never prunes the
+checkpoint ``best`` names.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import pickle
 import re
 import shutil
@@ -37,6 +40,9 @@ from .io import check_not_input, publish_dir, remove_leftovers, temp_dir_beside,
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
+LATEST, BEST = "latest", "best"  # pointer files in a run's checkpoints/
+# The validation metrics a run may select checkpoints by, and whether lower is better.
+LOWER_IS_BETTER = {"valid_ppl": True, "valid_bleu": False}
 CHECKPOINT_NAME = re.compile(r"update_\d+")
 
 
@@ -57,8 +63,10 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None,
     vocab_file: Path | None,
     keep_last: int | None = None,
+    best: bool = False,
 ) -> Path:
-    """Write checkpoint ``update`` under ``ckpt_root`` atomically; prune to ``keep_last``.
+    """Write checkpoint ``update`` under ``ckpt_root`` atomically; point ``best`` at it when
+    ``best``; prune to the ``keep_last`` newest and the best.
 
     A full disk removes the partial temporary directory and says so: the previous checkpoint
     and ``latest`` stay as they were, and training resumes from them once there is space.
@@ -86,10 +94,14 @@ def save_checkpoint(
                 f"{previous or 'none'}. Free space, then train again to resume",
             ) from None
         raise
-    write_text_atomic(ckpt_root / "latest", final.name + "\n")
+    write_text_atomic(ckpt_root / LATEST, final.name + "\n")
+    if best:
+        write_text_atomic(ckpt_root / BEST, final.name + "\n")
     if keep_last is not None:
+        kept = best_checkpoint(ckpt_root)
         for old in list_checkpoints(ckpt_root)[:-keep_last]:
-            shutil.rmtree(old)
+            if old != kept:
+                shutil.rmtree(old)
     return final
 
 
@@ -104,28 +116,41 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     )
 
 
-def latest_checkpoint(ckpt_root: Path) -> Path | None:
-    """The checkpoint named by ``ckpt_root/latest``, else the newest complete one.
+def _pointed_at(ckpt_root: Path, pointer_name: str, remedy: str) -> Path | None:
+    """The complete checkpoint that pointer file ``ckpt_root/pointer_name`` names, if any.
 
     The pointer may only name a checkpoint directory inside ``ckpt_root``: a pointer to
     another place (``../x``, an absolute path, a link) is refused rather than followed, so
     that training never resumes from, and pruning never deletes, what is not this run's.
     """
-    pointer = ckpt_root / "latest"
-    if pointer.is_file():
-        with open(pointer, "rb") as f:  # a name is short: never read a whole stray file
-            name = f.read(256).decode("utf-8", errors="replace").strip()
-        path = ckpt_root / name
-        if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
-            quoted = repr(name[:60]) + (" ..." if len(name) > 60 else "")
-            raise UserError(
-                f"{pointer} names {quoted}, which is not a checkpoint directory inside "
-                f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there"
-            )
-        if (path / META).is_file():
-            return path
+    pointer = ckpt_root / pointer_name
+    if not pointer.is_file():
+        return None
+    with open(pointer, "rb") as f:  # a name is short: never read a whole stray file
+        name = f.read(256).decode("utf-8", errors="replace").strip()
+    path = ckpt_root / name
+    if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
+        quoted = repr(name[:60]) + (" ..." if len(name) > 60 else "")
+        raise UserError(
+            f"{pointer} names {quoted}, which is not a checkpoint directory inside "
+            f"{ckpt_root}; delete {pointer} {remedy}"
+        )
+    return path if (path / META).is_file() else None
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint named by ``ckpt_root/latest``, else the newest complete one."""
+    path = _pointed_at(ckpt_root, LATEST, "to resume from the newest checkpoint there")
+    if path is not None:
+        return path
     found = list_checkpoints(ckpt_root)
     return found[-1] if found else None
+
+
+def best_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint named by ``ckpt_root/best``: the best validation ``best_metric`` of
+    its run so far (None before the first validation, or without validation)."""
+    return _pointed_at(ckpt_root, BEST, "(the next better validation writes it again)")
 
 
 def read_meta(ckpt: Path) -> dict[str, Any]:
@@ -414,6 +439,45 @@ def choose_last(ckpt_root: Path, last: int) -> list[Path]:
             stacklevel=2,
         )
     return found[-last:]
+
+
+def _recorded(ckpt: Path, metric: str) -> float | None:
+    """The validation ``metric`` a checkpoint's meta.json records, if a finite one."""
+    value = read_meta(ckpt).get("valid", {}).get(metric)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def choose_best(ckpt_root: Path, best: int) -> list[Path]:
+    """The ``best`` checkpoints under ``ckpt_root`` with the best validation by their run's
+    ``best_metric`` (as each meta.json records it), oldest first; warns when fewer have one.
+
+    Among the kept ones only: training prunes all but its ``keep_last`` newest and its best.
+    """
+    if best < 1:
+        raise UserError(f"--best must be at least 1, got {best}")
+    found = list_checkpoints(Path(ckpt_root))
+    if not found:
+        raise UserError(f"no checkpoints under {ckpt_root}")
+    metric = read_meta(found[-1]).get("train_config", {}).get("best_metric", "valid_ppl")
+    if metric not in LOWER_IS_BETTER:
+        raise UserError(f"{found[-1] / META}: unknown best_metric {metric!r}")
+    scored = [(value, p) for p in found if (value := _recorded(p, metric)) is not None]
+    if not scored:
+        raise UserError(
+            f"no checkpoint under {ckpt_root} records a validation {metric} in its {META}: "
+            "the run trained without validation (validate=false"
+            + (", or valid_bleu_sentences=0" if metric == "valid_bleu" else "")
+            + "); use --last"
+        )
+    if len(scored) < best:
+        warnings.warn(
+            f"asked for the best {best} checkpoints, but only {len(scored)} under {ckpt_root} "
+            f"record a {metric}: averaging {len(scored)}",
+            stacklevel=2,
+        )
+    sign = 1 if LOWER_IS_BETTER[metric] else -1
+    scored.sort(key=lambda vp: sign * vp[0])  # stable: of equal ones, the older first
+    return sorted(p for _, p in scored[:best])
 
 
 def average_last_best(

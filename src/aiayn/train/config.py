@@ -59,6 +59,8 @@ class TrainConfig:
     num_threads: int | None = None  # CPU threads (None: torch's default)
     log_every: int = 10
     validate: bool = True  # validation loss/perplexity at every checkpoint
+    # checkpoints/best names the checkpoint with the best validation by this metric so far
+    best_metric: Literal["valid_ppl", "valid_bleu"] = "valid_ppl"
 
     def __post_init__(self) -> None:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate

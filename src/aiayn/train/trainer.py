@@ -36,6 +36,7 @@ from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training
 from ..io import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
 from . import distributed
+from .best import BestSoFar
 from .config import TrainConfig
 from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
@@ -113,6 +114,8 @@ class Trainer:
         self.tokens = {"src": 0, "tgt": 0}
         self.flops = 0.0
         self.valid: dict[str, float] = {}
+        self.best = BestSoFar(cfg.best_metric)  # rank 0's; the others learn its decisions
+        self.stopped: str | None = None  # why the run ended
 
     # --- start-up checks ----------------------------------------------------------------
 
@@ -270,6 +273,7 @@ class Trainer:
                     self.valid = self.validate()
                 except Exception as err:  # re-raised below, once the weights are safe
                     failure = err
+            improved = self.best.observe(self.valid, self.update)
             meta = {
                 "update": self.update,
                 "sampler": self.sampler.state_dict(),
@@ -277,6 +281,7 @@ class Trainer:
                 "tokens": self.tokens,
                 "flops": self.flops,
                 "valid": self.valid,
+                "best": self.best.state_dict(),
                 "world_size": self.dist.world_size,
                 "model_config": dataclasses.asdict(self.model_cfg),
                 "train_config": dataclasses.asdict(self.cfg),
@@ -297,6 +302,7 @@ class Trainer:
                 state,
                 self.vocab_file,
                 keep_last=self.cfg.keep_last,
+                best=improved,
             )
         if self.dist.enabled:
             dist.barrier()
@@ -336,6 +342,7 @@ class Trainer:
         self.sampler.load_state_dict(meta["sampler"])
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
+        self.best = BestSoFar.resumed(self.cfg.best_metric, meta.get("best"))
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -347,11 +354,14 @@ class Trainer:
         dist.broadcast(t, src=0)
         return bool(t.item())
 
-    def _done(self) -> bool:
+    def _done(self) -> str | None:
+        """Which budget is spent ("max_updates", "max_minutes"), if one is."""
         cfg = self.cfg
-        return (cfg.max_updates is not None and self.update >= cfg.max_updates) or (
-            cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60
-        )
+        if cfg.max_updates is not None and self.update >= cfg.max_updates:
+            return "max_updates"
+        if cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60:
+            return "max_minutes"
+        return None
 
     @contextmanager
     def _lock_out(self) -> Iterator[None]:
@@ -392,7 +402,7 @@ class Trainer:
         last_save, nonfinite, skipped = time.monotonic(), 0, 0
         t0 = time.monotonic() - self.elapsed
         window_tokens, window_t = 0.0, time.monotonic()
-        while not self._agree(self._done()):
+        while not self._agree(self._done() is not None):
             stats = self.train_update(batches)
             self.elapsed = time.monotonic() - t0
             if not stats["finite"]:
@@ -448,6 +458,7 @@ class Trainer:
                 t0 += last_save - paused  # validation and I/O do not count as training time
                 log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
         bar.close()
+        self.stopped = self.stopped or self._done()
         latest = ckpt.latest_checkpoint(self.ckpt_root)
         if latest is None or ckpt.read_meta(latest)["update"] != self.update:
             self.save()
@@ -472,10 +483,17 @@ class Trainer:
             "matmul_peak_flops": peak,
             "mfu": mfu(self.flops, max(self.elapsed, 1e-9), peak, self.dist.world_size),
             **self.valid,
-            "checkpoint": str(
-                ckpt.latest_checkpoint(self.ckpt_root).resolve()
-            ),  # absolute: any cwd
+            "stopped": self.stopped,
+            # absolute: any cwd
+            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root).resolve()),
+            **self._best_summary(),
         }
+
+    def _best_summary(self) -> dict[str, Any]:
+        best = ckpt.best_checkpoint(self.ckpt_root)
+        if best is None:
+            return {}
+        return {"best": {**self.best.state_dict(), "checkpoint": str(best.resolve())}}
 
 
 def _saved_rng(state: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
