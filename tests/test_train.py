@@ -515,6 +515,68 @@ def test_average_best_needs_a_recorded_validation(tiny_run, tmp_path, capsys):
     one_line_error(err, "records a validation valid_ppl", "use --last")
 
 
+def test_patience_stops_after_that_many_validations_without_a_better_one(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    script_validation(monkeypatch, "valid_ppl", [5.0, 4.0, 4.5, 4.2, 6.0, 3.0, 2.0, 1.0])
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        save_every_updates=1,
+        patience=3,
+        max_updates=8,
+    )
+    summary = Trainer(cfg).run()
+    assert (summary["updates"], summary["stopped"]) == (5, "patience")
+    assert "stopped: no better valid_ppl in 3 validations" in capsys.readouterr().err  # the bar
+    assert best_checkpoint(tmp_path / "run" / "checkpoints").name == checkpoint_name(2)
+    assert Trainer(config(tiny_corpus, tmp_path / "b", max_updates=2)).run()["stopped"] == (
+        "max_updates"
+    )
+
+
+_PATIENCE = """
+import json, sys
+from pathlib import Path
+from aiayn.train import TrainConfig, distributed
+from aiayn.train.trainer import Trainer
+
+values = [5.0, 4.0, 4.5, 4.2, 6.0, 3.0, 2.0, 1.0]
+Trainer.validate = lambda self: {"valid_ppl": values[self.update - 1]}  # called on rank 0 only
+trainer = Trainer(TrainConfig(**json.loads(Path(sys.argv[1]).read_text())), device="cpu")
+trainer.run(resume=None)
+done = {"update": trainer.update, "stopped": trainer.stopped}
+Path(sys.argv[2], f"rank{trainer.dist.rank}.json").write_text(json.dumps(done))
+distributed.teardown()
+"""
+
+
+def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        save_every_updates=1,
+        patience=3,
+        max_updates=8,
+    )
+    script = tmp_path / "patience.py"
+    script.write_text(_PATIENCE)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [*cmd, str(script), str(_write(cfg, tmp_path / "c.json")), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        done = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert done == {"update": 5, "stopped": "patience"}, rank
+
+
 # --- configuration --------------------------------------------------------------------------
 
 
@@ -543,3 +605,15 @@ def test_config_layers_preset_file_and_sets(tmp_path):
     assert cfg.model_config(None).d_ff == 1024
     with pytest.raises(ValueError, match="cannot read 'x' as int"):
         load_train_config(path, ["max_updates=x"])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"patience": 0}, "patience must be >= 1"),
+        ({"patience": 3, "validate": False}, "patience needs validation"),
+    ],
+)
+def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):
+    with pytest.raises(UserError, match=message):
+        config(tiny_corpus, tmp_path, **overrides)

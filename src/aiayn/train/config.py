@@ -61,6 +61,7 @@ class TrainConfig:
     validate: bool = True  # validation loss/perplexity at every checkpoint
     # checkpoints/best names the checkpoint with the best validation by this metric so far
     best_metric: Literal["valid_ppl", "valid_bleu"] = "valid_ppl"
+    patience: int | None = None  # stop after this many validations without a better one
 
     def __post_init__(self) -> None:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate
@@ -78,6 +79,7 @@ class TrainConfig:
             "max_updates",
             "save_every_updates",
             "num_threads",
+            "patience",
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -95,6 +97,8 @@ class TrainConfig:
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
             raise UserError("set max_updates or max_minutes (or both): training must stop")
+        if self.patience is not None and not self.validate:
+            raise UserError("TrainConfig.patience needs validation: set validate=true")
         self.model_config(vocab_size=None)  # type-checks the model overrides early
 
     def model_config(self, vocab_size: int | None) -> ModelConfig:

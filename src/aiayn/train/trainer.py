@@ -457,6 +457,12 @@ class Trainer:
                 last_save = time.monotonic()
                 t0 += last_save - paused  # validation and I/O do not count as training time
                 log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+                if self._agree(self.best.out_of_patience(cfg.patience)):
+                    self.stopped = "patience"
+                    bar.set_description(
+                        f"stopped: no better {cfg.best_metric} in {cfg.patience} validations"
+                    )
+                    break
         bar.close()
         self.stopped = self.stopped or self._done()
         latest = ckpt.latest_checkpoint(self.ckpt_root)
