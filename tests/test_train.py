@@ -23,7 +23,10 @@ from aiayn.checkpoint import (
     load_transformer,
     save_checkpoint,
 )
+from aiayn.data import TokenDataset, Vocab
+from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
+from aiayn.evaluate import evaluate_model
 from aiayn.flops import mfu, real_lengths, training_flops
 from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig, load_train_config, noam_rate
@@ -450,6 +453,67 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
     assert saved["train_config"]["max_updates"] == 4 and saved["model_config"]["d_model"] == 32
 
 
+# --- validation BLEU -------------------------------------------------------------------------
+
+
+def test_validation_bleu_is_what_evaluate_gives_the_checkpoint(tiny_corpus, tmp_path):
+    n, beam = 8, 2
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        valid_bleu_sentences=n,
+        valid_beam=beam,
+        valid_bleu_lang="es",
+        max_updates=40,
+    )
+    summary = Trainer(cfg).run()
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    vocab = Vocab.load(ckpt / "spm.model")
+    valid = TokenDataset(tiny_corpus, "valid")
+    sources = [vocab.decode(valid.src(i)) for i in range(n)]
+    references = [vocab.decode(valid.tgt(i)) for i in range(n)]
+    # The text spells the very ids the trainer decoded from (so evaluate reads the same input).
+    assert [vocab.encode_source(s) for s in sources] == [[*valid.src(i), 3] for i in range(n)]
+    model, _ = load_transformer(ckpt)
+    expected = evaluate_model(
+        model, vocab, sources, references, DecodeConfig.preset("translation", beam=beam), lang="es"
+    )
+    recorded = json.loads((ckpt / "meta.json").read_text())["valid"]
+    logged = json.loads((tmp_path / "run/log.jsonl").read_text().splitlines()[-1])
+    for scores in (recorded, logged, summary):
+        assert scores["valid_bleu"] == expected.sacrebleu > 0
+        assert scores["valid_paper_bleu"] == expected.paper_bleu
+        assert scores["valid_bleu_signature"] == expected.signature
+
+
+def test_validation_bleu_is_deterministic_and_leaves_train_mode(tiny_corpus, tmp_path):
+    trainer = Trainer(config(tiny_corpus, tmp_path, validate=True, valid_bleu_sentences=6))
+    trainer.train_update(iter(trainer.sampler))
+    trainer.model.train()
+    first = trainer.validate()
+    assert trainer.model.training
+    assert trainer.validate() == first and "valid_bleu" in first
+
+
+def test_the_training_plot_shows_the_logged_validation_bleu(tmp_path, monkeypatch):
+    from aiayn.analysis import plots
+
+    log = [
+        {"update": 1, "elapsed_s": 30.0, "loss": 5.0},
+        {"update": 1, "elapsed_s": 30.0, "valid_ppl": 90.0, "valid_bleu": 1.5},
+        {"update": 2, "elapsed_s": 90.0, "valid_ppl": 60.0, "valid_bleu": 4.0},
+    ]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    plots.plot_training(tmp_path / "log.jsonl", tmp_path / "training.png")
+    (fig,) = figures
+    assert len(fig.axes) == 3 and "BLEU" in fig.axes[2].get_title()
+    x, y = fig.axes[2].lines[0].get_data()
+    assert list(x) == [0.5, 1.5] and list(y) == [1.5, 4.0]
+
+
 # --- the best checkpoint and early stopping --------------------------------------------------
 
 
@@ -467,6 +531,7 @@ def _logged(out: Path, metric: str) -> dict[int, float]:
     "metric, values, best",
     [
         ("valid_ppl", [5.0, 3.0, 4.0, 6.0, 3.5, 7.0], 2),
+        ("valid_bleu", [1.0, 4.0, 9.0, 2.0, 8.0, 3.0], 3),
     ],
 )
 def test_best_names_the_best_logged_validation_and_survives_pruning(
@@ -612,6 +677,9 @@ def test_config_layers_preset_file_and_sets(tmp_path):
     [
         ({"patience": 0}, "patience must be >= 1"),
         ({"patience": 3, "validate": False}, "patience needs validation"),
+        ({"valid_bleu_sentences": -1}, "valid_bleu_sentences must be >= 0"),
+        ({"valid_beam": 0}, "valid_beam must be >= 1"),
+        ({"best_metric": "valid_bleu", "validate": True}, "needs validation BLEU"),
     ],
 )
 def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):

@@ -59,6 +59,11 @@ class TrainConfig:
     num_threads: int | None = None  # CPU threads (None: torch's default)
     log_every: int = 10
     validate: bool = True  # validation loss/perplexity at every checkpoint
+    # ... and BLEU of beam search on the first N valid pairs (0: none); beam None: the
+    # translation preset's; lang: the target language of the paper BLEU's Moses tokeniser
+    valid_bleu_sentences: int = 0
+    valid_beam: int | None = None
+    valid_bleu_lang: str = "de"
     # checkpoints/best names the checkpoint with the best validation by this metric so far
     best_metric: Literal["valid_ppl", "valid_bleu"] = "valid_ppl"
     patience: int | None = None  # stop after this many validations without a better one
@@ -80,6 +85,7 @@ class TrainConfig:
             "save_every_updates",
             "num_threads",
             "patience",
+            "valid_beam",
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -97,8 +103,16 @@ class TrainConfig:
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
             raise UserError("set max_updates or max_minutes (or both): training must stop")
+        if self.valid_bleu_sentences < 0:
+            raise UserError(
+                f"TrainConfig.valid_bleu_sentences must be >= 0, got {self.valid_bleu_sentences}"
+            )
         if self.patience is not None and not self.validate:
             raise UserError("TrainConfig.patience needs validation: set validate=true")
+        if self.best_metric == "valid_bleu" and not self.valid_bleu_sentences:
+            raise UserError(
+                "TrainConfig.best_metric=valid_bleu needs validation BLEU: set valid_bleu_sentences"
+            )
         self.model_config(vocab_size=None)  # type-checks the model overrides early
 
     def model_config(self, vocab_size: int | None) -> ModelConfig:

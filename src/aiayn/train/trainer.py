@@ -31,7 +31,9 @@ from tqdm import tqdm
 
 from .. import checkpoint as ckpt
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..decode import DecodeConfig
 from ..errors import UserError
+from ..evaluate import eval_mode
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..io import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
@@ -40,6 +42,7 @@ from .best import BestSoFar
 from .config import TrainConfig
 from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
+from .validation import BleuSample, valid_bleu
 
 
 class NonFiniteLossError(RuntimeError):
@@ -109,6 +112,11 @@ class Trainer:
             world_size=self.dist.world_size,
         )
         self._check_data()
+        self.bleu_sample = (
+            BleuSample.first(TokenDataset(cfg.data, "valid"), self.vocab, cfg.valid_bleu_sentences)
+            if cfg.validate and cfg.valid_bleu_sentences
+            else None
+        )
         self.update = 0
         self.elapsed = 0.0  # training seconds, carried across resumes
         self.tokens = {"src": 0, "tgt": 0}
@@ -229,9 +237,21 @@ class Trainer:
 
     # --- validation -----------------------------------------------------------------------
 
+    def validate(self) -> dict[str, Any]:
+        """Loss and perplexity per subword on the valid split (no smoothing in the
+        perplexity), and BLEU on its first ``valid_bleu_sentences`` pairs when asked."""
+        model = self.model
+        scores: dict[str, Any] = self._valid_loss(model)
+        if self.bleu_sample is not None:
+            beam = {"beam": self.cfg.valid_beam} if self.cfg.valid_beam else {}
+            decode = DecodeConfig.preset("translation", **beam)
+            scores |= valid_bleu(
+                model, self.vocab, self.bleu_sample, decode, lang=self.cfg.valid_bleu_lang
+            )
+        return scores
+
     @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """Loss and perplexity per subword on the valid split (no smoothing in the perplexity)."""
+    def _valid_loss(self, model: Transformer) -> dict[str, float]:
         data = TokenDataset(self.cfg.data, "valid")
         sampler = TokenBudgetSampler(
             data.src_lens,
@@ -240,19 +260,19 @@ class Trainer:
             self.cfg.max_tgt_tokens,
             shuffle=False,
         )
-        self.model.eval()
         loss_sum = nll_sum = tokens = 0.0
-        for indices in sampler.epoch_batches(0):
-            batch = collate(data, indices).to(self.device)
-            mask = batch.tgt_out != self.model_cfg.pad_id
-            with self._autocast():
-                logits = self.model(batch.src, batch.tgt_in, output_mask=mask)
-            loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
-            loss_sum, nll_sum, tokens = (
-                loss_sum + loss.item(),
-                nll_sum + nll.item(),
-                tokens + batch.n_tgt_tokens,
-            )
+        with eval_mode(model):
+            for indices in sampler.epoch_batches(0):
+                batch = collate(data, indices).to(self.device)
+                mask = batch.tgt_out != self.model_cfg.pad_id
+                with self._autocast():
+                    logits = model(batch.src, batch.tgt_in, output_mask=mask)
+                loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
+                loss_sum, nll_sum, tokens = (
+                    loss_sum + loss.item(),
+                    nll_sum + nll.item(),
+                    tokens + batch.n_tgt_tokens,
+                )
         return {
             "valid_loss": loss_sum / tokens,
             "valid_nll": nll_sum / tokens,
@@ -402,6 +422,7 @@ class Trainer:
         last_save, nonfinite, skipped = time.monotonic(), 0, 0
         t0 = time.monotonic() - self.elapsed
         window_tokens, window_t = 0.0, time.monotonic()
+        shown: dict[str, str] = {}  # the progress bar's postfix
         while not self._agree(self._done() is not None):
             stats = self.train_update(batches)
             self.elapsed = time.monotonic() - t0
@@ -440,12 +461,12 @@ class Trainer:
                 }
                 window_tokens, window_t = 0.0, now
                 log.write(record)
-                bar.set_postfix(
-                    loss=f"{record['loss']:.3f}",
-                    lr=f"{record['lr']:.2e}",
-                    tok_s=f"{record['tok_s']:.0f}",
-                    refresh=False,
-                )
+                shown |= {
+                    "loss": f"{record['loss']:.3f}",
+                    "lr": f"{record['lr']:.2e}",
+                    "tok_s": f"{record['tok_s']:.0f}",
+                }
+                bar.set_postfix(shown, refresh=False)
             _advance(bar, self.update, self.elapsed, cfg)
             due = (cfg.save_every_updates and self.update % cfg.save_every_updates == 0) or (
                 cfg.save_every_minutes
@@ -453,10 +474,11 @@ class Trainer:
             )
             if self._agree(bool(due)):
                 paused = time.monotonic()
-                self.save()
+                self._save_and_log(log)
                 last_save = time.monotonic()
                 t0 += last_save - paused  # validation and I/O do not count as training time
-                log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+                shown |= _shown_validation(self.valid)
+                bar.set_postfix(shown, refresh=False)
                 if self._agree(self.best.out_of_patience(cfg.patience)):
                     self.stopped = "patience"
                     bar.set_description(
@@ -467,13 +489,16 @@ class Trainer:
         self.stopped = self.stopped or self._done()
         latest = ckpt.latest_checkpoint(self.ckpt_root)
         if latest is None or ckpt.read_meta(latest)["update"] != self.update:
-            self.save()
-            log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+            self._save_and_log(log)
         summary = self.summary() if main else {}
         if main:
             write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         log.close()
         return summary
+
+    def _save_and_log(self, log: _Log) -> None:
+        self.save()
+        log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
 
     def summary(self) -> dict[str, Any]:
         peak = measure_matmul_peak(self.device, self.amp_dtype)
@@ -538,6 +563,12 @@ class _Log:
         if self.enabled:
             self.jsonl.close()
             self.tb.close()
+
+
+def _shown_validation(valid: dict[str, Any]) -> dict[str, str]:
+    """The progress bar's view of a validation: perplexity, and BLEU when measured."""
+    names = {"valid_ppl": ("ppl", "{:.2f}"), "valid_bleu": ("bleu", "{:.1f}")}
+    return {short: form.format(valid[key]) for key, (short, form) in names.items() if key in valid}
 
 
 def _advance(bar: tqdm, update: int, elapsed: float, cfg: TrainConfig) -> None:
