@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,14 +158,16 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
 
 
 def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
-    n = 3
+    n, ema = 3, {"ema_decay": 0.9}  # the moving average of the weights resumes exactly too
     straight = _write(
-        config(tiny_corpus, tmp_path / "straight", max_updates=2 * n), tmp_path / "a.json"
+        config(tiny_corpus, tmp_path / "straight", max_updates=2 * n, **ema), tmp_path / "a.json"
     )
     subprocess.run(_train_cmd(straight), check=True, capture_output=True)
 
     # The same run, saving every n updates, killed (no clean-up at all) once update n is saved.
-    killed_cfg = config(tiny_corpus, tmp_path / "killed", max_updates=10_000, save_every_updates=n)
+    killed_cfg = config(
+        tiny_corpus, tmp_path / "killed", max_updates=10_000, save_every_updates=n, **ema
+    )
     proc = subprocess.Popen(
         _train_cmd(_write(killed_cfg, tmp_path / "b.json")),
         stdout=subprocess.DEVNULL,
@@ -179,19 +182,16 @@ def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
     proc.wait()
 
     resumed = _write(
-        config(tiny_corpus, tmp_path / "killed", max_updates=2 * n), tmp_path / "c.json"
+        config(tiny_corpus, tmp_path / "killed", max_updates=2 * n, **ema), tmp_path / "c.json"
     )
     subprocess.run(_train_cmd(resumed, "--resume", str(first)), check=True, capture_output=True)
 
-    a = load_file(
-        str(tmp_path / "straight/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors")
-    )
-    b = load_file(
-        str(tmp_path / "killed/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors")
-    )
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
+    for weights in ("model.safetensors", "ema/model.safetensors"):
+        a = load_file(str(tmp_path / "straight/checkpoints" / checkpoint_name(2 * n) / weights))
+        b = load_file(str(tmp_path / "killed/checkpoints" / checkpoint_name(2 * n) / weights))
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name]), (weights, name)
 
 
 @pytest.mark.parametrize("init", ["fairseq", "xavier"])
@@ -514,6 +514,63 @@ def test_the_training_plot_shows_the_logged_validation_bleu(tmp_path, monkeypatc
     assert list(x) == [0.5, 1.5] and list(y) == [1.5, 4.0]
 
 
+# --- the moving average of the weights -------------------------------------------------------
+
+
+def test_ema_is_the_moving_average_of_the_weights_after_each_update(tiny_corpus, tmp_path):
+    decay = 0.75
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=5, ema_decay=decay, validate=True)
+    trainer = Trainer(cfg)
+    seen = [dict((k, p.detach().clone()) for k, p in trainer.model.named_parameters())]
+    trainer.optimizer.register_step_post_hook(
+        lambda *_: seen.append({k: p.detach().clone() for k, p in trainer.model.named_parameters()})
+    )
+    trainer.run()
+    assert len(seen) == 6  # the initial weights and those after each of the 5 updates
+    expected = seen[0]
+    for weights in seen[1:]:
+        expected = {k: decay * expected[k] + (1 - decay) * weights[k] for k in expected}
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    ema, _ = load_transformer(ckpt / "ema")  # a checkpoint of its own: translate reads it
+    for name, p in ema.named_parameters():
+        assert torch.allclose(p, expected[name], rtol=0, atol=1e-6), name
+    last = seen[-1]["src_embed.tokens.weight"]
+    assert not torch.allclose(ema.src_embed.tokens.weight, last, atol=1e-4)  # not the last weights
+    # Validation measures the averaged weights, not the last ones.
+    recorded = json.loads((ckpt / "meta.json").read_text())["valid"]
+    assert recorded["valid_ppl"] == trainer._valid_loss(ema)["valid_ppl"]
+    assert recorded["valid_ppl"] != trainer._valid_loss(trainer.model)["valid_ppl"]
+
+
+def test_average_ema_averages_the_moving_averages(tiny_corpus, tmp_path, capsys):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=2, save_every_updates=1, ema_decay=0.5)
+    Trainer(cfg).run()
+    ckpts = tmp_path / "run" / "checkpoints"
+    code, out, _ = run_cli(
+        capsys, "average", ckpts, "--last", "2", "--ema", "--out", tmp_path / "avg"
+    )
+    assert code == 0 and "update_0000001/ema .. update_0000002/ema" in out
+    averaged, _ = load_transformer(tmp_path / "avg")
+    ema = [load_transformer(ckpts / checkpoint_name(u) / "ema")[0] for u in (1, 2)]
+    for name, p in averaged.named_parameters():
+        mean = (dict(ema[0].named_parameters())[name] + dict(ema[1].named_parameters())[name]) / 2
+        assert torch.allclose(p, mean, atol=1e-7), name
+    code, _, err = run_cli(capsys, "average", ckpts, "--ema", "--out", tmp_path / "avg2")
+    assert code == 0  # every checkpoint has one
+    shutil.rmtree(ckpts / checkpoint_name(1) / "ema")
+    code, _, err = run_cli(capsys, "average", ckpts, "--ema", "--out", tmp_path / "avg3")
+    assert code == 2
+    one_line_error(err, "update_0000001 holds no moving average", "ema_decay")
+
+
+def test_a_moving_average_checkpoint_is_refused_for_resuming(tiny_corpus, tmp_path, capsys):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=1, ema_decay=0.5)
+    Trainer(cfg).run()
+    ema = latest_checkpoint(tmp_path / "run" / "checkpoints") / "ema"
+    with pytest.raises(UserError, match="holds no trainer state"):
+        Trainer(cfg).run(resume=ema)
+
+
 # --- the best checkpoint and early stopping --------------------------------------------------
 
 
@@ -680,6 +737,8 @@ def test_config_layers_preset_file_and_sets(tmp_path):
         ({"valid_bleu_sentences": -1}, "valid_bleu_sentences must be >= 0"),
         ({"valid_beam": 0}, "valid_beam must be >= 1"),
         ({"best_metric": "valid_bleu", "validate": True}, "needs validation BLEU"),
+        ({"ema_decay": 1.0}, r"ema_decay must be in \(0, 1\)"),
+        ({"ema_decay": 0.0}, r"ema_decay must be in \(0, 1\)"),
     ],
 )
 def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):

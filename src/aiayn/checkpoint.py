@@ -6,7 +6,9 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 - ``meta.json``: resolved configs, update count, data position, elapsed time, validation,
 - ``trainer.pt``: optimizer, scheduler, grad-scaler and RNG states (loaded with
   ``weights_only=True``: nothing in a checkpoint can execute code),
-- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own.
+- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own,
+- ``ema/`` (training with ``ema_decay``): the moving average of the weights, a checkpoint
+  directory of its own (weights, meta.json, vocabulary) that every command reads as any other.
 
 It is built in a temporary directory, every file fsynced, then renamed into place; the
 ``latest`` pointer (and ``best``, when the checkpoint has the best validation so far) is
@@ -36,11 +38,19 @@ from torch import nn
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
 from .errors import UserError
-from .io import check_not_input, publish_dir, remove_leftovers, temp_dir_beside, write_text_atomic
+from .io import (
+    check_not_input,
+    fsync_tree,
+    publish_dir,
+    remove_leftovers,
+    temp_dir_beside,
+    write_text_atomic,
+)
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
 LATEST, BEST = "latest", "best"  # pointer files in a run's checkpoints/
+EMA_DIR = "ema"  # in a checkpoint: the moving average of its weights, as a checkpoint
 # The validation metrics a run may select checkpoints by, and whether lower is better.
 LOWER_IS_BETTER = {"valid_ppl": True, "valid_bleu": False}
 CHECKPOINT_NAME = re.compile(r"update_\d+")
@@ -64,9 +74,11 @@ def save_checkpoint(
     vocab_file: Path | None,
     keep_last: int | None = None,
     best: bool = False,
+    ema: nn.Module | None = None,
 ) -> Path:
-    """Write checkpoint ``update`` under ``ckpt_root`` atomically; point ``best`` at it when
-    ``best``; prune to the ``keep_last`` newest and the best.
+    """Write checkpoint ``update`` under ``ckpt_root`` atomically, with the averaged weights
+    ``ema`` in ``ema/``; point ``best`` at it when ``best``; prune to the ``keep_last``
+    newest and the best.
 
     A full disk removes the partial temporary directory and says so: the previous checkpoint
     and ``latest`` stay as they were, and training resumes from them once there is space.
@@ -82,6 +94,8 @@ def save_checkpoint(
             torch.save(trainer_state, tmp / TRAINER)
         if vocab_file is not None:
             shutil.copyfile(vocab_file, tmp / VOCAB)
+        if ema is not None:
+            _write_ema(tmp / EMA_DIR, ema, {**meta, "ema_of": final.name}, vocab_file)
         publish_dir(tmp, final)  # replaces the same update written again after a resume
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -103,6 +117,17 @@ def save_checkpoint(
             if old != kept:
                 shutil.rmtree(old)
     return final
+
+
+def _write_ema(
+    directory: Path, model: nn.Module, meta: dict[str, Any], vocab_file: Path | None
+) -> None:
+    directory.mkdir()
+    save_model(model, str(directory / WEIGHTS))
+    (directory / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+    if vocab_file is not None:
+        shutil.copyfile(vocab_file, directory / VOCAB)
+    fsync_tree(directory)  # publish_dir syncs the files of the checkpoint, not of its folders
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
@@ -414,7 +439,7 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
             metadata={"averaged_from": json.dumps([str(p) for p in paths])},
         )
         meta = read_meta(Path(paths[-1]))
-        meta["averaged_from"] = [Path(p).name for p in paths]
+        meta["averaged_from"] = [checkpoint_label(Path(p)) for p in paths]
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         if (Path(paths[-1]) / VOCAB).exists():
             shutil.copyfile(Path(paths[-1]) / VOCAB, tmp / VOCAB)
@@ -422,6 +447,22 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
     return out
+
+
+def checkpoint_label(path: Path) -> str:
+    """``update_N``, or ``update_N/ema`` for the averaged weights inside one."""
+    return f"{path.parent.name}/{path.name}" if path.name == EMA_DIR else path.name
+
+
+def ema_of(paths: Sequence[Path]) -> list[Path]:
+    """The ``ema/`` checkpoints inside ``paths`` (``aiayn average --ema``)."""
+    for p in paths:
+        if not (Path(p) / EMA_DIR / META).is_file():
+            raise UserError(
+                f"{p} holds no moving average of its weights ({EMA_DIR}/): "
+                "the run trained without ema_decay"
+            )
+    return [Path(p) / EMA_DIR for p in paths]
 
 
 def choose_last(ckpt_root: Path, last: int) -> list[Path]:

@@ -18,7 +18,7 @@ def _train(args: argparse.Namespace) -> None:
 def _average(args: argparse.Namespace) -> None:
     import warnings
 
-    from ..checkpoint import average_checkpoints, choose_best, choose_last
+    from ..checkpoint import average_checkpoints, checkpoint_label, choose_best, choose_last, ema_of
 
     if args.best is not None and args.choose_on:
         raise UserError("--choose-on chooses among the last checkpoints: give --last, not --best")
@@ -30,6 +30,8 @@ def _average(args: argparse.Namespace) -> None:
             chosen = choose_last(Path(args.checkpoints), 5 if args.last is None else args.last)
     for warning in caught:
         print(f"aiayn average: warning: {warning.message}", file=sys.stderr)
+    if args.ema:
+        chosen = ema_of(chosen)
     if args.choose_on:
         from ..checkpoint import average_last_best, check_average_out
         from ..evaluate import perplexity_on, read_test_pair
@@ -46,11 +48,8 @@ def _average(args: argparse.Namespace) -> None:
         chosen = chosen[-k_best:]
     else:
         out = average_checkpoints(chosen, Path(args.out), force=args.force)
-    names = (
-        ", ".join(p.name for p in chosen)
-        if args.best is not None
-        else f"{chosen[0].name} .. {chosen[-1].name}"
-    )
+    labels = [checkpoint_label(p) for p in chosen]
+    names = ", ".join(labels) if args.best is not None else f"{labels[0]} .. {labels[-1]}"
     print(f"averaged {len(chosen)} checkpoints ({names}) -> {out.resolve()}")
 
 
@@ -83,6 +82,11 @@ def add_average(sub: argparse._SubParsersAction) -> None:
         nargs=2,
         metavar=("SRC", "REF"),
         help="average the last k <= LAST instead, k with the lowest perplexity of REF given SRC",
+    )
+    p.add_argument(
+        "--ema",
+        action="store_true",
+        help="average the moving averages of their weights (their ema/, training with ema_decay)",
     )
     p.add_argument(
         "--out", required=True, help="a new directory, or a previous averaged checkpoint to replace"

@@ -67,6 +67,8 @@ class TrainConfig:
     # checkpoints/best names the checkpoint with the best validation by this metric so far
     best_metric: Literal["valid_ppl", "valid_bleu"] = "valid_ppl"
     patience: int | None = None  # stop after this many validations without a better one
+    # not in the paper: a moving average of the weights, validated and saved (update_N/ema/)
+    ema_decay: float | None = None
 
     def __post_init__(self) -> None:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate
@@ -107,6 +109,8 @@ class TrainConfig:
             raise UserError(
                 f"TrainConfig.valid_bleu_sentences must be >= 0, got {self.valid_bleu_sentences}"
             )
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise UserError(f"TrainConfig.ema_decay must be in (0, 1), got {self.ema_decay}")
         if self.patience is not None and not self.validate:
             raise UserError("TrainConfig.patience needs validation: set validate=true")
         if self.best_metric == "valid_bleu" and not self.valid_bleu_sentences:

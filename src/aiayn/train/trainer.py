@@ -40,6 +40,7 @@ from ..model import Transformer
 from . import distributed
 from .best import BestSoFar
 from .config import TrainConfig
+from .ema import EMA
 from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
 from .validation import BleuSample, valid_bleu
@@ -84,6 +85,8 @@ class Trainer:
         self.model = Transformer(self.model_cfg, init=self.cfg.init).to(self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        # kept by rank 0 only, which validates and saves; the weights are the same on every rank
+        self.ema = EMA(self.model, cfg.ema_decay) if cfg.ema_decay and self.dist.is_main else None
         # fused=True: one kernel for all parameters (5x faster than the default per-parameter
         # loop on CPU, measured in benchmarks/train_throughput.py); the same Adam arithmetic.
         self.optimizer = torch.optim.Adam(
@@ -223,6 +226,8 @@ class Trainer:
             return {"finite": 1.0, "stepped": 0.0}
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
         self.update += 1
         self.tokens["src"] += int(src_tokens)
         self.tokens["tgt"] += int(tgt_tokens)
@@ -239,8 +244,9 @@ class Trainer:
 
     def validate(self) -> dict[str, Any]:
         """Loss and perplexity per subword on the valid split (no smoothing in the
-        perplexity), and BLEU on its first ``valid_bleu_sentences`` pairs when asked."""
-        model = self.model
+        perplexity), and BLEU on its first ``valid_bleu_sentences`` pairs when asked; of
+        the moving average of the weights when there is one."""
+        model = self.ema.model if self.ema is not None else self.model
         scores: dict[str, Any] = self._valid_loss(model)
         if self.bleu_sample is not None:
             beam = {"beam": self.cfg.valid_beam} if self.cfg.valid_beam else {}
@@ -323,6 +329,7 @@ class Trainer:
                 self.vocab_file,
                 keep_last=self.cfg.keep_last,
                 best=improved,
+                ema=self.ema.model if self.ema is not None else None,
             )
         if self.dist.enabled:
             dist.barrier()
@@ -337,6 +344,12 @@ class Trainer:
     def resume(self, path: Path) -> None:
         """Restore weights, optimizer, schedule, RNG and data position from checkpoint ``path``."""
         meta = ckpt.read_meta(path)
+        if not (path / ckpt.TRAINER).is_file():
+            raise UserError(
+                f"{path} holds no trainer state ({ckpt.TRAINER}): an averaged or moving-average "
+                "checkpoint cannot be resumed; resume from one training wrote, or fine-tune "
+                "from it with --init-from"
+            )
         if meta["vocab_fingerprint"] != self.vocab.fingerprint:
             raise UserError(
                 f"{path} was trained with a different vocabulary than {self.vocab_file}; "
@@ -354,6 +367,7 @@ class Trainer:
                 stacklevel=2,
             )
         ckpt.load_weights(self.model, path)
+        self._resume_ema(path)
         state = ckpt.load_trainer_state(path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -363,6 +377,19 @@ class Trainer:
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
         self.best = BestSoFar.resumed(self.cfg.best_metric, meta.get("best"))
+
+    def _resume_ema(self, path: Path) -> None:
+        if self.ema is None:
+            return
+        if (path / ckpt.EMA_DIR / ckpt.META).is_file():
+            ckpt.load_weights(self.ema.model, path / ckpt.EMA_DIR)
+            return
+        warnings.warn(
+            f"{path} holds no moving average of the weights ({ckpt.EMA_DIR}/): "
+            "it starts again from the resumed weights",
+            stacklevel=3,
+        )
+        self.ema.reset(self.model)
 
     # --- the loop -------------------------------------------------------------------------
 
