@@ -143,6 +143,22 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.allclose(x, y, atol=1e-5, rtol=1e-4), name
 
 
+@pytest.mark.parametrize(
+    "tokens, processes, freq",
+    [(800, 1, 2), (800, 2, 1), (2400, 2, 3), (760, 1, 2), (420, 1, 1)],
+)
+def test_tokens_per_update_gives_micro_batches_per_process(tokens, processes, freq):
+    cfg = TrainConfig(max_tgt_tokens=400, tokens_per_update=tokens, preset="tiny")
+    assert trainer_module.distributed.update_freq(cfg, processes) == freq
+
+
+@pytest.mark.parametrize("tokens, processes", [(1000, 1), (1200, 2), (350, 1)])
+def test_tokens_per_update_refuses_what_whole_micro_batches_miss(tokens, processes):
+    cfg = TrainConfig(max_tgt_tokens=400, tokens_per_update=tokens, preset="tiny")
+    with pytest.raises(UserError, match=f"tokens_per_update={tokens} is not near a whole"):
+        trainer_module.distributed.update_freq(cfg, processes)
+
+
 # --- exact resume after SIGKILL --------------------------------------------------------------
 
 
@@ -284,8 +300,10 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 
 
 def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
-    common = dict(model={**TINY, "P_drop": 0.0}, max_updates=3)
-    single = Trainer(config(tiny_corpus, tmp_path / "single", update_freq=2, **common))
+    # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two
+    common = dict(model={**TINY, "P_drop": 0.0}, max_updates=3, tokens_per_update=800)
+    single = Trainer(config(tiny_corpus, tmp_path / "single", **common))
+    assert single.update_freq == 2
     single.run(resume=None)
     ddp_cfg = _write(config(tiny_corpus, tmp_path / "ddp", **common), tmp_path / "ddp.json")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -310,7 +328,7 @@ def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
     b = load_file(str(tmp_path / "ddp/checkpoints/update_0000003/model.safetensors"))
     assert_same_weights(a, b)
     meta = json.loads((tmp_path / "ddp/checkpoints/update_0000003/meta.json").read_text())
-    assert meta["world_size"] == 2
+    assert (meta["world_size"], meta["update_freq"]) == (2, 1)
     rng = torch.load(tmp_path / "ddp/checkpoints/update_0000003/trainer.pt")["rng"]
     assert len(rng) == 2 and not torch.equal(rng[0]["cpu"], rng[1]["cpu"])  # each rank's own
     assert (
@@ -738,6 +756,8 @@ def test_config_layers_preset_file_and_sets(tmp_path):
         ({"valid_beam": 0}, "valid_beam must be >= 1"),
         ({"best_metric": "valid_bleu", "validate": True}, "needs validation BLEU"),
         ({"ema_decay": 1.0}, r"ema_decay must be in \(0, 1\)"),
+        ({"tokens_per_update": 0}, "tokens_per_update must be >= 1"),
+        ({"tokens_per_update": 800, "update_freq": 2}, "set one of them, not both"),
         ({"ema_decay": 0.0}, r"ema_decay must be in \(0, 1\)"),
     ],
 )

@@ -35,6 +35,9 @@ class TrainConfig:
     max_src_tokens: int = 4096
     max_tgt_tokens: int = 4096
     update_freq: int = 1  # gradient accumulation: micro-batches per update
+    # ... or the tokens (per side) of an update, whatever the number of processes: derives
+    # update_freq = tokens_per_update / (max_tgt_tokens x processes) (paper: ~25000)
+    tokens_per_update: int | None = None
     # 5.3: Adam(0.9, 0.98, 1e-9), warm-up 4000 then inverse square root
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -88,6 +91,7 @@ class TrainConfig:
             "num_threads",
             "patience",
             "valid_beam",
+            "tokens_per_update",
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -105,6 +109,11 @@ class TrainConfig:
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
             raise UserError("set max_updates or max_minutes (or both): training must stop")
+        if self.tokens_per_update is not None and self.update_freq != 1:
+            raise UserError(
+                "TrainConfig.tokens_per_update derives update_freq: set one of them, not both "
+                "(tokens_per_update=none to give update_freq)"
+            )
         if self.valid_bleu_sentences < 0:
             raise UserError(
                 f"TrainConfig.valid_bleu_sentences must be >= 0, got {self.valid_bleu_sentences}"

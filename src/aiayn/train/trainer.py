@@ -74,6 +74,7 @@ class Trainer:
         self.device = self.dist.device
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        self.update_freq = distributed.update_freq(cfg, self.dist.world_size)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
         self.vocab_file = Path(cfg.data) / "spm.model"
@@ -176,19 +177,19 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def train_update(self, batches: Iterator[list[int]]) -> dict[str, float]:
-        """Forward/backward ``update_freq`` micro-batches, then one optimizer step."""
+        """Forward/backward ``self.update_freq`` micro-batches, then one optimizer step."""
         self.ddp.train()
         pad = self.model_cfg.pad_id
         losses = torch.zeros(2, device=self.device)  # summed loss, summed nll: no sync per step
         tgt_tokens = src_tokens = 0
         flops = 0.0
-        for micro in range(self.cfg.update_freq):
+        for micro in range(self.update_freq):
             batch = collate(self.train_data, next(batches))
             flops += training_flops(
                 self.model_cfg, real_lengths(batch.src, pad), real_lengths(batch.tgt_out, pad)
             )
             batch = batch.to(self.device)  # lengths counted on the CPU copy: no device sync
-            last = micro == self.cfg.update_freq - 1
+            last = micro == self.update_freq - 1
             sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
             with sync:
                 mask = batch.tgt_out != pad
@@ -309,6 +310,7 @@ class Trainer:
                 "valid": self.valid,
                 "best": self.best.state_dict(),
                 "world_size": self.dist.world_size,
+                "update_freq": self.update_freq,
                 "model_config": dataclasses.asdict(self.model_cfg),
                 "train_config": dataclasses.asdict(self.cfg),
                 "vocab_fingerprint": self.vocab.fingerprint,
@@ -533,6 +535,7 @@ class Trainer:
             "updates": self.update,
             "elapsed_s": self.elapsed,
             "devices": self.dist.world_size,
+            "update_freq": self.update_freq,
             "device": str(self.device),
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
