@@ -717,6 +717,107 @@ def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
         assert done == {"update": 5, "stopped": "patience"}, rank
 
 
+# --- fine-tuning: a new run from another run's checkpoint ------------------------------------
+
+
+def _other_text(tmp_path: Path, start: int = 3000, n: int = 60) -> tuple[Path, Path]:
+    """``n`` pairs of the bundled corpus that the tiny runs never saw."""
+    from aiayn.data import bundled_corpus_paths
+    from aiayn.io import iter_lines
+
+    paths = []
+    for side, path in zip(("en", "es"), bundled_corpus_paths()["train"]):
+        lines = [line for i, line in enumerate(iter_lines(path)) if start <= i < start + n]
+        paths.append(tmp_path / f"other.{side}")
+        paths[-1].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths[0], paths[1]
+
+
+def _prepare(capsys, text: tuple[Path, Path], out: Path, *options: str) -> Path:
+    src, tgt = text
+    splits = ["--train-src", src, "--train-tgt", tgt, "--valid-src", src, "--valid-tgt", tgt]
+    code, _, err = run_cli(capsys, "prepare", *splits, "--out", out, "--max-len", "48", *options)
+    assert code == 0, err
+    return out
+
+
+def _all_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_fine_tuning_lowers_the_perplexity_on_the_new_text_and_leaves_the_source_alone(
+    tiny_run, tmp_path, capsys
+):
+    source_run = Path(shutil.copytree(tiny_run, tmp_path / "source"))
+    before_bytes = _all_bytes(source_run)
+    source = latest_checkpoint(source_run / "checkpoints")
+    data = _prepare(
+        capsys, _other_text(tmp_path), tmp_path / "new", "--vocab", source / "spm.model"
+    )
+    cfg = config(data, tmp_path / "ft", init_from=str(source), validate=True, max_updates=15)
+    trainer = Trainer(cfg)
+    trainer.init_from(source)
+    before = trainer.validate()["valid_ppl"]
+    summary = trainer.run()
+    assert summary["valid_ppl"] < 0.8 * before
+    assert _all_bytes(source_run) == before_bytes
+    # A new run, not a resumed one: its own update count, written under its own out.
+    assert summary["updates"] == 15 and summary["checkpoint"].startswith(str(tmp_path / "ft"))
+
+
+@pytest.mark.parametrize(
+    "keep, adam_step, schedule_step",
+    [("", 2, 2), ("optimizer", 5, 2), ("schedule", 2, 5), ("optimizer,schedule", 5, 5)],
+)
+def test_init_from_keep_carries_the_optimizer_and_the_schedule(
+    tiny_run, tiny_corpus, tmp_path, keep, adam_step, schedule_step
+):
+    source = latest_checkpoint(tiny_run / "checkpoints")  # 3 updates
+    cfg = config(
+        tiny_corpus, tmp_path / "ft", init_from=str(source), init_from_keep=keep, max_updates=2
+    )
+    trainer = Trainer(cfg)
+    rates = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda opt, *_: rates.append(opt.param_groups[0]["lr"])
+    )
+    trainer.run()
+    state = torch.load(latest_checkpoint(tmp_path / "ft/checkpoints") / "trainer.pt")
+    steps = {float(s["step"]) for s in state["optimizer"]["state"].values()}
+    assert steps == {adam_step} and state["scheduler"]["last_epoch"] == schedule_step
+    # The rate of the first update is the schedule's, not the one a carried optimizer held.
+    assert rates[0] == noam_rate(schedule_step - 1, 32, cfg.warmup)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("vocabulary", "has another vocabulary than"),
+        ("model", "another model (d_ff: 64 there, 128 here)"),
+        ("inside out", "is inside out="),
+    ],
+)
+def test_init_from_refuses_what_cannot_be_fine_tuned(tiny_run, tmp_path, capsys, change, message):
+    run = Path(shutil.copytree(tiny_run, tmp_path / "source"))
+    source = latest_checkpoint(run / "checkpoints")
+    text = _other_text(tmp_path)
+    if change == "vocabulary":
+        data = _prepare(capsys, text, tmp_path / "new", "--vocab-size", "120")
+    else:
+        data = _prepare(capsys, text, tmp_path / "new", "--vocab", source / "spm.model")
+    model = {**TINY, "d_ff": 128} if change == "model" else TINY
+    out = run if change == "inside out" else tmp_path / "ft"
+    cfg = _write(config(data, out, model=model, max_updates=1), tmp_path / "c.json")
+    before = _all_bytes(run / "checkpoints")
+    code, _, err = run_cli(capsys, "train", cfg, "--device", "cpu", "--init-from", source)
+    assert code == 2
+    one_line_error(err, message)
+    assert not (tmp_path / "ft" / "checkpoints").exists()
+    assert _all_bytes(run / "checkpoints") == before
+
+
 # --- configuration --------------------------------------------------------------------------
 
 

@@ -55,6 +55,10 @@ class TrainConfig:
     # how a new run's weights start (the paper does not say): "fairseq" learns much faster
     # early than "xavier", our default until 2026-11-30 (model.Transformer.reset_parameters)
     init: Init = "fairseq"
+    # ... or another run's checkpoint (fine-tuning, same vocabulary): its weights, and with
+    # init_from_keep "optimizer", "schedule" or both (comma-separated) its Adam state / schedule
+    init_from: str | None = None
+    init_from_keep: str = ""
     # machinery
     seed: int = 1
     amp: Literal["auto", "bf16", "fp16", "none"] = "auto"  # auto: bf16 on capable CUDA, fp32 on CPU
@@ -109,6 +113,16 @@ class TrainConfig:
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
             raise UserError("set max_updates or max_minutes (or both): training must stop")
+        unknown = set(self.init_from_parts()) - {"optimizer", "schedule"}
+        if unknown:
+            raise UserError(
+                f"TrainConfig.init_from_keep: unknown {', '.join(sorted(unknown))}; "
+                "keep optimizer, schedule or both (optimizer,schedule)"
+            )
+        if self.init_from_keep and self.init_from is None:
+            raise UserError(
+                "TrainConfig.init_from_keep needs init_from: the checkpoint to keep from"
+            )
         if self.tokens_per_update is not None and self.update_freq != 1:
             raise UserError(
                 "TrainConfig.tokens_per_update derives update_freq: set one of them, not both "
@@ -127,6 +141,10 @@ class TrainConfig:
                 "TrainConfig.best_metric=valid_bleu needs validation BLEU: set valid_bleu_sentences"
             )
         self.model_config(vocab_size=None)  # type-checks the model overrides early
+
+    def init_from_parts(self) -> list[str]:
+        """What ``init_from_keep`` names: ["optimizer"], ["schedule"], both, or []."""
+        return [part.strip() for part in self.init_from_keep.split(",") if part.strip()]
 
     def model_config(self, vocab_size: int | None) -> ModelConfig:
         """The preset, the overrides, and the dataset's vocabulary size."""

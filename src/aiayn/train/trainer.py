@@ -54,6 +54,7 @@ class NonFiniteLossError(RuntimeError):
 # 2**-34, where gradients that still overflow are not finite whatever the scale.
 MAX_SKIPPED_STEPS = 50
 LOCK = ".lock"  # in OUT: held by the run writing there
+FINE_TUNABLE = {"P_drop", "attention_dropout"}  # model keys init_from may change
 
 
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
@@ -380,6 +381,52 @@ class Trainer:
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
         self.best = BestSoFar.resumed(self.cfg.best_metric, meta.get("best"))
 
+    def init_from(self, path: Path) -> None:
+        """Start from another run's checkpoint ``path`` (fine-tuning on other data with its
+        vocabulary): its weights, and its optimizer / schedule if ``init_from_keep`` says so;
+        the update count, data order and RNG are this run's own."""
+        self._check_init_from(path)
+        ckpt.load_weights(self.model, path)
+        if self.ema is not None:
+            self.ema.reset(self.model)
+        keep = self.cfg.init_from_parts()
+        if keep:
+            state = ckpt.load_trainer_state(path)
+            if "optimizer" in keep:
+                self.optimizer.load_state_dict(state["optimizer"])
+            if "schedule" in keep:
+                self.scheduler.load_state_dict(state["scheduler"])
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr  # a carried optimizer holds the old schedule's last rate
+
+    def _check_init_from(self, path: Path) -> None:
+        where = f"init_from {path}"
+        self._check_not_inside_out(path)
+        meta = ckpt.read_meta(path)
+        if ckpt.vocab_fingerprint(path) != self.vocab.fingerprint:
+            raise UserError(
+                f"{where} has another vocabulary than {self.vocab_file}: binarise the new text "
+                f"with the checkpoint's (aiayn prepare --vocab {path / ckpt.VOCAB} ...)"
+            )
+        saved = ckpt.meta_field(meta, "model_config", path)
+        now = dataclasses.asdict(self.model_cfg)
+        differ = sorted(k for k in now.keys() - FINE_TUNABLE if saved.get(k) != now[k])
+        if differ:
+            shown = ", ".join(f"{k}: {saved.get(k)} there, {now[k]} here" for k in differ)
+            raise UserError(f"{where}: another model ({shown}); only dropout may change")
+        if self.cfg.init_from_parts() and not (path / ckpt.TRAINER).is_file():
+            raise UserError(
+                f"{where} holds no trainer state ({ckpt.TRAINER}) to keep "
+                f"{self.cfg.init_from_keep} from: an averaged or moving-average checkpoint"
+            )
+
+    def _check_not_inside_out(self, path: Path) -> None:
+        if self.out.resolve() in (path.resolve(), *path.resolve().parents):
+            raise UserError(
+                f"init_from {path} is inside out={self.out}: fine-tune into another out, "
+                "which never writes into the run it starts from"
+            )
+
     def _resume_ema(self, path: Path) -> None:
         if self.ema is None:
             return
@@ -436,9 +483,13 @@ class Trainer:
 
     def _run(self, resume: str | Path | None) -> dict[str, Any]:
         cfg = self.cfg
+        if cfg.init_from:
+            self._check_not_inside_out(Path(cfg.init_from))  # before resuming what is there
         start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
         if start_path:
             self.resume(Path(start_path))
+        elif cfg.init_from:
+            self.init_from(Path(cfg.init_from))
         main = self.dist.is_main
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
