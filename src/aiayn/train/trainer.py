@@ -41,6 +41,7 @@ from . import distributed
 from .best import BestSoFar
 from .config import TrainConfig
 from .ema import EMA
+from .finetune import check_init_from, check_outside
 from .loss import label_smoothed_nll, perplexity
 from .schedule import noam_rate
 from .validation import BleuSample, valid_bleu
@@ -54,7 +55,6 @@ class NonFiniteLossError(RuntimeError):
 # 2**-34, where gradients that still overflow are not finite whatever the scale.
 MAX_SKIPPED_STEPS = 50
 LOCK = ".lock"  # in OUT: held by the run writing there
-FINE_TUNABLE = {"P_drop", "attention_dropout"}  # model keys init_from may change
 
 
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
@@ -385,11 +385,11 @@ class Trainer:
         """Start from another run's checkpoint ``path`` (fine-tuning on other data with its
         vocabulary): its weights, and its optimizer / schedule if ``init_from_keep`` says so;
         the update count, data order and RNG are this run's own."""
-        self._check_init_from(path)
+        keep = self.cfg.init_from_parts()
+        check_init_from(path, out=self.out, vocab=self.vocab, model_cfg=self.model_cfg, keep=keep)
         ckpt.load_weights(self.model, path)
         if self.ema is not None:
             self.ema.reset(self.model)
-        keep = self.cfg.init_from_parts()
         if keep:
             state = ckpt.load_trainer_state(path)
             if "optimizer" in keep:
@@ -398,34 +398,6 @@ class Trainer:
                 self.scheduler.load_state_dict(state["scheduler"])
         for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
             group["lr"] = lr  # a carried optimizer holds the old schedule's last rate
-
-    def _check_init_from(self, path: Path) -> None:
-        where = f"init_from {path}"
-        self._check_not_inside_out(path)
-        meta = ckpt.read_meta(path)
-        if ckpt.vocab_fingerprint(path) != self.vocab.fingerprint:
-            raise UserError(
-                f"{where} has another vocabulary than {self.vocab_file}: binarise the new text "
-                f"with the checkpoint's (aiayn prepare --vocab {path / ckpt.VOCAB} ...)"
-            )
-        saved = ckpt.meta_field(meta, "model_config", path)
-        now = dataclasses.asdict(self.model_cfg)
-        differ = sorted(k for k in now.keys() - FINE_TUNABLE if saved.get(k) != now[k])
-        if differ:
-            shown = ", ".join(f"{k}: {saved.get(k)} there, {now[k]} here" for k in differ)
-            raise UserError(f"{where}: another model ({shown}); only dropout may change")
-        if self.cfg.init_from_parts() and not (path / ckpt.TRAINER).is_file():
-            raise UserError(
-                f"{where} holds no trainer state ({ckpt.TRAINER}) to keep "
-                f"{self.cfg.init_from_keep} from: an averaged or moving-average checkpoint"
-            )
-
-    def _check_not_inside_out(self, path: Path) -> None:
-        if self.out.resolve() in (path.resolve(), *path.resolve().parents):
-            raise UserError(
-                f"init_from {path} is inside out={self.out}: fine-tune into another out, "
-                "which never writes into the run it starts from"
-            )
 
     def _resume_ema(self, path: Path) -> None:
         if self.ema is None:
@@ -484,7 +456,7 @@ class Trainer:
     def _run(self, resume: str | Path | None) -> dict[str, Any]:
         cfg = self.cfg
         if cfg.init_from:
-            self._check_not_inside_out(Path(cfg.init_from))  # before resuming what is there
+            check_outside(Path(cfg.init_from), self.out)  # before resuming what is there
         start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
         if start_path:
             self.resume(Path(start_path))
@@ -559,11 +531,7 @@ class Trainer:
                 t0 += last_save - paused  # validation and I/O do not count as training time
                 shown |= _shown_validation(self.valid)
                 bar.set_postfix(shown, refresh=False)
-                if self._agree(self.best.out_of_patience(cfg.patience)):
-                    self.stopped = "patience"
-                    bar.set_description(
-                        f"stopped: no better {cfg.best_metric} in {cfg.patience} validations"
-                    )
+                if self._out_of_patience(bar):
                     break
         bar.close()
         self.stopped = self.stopped or self._done()
@@ -575,6 +543,16 @@ class Trainer:
             write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         log.close()
         return summary
+
+    def _out_of_patience(self, bar: tqdm) -> bool:
+        """Rank 0's decision (it alone validates), shared so that every rank stops."""
+        if not self._agree(self.best.out_of_patience(self.cfg.patience)):
+            return False
+        self.stopped = "patience"
+        bar.set_description(
+            f"stopped: no better {self.cfg.best_metric} in {self.cfg.patience} validations"
+        )
+        return True
 
     def _save_and_log(self, log: _Log) -> None:
         self.save()
