@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from aiayn.checkpoint import (
     WEIGHTS,
     average_checkpoints,
+    best_checkpoint,
     latest_checkpoint,
     list_checkpoints,
     load_transformer,
@@ -128,3 +129,13 @@ def test_a_checkpoint_with_the_old_sublayer_norm_names_loads_into_the_named_norm
         }[stack, index]
         assert torch.equal(got[f"{stack}.{layer}.{role}.{kind}"], tensor), key
     assert json.loads((old / "meta.json").read_text())  # the copy is a full checkpoint
+
+
+def test_the_best_pointer_never_names_what_is_outside_the_run(tiny_run, tmp_path):
+    ckpts = copy_run(tiny_run, tmp_path / "checkpoints")
+    assert best_checkpoint(ckpts) is None  # trained without validation
+    (ckpts / "best").write_text("../../elsewhere\n")
+    with pytest.raises(UserError, match="best names '../../elsewhere', which is not a checkpoint"):
+        best_checkpoint(ckpts)
+    (ckpts / "best").write_text("update_0000002\n")
+    assert best_checkpoint(ckpts) == ckpts / "update_0000002"

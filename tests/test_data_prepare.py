@@ -236,3 +236,56 @@ def test_subset_dataset_keeps_the_chosen_pairs_and_never_replaces_a_foreign_dire
         subset_dataset(root / "bin", foreign, "train", keep)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+# --- binarising new text with an existing vocabulary (fine-tuning) -------------------------------
+
+
+def _pair(tmp_path, n: int = 30):
+    """The first ``n`` pairs of the bundled valid split as plain files."""
+    files = []
+    for side, path in zip(("en", "es"), bundled_corpus_paths()["valid"]):
+        files.append(tmp_path / f"text.{side}")
+        files[-1].write_text("\n".join(lines(path)[:n]) + "\n", encoding="utf-8")
+    return files
+
+
+def test_prepare_with_a_given_vocabulary_binarises_with_it(tiny_run, tmp_path, capsys):
+    from _safety import run_cli
+
+    vocab_file = tiny_run / "checkpoints" / "update_0000003" / "spm.model"
+    src, tgt = _pair(tmp_path)
+    code, _, err = run_cli(
+        capsys, "prepare", "--train-src", src, "--train-tgt", tgt, "--out", tmp_path / "d",
+        "--vocab", vocab_file,
+    )  # fmt: skip
+    assert code == 0, err
+    vocab = Vocab.load(vocab_file)
+    assert (tmp_path / "d/spm.model").read_bytes() == vocab_file.read_bytes()
+    check_vocab(tmp_path / "d", vocab)  # what init_from and resume compare
+    data = TokenDataset(tmp_path / "d", "train")
+    first = src.read_text(encoding="utf-8").splitlines()[0]
+    assert list(data.src(0)) == vocab.encode(first)
+    listing = (tmp_path / "d/spm.vocab").read_text(encoding="utf-8").splitlines()
+    assert len(listing) == len(vocab) and listing[3].split("\t")[0] == vocab.id_to_piece(3)
+
+
+@pytest.mark.parametrize("case", ["with a size", "not a model", "its own output"])
+def test_prepare_vocab_refuses_in_one_line(tiny_run, tmp_path, capsys, case):
+    from _safety import one_line_error, run_cli
+
+    src, tgt = _pair(tmp_path)
+    out = tmp_path / "d"
+    vocab_file = tiny_run / "checkpoints" / "update_0000003" / "spm.model"
+    extra, needle = ["--vocab", vocab_file, "--vocab-size", "100"], "--vocab reuses a vocabulary"
+    if case == "not a model":
+        extra, needle = ["--vocab", src], "not a SentencePiece model"
+    elif case == "its own output":
+        out.mkdir()
+        shutil.copyfile(vocab_file, out / "spm.model")
+        extra, needle = ["--vocab", out / "spm.model"], "is the input"
+    args = ["--train-src", src, "--train-tgt", tgt, "--out", out, *extra]
+    code, _, err = run_cli(capsys, "prepare", *args)
+    assert code == 2
+    one_line_error(err, needle)
+    assert not (out / "meta.json").exists()

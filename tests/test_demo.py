@@ -20,14 +20,19 @@ from aiayn.io import read_lines
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     root = tmp_path_factory.mktemp("demo")
-    sets = ["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600", "save_every_minutes=0.02"]
+    sets = [
+        "preset=tiny",
+        "max_src_tokens=600",
+        "max_tgt_tokens=600",
+        "save_every_minutes=0.02",
+        "valid_bleu_sentences=3",
+    ]
     report = run_demo(
         minutes=0.1,
         work=root / "work",
         out=root / "run",
         sets=sets,
         test_limit=6,
-        curve_sentences=3,
         progress=lambda message: None,
     )
     return root, report
@@ -93,9 +98,8 @@ def test_demo_rerun_reuses_data_and_training(demo):
         minutes=0.1,
         work=root / "work",
         out=root / "run",
-        sets=["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600"],
+        sets=["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600", "valid_bleu_sentences=3"],
         test_limit=6,
-        curve_sentences=3,
         progress=lambda message: None,
     )
     assert vocab.stat().st_mtime_ns == stamp  # the prepared corpus was reused

@@ -43,11 +43,12 @@ def test_bundled_corpus_is_package_data_of_the_imported_package():
 
 def test_bundled_recipes_load_by_name_and_a_file_on_disk_wins(tmp_path, monkeypatch):
     assert sorted(bundled_configs()) == ["parsing-sample", "wmt14-base"]
-    wmt = load_train_config("wmt14-base", ["update_freq=8"])
-    assert (wmt.preset, wmt.data, wmt.max_src_tokens, wmt.update_freq) == (
+    wmt = load_train_config("wmt14-base", ["keep_last=8"])
+    assert (wmt.preset, wmt.data, wmt.max_src_tokens, wmt.tokens_per_update, wmt.keep_last) == (
         "base",
         "work/wmt14-ende",
         3200,
+        25000,
         8,
     )
     parsing = load_train_config("parsing-sample")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,13 +19,18 @@ from safetensors.torch import load_file
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
     average_checkpoints,
+    best_checkpoint,
+    checkpoint_name,
     latest_checkpoint,
     list_checkpoints,
     load_transformer,
     save_checkpoint,
 )
 from aiayn.config import PRESETS
+from aiayn.data import TokenDataset, Vocab
+from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
+from aiayn.evaluate import evaluate_model
 from aiayn.flops import mfu, real_lengths, training_flops
 from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig, load_train_config, noam_rate
@@ -141,6 +147,22 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.allclose(x, y, atol=1e-5, rtol=1e-4), name
 
 
+@pytest.mark.parametrize(
+    "tokens, processes, freq",
+    [(800, 1, 2), (800, 2, 1), (2400, 2, 3), (760, 1, 2), (420, 1, 1)],
+)
+def test_tokens_per_update_gives_micro_batches_per_process(tokens, processes, freq):
+    cfg = TrainConfig(max_tgt_tokens=400, tokens_per_update=tokens, preset="tiny")
+    assert trainer_module.distributed.update_freq(cfg, processes) == freq
+
+
+@pytest.mark.parametrize("tokens, processes", [(1000, 1), (1200, 2), (350, 1)])
+def test_tokens_per_update_refuses_what_whole_micro_batches_miss(tokens, processes):
+    cfg = TrainConfig(max_tgt_tokens=400, tokens_per_update=tokens, preset="tiny")
+    with pytest.raises(UserError, match=f"tokens_per_update={tokens} is not near a whole"):
+        trainer_module.distributed.update_freq(cfg, processes)
+
+
 # --- exact resume after SIGKILL --------------------------------------------------------------
 
 
@@ -156,14 +178,16 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
 
 
 def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
-    n = 3
+    n, ema = 3, {"ema_decay": 0.9}  # the moving average of the weights resumes exactly too
     straight = _write(
-        config(tiny_corpus, tmp_path / "straight", max_updates=2 * n), tmp_path / "a.json"
+        config(tiny_corpus, tmp_path / "straight", max_updates=2 * n, **ema), tmp_path / "a.json"
     )
     subprocess.run(_train_cmd(straight), check=True, capture_output=True)
 
     # The same run, saving every n updates, killed (no clean-up at all) once update n is saved.
-    killed_cfg = config(tiny_corpus, tmp_path / "killed", max_updates=10_000, save_every_updates=n)
+    killed_cfg = config(
+        tiny_corpus, tmp_path / "killed", max_updates=10_000, save_every_updates=n, **ema
+    )
     proc = subprocess.Popen(
         _train_cmd(_write(killed_cfg, tmp_path / "b.json")),
         stdout=subprocess.DEVNULL,
@@ -178,19 +202,16 @@ def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
     proc.wait()
 
     resumed = _write(
-        config(tiny_corpus, tmp_path / "killed", max_updates=2 * n), tmp_path / "c.json"
+        config(tiny_corpus, tmp_path / "killed", max_updates=2 * n, **ema), tmp_path / "c.json"
     )
     subprocess.run(_train_cmd(resumed, "--resume", str(first)), check=True, capture_output=True)
 
-    a = load_file(
-        str(tmp_path / "straight/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors")
-    )
-    b = load_file(
-        str(tmp_path / "killed/checkpoints" / f"update_{2 * n:07d}" / "model.safetensors")
-    )
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.equal(a[name], b[name]), name
+    for weights in ("model.safetensors", "ema/model.safetensors"):
+        a = load_file(str(tmp_path / "straight/checkpoints" / checkpoint_name(2 * n) / weights))
+        b = load_file(str(tmp_path / "killed/checkpoints" / checkpoint_name(2 * n) / weights))
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name]), (weights, name)
 
 
 @pytest.mark.parametrize("init", ["fairseq", "xavier"])
@@ -283,8 +304,10 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 
 
 def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
-    common = dict(model={**TINY, "P_drop": 0.0}, max_updates=3)
-    single = Trainer(config(tiny_corpus, tmp_path / "single", update_freq=2, **common))
+    # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two
+    common = dict(model={**TINY, "P_drop": 0.0}, max_updates=3, tokens_per_update=800)
+    single = Trainer(config(tiny_corpus, tmp_path / "single", **common))
+    assert single.update_freq == 2
     single.run(resume=None)
     ddp_cfg = _write(config(tiny_corpus, tmp_path / "ddp", **common), tmp_path / "ddp.json")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -309,7 +332,7 @@ def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
     b = load_file(str(tmp_path / "ddp/checkpoints/update_0000003/model.safetensors"))
     assert_same_weights(a, b)
     meta = json.loads((tmp_path / "ddp/checkpoints/update_0000003/meta.json").read_text())
-    assert meta["world_size"] == 2
+    assert (meta["world_size"], meta["update_freq"]) == (2, 1)
     rng = torch.load(tmp_path / "ddp/checkpoints/update_0000003/trainer.pt")["rng"]
     assert len(rng) == 2 and not torch.equal(rng[0]["cpu"], rng[1]["cpu"])  # each rank's own
     assert (
@@ -452,6 +475,353 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
     assert saved["train_config"]["max_updates"] == 4 and saved["model_config"]["d_model"] == 32
 
 
+# --- validation BLEU -------------------------------------------------------------------------
+
+
+def test_validation_bleu_is_what_evaluate_gives_the_checkpoint(tiny_corpus, tmp_path):
+    n, beam = 8, 2
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        valid_bleu_sentences=n,
+        valid_beam=beam,
+        valid_bleu_lang="es",
+        max_updates=40,
+    )
+    summary = Trainer(cfg).run()
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    vocab = Vocab.load(ckpt / "spm.model")
+    valid = TokenDataset(tiny_corpus, "valid")
+    sources = [vocab.decode(valid.src(i)) for i in range(n)]
+    references = [vocab.decode(valid.tgt(i)) for i in range(n)]
+    # The text spells the very ids the trainer decoded from (so evaluate reads the same input).
+    assert [vocab.encode_source(s) for s in sources] == [[*valid.src(i), 3] for i in range(n)]
+    model, _ = load_transformer(ckpt)
+    expected = evaluate_model(
+        model, vocab, sources, references, DecodeConfig.preset("translation", beam=beam), lang="es"
+    )
+    recorded = json.loads((ckpt / "meta.json").read_text())["valid"]
+    logged = json.loads((tmp_path / "run/log.jsonl").read_text().splitlines()[-1])
+    for scores in (recorded, logged, summary):
+        assert scores["valid_bleu"] == expected.sacrebleu > 0
+        assert scores["valid_paper_bleu"] == expected.paper_bleu
+        assert scores["valid_bleu_signature"] == expected.signature
+
+
+def test_validation_bleu_is_deterministic_and_leaves_train_mode(tiny_corpus, tmp_path):
+    trainer = Trainer(config(tiny_corpus, tmp_path, validate=True, valid_bleu_sentences=6))
+    trainer.train_update(iter(trainer.sampler))
+    trainer.model.train()
+    first = trainer.validate()
+    assert trainer.model.training
+    assert trainer.validate() == first and "valid_bleu" in first
+
+
+def test_the_training_plot_shows_the_logged_validation_bleu(tmp_path, monkeypatch):
+    from aiayn.analysis import plots
+
+    log = [
+        {"update": 1, "elapsed_s": 30.0, "loss": 5.0},
+        {"update": 1, "elapsed_s": 30.0, "valid_ppl": 90.0, "valid_bleu": 1.5},
+        {"update": 2, "elapsed_s": 90.0, "valid_ppl": 60.0, "valid_bleu": 4.0},
+    ]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    plots.plot_training(tmp_path / "log.jsonl", tmp_path / "training.png")
+    (fig,) = figures
+    assert len(fig.axes) == 3 and "BLEU" in fig.axes[2].get_title()
+    x, y = fig.axes[2].lines[0].get_data()
+    assert list(x) == [0.5, 1.5] and list(y) == [1.5, 4.0]
+
+
+# --- the moving average of the weights -------------------------------------------------------
+
+
+def test_ema_is_the_moving_average_of_the_weights_after_each_update(tiny_corpus, tmp_path):
+    decay = 0.75
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=5, ema_decay=decay, validate=True)
+    trainer = Trainer(cfg)
+    seen = [dict((k, p.detach().clone()) for k, p in trainer.model.named_parameters())]
+    trainer.optimizer.register_step_post_hook(
+        lambda *_: seen.append({k: p.detach().clone() for k, p in trainer.model.named_parameters()})
+    )
+    trainer.run()
+    assert len(seen) == 6  # the initial weights and those after each of the 5 updates
+    expected = seen[0]
+    for weights in seen[1:]:
+        expected = {k: decay * expected[k] + (1 - decay) * weights[k] for k in expected}
+    ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    ema, _ = load_transformer(ckpt / "ema")  # a checkpoint of its own: translate reads it
+    for name, p in ema.named_parameters():
+        assert torch.allclose(p, expected[name], rtol=0, atol=1e-6), name
+    last = seen[-1]["src_embed.tokens.weight"]
+    assert not torch.allclose(ema.src_embed.tokens.weight, last, atol=1e-4)  # not the last weights
+    # Validation measures the averaged weights, not the last ones.
+    recorded = json.loads((ckpt / "meta.json").read_text())["valid"]
+    assert recorded["valid_ppl"] == trainer._valid_loss(ema)["valid_ppl"]
+    assert recorded["valid_ppl"] != trainer._valid_loss(trainer.model)["valid_ppl"]
+
+
+def test_average_ema_averages_the_moving_averages(tiny_corpus, tmp_path, capsys):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=2, save_every_updates=1, ema_decay=0.5)
+    Trainer(cfg).run()
+    ckpts = tmp_path / "run" / "checkpoints"
+    code, out, _ = run_cli(
+        capsys, "average", ckpts, "--last", "2", "--ema", "--out", tmp_path / "avg"
+    )
+    assert code == 0 and "update_0000001/ema .. update_0000002/ema" in out
+    averaged, _ = load_transformer(tmp_path / "avg")
+    ema = [load_transformer(ckpts / checkpoint_name(u) / "ema")[0] for u in (1, 2)]
+    for name, p in averaged.named_parameters():
+        mean = (dict(ema[0].named_parameters())[name] + dict(ema[1].named_parameters())[name]) / 2
+        assert torch.allclose(p, mean, atol=1e-7), name
+    code, _, err = run_cli(capsys, "average", ckpts, "--ema", "--out", tmp_path / "avg2")
+    assert code == 0  # every checkpoint has one
+    shutil.rmtree(ckpts / checkpoint_name(1) / "ema")
+    code, _, err = run_cli(capsys, "average", ckpts, "--ema", "--out", tmp_path / "avg3")
+    assert code == 2
+    one_line_error(err, "update_0000001 holds no moving average", "ema_decay")
+
+
+def test_a_moving_average_checkpoint_is_refused_for_resuming(tiny_corpus, tmp_path, capsys):
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=1, ema_decay=0.5)
+    Trainer(cfg).run()
+    ema = latest_checkpoint(tmp_path / "run" / "checkpoints") / "ema"
+    with pytest.raises(UserError, match="holds no trainer state"):
+        Trainer(cfg).run(resume=ema)
+
+
+# --- the best checkpoint and early stopping --------------------------------------------------
+
+
+def script_validation(monkeypatch, metric: str, values: list[float]) -> None:
+    """Trainer.validate reports ``values[update - 1]`` as ``metric``."""
+    monkeypatch.setattr(Trainer, "validate", lambda self: {metric: values[self.update - 1]})
+
+
+def _logged(out: Path, metric: str) -> dict[int, float]:
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return {r["update"]: r[metric] for r in records if metric in r}
+
+
+@pytest.mark.parametrize(
+    "metric, values, best",
+    [
+        ("valid_ppl", [5.0, 3.0, 4.0, 6.0, 3.5, 7.0], 2),
+        ("valid_bleu", [1.0, 4.0, 9.0, 2.0, 8.0, 3.0], 3),
+    ],
+)
+def test_best_names_the_best_logged_validation_and_survives_pruning(
+    tiny_corpus, tmp_path, monkeypatch, metric, values, best
+):
+    script_validation(monkeypatch, metric, values)
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        save_every_updates=1,
+        keep_last=2,
+        best_metric=metric,
+        **({"valid_bleu_sentences": 4} if metric == "valid_bleu" else {}),
+    )
+    summary = Trainer(cfg).run()
+    logged = _logged(tmp_path / "run", metric)
+    assert list(logged.values()) == values
+    pick = min if metric == "valid_ppl" else max
+    assert pick(logged, key=logged.__getitem__) == best
+    ckpts = tmp_path / "run" / "checkpoints"
+    assert best_checkpoint(ckpts).name == checkpoint_name(best)
+    assert [p.name for p in list_checkpoints(ckpts)] == [checkpoint_name(u) for u in (best, 5, 6)]
+    assert summary["best"]["update"] == best and summary["best"]["value"] == values[best - 1]
+    assert summary["best"]["checkpoint"] == str((ckpts / checkpoint_name(best)).resolve())
+
+
+def test_average_best_takes_the_k_best_by_the_runs_metric(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    script_validation(monkeypatch, "valid_ppl", [5.0, 3.0, 4.0, 6.0, 3.5, 7.0])
+    cfg = config(tiny_corpus, tmp_path / "run", validate=True, save_every_updates=1, keep_last=3)
+    Trainer(cfg).run()
+    ckpts = tmp_path / "run" / "checkpoints"
+    code, out, _ = run_cli(capsys, "average", ckpts, "--best", "2", "--out", tmp_path / "avg")
+    assert code == 0 and "update_0000002, update_0000005" in out
+    meta = json.loads((tmp_path / "avg" / "meta.json").read_text())
+    assert meta["averaged_from"] == ["update_0000002", "update_0000005"]
+
+
+def test_average_best_needs_a_recorded_validation(tiny_run, tmp_path, capsys):
+    code, _, err = run_cli(
+        capsys, "average", tiny_run / "checkpoints", "--best", "2", "--out", tmp_path / "avg"
+    )
+    assert code == 2
+    one_line_error(err, "records a validation valid_ppl", "use --last")
+
+
+def test_patience_stops_after_that_many_validations_without_a_better_one(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    script_validation(monkeypatch, "valid_ppl", [5.0, 4.0, 4.5, 4.2, 6.0, 3.0, 2.0, 1.0])
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        save_every_updates=1,
+        patience=3,
+        max_updates=8,
+    )
+    summary = Trainer(cfg).run()
+    assert (summary["updates"], summary["stopped"]) == (5, "patience")
+    assert "stopped: no better valid_ppl in 3 validations" in capsys.readouterr().err  # the bar
+    assert best_checkpoint(tmp_path / "run" / "checkpoints").name == checkpoint_name(2)
+    assert Trainer(config(tiny_corpus, tmp_path / "b", max_updates=2)).run()["stopped"] == (
+        "max_updates"
+    )
+
+
+_PATIENCE = """
+import json, sys
+from pathlib import Path
+from aiayn.train import TrainConfig, distributed
+from aiayn.train.trainer import Trainer
+
+values = [5.0, 4.0, 4.5, 4.2, 6.0, 3.0, 2.0, 1.0]
+Trainer.validate = lambda self: {"valid_ppl": values[self.update - 1]}  # called on rank 0 only
+trainer = Trainer(TrainConfig(**json.loads(Path(sys.argv[1]).read_text())), device="cpu")
+trainer.run(resume=None)
+done = {"update": trainer.update, "stopped": trainer.stopped}
+Path(sys.argv[2], f"rank{trainer.dist.rank}.json").write_text(json.dumps(done))
+distributed.teardown()
+"""
+
+
+def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        validate=True,
+        save_every_updates=1,
+        patience=3,
+        max_updates=8,
+    )
+    script = tmp_path / "patience.py"
+    script.write_text(_PATIENCE)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [*cmd, str(script), str(_write(cfg, tmp_path / "c.json")), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        done = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert done == {"update": 5, "stopped": "patience"}, rank
+
+
+# --- fine-tuning: a new run from another run's checkpoint ------------------------------------
+
+
+def _other_text(tmp_path: Path, start: int = 3000, n: int = 60) -> tuple[Path, Path]:
+    """``n`` pairs of the bundled corpus that the tiny runs never saw."""
+    from aiayn.data import bundled_corpus_paths
+    from aiayn.io import iter_lines
+
+    paths = []
+    for side, path in zip(("en", "es"), bundled_corpus_paths()["train"]):
+        lines = [line for i, line in enumerate(iter_lines(path)) if start <= i < start + n]
+        paths.append(tmp_path / f"other.{side}")
+        paths[-1].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths[0], paths[1]
+
+
+def _prepare(capsys, text: tuple[Path, Path], out: Path, *options: str) -> Path:
+    src, tgt = text
+    splits = ["--train-src", src, "--train-tgt", tgt, "--valid-src", src, "--valid-tgt", tgt]
+    code, _, err = run_cli(capsys, "prepare", *splits, "--out", out, "--max-len", "48", *options)
+    assert code == 0, err
+    return out
+
+
+def _all_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_fine_tuning_lowers_the_perplexity_on_the_new_text_and_leaves_the_source_alone(
+    tiny_run, tmp_path, capsys
+):
+    source_run = Path(shutil.copytree(tiny_run, tmp_path / "source"))
+    before_bytes = _all_bytes(source_run)
+    source = latest_checkpoint(source_run / "checkpoints")
+    data = _prepare(
+        capsys, _other_text(tmp_path), tmp_path / "new", "--vocab", source / "spm.model"
+    )
+    cfg = config(data, tmp_path / "ft", init_from=str(source), validate=True, max_updates=15)
+    trainer = Trainer(cfg)
+    trainer.init_from(source)
+    before = trainer.validate()["valid_ppl"]
+    summary = trainer.run()
+    assert summary["valid_ppl"] < 0.8 * before
+    assert _all_bytes(source_run) == before_bytes
+    # A new run, not a resumed one: its own update count, written under its own out.
+    assert summary["updates"] == 15 and summary["checkpoint"].startswith(str(tmp_path / "ft"))
+
+
+@pytest.mark.parametrize(
+    "keep, adam_step, schedule_step",
+    [("", 2, 2), ("optimizer", 5, 2), ("schedule", 2, 5), ("optimizer,schedule", 5, 5)],
+)
+def test_init_from_keep_carries_the_optimizer_and_the_schedule(
+    tiny_run, tiny_corpus, tmp_path, keep, adam_step, schedule_step
+):
+    source = latest_checkpoint(tiny_run / "checkpoints")  # 3 updates
+    cfg = config(
+        tiny_corpus, tmp_path / "ft", init_from=str(source), init_from_keep=keep, max_updates=2
+    )
+    trainer = Trainer(cfg)
+    rates = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda opt, *_: rates.append(opt.param_groups[0]["lr"])
+    )
+    trainer.run()
+    state = torch.load(latest_checkpoint(tmp_path / "ft/checkpoints") / "trainer.pt")
+    steps = {float(s["step"]) for s in state["optimizer"]["state"].values()}
+    assert steps == {adam_step} and state["scheduler"]["last_epoch"] == schedule_step
+    # The rate of the first update is the schedule's, not the one a carried optimizer held.
+    assert rates[0] == noam_rate(schedule_step - 1, 32, cfg.warmup)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("vocabulary", "has another vocabulary than"),
+        ("model", "another model (d_ff: 64 there, 128 here)"),
+        ("inside out", "is inside out="),
+    ],
+)
+def test_init_from_refuses_what_cannot_be_fine_tuned(tiny_run, tmp_path, capsys, change, message):
+    run = Path(shutil.copytree(tiny_run, tmp_path / "source"))
+    source = latest_checkpoint(run / "checkpoints")
+    text = _other_text(tmp_path)
+    if change == "vocabulary":
+        data = _prepare(capsys, text, tmp_path / "new", "--vocab-size", "120")
+    else:
+        data = _prepare(capsys, text, tmp_path / "new", "--vocab", source / "spm.model")
+    model = {**TINY, "d_ff": 128} if change == "model" else TINY
+    out = run if change == "inside out" else tmp_path / "ft"
+    cfg = _write(config(data, out, model=model, max_updates=1), tmp_path / "c.json")
+    before = _all_bytes(run / "checkpoints")
+    code, _, err = run_cli(capsys, "train", cfg, "--device", "cpu", "--init-from", source)
+    assert code == 2
+    one_line_error(err, message)
+    assert not (tmp_path / "ft" / "checkpoints").exists()
+    assert _all_bytes(run / "checkpoints") == before
+
+
 # --- configuration --------------------------------------------------------------------------
 
 
@@ -577,3 +947,22 @@ def test_the_resolved_value_is_the_last_one_given(key, file_preset, set_presets,
         resolved = getattr(cfg, name)
     expected = [v for v in given_last + in_sets if v is not None][-1]
     assert cfg.preset == preset and resolved == expected
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"patience": 0}, "patience must be >= 1"),
+        ({"patience": 3, "validate": False}, "patience needs validation"),
+        ({"valid_bleu_sentences": -1}, "valid_bleu_sentences must be >= 0"),
+        ({"valid_beam": 0}, "valid_beam must be >= 1"),
+        ({"best_metric": "valid_bleu", "validate": True}, "needs validation BLEU"),
+        ({"ema_decay": 1.0}, r"ema_decay must be in \(0, 1\)"),
+        ({"tokens_per_update": 0}, "tokens_per_update must be >= 1"),
+        ({"tokens_per_update": 800, "update_freq": 2}, "set one of them, not both"),
+        ({"ema_decay": 0.0}, r"ema_decay must be in \(0, 1\)"),
+    ],
+)
+def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):
+    with pytest.raises(UserError, match=message):
+        config(tiny_corpus, tmp_path, **overrides)

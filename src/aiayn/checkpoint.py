@@ -6,17 +6,22 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 - ``meta.json``: resolved configs, update count, data position, elapsed time, validation,
 - ``trainer.pt``: optimizer, scheduler, grad-scaler and RNG states (loaded with
   ``weights_only=True``: nothing in a checkpoint can execute code),
-- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own.
+- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own,
+- ``ema/`` (training with ``ema_decay``): the moving average of the weights, a checkpoint
+  directory of its own (weights, meta.json, vocabulary) that every command reads as any other.
 
 It is built in a temporary directory, every file fsynced, then renamed into place; the
-``latest`` pointer is replaced atomically afterwards. A crash at any moment leaves the
-previous latest checkpoint intact; the next save removes what a killed save left.
+``latest`` pointer (and ``best``, when the checkpoint has the best validation so far) is
+replaced atomically afterwards. A crash at any moment leaves the previous latest checkpoint
+intact; the next save removes what a killed save left. ``keep_last`` never prunes the
+checkpoint ``best`` names.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import pickle
 import re
 import shutil
@@ -33,10 +38,21 @@ from torch import nn
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
 from .errors import UserError
-from .io import check_not_input, publish_dir, remove_leftovers, temp_dir_beside, write_text_atomic
+from .io import (
+    check_not_input,
+    fsync_tree,
+    publish_dir,
+    remove_leftovers,
+    temp_dir_beside,
+    write_text_atomic,
+)
 from .model import Transformer
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
+LATEST, BEST = "latest", "best"  # pointer files in a run's checkpoints/
+EMA_DIR = "ema"  # in a checkpoint: the moving average of its weights, as a checkpoint
+# The validation metrics a run may select checkpoints by, and whether lower is better.
+LOWER_IS_BETTER = {"valid_ppl": True, "valid_bleu": False}
 CHECKPOINT_NAME = re.compile(r"update_\d+")
 
 
@@ -57,8 +73,12 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None,
     vocab_file: Path | None,
     keep_last: int | None = None,
+    best: bool = False,
+    ema: nn.Module | None = None,
 ) -> Path:
-    """Write checkpoint ``update`` under ``ckpt_root`` atomically; prune to ``keep_last``.
+    """Write checkpoint ``update`` under ``ckpt_root`` atomically, with the averaged weights
+    ``ema`` in ``ema/``; point ``best`` at it when ``best``; prune to the ``keep_last``
+    newest and the best.
 
     A full disk removes the partial temporary directory and says so: the previous checkpoint
     and ``latest`` stay as they were, and training resumes from them once there is space.
@@ -74,6 +94,8 @@ def save_checkpoint(
             torch.save(trainer_state, tmp / TRAINER)
         if vocab_file is not None:
             shutil.copyfile(vocab_file, tmp / VOCAB)
+        if ema is not None:
+            _write_ema(tmp / EMA_DIR, ema, {**meta, "ema_of": final.name}, vocab_file)
         publish_dir(tmp, final)  # replaces the same update written again after a resume
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -86,11 +108,26 @@ def save_checkpoint(
                 f"{previous or 'none'}. Free space, then train again to resume",
             ) from None
         raise
-    write_text_atomic(ckpt_root / "latest", final.name + "\n")
+    write_text_atomic(ckpt_root / LATEST, final.name + "\n")
+    if best:
+        write_text_atomic(ckpt_root / BEST, final.name + "\n")
     if keep_last is not None:
+        kept = best_checkpoint(ckpt_root)
         for old in list_checkpoints(ckpt_root)[:-keep_last]:
-            shutil.rmtree(old)
+            if old != kept:
+                shutil.rmtree(old)
     return final
+
+
+def _write_ema(
+    directory: Path, model: nn.Module, meta: dict[str, Any], vocab_file: Path | None
+) -> None:
+    directory.mkdir()
+    save_model(model, str(directory / WEIGHTS))
+    (directory / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
+    if vocab_file is not None:
+        shutil.copyfile(vocab_file, directory / VOCAB)
+    fsync_tree(directory)  # publish_dir syncs the files of the checkpoint, not of its folders
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
@@ -104,28 +141,41 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     )
 
 
-def latest_checkpoint(ckpt_root: Path) -> Path | None:
-    """The checkpoint named by ``ckpt_root/latest``, else the newest complete one.
+def _pointed_at(ckpt_root: Path, pointer_name: str, remedy: str) -> Path | None:
+    """The complete checkpoint that pointer file ``ckpt_root/pointer_name`` names, if any.
 
     The pointer may only name a checkpoint directory inside ``ckpt_root``: a pointer to
     another place (``../x``, an absolute path, a link) is refused rather than followed, so
     that training never resumes from, and pruning never deletes, what is not this run's.
     """
-    pointer = ckpt_root / "latest"
-    if pointer.is_file():
-        with open(pointer, "rb") as f:  # a name is short: never read a whole stray file
-            name = f.read(256).decode("utf-8", errors="replace").strip()
-        path = ckpt_root / name
-        if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
-            quoted = repr(name[:60]) + (" ..." if len(name) > 60 else "")
-            raise UserError(
-                f"{pointer} names {quoted}, which is not a checkpoint directory inside "
-                f"{ckpt_root}; delete {pointer} to resume from the newest checkpoint there"
-            )
-        if (path / META).is_file():
-            return path
+    pointer = ckpt_root / pointer_name
+    if not pointer.is_file():
+        return None
+    with open(pointer, "rb") as f:  # a name is short: never read a whole stray file
+        name = f.read(256).decode("utf-8", errors="replace").strip()
+    path = ckpt_root / name
+    if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink():
+        quoted = repr(name[:60]) + (" ..." if len(name) > 60 else "")
+        raise UserError(
+            f"{pointer} names {quoted}, which is not a checkpoint directory inside "
+            f"{ckpt_root}; delete {pointer} {remedy}"
+        )
+    return path if (path / META).is_file() else None
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint named by ``ckpt_root/latest``, else the newest complete one."""
+    path = _pointed_at(ckpt_root, LATEST, "to resume from the newest checkpoint there")
+    if path is not None:
+        return path
     found = list_checkpoints(ckpt_root)
     return found[-1] if found else None
+
+
+def best_checkpoint(ckpt_root: Path) -> Path | None:
+    """The checkpoint named by ``ckpt_root/best``: the best validation ``best_metric`` of
+    its run so far (None before the first validation, or without validation)."""
+    return _pointed_at(ckpt_root, BEST, "(the next better validation writes it again)")
 
 
 def read_meta(ckpt: Path) -> dict[str, Any]:
@@ -406,7 +456,7 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
             metadata={"averaged_from": json.dumps([str(p) for p in paths])},
         )
         meta = read_meta(Path(paths[-1]))
-        meta["averaged_from"] = [Path(p).name for p in paths]
+        meta["averaged_from"] = [checkpoint_label(Path(p)) for p in paths]
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         if (Path(paths[-1]) / VOCAB).exists():
             shutil.copyfile(Path(paths[-1]) / VOCAB, tmp / VOCAB)
@@ -414,6 +464,22 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
     return out
+
+
+def checkpoint_label(path: Path) -> str:
+    """``update_N``, or ``update_N/ema`` for the averaged weights inside one."""
+    return f"{path.parent.name}/{path.name}" if path.name == EMA_DIR else path.name
+
+
+def ema_of(paths: Sequence[Path]) -> list[Path]:
+    """The ``ema/`` checkpoints inside ``paths`` (``aiayn average --ema``)."""
+    for p in paths:
+        if not (Path(p) / EMA_DIR / META).is_file():
+            raise UserError(
+                f"{p} holds no moving average of its weights ({EMA_DIR}/): "
+                "the run trained without ema_decay"
+            )
+    return [Path(p) / EMA_DIR for p in paths]
 
 
 def choose_last(ckpt_root: Path, last: int) -> list[Path]:
@@ -431,6 +497,45 @@ def choose_last(ckpt_root: Path, last: int) -> list[Path]:
             stacklevel=2,
         )
     return found[-last:]
+
+
+def _recorded(ckpt: Path, metric: str) -> float | None:
+    """The validation ``metric`` a checkpoint's meta.json records, if a finite one."""
+    value = read_meta(ckpt).get("valid", {}).get(metric)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def choose_best(ckpt_root: Path, best: int) -> list[Path]:
+    """The ``best`` checkpoints under ``ckpt_root`` with the best validation by their run's
+    ``best_metric`` (as each meta.json records it), oldest first; warns when fewer have one.
+
+    Among the kept ones only: training prunes all but its ``keep_last`` newest and its best.
+    """
+    if best < 1:
+        raise UserError(f"--best must be at least 1, got {best}")
+    found = list_checkpoints(Path(ckpt_root))
+    if not found:
+        raise UserError(f"no checkpoints under {ckpt_root}")
+    metric = read_meta(found[-1]).get("train_config", {}).get("best_metric", "valid_ppl")
+    if metric not in LOWER_IS_BETTER:
+        raise UserError(f"{found[-1] / META}: unknown best_metric {metric!r}")
+    scored = [(value, p) for p in found if (value := _recorded(p, metric)) is not None]
+    if not scored:
+        raise UserError(
+            f"no checkpoint under {ckpt_root} records a validation {metric} in its {META}: "
+            "the run trained without validation (validate=false"
+            + (", or valid_bleu_sentences=0" if metric == "valid_bleu" else "")
+            + "); use --last"
+        )
+    if len(scored) < best:
+        warnings.warn(
+            f"asked for the best {best} checkpoints, but only {len(scored)} under {ckpt_root} "
+            f"record a {metric}: averaging {len(scored)}",
+            stacklevel=2,
+        )
+    sign = 1 if LOWER_IS_BETTER[metric] else -1
+    scored.sort(key=lambda vp: sign * vp[0])  # stable: of equal ones, the older first
+    return sorted(p for _, p in scored[:best])
 
 
 def average_last_best(

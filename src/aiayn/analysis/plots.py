@@ -30,10 +30,14 @@ def save_figure(fig, path: Path) -> Path:
 def plot_training(
     log_path: Path, out: Path, bleu_points: Sequence[tuple[float, float]] = ()
 ) -> Path:
-    """Training loss and validation perplexity against minutes; BLEU per checkpoint if given."""
+    """Training loss and validation perplexity against minutes, and BLEU per checkpoint:
+    ``bleu_points`` (minutes, BLEU) if given, else the validation BLEU the log holds
+    (training with ``valid_bleu_sentences``)."""
     records = [json.loads(line) for line in read_lines(log_path) if line]
     train = [(r["elapsed_s"] / 60, r["loss"]) for r in records if "loss" in r]
     valid = [(r["elapsed_s"] / 60, r["valid_ppl"]) for r in records if "valid_ppl" in r]
+    if not bleu_points:
+        bleu_points = [(r["elapsed_s"] / 60, r["valid_bleu"]) for r in records if "valid_bleu" in r]
     panels = 3 if bleu_points else 2
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
     if train:

@@ -258,6 +258,19 @@ def add_train_args(
         "--set", action="append", metavar="KEY=VALUE", help=f"override, e.g. {set_example}"
     )
     p.add_argument("--resume", default="auto", help=resume_help)
+    p.add_argument(
+        "--init-from",
+        metavar="CHECKPOINT",
+        help="fine-tune: start a new run from this checkpoint's weights (its vocabulary: "
+        "prepare the new text with --vocab CHECKPOINT/spm.model); OUT's own latest "
+        "checkpoint, when there is one, is resumed instead",
+    )
+    p.add_argument(
+        "--init-from-keep",
+        metavar="PARTS",
+        help="also carry over its optimizer, schedule or both (optimizer,schedule); "
+        "default: fresh ones",
+    )
     add_device_arg(p, default="auto")
 
 
@@ -267,7 +280,12 @@ def run_training(args: argparse.Namespace, command: str, **defaults: str) -> Non
     from ..train import distributed, load_train_config
     from ..train.trainer import Trainer
 
-    cfg = load_train_config(args.config, args.set or [], **defaults)
+    sets = list(args.set or [])
+    if args.init_from is not None:
+        sets.append(f"init_from={args.init_from}")
+    if args.init_from_keep is not None:
+        sets.append(f"init_from_keep={args.init_from_keep}")
+    cfg = load_train_config(args.config, sets, **defaults)
     trainer = Trainer(cfg, device=args.device)
     summary = trainer.run(resume=args.resume)
     if trainer.dist.is_main:

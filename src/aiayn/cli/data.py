@@ -10,6 +10,8 @@ from pathlib import Path
 from ..errors import UserError
 from .common import say_wrote
 
+DEFAULT_VOCAB_SIZE = 8000
+
 
 def _info(args: argparse.Namespace) -> None:
     from ..analysis.info import preset_table
@@ -37,7 +39,15 @@ def _prepare(args: argparse.Namespace) -> None:
             src, tgt = getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")
             if src and tgt:
                 splits[name] = (Path(src), Path(tgt))
-    summary = prepare_corpus(splits, args.out, vocab_size=args.vocab_size, max_len=args.max_len)
+    if args.vocab and args.vocab_size is not None:
+        raise UserError("--vocab reuses a vocabulary of its own size: give it or --vocab-size")
+    summary = prepare_corpus(
+        splits,
+        args.out,
+        vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
+        max_len=args.max_len,
+        vocab=args.vocab,
+    )
     print(json.dumps(summary, indent=2))
     say_wrote("prepare", args.out)
 
@@ -60,7 +70,13 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     for split in ("train", "valid", "test"):
         p.add_argument(f"--{split}-src")
         p.add_argument(f"--{split}-tgt")
-    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--vocab-size", type=int, help=f"default: {DEFAULT_VOCAB_SIZE}")
+    p.add_argument(
+        "--vocab",
+        metavar="SPM_MODEL",
+        help="binarise with this SentencePiece model (e.g. CHECKPOINT/spm.model, to fine-tune "
+        "that checkpoint on the new text) instead of training a vocabulary",
+    )
     p.add_argument(
         "--max-len", type=int, default=256, help="skip pairs longer than this (subwords)"
     )

@@ -1,8 +1,9 @@
 """One call from raw parallel files to a prepared dataset, and the bundled corpus's paths.
 
 ``prepare_corpus`` is the entry point for the CLI: it trains the shared vocabulary on the
-training split only (so valid/test statistics cannot leak into it), binarises every split
-and writes ``meta.json`` with the counts of everything skipped.
+training split only (so valid/test statistics cannot leak into it), or takes an existing one
+(``vocab``: a checkpoint's, to fine-tune it on new text), binarises every split and writes
+``meta.json`` with the counts of everything skipped.
 """
 
 from __future__ import annotations
@@ -65,8 +66,11 @@ def prepare_corpus(
     num_threads: int = 2,
     user_defined_symbols: Sequence[str] = (),
     record: dict[str, Any] | None = None,
+    vocab: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """Train the vocabulary on ``splits["train"]`` and binarise every split into ``out_dir``.
+    """Train the vocabulary on ``splits["train"]`` (or copy the SentencePiece model ``vocab``,
+    e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``) and binarise every split
+    into ``out_dir``.
 
     ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
     bounds whitespace words while reading. ``user_defined_symbols`` become atomic
@@ -83,6 +87,9 @@ def prepare_corpus(
         if value is not None and value < 1:
             raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
     inputs = [Path(p) for pair in splits.values() for p in pair]
+    if vocab is not None:
+        Vocab.load(vocab)  # a UserError now if it is not one, before any work
+        inputs.append(Path(vocab))
     for path in inputs:
         if not path.exists():
             raise UserError(f"{path}: no such file")
@@ -104,6 +111,7 @@ def prepare_corpus(
             num_threads,
             user_defined_symbols,
             record=record,
+            vocab=Path(vocab) if vocab is not None else None,
         )
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
         shutil.rmtree(tmp, ignore_errors=True)
@@ -145,16 +153,22 @@ def _build(
     user_defined_symbols: Sequence[str],
     *,
     record: dict[str, Any] | None,
+    vocab: Path | None,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
-    vocab = Vocab.train(
-        _nonempty(train_src, train_tgt),
-        out / "spm",
-        vocab_size,
-        num_threads=num_threads,
-        user_defined_symbols=user_defined_symbols,
-    )
+    if vocab is not None:
+        shutil.copyfile(vocab, out / "spm.model")
+        vocab = Vocab.load(out / "spm.model")
+        vocab.write_listing(out / "spm.vocab")  # what training one writes beside it
+    else:
+        vocab = Vocab.train(
+            _nonempty(train_src, train_tgt),
+            out / "spm",
+            vocab_size,
+            num_threads=num_threads,
+            user_defined_symbols=user_defined_symbols,
+        )
     vocab_s = time.perf_counter() - start
     summary: dict[str, dict[str, int]] = {}
     for split, (src_path, tgt_path) in splits.items():

@@ -167,6 +167,12 @@ class Vocab:
     def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
         return self.sp.encode(texts, out_type=int, num_threads=num_threads)
 
+    def write_listing(self, path: str | os.PathLike) -> None:
+        """``piece<TAB>score`` per id, the ``.vocab`` file SentencePiece writes beside a model."""
+        with open(path, "w", encoding="utf-8") as f:
+            for i in range(len(self)):
+                f.write(f"{self.sp.id_to_piece(i)}\t{self.sp.get_score(i):g}\n")
+
     def id_to_piece(self, i: int) -> str:
         """The subword string of id ``i`` (for attention-map axes)."""
         return self.sp.id_to_piece(int(i))

@@ -36,6 +36,9 @@ class TrainConfig:
     max_src_tokens: int = 4096
     max_tgt_tokens: int = 4096
     update_freq: int = 1  # gradient accumulation: micro-batches per update
+    # ... or the tokens (per side) of an update, whatever the number of processes: derives
+    # update_freq = tokens_per_update / (max_tgt_tokens x processes) (paper: ~25000)
+    tokens_per_update: int | None = None
     # 5.3: Adam(0.9, 0.98, 1e-9), warm-up 4000 then inverse square root
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -53,6 +56,10 @@ class TrainConfig:
     # how a new run's weights start (the paper does not say): "fairseq" learns much faster
     # early than "xavier", our default until 2026-11-30 (model.Transformer.reset_parameters)
     init: Init = "fairseq"
+    # ... or another run's checkpoint (fine-tuning, same vocabulary): its weights, and with
+    # init_from_keep "optimizer", "schedule" or both (comma-separated) its Adam state / schedule
+    init_from: str | None = None
+    init_from_keep: str = ""
     # machinery
     seed: int = 1
     amp: Literal["auto", "bf16", "fp16", "none"] = "auto"  # auto: bf16 on capable CUDA, fp32 on CPU
@@ -60,6 +67,16 @@ class TrainConfig:
     num_threads: int | None = None  # CPU threads (None: torch's default)
     log_every: int = 10
     validate: bool = True  # validation loss/perplexity at every checkpoint
+    # ... and BLEU of beam search on the first N valid pairs (0: none); beam None: the
+    # translation preset's; lang: the target language of the paper BLEU's Moses tokeniser
+    valid_bleu_sentences: int = 0
+    valid_beam: int | None = None
+    valid_bleu_lang: str = "de"
+    # checkpoints/best names the checkpoint with the best validation by this metric so far
+    best_metric: Literal["valid_ppl", "valid_bleu"] = "valid_ppl"
+    patience: int | None = None  # stop after this many validations without a better one
+    # not in the paper: a moving average of the weights, validated and saved (update_N/ema/)
+    ema_decay: float | None = None
 
     def __post_init__(self) -> None:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate
@@ -77,6 +94,9 @@ class TrainConfig:
             "max_updates",
             "save_every_updates",
             "num_threads",
+            "patience",
+            "valid_beam",
+            "tokens_per_update",
         ):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -94,7 +114,38 @@ class TrainConfig:
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
         if self.max_updates is None and self.max_minutes is None:
             raise UserError("set max_updates or max_minutes (or both): training must stop")
+        unknown = set(self.init_from_parts()) - {"optimizer", "schedule"}
+        if unknown:
+            raise UserError(
+                f"TrainConfig.init_from_keep: unknown {', '.join(sorted(unknown))}; "
+                "keep optimizer, schedule or both (optimizer,schedule)"
+            )
+        if self.init_from_keep and self.init_from is None:
+            raise UserError(
+                "TrainConfig.init_from_keep needs init_from: the checkpoint to keep from"
+            )
+        if self.tokens_per_update is not None and self.update_freq != 1:
+            raise UserError(
+                "TrainConfig.tokens_per_update derives update_freq: set one of them, not both "
+                "(tokens_per_update=none to give update_freq)"
+            )
+        if self.valid_bleu_sentences < 0:
+            raise UserError(
+                f"TrainConfig.valid_bleu_sentences must be >= 0, got {self.valid_bleu_sentences}"
+            )
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise UserError(f"TrainConfig.ema_decay must be in (0, 1), got {self.ema_decay}")
+        if self.patience is not None and not self.validate:
+            raise UserError("TrainConfig.patience needs validation: set validate=true")
+        if self.best_metric == "valid_bleu" and not self.valid_bleu_sentences:
+            raise UserError(
+                "TrainConfig.best_metric=valid_bleu needs validation BLEU: set valid_bleu_sentences"
+            )
         self.model_config(vocab_size=None)  # type-checks the model overrides early
+
+    def init_from_parts(self) -> list[str]:
+        """What ``init_from_keep`` names: ["optimizer"], ["schedule"], both, or []."""
+        return [part.strip() for part in self.init_from_keep.split(",") if part.strip()]
 
     def model_config(self, vocab_size: int | None) -> ModelConfig:
         """The preset, the overrides, and the dataset's vocabulary size."""

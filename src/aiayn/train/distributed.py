@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+
+from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .config import TrainConfig
+
+# how far tokens_per_update may be from what whole micro-batches give, as a fraction of it
+TOKENS_PER_UPDATE_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,26 @@ def set_rng_states(saved: list[dict[str, torch.Tensor]], d: Distributed) -> None
     torch.set_rng_state(saved[d.rank]["cpu"])
     if "cuda" in saved[d.rank] and d.device.type == "cuda":
         torch.cuda.set_rng_state(saved[d.rank]["cuda"], d.device)
+
+
+def update_freq(cfg: TrainConfig, world_size: int) -> int:
+    """Micro-batches per process per update: ``cfg.update_freq``, or the number that gives
+    ``cfg.tokens_per_update`` with ``world_size`` processes, so that a recipe means the same
+    update on 1 GPU as on 8. A number that misses it by more than 10% is refused."""
+    wanted = cfg.tokens_per_update
+    if wanted is None:
+        return cfg.update_freq
+    per_micro_batch = cfg.max_tgt_tokens * world_size  # one micro-batch on every process
+    freq = max(1, round(wanted / per_micro_batch))
+    got = freq * per_micro_batch
+    if abs(got - wanted) > TOKENS_PER_UPDATE_TOLERANCE * wanted:
+        raise UserError(
+            f"tokens_per_update={wanted} is not near a whole number of micro-batches: "
+            f"{world_size} process(es) x max_tgt_tokens={cfg.max_tgt_tokens} x update_freq={freq} "
+            f"= {got}, {abs(got - wanted) / wanted:.0%} off (at most 10%); change "
+            "max_tgt_tokens, tokens_per_update or the number of processes"
+        )
+    return freq
 
 
 def teardown() -> None:

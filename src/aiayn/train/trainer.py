@@ -31,14 +31,20 @@ from tqdm import tqdm
 
 from .. import checkpoint as ckpt
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..decode import DecodeConfig
 from ..errors import UserError
+from ..evaluate import eval_mode
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..io import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
 from . import distributed
+from .best import BestSoFar
 from .config import TrainConfig
+from .ema import EMA
+from .finetune import check_init_from, check_outside
 from .loss import label_smoothed_nll, perplexity, teacher_forced
 from .schedule import noam_rate
+from .validation import BleuSample, valid_bleu
 
 
 class NonFiniteLossError(RuntimeError):
@@ -69,6 +75,7 @@ class Trainer:
         self.device = self.dist.device
         if cfg.num_threads:
             torch.set_num_threads(cfg.num_threads)
+        self.update_freq = distributed.update_freq(cfg, self.dist.world_size)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
         self.vocab_file = Path(cfg.data) / "spm.model"
@@ -80,6 +87,8 @@ class Trainer:
         self.model = Transformer(self.model_cfg, init=self.cfg.init).to(self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        # kept by rank 0 only, which validates and saves; the weights are the same on every rank
+        self.ema = EMA(self.model, cfg.ema_decay) if cfg.ema_decay and self.dist.is_main else None
         # fused=True: one kernel for all parameters (5x faster than the default per-parameter
         # loop on CPU, measured in benchmarks/train_throughput.py); the same Adam arithmetic.
         self.optimizer = torch.optim.Adam(
@@ -108,11 +117,18 @@ class Trainer:
             world_size=self.dist.world_size,
         )
         self._check_data()
+        self.bleu_sample = (
+            BleuSample.first(TokenDataset(cfg.data, "valid"), self.vocab, cfg.valid_bleu_sentences)
+            if cfg.validate and cfg.valid_bleu_sentences
+            else None
+        )
         self.update = 0
         self.elapsed = 0.0  # training seconds, carried across resumes
         self.tokens = {"src": 0, "tgt": 0}
         self.flops = 0.0
         self.valid: dict[str, float] = {}
+        self.best = BestSoFar(cfg.best_metric)  # rank 0's; the others learn its decisions
+        self.stopped: str | None = None  # why the run ended
 
     # --- start-up checks ----------------------------------------------------------------
 
@@ -162,19 +178,19 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def train_update(self, batches: Iterator[list[int]]) -> dict[str, float]:
-        """Forward/backward ``update_freq`` micro-batches, then one optimizer step."""
+        """Forward/backward ``self.update_freq`` micro-batches, then one optimizer step."""
         self.ddp.train()
         pad = self.model_cfg.pad_id
         losses = torch.zeros(2, device=self.device)  # summed loss, summed nll: no sync per step
         tgt_tokens = src_tokens = 0
         flops = 0.0
-        for micro in range(self.cfg.update_freq):
+        for micro in range(self.update_freq):
             batch = collate(self.train_data, next(batches))
             flops += training_flops(
                 self.model_cfg, real_lengths(batch.src, pad), real_lengths(batch.tgt_out, pad)
             )
             batch = batch.to(self.device)  # lengths counted on the CPU copy: no device sync
-            last = micro == self.cfg.update_freq - 1
+            last = micro == self.update_freq - 1
             sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
             with sync:
                 mask = batch.tgt_out != pad
@@ -212,6 +228,8 @@ class Trainer:
             return {"finite": 1.0, "stepped": 0.0}
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
         self.update += 1
         self.tokens["src"] += int(src_tokens)
         self.tokens["tgt"] += int(tgt_tokens)
@@ -226,9 +244,22 @@ class Trainer:
 
     # --- validation -----------------------------------------------------------------------
 
+    def validate(self) -> dict[str, Any]:
+        """Loss and perplexity per subword on the valid split (no smoothing in the
+        perplexity), and BLEU on its first ``valid_bleu_sentences`` pairs when asked; of
+        the moving average of the weights when there is one."""
+        model = self.ema.model if self.ema is not None else self.model
+        scores: dict[str, Any] = self._valid_loss(model)
+        if self.bleu_sample is not None:
+            beam = {"beam": self.cfg.valid_beam} if self.cfg.valid_beam else {}
+            decode = DecodeConfig.preset("translation", **beam)
+            scores |= valid_bleu(
+                model, self.vocab, self.bleu_sample, decode, lang=self.cfg.valid_bleu_lang
+            )
+        return scores
+
     @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """Loss and perplexity per subword on the valid split (no smoothing in the perplexity)."""
+    def _valid_loss(self, model: Transformer) -> dict[str, float]:
         data = TokenDataset(self.cfg.data, "valid")
         sampler = TokenBudgetSampler(
             data.src_lens,
@@ -237,20 +268,24 @@ class Trainer:
             self.cfg.max_tgt_tokens,
             shuffle=False,
         )
-        self.model.eval()
         loss_sum = nll_sum = tokens = 0.0
-        for indices in sampler.epoch_batches(0):
-            batch = collate(data, indices).to(self.device)
-            with self._autocast():
-                loss, nll, n = teacher_forced(
-                    self.model,
-                    batch.src,
-                    batch.tgt_in,
-                    batch.tgt_out,
-                    self.model_cfg.pad_id,
-                    self.cfg.eps_ls,
+        with eval_mode(model):
+            for indices in sampler.epoch_batches(0):
+                batch = collate(data, indices).to(self.device)
+                with self._autocast():
+                    loss, nll, n = teacher_forced(
+                        model,
+                        batch.src,
+                        batch.tgt_in,
+                        batch.tgt_out,
+                        self.model_cfg.pad_id,
+                        self.cfg.eps_ls,
+                    )
+                loss_sum, nll_sum, tokens = (
+                    loss_sum + loss.item(),
+                    nll_sum + nll.item(),
+                    tokens + n,
                 )
-            loss_sum, nll_sum, tokens = loss_sum + loss.item(), nll_sum + nll.item(), tokens + n
         return {
             "valid_loss": loss_sum / tokens,
             "valid_nll": nll_sum / tokens,
@@ -271,6 +306,7 @@ class Trainer:
                     self.valid = self.validate()
                 except Exception as err:  # re-raised below, once the weights are safe
                     failure = err
+            improved = self.best.observe(self.valid, self.update)
             meta = {
                 "update": self.update,
                 "sampler": self.sampler.state_dict(),
@@ -278,7 +314,9 @@ class Trainer:
                 "tokens": self.tokens,
                 "flops": self.flops,
                 "valid": self.valid,
+                "best": self.best.state_dict(),
                 "world_size": self.dist.world_size,
+                "update_freq": self.update_freq,
                 "model_config": dataclasses.asdict(self.model_cfg),
                 "train_config": dataclasses.asdict(self.cfg),
                 "vocab_fingerprint": self.vocab.fingerprint,
@@ -298,6 +336,8 @@ class Trainer:
                 state,
                 self.vocab_file,
                 keep_last=self.cfg.keep_last,
+                best=improved,
+                ema=self.ema.model if self.ema is not None else None,
             )
         if self.dist.enabled:
             dist.barrier()
@@ -312,6 +352,12 @@ class Trainer:
     def resume(self, path: Path) -> None:
         """Restore weights, optimizer, schedule, RNG and data position from checkpoint ``path``."""
         meta = ckpt.read_meta(path)
+        if not (path / ckpt.TRAINER).is_file():
+            raise UserError(
+                f"{path} holds no trainer state ({ckpt.TRAINER}): an averaged or moving-average "
+                "checkpoint cannot be resumed; resume from one training wrote, or fine-tune "
+                "from it with --init-from"
+            )
         if meta["vocab_fingerprint"] != self.vocab.fingerprint:
             raise UserError(
                 f"{path} was trained with a different vocabulary than {self.vocab_file}; "
@@ -329,6 +375,7 @@ class Trainer:
                 stacklevel=2,
             )
         ckpt.load_weights(self.model, path)
+        self._resume_ema(path)
         state = ckpt.load_trainer_state(path)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -337,6 +384,38 @@ class Trainer:
         self.sampler.load_state_dict(meta["sampler"])
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
+        self.best = BestSoFar.resumed(self.cfg.best_metric, meta.get("best"))
+
+    def init_from(self, path: Path) -> None:
+        """Start from another run's checkpoint ``path`` (fine-tuning on other data with its
+        vocabulary): its weights, and its optimizer / schedule if ``init_from_keep`` says so;
+        the update count, data order and RNG are this run's own."""
+        keep = self.cfg.init_from_parts()
+        check_init_from(path, out=self.out, vocab=self.vocab, model_cfg=self.model_cfg, keep=keep)
+        ckpt.load_weights(self.model, path)
+        if self.ema is not None:
+            self.ema.reset(self.model)
+        if keep:
+            state = ckpt.load_trainer_state(path)
+            if "optimizer" in keep:
+                self.optimizer.load_state_dict(state["optimizer"])
+            if "schedule" in keep:
+                self.scheduler.load_state_dict(state["scheduler"])
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+            group["lr"] = lr  # a carried optimizer holds the old schedule's last rate
+
+    def _resume_ema(self, path: Path) -> None:
+        if self.ema is None:
+            return
+        if (path / ckpt.EMA_DIR / ckpt.META).is_file():
+            ckpt.load_weights(self.ema.model, path / ckpt.EMA_DIR)
+            return
+        warnings.warn(
+            f"{path} holds no moving average of the weights ({ckpt.EMA_DIR}/): "
+            "it starts again from the resumed weights",
+            stacklevel=3,
+        )
+        self.ema.reset(self.model)
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -348,11 +427,14 @@ class Trainer:
         dist.broadcast(t, src=0)
         return bool(t.item())
 
-    def _done(self) -> bool:
+    def _done(self) -> str | None:
+        """Which budget is spent ("max_updates", "max_minutes"), if one is."""
         cfg = self.cfg
-        return (cfg.max_updates is not None and self.update >= cfg.max_updates) or (
-            cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60
-        )
+        if cfg.max_updates is not None and self.update >= cfg.max_updates:
+            return "max_updates"
+        if cfg.max_minutes is not None and self.elapsed >= cfg.max_minutes * 60:
+            return "max_minutes"
+        return None
 
     @contextmanager
     def _lock_out(self) -> Iterator[None]:
@@ -378,9 +460,13 @@ class Trainer:
 
     def _run(self, resume: str | Path | None) -> dict[str, Any]:
         cfg = self.cfg
+        if cfg.init_from:
+            check_outside(Path(cfg.init_from), self.out)  # before resuming what is there
         start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
         if start_path:
             self.resume(Path(start_path))
+        elif cfg.init_from:
+            self.init_from(Path(cfg.init_from))
         main = self.dist.is_main
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -393,7 +479,8 @@ class Trainer:
         last_save, nonfinite, skipped = time.monotonic(), 0, 0
         t0 = time.monotonic() - self.elapsed
         window_tokens, window_t = 0.0, time.monotonic()
-        while not self._agree(self._done()):
+        shown: dict[str, str] = {}  # the progress bar's postfix
+        while not self._agree(self._done() is not None):
             stats = self.train_update(batches)
             self.elapsed = time.monotonic() - t0
             if not stats["finite"]:
@@ -431,12 +518,12 @@ class Trainer:
                 }
                 window_tokens, window_t = 0.0, now
                 log.write(record)
-                bar.set_postfix(
-                    loss=f"{record['loss']:.3f}",
-                    lr=f"{record['lr']:.2e}",
-                    tok_s=f"{record['tok_s']:.0f}",
-                    refresh=False,
-                )
+                shown |= {
+                    "loss": f"{record['loss']:.3f}",
+                    "lr": f"{record['lr']:.2e}",
+                    "tok_s": f"{record['tok_s']:.0f}",
+                }
+                bar.set_postfix(shown, refresh=False)
             _advance(bar, self.update, self.elapsed, cfg)
             due = (cfg.save_every_updates and self.update % cfg.save_every_updates == 0) or (
                 cfg.save_every_minutes
@@ -444,20 +531,37 @@ class Trainer:
             )
             if self._agree(bool(due)):
                 paused = time.monotonic()
-                self.save()
+                self._save_and_log(log)
                 last_save = time.monotonic()
                 t0 += last_save - paused  # validation and I/O do not count as training time
-                log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+                shown |= _shown_validation(self.valid)
+                bar.set_postfix(shown, refresh=False)
+                if self._out_of_patience(bar):
+                    break
         bar.close()
+        self.stopped = self.stopped or self._done()
         latest = ckpt.latest_checkpoint(self.ckpt_root)
         if latest is None or ckpt.read_meta(latest)["update"] != self.update:
-            self.save()
-            log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
+            self._save_and_log(log)
         summary = self.summary() if main else {}
         if main:
             write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         log.close()
         return summary
+
+    def _out_of_patience(self, bar: tqdm) -> bool:
+        """Rank 0's decision (it alone validates), shared so that every rank stops."""
+        if not self._agree(self.best.out_of_patience(self.cfg.patience)):
+            return False
+        self.stopped = "patience"
+        bar.set_description(
+            f"stopped: no better {self.cfg.best_metric} in {self.cfg.patience} validations"
+        )
+        return True
+
+    def _save_and_log(self, log: _Log) -> None:
+        self.save()
+        log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
 
     def summary(self) -> dict[str, Any]:
         peak = measure_matmul_peak(self.device, self.amp_dtype)
@@ -465,6 +569,7 @@ class Trainer:
             "updates": self.update,
             "elapsed_s": self.elapsed,
             "devices": self.dist.world_size,
+            "update_freq": self.update_freq,
             "device": str(self.device),
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
@@ -473,10 +578,17 @@ class Trainer:
             "matmul_peak_flops": peak,
             "mfu": mfu(self.flops, max(self.elapsed, 1e-9), peak, self.dist.world_size),
             **self.valid,
-            "checkpoint": str(
-                ckpt.latest_checkpoint(self.ckpt_root).resolve()
-            ),  # absolute: any cwd
+            "stopped": self.stopped,
+            # absolute: any cwd
+            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root).resolve()),
+            **self._best_summary(),
         }
+
+    def _best_summary(self) -> dict[str, Any]:
+        best = ckpt.best_checkpoint(self.ckpt_root)
+        if best is None:
+            return {}
+        return {"best": {**self.best.state_dict(), "checkpoint": str(best.resolve())}}
 
 
 def _saved_rng(state: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
@@ -515,6 +627,12 @@ class _Log:
         if self.enabled:
             self.jsonl.close()
             self.tb.close()
+
+
+def _shown_validation(valid: dict[str, Any]) -> dict[str, str]:
+    """The progress bar's view of a validation: perplexity, and BLEU when measured."""
+    names = {"valid_ppl": ("ppl", "{:.2f}"), "valid_bleu": ("bleu", "{:.1f}")}
+    return {short: form.format(valid[key]) for key, (short, form) in names.items() if key in valid}
 
 
 def _advance(bar: tqdm, update: int, elapsed: float, cfg: TrainConfig) -> None:
