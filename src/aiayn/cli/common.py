@@ -145,6 +145,60 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None:
+    """How a command that translates a whole file batches it and shows its progress
+    (``aiayn.decode.translate_corpus``); ``window``: the file is written a window at a time."""
+    from ..decode.translate import BATCH_SIZE, MAX_TOKENS, WINDOW
+
+    if window:
+        p.add_argument(
+            "--window",
+            type=int,
+            default=WINDOW,
+            metavar="LINES",
+            help="lines read, sorted by length, translated and written together; memory grows "
+            f"with it, not with the file (default: {WINDOW})",
+        )
+        p.add_argument("--chunk", type=int, help="the old name of --window")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_TOKENS,
+        help=f"padded source tokens in one batch at most (default: {MAX_TOKENS})",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=BATCH_SIZE,
+        help=f"sentences in one batch at most (default: {BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (shown on stderr, with sentences/s and ETA, when it is a terminal)",
+    )
+
+
+def corpus_options(args: argparse.Namespace) -> dict[str, int]:
+    """``add_corpus_args``'s batching (and window) as keyword arguments, each at least 1."""
+    options = {
+        "max_tokens": ("--max-tokens", args.max_tokens),
+        "batch_size": ("--batch-size", args.batch_size),
+    }
+    if hasattr(args, "window"):
+        old = args.chunk is not None
+        options["window"] = ("--chunk", args.chunk) if old else ("--window", args.window)
+    for option, value in options.values():
+        if value < 1:
+            raise UserError(f"{option} must be at least 1, got {value}")
+    return {key: value for key, (_, value) in options.items()}
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """A progress bar on stderr: when it is a terminal, and without ``--quiet``."""
+    return not args.quiet and sys.stderr.isatty()
+
+
 def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:
     """``--device`` of every command that runs a model; ``main`` checks it (``check_device``)
     before the command starts."""
