@@ -11,8 +11,10 @@ that child alone: ``getrusage(RUSAGE_CHILDREN)`` keeps the maximum over every ch
 A file shorter than the window is one window, so compare sizes of at least one window each
 (or pass ``--window``).
 
-Cost: roughly 2 minutes per million lines on 2 CPU cores, plus a minute of set-up; the 1M-line
-file is about 40 MB. The machine should be otherwise quiet for the timings (not the memory).
+Cost: about 6 minutes per million lines on one CPU core (``--threads 1``), plus half a minute
+of set-up; the 1M-line file is about 40 MB. Only the timings need a quiet machine. Expected:
+a peak ratio near 1 between sizes of a window or more each; a file shorter than the window
+peaks lower, its one window being smaller.
 
     python benchmarks/translate_memory.py                          # 100k and 1M lines
     python benchmarks/translate_memory.py --lines 20000 200000     # a quick check

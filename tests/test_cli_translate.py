@@ -153,3 +153,25 @@ def test_interactive_answers_each_line_before_reading_the_next(tiny_run, capsys,
     assert code == 0, err
     first, second = translate(model, lines, vocab, DecodeConfig.preset("translation", beam=1))
     assert answered == ["> ", f"{first}\n> "] and out == f"{second}\n> "
+
+
+def test_the_help_states_the_librarys_corpus_defaults(capsys):
+    from aiayn.decode.translate import BATCH_SIZE, MAX_TOKENS, WINDOW
+
+    code, out, _ = run_cli(capsys, "translate", "--help")
+    assert code == 0
+    help_text = " ".join(out.split())
+    for default in (WINDOW, MAX_TOKENS, BATCH_SIZE):
+        assert f"(default: {default})" in help_text
+
+
+def test_chunk_is_the_old_name_of_window_and_not_both(tiny_run, tmp_path, capsys):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src = tmp_path / "in.txt"
+    src.write_bytes(RAW.replace(b"\xff\xfe", b"no"))
+    code, windowed, _ = _translate_file(capsys, ckpt, src, "--window", 3)
+    code, chunked, err = _translate_file(capsys, ckpt, src, "--chunk", 3)
+    assert code == 0 and chunked == windowed, err
+    code, out, err = _translate_file(capsys, ckpt, src, "--chunk", 3, "--window", 3)
+    assert code == 2 and out == ""
+    one_line_error(err, "--chunk is the old name of --window: give one of them")

@@ -147,31 +147,21 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 
 def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None:
     """How a command that translates a whole file batches it and shows its progress
-    (``aiayn.decode.translate_corpus``); ``window``: the file is written a window at a time."""
-    from ..decode.translate import BATCH_SIZE, MAX_TOKENS, WINDOW
-
+    (``aiayn.decode.translate_corpus``, whose defaults the help states: importing them here
+    would import torch for ``--help``); ``window``: the file is written a window at a time."""
     if window:
         p.add_argument(
             "--window",
             type=int,
-            default=WINDOW,
             metavar="LINES",
             help="lines read, sorted by length, translated and written together; memory grows "
-            f"with it, not with the file (default: {WINDOW})",
+            "with it, not with the file (default: 100000)",
         )
         p.add_argument("--chunk", type=int, help="the old name of --window")
     p.add_argument(
-        "--max-tokens",
-        type=int,
-        default=MAX_TOKENS,
-        help=f"padded source tokens in one batch at most (default: {MAX_TOKENS})",
+        "--max-tokens", type=int, help="padded source tokens in one batch at most (default: 8000)"
     )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        default=BATCH_SIZE,
-        help=f"sentences in one batch at most (default: {BATCH_SIZE})",
-    )
+    p.add_argument("--batch-size", type=int, help="sentences in one batch at most (default: 64)")
     p.add_argument(
         "--quiet",
         action="store_true",
@@ -179,19 +169,26 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
     )
 
 
+_CORPUS = {
+    "window": "--window",
+    "chunk": "--chunk",
+    "max_tokens": "--max-tokens",
+    "batch_size": "--batch-size",
+}
+
+
 def corpus_options(args: argparse.Namespace) -> dict[str, int]:
-    """``add_corpus_args``'s batching (and window) as keyword arguments, each at least 1."""
-    options = {
-        "max_tokens": ("--max-tokens", args.max_tokens),
-        "batch_size": ("--batch-size", args.batch_size),
-    }
-    if hasattr(args, "window"):
-        old = args.chunk is not None
-        options["window"] = ("--chunk", args.chunk) if old else ("--window", args.window)
-    for option, value in options.values():
+    """The ``add_corpus_args`` options given, as keyword arguments of ``translate_corpus``
+    (the others keep its defaults), each checked to be at least 1."""
+    given = {key: getattr(args, key) for key in _CORPUS if getattr(args, key, None) is not None}
+    for key, value in given.items():
         if value < 1:
-            raise UserError(f"{option} must be at least 1, got {value}")
-    return {key: value for key, (_, value) in options.items()}
+            raise UserError(f"{_CORPUS[key]} must be at least 1, got {value}")
+    if "chunk" in given:
+        if "window" in given:
+            raise UserError("--chunk is the old name of --window: give one of them")
+        given["window"] = given.pop("chunk")
+    return given
 
 
 def show_progress(args: argparse.Namespace) -> bool:
