@@ -79,16 +79,12 @@ class Outputs:
 
     def constraint(self, vocab: Any, i: int) -> OutputConstraint | None:
         """Input line i's prefix and phrases (i from 0); None when it has neither."""
-        from ..decode import OutputConstraint
+        from ..decode import text_constraint
 
         prefix = self.prefix.line(i) if self.prefix else ""
-        fields = self.constraints.line(i).split("\t") if self.constraints else []
-        phrases = [vocab.encode(p) for p in fields if p.strip()]
-        if not prefix.strip() and not phrases:
-            return None
+        phrases = self.constraints.line(i).split("\t") if self.constraints else []
         files = " and ".join(str(f) for f in (self.prefix, self.constraints) if f)
-        where = f"{files}: line {i + 1}"
-        return OutputConstraint(vocab.encode(prefix), phrases, where=where, eos_id=vocab.eos_id)
+        return text_constraint(vocab, prefix, phrases, where=f"{files}: line {i + 1}")
 
     def finish(self, count: int) -> None:
         """After ``count`` input lines: each per-line file must have had as many."""

@@ -6,7 +6,7 @@ constraints (``constraints``) and word alignments (``align``). The searches depe
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
-from .constraints import OutputConstraint
+from .constraints import OutputConstraint, text_constraint
 from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
@@ -38,5 +38,6 @@ __all__ = [
     "sample",
     "score_ids",
     "translate",
+    "text_constraint",
     "translate_corpus",
 ]

@@ -82,7 +82,7 @@ def decode_ids(
     min_len: int = 0,
     constraint: Constraint | Sequence[Constraint | None] | None = None,
     sampling: SampleConfig | None = None,
-    first_index: int = 0,
+    first_index: int | Sequence[int] = 0,
     device: torch.device | str | None = None,
     progress: bool | Progress = False,
     pad_id: int = PAD_ID,
@@ -102,7 +102,8 @@ def decode_ids(
 
     ``constraint``: one for every source, or one (or None) per source. ``sampling``: draw
     ``sampling.samples`` outputs per source instead (``sample``), source i seeded as input
-    sentence ``first_index + i``. ``progress``: True for a bar of its own, or a bar (``update``)
+    sentence ``first_index + i`` (or ``first_index[i]``, given one index per source: a server
+    seeds each sentence by its place in its own request, whatever it is decoded with). ``progress``: True for a bar of its own, or a bar (``update``)
     that the caller shares between calls; empty sources count as done at once.
     """
     cap = positions(model, max_src_len)
@@ -126,7 +127,7 @@ def decode_ids(
             beam_search(model, src, config, **search)
             if sampling is None
             else sample(
-                model, src, config, sampling, indices=[first_index + i for i in members], **search
+                model, src, config, sampling, indices=_indices(first_index, members), **search
             )
         )
         for i, h in zip(members, hyps):
@@ -210,6 +211,13 @@ def translate_corpus(
     finally:
         if bar is not None:
             bar.close()
+
+
+def _indices(first_index: int | Sequence[int], members: Sequence[int]) -> list[int]:
+    """The sampling indices of sources ``members`` (``decode_ids``'s ``first_index``)."""
+    if isinstance(first_index, Sequence):
+        return [first_index[i] for i in members]
+    return [first_index + i for i in members]
 
 
 def _shifted(on_truncate: OnTruncate, first: int) -> OnTruncate:
