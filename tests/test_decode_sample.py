@@ -61,7 +61,8 @@ def test_sample_scores_are_the_models_own():
 
 
 def test_sampling_config_refuses_nonsense():
-    for bad in (dict(samples=0), dict(temperature=0.0), dict(top_k=-1), dict(top_p=0.0)):
+    bad_ones = (dict(samples=0), dict(temperature=0.0), dict(top_k=-1), dict(top_p=0.0))
+    for bad in (*bad_ones, dict(seed=-1)):  # numpy's SeedSequence takes no negative seed
         with pytest.raises(ValueError):
             SampleConfig(**bad)
 
@@ -144,6 +145,7 @@ def test_translate_sample_nbest(tiny_run, tmp_path, capsys):
         (["--top-k", "5"], "--top-k needs --sample"),
         (["--sample", "--beam", "3"], "--beam has no effect with --sample"),
         (["--sample", "--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["--sample", "--seed", "-1"], "seed must be >= 0, got -1"),
     ],
 )
 def test_translate_sample_options_checked(tiny_run, tmp_path, capsys, extra, needle):

@@ -105,6 +105,15 @@ def test_refuses_what_ctranslate2_cannot_represent(vocab, tmp_path, overrides, n
     assert not (tmp_path / "ct2").exists()
 
 
+def test_translate_pieces_refuses_an_nbest_it_cannot_return():
+    class Unused:  # refused before CTranslate2 is asked
+        def translate_batch(self, *args, **kwargs):
+            raise AssertionError("translate_batch was called")
+
+    with pytest.raises(ExportError, match=r"nbest=2 cannot be honoured; give nbest=1"):
+        translate_pieces(Unused(), [["\u2581a"]], DecodeConfig(beam=4, nbest=2))
+
+
 def test_cli_exports_a_checkpoint_and_replaces_its_own_export(vocab, tmp_path, capsys):
     model = trained_like_model(len(vocab))
     ckpt = save_checkpoint(

@@ -17,6 +17,7 @@ from aiayn.errors import UserError
 from aiayn.io import (
     atomic_file,
     check_not_input,
+    count_lines,
     iter_lines,
     publish_dir,
     read_lines,
@@ -55,6 +56,7 @@ def test_lines_split_at_lf_only(tmp_path, data, lines):
     path.write_bytes(data)
     assert read_lines(path) == lines
     assert list(corpus_lines(path)) == lines  # prepare reads by the same rule
+    assert count_lines(path) == len(lines)  # a progress bar's total counts by it too
 
 
 def test_gzip_is_read_transparently(tmp_path):
@@ -123,6 +125,7 @@ def test_any_bytes_give_the_rule_or_a_named_error(tmp_path, data):
     path = tmp_path / "f.txt"
     path.write_bytes(data)
     assert list(corpus_lines(path)) == got
+    assert count_lines(path) == len(got)
 
 
 def _valid(raw: bytes) -> bool:

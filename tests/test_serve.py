@@ -28,7 +28,14 @@ import aiayn
 from aiayn.checkpoint import save_checkpoint
 from aiayn.cli.main import main
 from aiayn.data import Vocab
-from aiayn.decode import DecodeConfig, decode_ids, translate
+from aiayn.decode import (
+    DecodeConfig,
+    OutputConstraint,
+    SampleConfig,
+    decode_ids,
+    nbest_outputs,
+    translate,
+)
 from aiayn.serve import (
     Batcher,
     Limits,
@@ -366,7 +373,59 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         ('{"text": ["a"], "beam": 4.5}', 422, "beam: Input should be a valid integer"),
         ('{"text": ["a"], "alpha": "0.6"}', 422, "alpha: Input should be a valid number"),
         ('{"text": ["a"], "attention": "yes"}', 422, "attention: Input should be a valid boolean"),
-        ('{"text": ["a"], "temperature": 0.7}', 422, "unknown field 'temperature'"),
+        ('{"text": ["a"], "length_penalty": 0.7}', 422, "unknown field 'length_penalty'"),
+        ('{"text": ["a"], "temperature": 0.7}', 422, 'temperature needs "sample": true'),
+        ('{"text": ["a"], "top_k": 5, "seed": 1}', 422, 'top_k needs "sample": true'),
+        ('{"text": ["a"], "sample": "yes"}', 422, "sample: Input should be a valid boolean"),
+        ('{"text": ["a"], "sample": true, "beam": 2}', 422, 'beam has no effect with "sample"'),
+        ('{"text": ["a"], "sample": true, "nbest": 33}', 422, "nbest (33) samples: at most 32"),
+        (
+            '{"text": ["a"], "sample": true, "top_k": -1}',
+            422,
+            "top_k: Input should be greater than or equal to 0",
+        ),
+        (
+            '{"text": ["a"], "sample": true, "top_p": 0}',
+            422,
+            "top_p: Input should be greater than 0",
+        ),
+        (
+            '{"text": ["a"], "sample": true, "temperature": 0}',
+            422,
+            "temperature: Input should be greater than 0",
+        ),
+        (
+            '{"text": ["a"], "sample": true, "seed": 1.5}',
+            422,
+            "seed: Input should be a valid integer",
+        ),
+        (
+            '{"text": ["a", "b"], "prefix": ["x"]}',
+            422,
+            "prefix has 1 items but text has 2: give one per sentence",
+        ),
+        ('{"text": ["a"], "prefix": [3]}', 422, "prefix.0: Input should be a valid string"),
+        (
+            '{"text": ["a"], "constraints": ["x"]}',
+            422,
+            "constraints.0: Input should be a valid list",
+        ),
+        (
+            '{"text": ["a"], "constraints": [["x"], []]}',
+            422,
+            "constraints has 2 items but text has 1: give one per sentence",
+        ),
+        (
+            json.dumps({"text": ["a"], "constraints": [[" ".join(["light"] * 20)]]}),
+            422,
+            "text[0]: the prefix and phrases take 60 tokens, more than the 40 this output may have",
+        ),
+        ('{"text": ["a"], "alignment_layer": 0}', 422, 'alignment_layer needs "alignments": true'),
+        (
+            '{"text": ["a"], "alignments": true, "alignment_layer": 2}',
+            422,
+            "alignment_layer 2: the model has 2 decoder layer(s) (0..1, or -1 for the last)",
+        ),
         ('{"text": ["a"], "beam": 0}', 422, "beam: Input should be greater than or equal to 1"),
         ('{"text": ["a"], "beam": 33}', 422, "beam: Input should be less than or equal to 32"),
         (
@@ -409,6 +468,62 @@ def test_bad_requests_get_one_line_json_errors(translator, body, status, message
         error = r.json()
         assert list(error) == ["error"] and message in error["error"] and "\n" not in error["error"]
         assert c.get("/health").json()["requests"] == 0  # rejected before any decoding
+
+
+def _texts(answer: dict) -> list[str]:
+    return [h["text"] for h in answer["nbest"]]
+
+
+def test_prefixes_and_constraints_are_the_librarys(translator):
+    lines, vocab = [SENTENCES[0], SENTENCES[1], SENTENCES[2]], translator.vocab
+    prefix, constraints = ["Y dijo", "", ""], [[], ["Dios", " "], []]
+    with client(translator) as c:
+        r = c.post("/translate", json={"text": lines, "prefix": prefix, "constraints": constraints})
+    assert r.status_code == 200, r.json()
+    answers = r.json()["translations"]
+    assert answers[0]["text"].startswith("Y dijo") and "Dios" in answers[1]["text"]
+    wanted = [
+        OutputConstraint(vocab.encode("Y dijo"), [], eos_id=vocab.eos_id),
+        OutputConstraint((), [vocab.encode("Dios")], eos_id=vocab.eos_id),
+        None,
+    ]
+    library = translate(translator.model, lines, vocab, DecodeConfig(), constraint=wanted)
+    assert [a["text"] for a in answers] == library
+    assert answers[2]["text"] == translate(translator.model, lines[2:], vocab, DecodeConfig())[0]
+
+
+def test_samples_are_the_librarys_and_do_not_depend_on_the_batch(translator):
+    lines = [SENTENCES[3], "", SENTENCES[4]]
+    body = {"text": lines, "sample": True, "nbest": 3, "seed": 5, "top_k": 20}
+    with client(translator) as c:
+        answers = c.post("/translate", json=body).json()["translations"]
+        again = c.post("/translate", json=body).json()["translations"]
+        other = c.post("/translate", json={**body, "seed": 6}).json()["translations"]
+    sampling = SampleConfig(samples=3, seed=5, top_k=20)
+    library = nbest_outputs(translator.model, lines, translator.vocab, sampling=sampling)
+    assert [_texts(a) for a in answers] == [[o.text for o in outs] for outs in library]
+    assert answers == again and [_texts(a) for a in other] != [_texts(a) for a in answers]
+    assert answers[1]["nbest"] == [] and len(answers[0]["nbest"]) == 3
+    # decoded with another request in one call, a request's samples stay its own
+    job = TranslateJob(translator.encode(lines), DecodeConfig(), sampling=sampling)
+    other_job = TranslateJob(translator.encode(SENTENCES[5:9]), DecodeConfig(), sampling=sampling)
+    alone = translator.decode([job])[0]
+    together = translator.decode([other_job, job])[1]
+    assert [_texts(a) for a in together] == [_texts(a) for a in alone]  # scores: up to padding
+    assert [a["score"] for a in together] == pytest.approx([a["score"] for a in alone], abs=1e-4)
+    assert [_texts(a) for a in alone] == [_texts(a) for a in answers]
+
+
+def test_alignments_are_the_librarys(translator):
+    lines = [SENTENCES[5], ""]
+    body = {"text": lines, "beam": 2, "nbest": 2, "alignments": True, "alignment_layer": 0}
+    with client(translator) as c:
+        answers = c.post("/translate", json=body).json()["translations"]
+    config = DecodeConfig(beam=2, nbest=2)
+    library = nbest_outputs(translator.model, lines, translator.vocab, config, alignment_layer=0)
+    assert [h["alignment"] for h in answers[0]["nbest"]] == [o.alignment for o in library[0]]
+    assert answers[0]["alignment"] == library[0][0].alignment != ""
+    assert answers[1] == {"text": "", "score": None, "nbest": [], "alignment": None}
 
 
 def test_unknown_routes_and_methods_answer_json(translator):
@@ -634,6 +749,9 @@ class SlowTranslator:
 
     def encode(self, lines):
         return [[ord(c) for c in line] for line in lines]
+
+    def constraints(self, sources, config, prefixes, phrases):
+        return None
 
     def decode(self, jobs):
         return [[{"text": t}] for t in self.handle(["".join(map(chr, j.sources[0])) for j in jobs])]

@@ -16,7 +16,8 @@ import torch
 from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, for_decoding, translate
+from .decode import DecodeConfig, for_decoding, translate_corpus
+from .decode.translate import BATCH_SIZE, MAX_TOKENS
 from .errors import UserError
 from .io import (
     check_not_input,
@@ -125,15 +126,20 @@ def evaluate_model(
     references: Sequence[str],
     decode: DecodeConfig = DecodeConfig(),
     lang: str = "de",
-    max_tokens: int = 4000,
+    max_tokens: int = MAX_TOKENS,
+    batch_size: int = BATCH_SIZE,
     progress: bool = False,
 ) -> Evaluation:
+    """Translate ``sources`` as ``aiayn translate --input`` does (``translate_corpus``: the
+    same batches, so the same outputs) and score them against ``references``."""
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
-    hyps = translate(
-        model, sources, vocab, decode, batch_size=64, max_tokens=max_tokens, progress=progress
+    batching = dict(max_tokens=max_tokens, batch_size=batch_size)
+    windows = translate_corpus(
+        model, sources, vocab, decode, progress=progress, total=len(sources), **batching
     )
+    hyps = [hyp for window in windows for hyp in window]
     decode_s = time.perf_counter() - start
     score, signature = sacre_bleu(hyps, [list(references)])
     return Evaluation(
@@ -175,10 +181,12 @@ def evaluate_checkpoint(
     device: str = "cpu",
     progress: bool = True,
     quantize: str | None = None,
+    **batching: int,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
     ``quantize``: None or "int8" (see ``aiayn.decode.quantize``); perplexity uses it too.
+    ``batching``: max_tokens and batch_size of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
     after hours of beam search.
@@ -190,7 +198,9 @@ def evaluate_checkpoint(
     sources, references = read_test_pair(src_path, ref_path)
     model, vocab = load_translator(checkpoint, device)
     model = for_decoding(model, quantize)
-    result = evaluate_model(model, vocab, sources, references, decode, lang=lang, progress=progress)
+    result = evaluate_model(
+        model, vocab, sources, references, decode, lang=lang, progress=progress, **batching
+    )
     if hyp_path is not None:
         write_lines_atomic(hyp_path, result.hypotheses)
     return result

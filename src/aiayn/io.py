@@ -88,6 +88,16 @@ def iter_lines(source: PathLike | IO[bytes], name: str | None = None) -> Iterato
         yield decode_line(raw, name or "<stream>", lineno)
 
 
+def count_lines(path: PathLike) -> int:
+    """How many lines ``split_lines`` finds in the file at ``path``, counted in blocks of bytes
+    without decoding (a progress bar's total for a corpus of millions of lines)."""
+    count, last = 0, b"\n"
+    with open_binary(path) as f:
+        while block := f.read(1 << 20):
+            count, last = count + block.count(b"\n"), block[-1:]
+    return count + (last != b"\n")  # a last line without LF
+
+
 def read_lines(path: PathLike) -> list[str]:
     """All lines of a UTF-8 text file (``.gz`` allowed), without endings."""
     return list(iter_lines(path))

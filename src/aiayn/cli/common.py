@@ -145,6 +145,57 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None:
+    """How a command that translates a whole file batches it and shows its progress
+    (``aiayn.decode.translate_corpus``, whose defaults the help states: importing them here
+    would import torch for ``--help``); ``window``: the file is written a window at a time."""
+    if window:
+        p.add_argument(
+            "--window",
+            type=int,
+            metavar="LINES",
+            help="lines read, sorted by length, translated and written together; memory grows "
+            "with it, not with the file (default: 100000)",
+        )
+        p.add_argument("--chunk", type=int, help="the old name of --window")
+    p.add_argument(
+        "--max-tokens", type=int, help="padded source tokens in one batch at most (default: 8000)"
+    )
+    p.add_argument("--batch-size", type=int, help="sentences in one batch at most (default: 64)")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (shown on stderr, with sentences/s and ETA, when it is a terminal)",
+    )
+
+
+_CORPUS = {
+    "window": "--window",
+    "chunk": "--chunk",
+    "max_tokens": "--max-tokens",
+    "batch_size": "--batch-size",
+}
+
+
+def corpus_options(args: argparse.Namespace) -> dict[str, int]:
+    """The ``add_corpus_args`` options given, as keyword arguments of ``translate_corpus``
+    (the others keep its defaults), each checked to be at least 1."""
+    given = {key: getattr(args, key) for key in _CORPUS if getattr(args, key, None) is not None}
+    for key, value in given.items():
+        if value < 1:
+            raise UserError(f"{_CORPUS[key]} must be at least 1, got {value}")
+    if "chunk" in given:
+        if "window" in given:
+            raise UserError("--chunk is the old name of --window: give one of them")
+        given["window"] = given.pop("chunk")
+    return given
+
+
+def show_progress(args: argparse.Namespace) -> bool:
+    """A progress bar on stderr: when it is a terminal, and without ``--quiet``."""
+    return not args.quiet and sys.stderr.isatty()
+
+
 def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:
     """``--device`` of every command that runs a model; ``main`` checks it (``check_device``)
     before the command starts."""

@@ -5,7 +5,6 @@ lines or JSON lines with token scores (``aiayn.decode.nbest``), samples
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -80,16 +79,12 @@ class Outputs:
 
     def constraint(self, vocab: Any, i: int) -> OutputConstraint | None:
         """Input line i's prefix and phrases (i from 0); None when it has neither."""
-        from ..decode import OutputConstraint
+        from ..decode import text_constraint
 
         prefix = self.prefix.line(i) if self.prefix else ""
-        fields = self.constraints.line(i).split("\t") if self.constraints else []
-        phrases = [vocab.encode(p) for p in fields if p.strip()]
-        if not prefix.strip() and not phrases:
-            return None
+        phrases = self.constraints.line(i).split("\t") if self.constraints else []
         files = " and ".join(str(f) for f in (self.prefix, self.constraints) if f)
-        where = f"{files}: line {i + 1}"
-        return OutputConstraint(vocab.encode(prefix), phrases, where=where, eos_id=vocab.eos_id)
+        return text_constraint(vocab, prefix, phrases, where=f"{files}: line {i + 1}")
 
     def finish(self, count: int) -> None:
         """After ``count`` input lines: each per-line file must have had as many."""
@@ -104,13 +99,14 @@ class Outputs:
         vocab: Any,
         decode: DecodeConfig,
         *,
-        first: int,
-        batch_size: int,
-        on_truncate: Callable[[int, int, int], None] | None = None,
+        first_index: int,
+        **kwargs: Any,
     ) -> list[str]:
-        """The lines printed for ``texts``, input lines ``first``, ``first`` + 1, ..."""
+        """The lines printed for ``texts``, input lines ``first_index``, ``first_index`` + 1,
+        ...: a window of ``translate_corpus`` (``kwargs``: those of ``decode_ids``)."""
         from ..decode import jsonl_line, nbest_outputs
 
+        first = first_index
         nbest = nbest_outputs(
             model,
             texts,
@@ -121,9 +117,7 @@ class Outputs:
             sampling=self.sampling,
             first_index=first,
             constraint=[self.constraint(vocab, first + i) for i in range(len(texts))],
-            batch_size=batch_size,
-            max_tokens=8000,
-            on_truncate=on_truncate,
+            **kwargs,
         )
         if self.fmt == "plain":
             return [_plain(outputs[0]) if outputs else "" for outputs in nbest]

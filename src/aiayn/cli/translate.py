@@ -7,14 +7,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import partial
-from itertools import islice
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from ..errors import UserError
-from .common import add_decode_args, decode_config, say_wrote
+from .common import (
+    add_corpus_args,
+    add_decode_args,
+    corpus_options,
+    decode_config,
+    say_wrote,
+    show_progress,
+)
 from .outputs import Outputs
 
 if TYPE_CHECKING:
@@ -26,98 +33,130 @@ def translate_stream(
     source: IO[bytes],
     sink: TextIO,
     decode: DecodeConfig,
+    *,
     device: str = "cpu",
-    chunk: int = 64,
-    prompt: bool = False,
     name: str = "<stdin>",
+    prompt: bool = False,
     quantize: str | None = None,
     output: Outputs | None = None,
+    **corpus: Any,
 ) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
-    kept, flushed chunk by chunk so that a pipe sees results as they come; returns the number
-    of lines.
+    kept; returns the number of lines. Lines are read a window at a time, sorted by length
+    within it and written (and flushed) in the input's order when the window is done
+    (``aiayn.decode.translate_corpus``, whose options ``corpus`` holds: window, max_tokens,
+    batch_size, progress, total), so memory stays flat however long the input.
 
     Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
     ``UserError`` names those lines (``name`` is what it calls the input). A line longer than
     the model's positions is truncated and named on stderr by its line in the input.
+    ``prompt``: write "> " before reading each line (interactive: give window 1).
     ``quantize``: None or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print
     besides the best line (n-best lists, JSON lines), samples, prefixes and constraints
     (default: the beam search's best translation only).
     """
-    from ..decode import load_models, translate
-    from ..io import decode_line, split_lines
+    from ..decode import load_models, translate, translate_corpus
+    from ..io import split_lines
 
-    if chunk < 1:
-        raise UserError(f"--chunk must be at least 1, got {chunk}")
     model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
-    lines = enumerate(split_lines(source), start=1)
-    count, bad = 0, []
-    while True:
-        if prompt:
-            sink.write("> ")
-            sink.flush()
-        texts = []
-        for lineno, raw in islice(lines, chunk):
-            try:
-                texts.append(decode_line(raw, name, lineno))
-            except UserError:
-                bad.append(lineno)
-                texts.append("")  # an empty line translates to an empty line
-        if not texts:
-            break
-        report = partial(_say_truncated, name=name, first=count + 1)
-        outs = (
-            translate(
-                model, texts, vocab, decode, batch_size=chunk, max_tokens=8000, on_truncate=report
-            )
-            if output is None
-            else output.lines(
-                model, texts, vocab, decode, first=count, batch_size=chunk, on_truncate=report
-            )
-        )
-        for out in outs:
-            sink.write(out + "\n")
+    lines = _Lines(name)
+    raw = split_lines(source)
+    texts = lines.texts(_prompted(raw, sink) if prompt else raw)
+    windows = translate_corpus(
+        model,
+        texts,
+        vocab,
+        decode,
+        outputs=translate if output is None else output.lines,
+        on_truncate=partial(_say_truncated, name=name),
+        **corpus,
+    )
+    for outs in windows:
+        sink.write("".join(out + "\n" for out in outs))
         sink.flush()
-        count += len(texts)
     if output is not None:
-        output.finish(count)
-    if bad:
-        shown = ", ".join(map(str, bad[:10])) + (", ..." if len(bad) > 10 else "")
-        raise UserError(
-            f"{name}: {len(bad)} line(s) not valid UTF-8 (line {shown}): their outputs are "
-            f"empty lines; the other {count - len(bad)} were translated"
-        )
-    return count
+        output.finish(lines.count)
+    lines.check()
+    return lines.count
 
 
-def _say_truncated(index: int, tokens: int, cap: int, *, name: str, first: int) -> None:
-    """``on_truncate`` for a chunk whose first text is line ``first`` of ``name``."""
+@dataclass
+class _Lines:
+    """The texts of a stream's lines; one not valid UTF-8 becomes "" and is remembered, so
+    that its output line keeps the others aligned and the end can name it."""
+
+    name: str
+    count: int = 0
+    bad: int = 0
+    first_bad: list[int] = field(default_factory=list)  # the first 10: memory stays flat
+
+    def texts(self, raw: Iterable[bytes]) -> Iterator[str]:
+        from ..io import decode_line
+
+        for line in raw:
+            self.count += 1
+            try:
+                yield decode_line(line, self.name, self.count)
+            except UserError:
+                self.bad += 1
+                if len(self.first_bad) < 10:
+                    self.first_bad.append(self.count)
+                yield ""  # an empty line translates to an empty line
+
+    def check(self) -> None:
+        if self.bad:
+            shown = ", ".join(map(str, self.first_bad)) + (", ..." if self.bad > 10 else "")
+            raise UserError(
+                f"{self.name}: {self.bad} line(s) not valid UTF-8 (line {shown}): their outputs "
+                f"are empty lines; the other {self.count - self.bad} were translated"
+            )
+
+
+def _prompted(raw: Iterator[bytes], sink: TextIO) -> Iterator[bytes]:
+    """``raw``'s lines, "> " written to ``sink`` before each is read (and before the end)."""
+    while True:
+        sink.write("> ")
+        sink.flush()
+        line = next(raw, None)
+        if line is None:
+            return
+        yield line
+
+
+def _say_truncated(index: int, tokens: int, cap: int, *, name: str) -> None:
+    """``on_truncate`` of ``translate_corpus``: ``index`` counts the input's lines from 0."""
     print(
-        f"aiayn translate: warning: {name}: line {first + index}: {tokens} tokens, "
+        f"aiayn translate: warning: {name}: line {index + 1}: {tokens} tokens, "
         f"more than the model's {cap} positions: truncated",
         file=sys.stderr,
     )
 
 
 def _translate(args: argparse.Namespace) -> None:
-    from ..io import open_binary
+    from ..io import count_lines, open_binary
 
+    corpus = corpus_options(args)
     source = (
         open_binary(args.input) if args.input else sys.stdin.buffer
     )  # bytes: aiayn.io splits lines
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
+    progress = show_progress(args) and not interactive
+    if interactive:
+        corpus["window"] = 1  # answer each line as it comes
     translate_stream(
         args.checkpoint,
         source,
         sys.stdout,
         decode_config(args),
         device=args.device,
-        chunk=1 if interactive else args.chunk,
-        prompt=interactive,
         name=args.input or "<stdin>",
+        prompt=interactive,
         quantize=args.quantize,
         output=Outputs.from_args(args),
+        progress=progress,
+        total=count_lines(args.input) if progress and args.input else None,
+        **corpus,
     )
 
 
@@ -133,6 +172,8 @@ def _evaluate(args: argparse.Namespace) -> None:
         lang=args.lang,
         device=args.device,
         quantize=args.quantize,
+        progress=show_progress(args),
+        **corpus_options(args),
     )
     print(json.dumps(result.as_dict(), indent=2))
     if args.output:
@@ -162,6 +203,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ref", required=True, help="reference text (.gz allowed)")
     p.add_argument("--output", help="file to write the hypotheses to")
     p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
+    add_corpus_args(p)
     p.set_defaults(func=_evaluate)
 
 
@@ -170,9 +212,7 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
     add_decode_args(p, outputs=True, ensemble=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
-    p.add_argument(
-        "--chunk", type=int, default=64, help="lines decoded together when reading a file"
-    )
+    add_corpus_args(p, window=True)
     p.set_defaults(func=_translate)
 
 

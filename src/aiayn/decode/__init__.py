@@ -1,19 +1,19 @@
 """Decoding (paper section 6): beam search with the GNMT length penalty (beam 1 included) and
-whole-corpus translation; beyond the paper, forced decoding (``score``), n-best output
-(``nbest``), ensembles, sampling, target prefixes and lexical constraints (``constraints``)
-and word alignments (``align``). The searches depend only on the model's
+whole-corpus translation (a window of lines at a time); beyond the paper, forced decoding
+(``score``), n-best output (``nbest``), ensembles, sampling, target prefixes and lexical
+constraints (``constraints``) and word alignments (``align``). The searches depend only on the model's
 ``encode``/``src_mask``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
-from .constraints import OutputConstraint
+from .constraints import OutputConstraint, text_constraint
 from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
 from .sample import SampleConfig, sample
 from .score import Score, force_decode, score_ids
-from .translate import decode_ids, length_batches, translate
+from .translate import decode_ids, length_batches, translate, translate_corpus
 
 __all__ = [
     "DECODE_PRESETS",
@@ -38,4 +38,6 @@ __all__ = [
     "sample",
     "score_ids",
     "translate",
+    "text_constraint",
+    "translate_corpus",
 ]

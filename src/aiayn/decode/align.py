@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data.vocab import BOS_ID
+from ..data.vocab import BOS_ID, EOS_ID
 from ..errors import UserError
 
 BOUNDARY = "\u2581"  # SentencePiece's word-start mark
@@ -79,6 +79,20 @@ def cross_attention(
             )
         maps.append(layers[layer].mean(0))  # (T, S): heads averaged
     return torch.stack(maps).mean(0)
+
+
+def output_alignment(
+    model: Any, source: Sequence[int], tokens: Sequence[int], tokenizer: Any, layer: int = -1
+) -> str:
+    """The Pharaoh pairs of one output (token ids, eos left out) given its source (subwords +
+    eos), by decoder ``layer``'s attention; "" for an empty output. ``tokenizer`` names the
+    pieces (``id_to_piece``) and the bos/eos ids."""
+    if not tokens:
+        return ""
+    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
+    attn = cross_attention(model, source, tokens, layer, getattr(tokenizer, "bos_id", BOS_ID))
+    src_pieces = [tokenizer.id_to_piece(t) for t in source if t != eos_id]
+    return format_pharaoh(pharaoh(attn, src_pieces, [tokenizer.id_to_piece(t) for t in tokens]))
 
 
 def alignment_error_rate(

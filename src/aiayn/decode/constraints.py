@@ -23,7 +23,7 @@ phrase encoded alone must appear with that segmentation (for SentencePiece, whol
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..data.vocab import EOS_ID
 from ..errors import UserError
@@ -86,6 +86,18 @@ class OutputConstraint:
         unmet = [p for i, p in enumerate(self.phrases) if i not in state.met]
         started = [_progress(p, state.tail) for p in unmet]
         return sum(map(len, unmet)) - max(started, default=0)
+
+
+def text_constraint(
+    tokenizer: Any, prefix: str = "", phrases: Sequence[str] = (), *, where: str
+) -> OutputConstraint | None:
+    """A prefix and phrases given as text, encoded by ``tokenizer`` (blank ones are none), as
+    ``translate --prefix/--constraints`` and ``serve`` take them; None when there is neither."""
+    encoded = [tokenizer.encode(p) for p in phrases if p.strip()]
+    if not prefix.strip() and not encoded:
+        return None
+    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
+    return OutputConstraint(tokenizer.encode(prefix), encoded, where=where, eos_id=eos_id)
 
 
 def _progress(phrase: tuple[int, ...], tail: tuple[int, ...]) -> int:

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.vocab import BOS_ID, EOS_ID
-from .align import cross_attention, format_pharaoh, pharaoh
+from ..data.vocab import EOS_ID
+from .align import output_alignment
 from .beam import Hypothesis
 from .config import DecodeConfig
 from .score import score_ids
@@ -94,21 +94,11 @@ def nbest_outputs(
     def output(i: int, j: int, h: Hypothesis) -> Output:
         alignment = None
         if alignment_layer is not None:
-            alignment = _alignment(model, sources[i], h, tokenizer, alignment_layer)
+            alignment = output_alignment(model, sources[i], h.tokens, tokenizer, alignment_layer)
         text = tokenizer.decode(h.tokens)
         return Output(text, h.score, h.log_prob, h.length, tokens.get((i, j)), alignment)
 
     return [[output(i, j, h) for j, h in enumerate(hyps)] for i, hyps in enumerate(nbest)]
-
-
-def _alignment(model: Any, source: list[int], hyp: Hypothesis, tokenizer: Any, layer: int) -> str:
-    """The Pharaoh pairs of ``hyp`` given its source (subwords + eos)."""
-    if not hyp.tokens:
-        return ""
-    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
-    attn = cross_attention(model, source, hyp.tokens, layer, getattr(tokenizer, "bos_id", BOS_ID))
-    src_pieces = [tokenizer.id_to_piece(t) for t in source if t != eos_id]
-    return format_pharaoh(pharaoh(attn, src_pieces, [tokenizer.id_to_piece(t) for t in hyp.tokens]))
 
 
 def _token_log_probs(

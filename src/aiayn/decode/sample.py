@@ -50,6 +50,8 @@ class SampleConfig:
             raise UserError(f"top-k must be >= 0 (0: no cut), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.seed < 0:  # numpy's SeedSequence, which makes the streams, takes none
+            raise UserError(f"seed must be >= 0, got {self.seed}")
 
 
 def sentence_generator(seed: int, index: int) -> torch.Generator:

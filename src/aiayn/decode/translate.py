@@ -1,20 +1,25 @@
-"""Translate a list of sentences: tokenise, batch by length, beam search, restore input order.
+"""Translate a list of sentences: tokenise, batch by length, beam search, restore input order;
+and a whole corpus, a window of lines at a time.
 
-    from aiayn.decode import DecodeConfig, translate
+    from aiayn.decode import DecodeConfig, translate, translate_corpus
     outputs = translate(model, lines, tokenizer, DecodeConfig.preset("translation"), max_tokens=4000)
+    for window in translate_corpus(model, iter_lines("corpus.en"), tokenizer):
+        ...  # each window's outputs, in input order, as soon as the window is done
 
-``tokenizer`` is anything with ``encode(str) -> list[int]`` and ``decode(list[int]) -> str``.
-Sentences are sorted by length so that a batch wastes little on padding; a batch holds at most
-``batch_size`` sentences and at most ``max_tokens`` padded source tokens. Empty lines give empty
-outputs without touching the model; over-long inputs are truncated to the model's positions
-with a warning.
+``tokenizer`` is anything with ``encode_source(str) -> list[int]`` and ``decode(list[int]) ->
+str``. Sentences are sorted by length so that a batch wastes little on padding; a batch holds
+at most ``batch_size`` sentences and at most ``max_tokens`` padded source tokens. Empty lines
+give empty outputs without touching the model; over-long inputs are truncated to the model's
+positions with a warning. ``translate_corpus`` sorts within windows of ``window`` lines, so
+that its memory is bounded by the window, not by the corpus.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import islice
 from typing import Any, Protocol
 
 import torch
@@ -25,10 +30,22 @@ from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
 from .sample import SampleConfig, sample
 
+WINDOW = 100_000  # lines sorted and written together: what bounds a corpus's memory
+MAX_TOKENS = 8000  # padded source tokens in one batch
+BATCH_SIZE = 64  # sentences in one batch: a beam of short sentences holds many rows
+
+OnTruncate = Callable[[int, int, int], None]  # (index, tokens, cap)
+
 
 class Tokenizer(Protocol):
     def encode_source(self, text: str) -> list[int]: ...
     def decode(self, ids: list[int]) -> str: ...
+
+
+class Progress(Protocol):
+    """What ``decode_ids`` reports finished sentences to (a tqdm bar)."""
+
+    def update(self, n: int) -> Any: ...
 
 
 def length_batches(
@@ -65,13 +82,13 @@ def decode_ids(
     min_len: int = 0,
     constraint: Constraint | Sequence[Constraint | None] | None = None,
     sampling: SampleConfig | None = None,
-    first_index: int = 0,
+    first_index: int | Sequence[int] = 0,
     device: torch.device | str | None = None,
-    progress: bool = False,
+    progress: bool | Progress = False,
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
-    on_truncate: Callable[[int, int, int], None] | None = None,
+    on_truncate: OnTruncate | None = None,
 ) -> list[list[Hypothesis]]:
     """Token-id sources -> n-best hypotheses per source, in input order.
 
@@ -85,7 +102,9 @@ def decode_ids(
 
     ``constraint``: one for every source, or one (or None) per source. ``sampling``: draw
     ``sampling.samples`` outputs per source instead (``sample``), source i seeded as input
-    sentence ``first_index + i``.
+    sentence ``first_index + i`` (or ``first_index[i]``, given one index per source: a server
+    seeds each sentence by its place in its own request, whatever it is decoded with). ``progress``: True for a bar of its own, or a bar (``update``)
+    that the caller shares between calls; empty sources count as done at once.
     """
     cap = positions(model, max_src_len)
     device = torch.device(device) if device is not None else model_device(model)
@@ -93,7 +112,9 @@ def decode_ids(
     results: list[list[Hypothesis]] = [[] for _ in sources]
     nonempty = [i for i, s in enumerate(sources) if s]
     batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
-    bar = _progress(len(nonempty), progress)
+    bar = _progress(len(sources), progress)
+    if bar is not None:
+        bar.update(len(sources) - len(nonempty))
     ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
     for batch in batches:
         members = [nonempty[j] for j in batch]
@@ -106,14 +127,14 @@ def decode_ids(
             beam_search(model, src, config, **search)
             if sampling is None
             else sample(
-                model, src, config, sampling, indices=[first_index + i for i in members], **search
+                model, src, config, sampling, indices=_indices(first_index, members), **search
             )
         )
         for i, h in zip(members, hyps):
             results[i] = h
         if bar is not None:
             bar.update(len(members))
-    if bar is not None:
+    if progress is True:
         bar.close()
     return results
 
@@ -134,6 +155,74 @@ def translate(
     with eval_mode(model):
         nbest = decode_ids(model, sources, config, **{**special_ids(tokenizer), **kwargs})
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
+
+
+class WindowOutputs(Protocol):
+    """What ``translate_corpus`` turns a window into (``translate``'s signature): the lines to
+    print for ``texts``, the corpus's lines ``first_index``, ``first_index`` + 1, ..."""
+
+    def __call__(
+        self, model: Any, texts: list[str], tokenizer: Any, config: DecodeConfig, **kwargs: Any
+    ) -> list[str]: ...
+
+
+def translate_corpus(
+    model: Any,
+    lines: Iterable[str],
+    tokenizer: Tokenizer,
+    config: DecodeConfig = DecodeConfig(),
+    *,
+    window: int = WINDOW,
+    max_tokens: int | None = MAX_TOKENS,
+    batch_size: int | None = BATCH_SIZE,
+    progress: bool = False,
+    total: int | None = None,
+    on_truncate: OnTruncate | None = None,
+    outputs: WindowOutputs = translate,
+) -> Iterator[list[str]]:
+    """The outputs of a corpus, one window at a time: ``window`` lines are read, sorted by
+    length and batched within the window, and their outputs yielded in input order once the
+    window is done. Memory is bounded by the window, whatever the corpus's size.
+
+    ``outputs``: what a window becomes (default ``translate``: the best line of each), called
+    with ``first_index`` (the window's first line in the corpus, from 0), the batching options,
+    a shared ``progress`` bar (shown when ``progress``; ``total``: the corpus's lines, for the
+    ETA) and ``on_truncate``, which gets indices in the corpus, not in the window.
+    """
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    bar = _progress(total, progress, desc="translating")
+    lines, first = iter(lines), 0
+    try:
+        while texts := list(islice(lines, window)):
+            report = None if on_truncate is None else _shifted(on_truncate, first)
+            batching = dict(max_tokens=max_tokens, batch_size=batch_size)
+            yield outputs(
+                model,
+                texts,
+                tokenizer,
+                config,
+                first_index=first,
+                progress=False if bar is None else bar,
+                on_truncate=report,
+                **batching,
+            )
+            first += len(texts)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _indices(first_index: int | Sequence[int], members: Sequence[int]) -> list[int]:
+    """The sampling indices of sources ``members`` (``decode_ids``'s ``first_index``)."""
+    if isinstance(first_index, Sequence):
+        return [first_index[i] for i in members]
+    return [first_index + i for i in members]
+
+
+def _shifted(on_truncate: OnTruncate, first: int) -> OnTruncate:
+    """``on_truncate`` for a window whose first line is the corpus's line ``first``."""
+    return lambda index, tokens, cap: on_truncate(first + index, tokens, cap)
 
 
 @contextmanager
@@ -198,9 +287,12 @@ def model_device(model: Any) -> torch.device:
         return torch.device("cpu")
 
 
-def _progress(total: int, enabled: bool):
-    if not enabled:
+def _progress(total: int | None, progress: bool | Progress, desc: str = "decoding"):
+    """A new tqdm bar on stderr (``progress`` True), the caller's bar, or None."""
+    if progress is False or progress is None:
         return None
+    if progress is not True:
+        return progress
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="sent", desc="decoding")
+    return tqdm(total=total, unit="sent", desc=desc, smoothing=0.1)

@@ -168,8 +168,15 @@ def translate_pieces(
     turned back into log P and re-ranked by the paper's GNMT penalty. Sources are grouped by
     length so that each gets our output limit ``max_len_a * (len + 1) + max_len_b`` (+1: eos).
     ``patience`` > 1 lets CTranslate2 collect more finished hypotheses before it stops. Pieces
-    in ``never`` (pad and bos) are never generated, as in our search.
+    in ``never`` (pad and bos) are never generated, as in our search. Only the search's
+    settings reach CTranslate2 (prefixes, constraints and sampling are not options here);
+    ``config.nbest`` > 1 is refused, since the best output alone comes back.
     """
+    if config.nbest != 1:
+        raise ExportError(
+            f"translate_pieces returns the best output of each source: nbest={config.nbest} "
+            "cannot be honoured; give nbest=1"
+        )
     limits = config.max_len(torch.tensor([len(s) + 1 for s in sources]), max_len_cap).tolist()
     groups: dict[int, list[int]] = defaultdict(list)
     for i, (source, limit) in enumerate(zip(sources, limits)):

@@ -1,6 +1,9 @@
 """The HTTP side: routes, request validation, limits and error messages (FastAPI + uvicorn).
 
-    POST /translate  {"text": [...], "beam": 4, "alpha": 0.6, "nbest": 1, "attention": false}
+    POST /translate  {"text": [...], "beam": 4, "alpha": 0.6, "nbest": 1, "attention": false,
+                      "prefix": [...], "constraints": [[...], ...], "alignments": false,
+                      "alignment_layer": -1, "sample": false, "top_k": 0, "top_p": 1.0,
+                      "temperature": 1.0, "seed": 0}
     GET  /health     {"status": "ok", "batches": ..., ...}
     GET  /info       model config, vocabulary, checkpoint, parameters, limits
     GET  /           the page: translate, then explore the attention (Figures 3-5)
@@ -30,13 +33,14 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..decode import DECODE_PRESETS, DecodeConfig
+from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
 from ..errors import UserError
 from .batcher import Batcher, ShuttingDown
 from .translator import TranslateJob, Translator
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
-MAX_BEAM = 32
+MAX_BEAM = 32  # also the most samples per sentence
+SAMPLING = ("top_k", "top_p", "temperature", "seed")  # the fields that need "sample": true
 T = TypeVar("T")
 
 
@@ -78,37 +82,90 @@ def _unicode(line: str) -> str:
     return line
 
 
+Unicode = Annotated[str, AfterValidator(_unicode)]
+
+
 class TranslateRequest(BaseModel):
     """The body of ``POST /translate``: types are strict (``"4"`` is not a beam size)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
-    text: list[Annotated[str, AfterValidator(_unicode)]] = Field(
-        min_length=1, description="sentences to translate, one per item"
-    )
+    text: list[Unicode] = Field(min_length=1, description="sentences to translate, one per item")
     beam: int = Field(
         DEFAULT.beam, ge=1, le=MAX_BEAM, description="beam size (1: beam search with one beam)"
     )
     alpha: float = Field(DEFAULT.alpha, ge=0.0, le=10.0, description="GNMT length penalty alpha")
-    nbest: int = Field(1, ge=1, description="hypotheses per sentence, at most beam")
+    nbest: int = Field(
+        1, ge=1, description="hypotheses per sentence, at most beam (with sample: samples)"
+    )
     attention: bool = Field(
         False, description="return the best hypothesis' encoder-decoder attention"
     )
+    prefix: list[Unicode] | None = Field(
+        None, description='one per sentence: the fixed start of its translation ("": none)'
+    )
+    constraints: list[list[Unicode]] | None = Field(
+        None, description="one list per sentence: words or phrases its translation must contain"
+    )
+    alignments: bool = Field(
+        False, description="Pharaoh 'i-j' word alignments of every hypothesis (source word i)"
+    )
+    alignment_layer: int | None = Field(
+        None, description="the decoder layer whose attention aligns (default -1: the last)"
+    )
+    sample: bool = Field(
+        False, description="draw nbest samples instead of beam search (not in the paper)"
+    )
+    top_k: int | None = Field(None, ge=0, description="draw among the k most probable (0: all)")
+    top_p: float | None = Field(
+        None, gt=0.0, le=1.0, description="draw among the fewest tokens of probability >= p"
+    )
+    temperature: float | None = Field(None, gt=0.0, description="< 1 sharpens, > 1 flattens")
+    seed: int | None = Field(None, ge=0, description="the same seed gives the same samples")
 
     @model_validator(mode="after")
-    def _nbest_within_beam(self) -> TranslateRequest:
-        if self.nbest > self.beam:
+    def _search_or_samples(self) -> TranslateRequest:
+        given = self.model_fields_set
+        if self.sample and "beam" in given:
+            raise UserError('beam has no effect with "sample": nbest gives the number of samples')
+        if self.sample and self.nbest > MAX_BEAM:
+            raise UserError(f"nbest ({self.nbest}) samples: at most {MAX_BEAM} per sentence")
+        if not self.sample and self.nbest > self.beam:
             raise UserError(f"nbest ({self.nbest}) must be <= beam ({self.beam})")
+        for name in SAMPLING:
+            if name in given and not self.sample:
+                raise UserError(f'{name} needs "sample": true')
+        if "alignment_layer" in given and not self.alignments:
+            raise UserError('alignment_layer needs "alignments": true')
+        return self
+
+    @model_validator(mode="after")
+    def _one_per_sentence(self) -> TranslateRequest:
+        for name in ("prefix", "constraints"):
+            per_sentence = getattr(self, name)
+            if per_sentence is not None and len(per_sentence) != len(self.text):
+                raise UserError(
+                    f"{name} has {len(per_sentence)} items but text has {len(self.text)}: give "
+                    "one per sentence"
+                )
         return self
 
     def decode_config(self) -> DecodeConfig:
+        """The search's settings; a sampled request keeps only alpha (its scores) and the
+        length limit, so that sampled requests of one ``sampling`` share a decode call."""
         return DecodeConfig(
-            beam=self.beam,
+            beam=1 if self.sample else self.beam,
             alpha=self.alpha,
             max_len_a=DEFAULT.max_len_a,
             max_len_b=DEFAULT.max_len_b,
-            nbest=self.nbest,
+            nbest=1 if self.sample else self.nbest,
         )
+
+    def sampling(self) -> SampleConfig | None:
+        if not self.sample:
+            return None
+        given = {name: getattr(self, name) for name in SAMPLING if getattr(self, name) is not None}
+        return SampleConfig(samples=self.nbest, **given)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -236,7 +293,7 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         app.state.batcher = Batcher(
             translator.decode,
             cost=lambda job: job.tokens,
-            key=lambda job: job.config,
+            key=lambda job: job.key,
             max_cost=limits.max_batch_tokens,
             max_wait_s=limits.max_wait_ms / 1000,
         )
@@ -281,7 +338,20 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
                     f"text[{i}] is {len(src)} subword tokens; the model reads at most "
                     f"{translator.max_source_tokens}",
                 )
-        job = TranslateJob(sources, body.decode_config(), body.attention)
+        config = body.decode_config()
+        try:  # checked here, so that a bad one is a 422 before any decoding
+            constraints = translator.constraints(sources, config, body.prefix, body.constraints)
+            layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
+        except UserError as err:
+            return _error(422, str(err))
+        job = TranslateJob(
+            sources,
+            config,
+            body.attention,
+            sampling=body.sampling(),
+            constraints=constraints,
+            alignment_layer=layer,
+        )
         batcher: Batcher = request.app.state.batcher
         try:
             answers = await _unless_hung_up(request, batcher.submit(job))

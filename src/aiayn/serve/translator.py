@@ -3,13 +3,16 @@
 Everything here runs on the batcher's worker thread (``decode``) or touches no model state
 (``encode``, ``info``), so the model is only ever used by one thread at a time. The library
 does the work: ``load_transformer`` reads the checkpoint, ``Vocab.encode_source`` makes the source
-ids, ``decode_ids`` searches, and ``Transformer.attention_weights`` (the path behind the demo's
-attention pictures) gives the encoder-decoder attention of the best hypothesis.
+ids, ``decode_ids`` searches (or samples, with prefixes and lexical constraints made by
+``text_constraint``), ``output_alignment`` aligns words as ``aiayn translate --alignments``
+does, and ``Transformer.attention_weights`` (the path behind the demo's attention pictures)
+gives the encoder-decoder attention of the best hypothesis.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,16 @@ import torch
 
 from ..checkpoint import load_translator, read_meta
 from ..data import Vocab
-from ..decode import DecodeConfig, Hypothesis, decode_ids, for_decoding
+from ..decode import (
+    DecodeConfig,
+    Hypothesis,
+    OutputConstraint,
+    SampleConfig,
+    decode_ids,
+    for_decoding,
+    text_constraint,
+)
+from ..decode.align import output_alignment
 from ..errors import UserError
 from ..model import Transformer, count_parameters
 
@@ -28,16 +40,26 @@ ENC_DEC = "encoder-decoder attention"
 
 @dataclass(frozen=True)
 class TranslateJob:
-    """One request: source ids per sentence (``[]`` for a blank one), how to decode them, and
-    whether to return the attention of each best hypothesis."""
+    """One request: source ids per sentence (``[]`` for a blank one), how to decode them
+    (searched, or sampled with ``sampling``; a constraint per sentence or None), whether to
+    return the attention of each best hypothesis, and the layer that aligns words (None: no
+    alignments)."""
 
     sources: list[list[int]]
     config: DecodeConfig
     attention: bool = False
+    sampling: SampleConfig | None = None
+    constraints: list[OutputConstraint | None] | None = None
+    alignment_layer: int | None = None
 
     @property
     def tokens(self) -> int:
         return sum(len(s) for s in self.sources)
+
+    @property
+    def key(self) -> Hashable:
+        """Jobs of one key can share a decode call (constraints are per sentence)."""
+        return self.config, self.sampling
 
 
 class Translator:
@@ -80,22 +102,59 @@ class Translator:
     def encode(self, lines: list[str]) -> list[list[int]]:
         return [self.vocab.encode_source(line) for line in lines]
 
+    def constraints(
+        self,
+        sources: list[list[int]],
+        config: DecodeConfig,
+        prefixes: Sequence[str] | None,
+        phrases: Sequence[Sequence[str]] | None,
+    ) -> list[OutputConstraint | None] | None:
+        """Each sentence's prefix and phrases as a constraint (None without any), or
+        ``UserError`` naming a sentence whose constraint does not fit its output's length."""
+        if prefixes is None and phrases is None:
+            return None
+        prefixes = prefixes or [""] * len(sources)
+        phrases = phrases or [[]] * len(sources)
+        built = [
+            text_constraint(self.vocab, prefix, words, where=f"text[{i}]")
+            for i, (prefix, words) in enumerate(zip(prefixes, phrases))
+        ]
+        lengths = torch.tensor([len(s) for s in sources])
+        limits = config.max_len(lengths, self.max_source_tokens).tolist()
+        for constraint, source, limit in zip(built, sources, limits):
+            if constraint is not None and source:  # a blank line is not decoded
+                constraint.start(source, limit)
+        return built if any(c is not None for c in built) else None
+
+    def alignment_layer(self, layer: int | None) -> int:
+        """The decoder layer a request aligns with (None: the last), or ``UserError``."""
+        layer, n = -1 if layer is None else layer, self.model.cfg.N_dec
+        if not -n <= layer < n:
+            raise UserError(
+                f"alignment_layer {layer}: the model has {n} decoder layer(s) (0..{n - 1}, or "
+                "-1 for the last)"
+            )
+        return layer
+
     def decode(self, jobs: list[TranslateJob]) -> list[list[dict[str, Any]]]:
-        """Jobs that share one ``DecodeConfig`` -> per job, per sentence, its translation.
+        """Jobs that share one key (``DecodeConfig`` and ``SampleConfig``) -> per job, per
+        sentence, its translation.
 
         All sentences of all jobs go to one ``decode_ids`` call, which sorts them by length
-        into batches; the answers are split back per job in input order.
+        into batches; the answers are split back per job in input order. A sentence samples
+        by its place in its own request, so its samples do not depend on the other jobs.
         """
-        config = jobs[0].config
-        if any(job.config != config for job in jobs):
-            raise ValueError("jobs decoded together must share one DecodeConfig")
-        sources = [s for job in jobs for s in job.sources]
+        if any(job.key != jobs[0].key for job in jobs):
+            raise ValueError("jobs decoded together must share one DecodeConfig and sampling")
         v = self.vocab
         nbest = decode_ids(
             self.model,
-            sources,
-            config,
+            [s for job in jobs for s in job.sources],
+            jobs[0].config,
             max_tokens=DECODE_MAX_TOKENS,
+            constraint=[c for job in jobs for c in job.constraints or [None] * len(job.sources)],
+            sampling=jobs[0].sampling,
+            first_index=[i for job in jobs for i in range(len(job.sources))],
             pad_id=v.pad_id,
             bos_id=v.bos_id,
             eos_id=v.eos_id,
@@ -104,14 +163,16 @@ class Translator:
         for job in jobs:
             answers.append(
                 [
-                    self._answer(src, hyps, job.attention)
+                    self._answer(src, hyps, job)
                     for src, hyps in zip(job.sources, nbest[start : start + len(job.sources)])
                 ]
             )
             start += len(job.sources)
         return answers
 
-    def _answer(self, source: list[int], hyps: list[Hypothesis], attention: bool) -> dict[str, Any]:
+    def _answer(
+        self, source: list[int], hyps: list[Hypothesis], job: TranslateJob
+    ) -> dict[str, Any]:
         best = hyps[0] if hyps else None
         answer: dict[str, Any] = {
             "text": self.vocab.decode(best.tokens) if best else "",
@@ -121,8 +182,14 @@ class Translator:
                 for h in hyps
             ],
         }
-        if attention:
+        if job.attention:
             answer["attention"] = self.attention(source, best) if best else None
+        if job.alignment_layer is not None:
+            for item, h in zip(answer["nbest"], hyps):
+                item["alignment"] = output_alignment(
+                    self.model, source, h.tokens, self.vocab, job.alignment_layer
+                )
+            answer["alignment"] = answer["nbest"][0]["alignment"] if hyps else None
         return answer
 
     def attention(self, source: list[int], hyp: Hypothesis) -> dict[str, Any]:
