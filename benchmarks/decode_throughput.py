@@ -210,7 +210,7 @@ def test_split_times(
     weights, and how many outputs it shares with the packed one."""
     from aiayn.checkpoint import VOCAB, load_transformer
     from aiayn.data import Vocab, bundled_corpus_paths
-    from aiayn.io import read_lines
+    from aiayn.files import read_lines
 
     model = for_decoding(load_transformer(checkpoint)[0], quantize_mode)
     plain = load_transformer(checkpoint)[0].eval() if unpacked and not quantize_mode else None

@@ -93,7 +93,7 @@ from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.data import TokenDataset, Vocab, bundled_corpus_paths  # noqa: E402
 from aiayn.demo import prepare_bundled  # noqa: E402
 from aiayn.errors import UserError
-from aiayn.io import (
+from aiayn.files import (
     publish_dir,
     read_lines,
     temp_dir_beside,

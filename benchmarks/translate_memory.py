@@ -43,7 +43,7 @@ sys.path.insert(0, str(SRC))
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.checkpoint import save_checkpoint  # noqa: E402
 from aiayn.data import Vocab, bundled_corpus_paths  # noqa: E402
-from aiayn.io import count_lines, iter_lines  # noqa: E402
+from aiayn.files import count_lines, iter_lines  # noqa: E402
 
 MAX_SOURCE = 12  # subwords (eos included) of a line kept: far below the model's positions
 POSITIONS = 16

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _safety import copy_run, one_line_error, run_cli
+from _cli import copy_run, one_line_error, run_cli
 from safetensors.torch import load_file, save_file
 
 from aiayn.checkpoint import (

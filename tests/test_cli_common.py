@@ -3,7 +3,7 @@ work, for every command that takes it."""
 
 import pytest
 import torch
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.cli.common import check_device

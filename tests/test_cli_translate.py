@@ -6,7 +6,7 @@ import sys
 import warnings
 
 import pytest
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.decode import DecodeConfig, translate

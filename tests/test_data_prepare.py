@@ -118,7 +118,7 @@ def test_a_file_that_is_no_sentencepiece_model_is_named(tmp_path, content):
 
 
 def test_translate_names_a_garbage_spm_model_in_one_line(tiny_run, tmp_path, capsys):
-    from _safety import one_line_error, run_cli
+    from _cli import one_line_error, run_cli
 
     from aiayn.checkpoint import latest_checkpoint
 
@@ -251,7 +251,7 @@ def _pair(tmp_path, n: int = 30):
 
 
 def test_prepare_with_a_given_vocabulary_binarises_with_it(tiny_run, tmp_path, capsys):
-    from _safety import run_cli
+    from _cli import run_cli
 
     vocab_file = tiny_run / "checkpoints" / "update_0000003" / "spm.model"
     src, tgt = _pair(tmp_path)
@@ -272,7 +272,7 @@ def test_prepare_with_a_given_vocabulary_binarises_with_it(tiny_run, tmp_path, c
 
 @pytest.mark.parametrize("case", ["with a size", "not a model", "its own output"])
 def test_prepare_vocab_refuses_in_one_line(tiny_run, tmp_path, capsys, case):
-    from _safety import one_line_error, run_cli
+    from _cli import one_line_error, run_cli
 
     src, tgt = _pair(tmp_path)
     out = tmp_path / "d"

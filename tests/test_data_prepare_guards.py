@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _safety import dead_leftover
+from _cli import dead_leftover
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +21,7 @@ from aiayn.data import corpus as corpus_module
 from aiayn.data.binarize import binarize_split, split_files
 from aiayn.data.readers import iter_lines, iter_parallel
 from aiayn.errors import UserError
-from aiayn.io import temp_dir_beside
+from aiayn.files import temp_dir_beside
 from aiayn.train import TrainConfig
 
 WORDS = "the a house dog cat runs sees big small red green old new and with in on of".split()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.data import Vocab

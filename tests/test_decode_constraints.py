@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_decode import B_, EOS, PAD, SRC, TABLE, A, PrefixCache, ScriptedModel
@@ -16,7 +16,7 @@ from test_decode import B_, EOS, PAD, SRC, TABLE, A, PrefixCache, ScriptedModel
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.decode import DecodeConfig, OutputConstraint, SampleConfig, beam_search, score_ids
 from aiayn.decode.sample import sample
-from aiayn.io import read_lines
+from aiayn.files import read_lines
 
 V = 10  # pad, unk, bos, eos and the six content tokens 4..9
 

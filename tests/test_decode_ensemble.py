@@ -8,7 +8,7 @@ import math
 import shutil
 
 import pytest
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 from test_decode import B_, EOS, SHORT, SRC, TABLE, A, ScriptedModel, random_src, tiny_model
 
 from aiayn.checkpoint import VOCAB, latest_checkpoint

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 from test_decode import B_, EOS, TABLE, A, ScriptedModel
 
 from aiayn.checkpoint import latest_checkpoint

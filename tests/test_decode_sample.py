@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 from test_decode import B_, EOS, SRC, TABLE, A, ScriptedModel, random_src, tiny_model
 
 from aiayn.checkpoint import latest_checkpoint

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 from test_decode import B_, EOS, PAD, SRC, TABLE, A, ScriptedModel, tiny_model
 
 from aiayn.checkpoint import VOCAB, latest_checkpoint
@@ -16,7 +16,7 @@ from aiayn.data import Vocab
 from aiayn.data.collate import pad_rows
 from aiayn.decode import DecodeConfig, beam_search, score_ids
 from aiayn.evaluate import reference_perplexity
-from aiayn.io import read_lines
+from aiayn.files import read_lines
 from aiayn.train.loss import label_smoothed_nll
 
 

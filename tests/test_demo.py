@@ -7,14 +7,14 @@ import sys
 
 import pytest
 import sacrebleu
-from _safety import one_line_error, run_cli
+from _cli import one_line_error, run_cli
 
 from aiayn import checkpoint as ckpt
 from aiayn import demo as demo_module
 from aiayn.data import Vocab, bundled_corpus_paths
 from aiayn.demo import demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
-from aiayn.io import read_lines
+from aiayn.files import read_lines
 
 
 @pytest.fixture(scope="module")

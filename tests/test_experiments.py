@@ -17,8 +17,8 @@ from aiayn.data import TokenDataset
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
 from aiayn.experiments import run_experiment, table1, table3, training
-from aiayn.experiments.corpus import Corpus, valid_paths
 from aiayn.experiments.heads import head_statistics, is_punctuation
+from aiayn.experiments.inputs import Corpus, valid_paths
 from aiayn.experiments.runner import Budget, Experiment, Row, read_budget, run_rows
 from aiayn.model import count_parameters
 from aiayn.train import trainer as trainer_module

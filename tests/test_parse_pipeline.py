@@ -14,8 +14,8 @@ import sys
 
 import pytest
 import torch
+from _cli import one_line_error, run_cli
 from _ptb_sample import FIXTURE_DIR, fixture_split, require_ptb_dir
-from _safety import one_line_error, run_cli
 
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
@@ -27,7 +27,7 @@ from aiayn.parsing import (
     linearize,
     parse_trees,
     pipeline,
-    read_lines,
+    read_tree_lines,
     read_treebank,
     split_wsj_sample,
     to_bracketed,
@@ -92,7 +92,7 @@ def _lines(path) -> list[str]:
 def test_prepare_writes_aligned_text_and_gold_trees(prepared, split):
     out, summary = prepared
     src, tgt = (_lines(p) for p in text_paths(out, split))
-    gold = read_lines(out / f"{split}.gold")
+    gold = read_tree_lines(out / f"{split}.gold")
     assert len(src) == len(tgt) == len(gold) == summary["sentences"][split] > 0
     for words, target, tree in zip(src, tgt, gold):
         assert words.split() == tree.words()
@@ -121,7 +121,7 @@ def test_bracket_tokens_are_single_pieces(prepared):
 def test_decoded_pieces_delinearize_to_the_gold_tree(prepared):
     out, _ = prepared
     vocab = Vocab.load(out / "spm.model")
-    for tree in read_lines(out / "dev.gold")[:10]:
+    for tree in read_tree_lines(out / "dev.gold")[:10]:
         ids = vocab.encode(" ".join(linearize(tree)))
         tokens = ids_to_tokens(vocab, [vocab.bos_id, *ids, vocab.eos_id, *ids[:3], vocab.pad_id])
         assert tokens == linearize(tree)
@@ -182,8 +182,8 @@ def test_evaluate_agrees_with_evalb_on_its_prediction_file(tiny_checkpoint, tmp_
     data, ckpt = tiny_checkpoint
     decode = DecodeConfig(beam=2, alpha=0.3, max_len_a=1.0, max_len_b=15)
     result = evaluate_parser(ckpt, data, "dev", decode, out_dir=tmp_path)
-    gold = read_lines(data / "dev.gold")
-    predicted = read_lines(tmp_path / "dev.parsed")
+    gold = read_tree_lines(data / "dev.gold")
+    predicted = read_tree_lines(tmp_path / "dev.parsed")
     assert len(predicted) == result["sentences"] == 4
     for g, p in zip(gold, predicted):  # source words and gold tags on every prediction
         assert p.words() == g.words() and p.tags() == g.tags()
@@ -201,7 +201,7 @@ def test_evaluate_agrees_with_evalb_on_its_prediction_file(tiny_checkpoint, tmp_
     assert f"repaired outputs {result['repaired']} of 4" in report
     # --limit scores the first sentences only.
     limited = evaluate_parser(ckpt, data, "dev", decode, limit=2, out_dir=tmp_path / "limited")
-    assert limited["sentences"] == len(read_lines(tmp_path / "limited" / "dev.parsed")) == 2
+    assert limited["sentences"] == len(read_tree_lines(tmp_path / "limited" / "dev.parsed")) == 2
 
 
 def test_parse_lines_gives_xx_tagged_trees_over_the_input_words(tiny_checkpoint):
@@ -267,7 +267,7 @@ def test_tag_leaves_are_single_pieces_and_the_constraint_still_counts_words(tree
         t for tree in read_treebank(split.train) for t in tree.tags()
     }
     assert {"DT", "NN", ",", "."} <= set(leaf_tokens(vocab))
-    for tree, target in zip(read_lines(out / "dev.gold"), _lines(text_paths(out, "dev")[1])):
+    for tree, target in zip(read_tree_lines(out / "dev.gold"), _lines(text_paths(out, "dev")[1])):
         assert [t for t in target.split() if not is_bracket(t)] == tree.tags()
     # One piece per training target token: a tag is one decoder step, like a bracket.
     for target in _lines(text_paths(out, "train")[1]):
@@ -336,7 +336,7 @@ def test_the_command_line_prepares_the_fixture(tmp_path):
     summary = json.loads(out)
     assert summary["sentences"] == {"train": 16, "dev": 4, "test": 3}
     assert summary["files"] == {"train": 3, "dev": 1, "test": 1}
-    assert len(read_lines(tmp_path / "data" / "test.gold")) == 3
+    assert len(read_tree_lines(tmp_path / "data" / "test.gold")) == 3
 
 
 # --- a checkpoint decodes with the leaf form it was trained on ---------------------------------

@@ -18,7 +18,7 @@ from aiayn.parsing import (
     evalb_score,
     linearize,
     parse_trees,
-    write_lines,
+    write_tree_lines,
 )
 from aiayn.parsing.evalb import EvalbAborted
 
@@ -288,8 +288,8 @@ def test_matches_evalb_program(tmp_path: Path) -> None:
         ]  # a few length-unmatch errors
         for i, t in enumerate(gold)
     ]
-    write_lines(gold, tmp_path / "gold.txt")
-    write_lines(test, tmp_path / "test.txt")
+    write_tree_lines(gold, tmp_path / "gold.txt")
+    write_tree_lines(test, tmp_path / "test.txt")
     (tmp_path / "COLLINS.prm").write_text(COLLINS_PRM)
     out = subprocess.run(
         [

@@ -14,14 +14,14 @@ from aiayn.parsing import (
     linearize,
     parse_trees,
     preprocess,
-    read_lines,
     read_mrg,
+    read_tree_lines,
     source_text,
     split_wsj,
     split_wsj_sample,
     to_bracketed,
-    write_lines,
-    write_parallel,
+    write_tree_lines,
+    write_tree_pairs,
 )
 from aiayn.parsing.trees import strip_label
 
@@ -73,9 +73,9 @@ def test_mrg_preprocessing(tmp_path: Path) -> None:
     assert [t.label for t in raw] == ["", ""]  # the outer bracket is unlabelled
     assert [to_bracketed(preprocess(t)) for t in raw] == CLEAN
     # The one-line form reads back to the same trees.
-    write_lines([preprocess(t) for t in raw] + [None], tmp_path / "gold.txt")
+    write_tree_lines([preprocess(t) for t in raw] + [None], tmp_path / "gold.txt")
     assert [
-        None if t is None else to_bracketed(t) for t in read_lines(tmp_path / "gold.txt")
+        None if t is None else to_bracketed(t) for t in read_tree_lines(tmp_path / "gold.txt")
     ] == CLEAN + [None]
 
 
@@ -109,7 +109,7 @@ def test_read_lines_error_names_line(tmp_path: Path) -> None:
     path = tmp_path / "test.txt"
     path.write_text("(S (NN a))\n(S (NN a)) (S (NN b))\n")
     with pytest.raises(TreeSyntaxError, match=r"test.txt:2: expected one tree, found 2"):
-        read_lines(path)
+        read_tree_lines(path)
 
 
 SENT = parse_trees("(S (NP (DT the) (NN dog)) (VP (VBZ barks)) (. .))")[0]
@@ -282,7 +282,7 @@ def test_split_wsj_missing_section(tmp_path: Path) -> None:
 
 def test_write_parallel(tmp_path: Path) -> None:
     trees = [preprocess(t) for t in parse_trees(MRG)]
-    n = write_parallel(trees, tmp_path / "train.src", tmp_path / "train.tgt")
+    n = write_tree_pairs(trees, tmp_path / "train.src", tmp_path / "train.tgt")
     assert n == 2
     assert (tmp_path / "train.src").read_text().splitlines() == [
         "The plan was approved in -LRB- Tokyo -RRB- .",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _safety import dead_leftover, one_line_error, run_cli
+from _cli import dead_leftover, one_line_error, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -31,8 +31,8 @@ from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
+from aiayn.files import temp_dir_beside
 from aiayn.flops import mfu, real_lengths, training_flops
-from aiayn.io import temp_dir_beside
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.config import resolve_train_config
@@ -267,7 +267,7 @@ def test_a_second_run_on_a_running_out_fails_naming_the_holder(
 
 _HOLD_LOCK = """
 import sys, time
-from aiayn.io import exclusive_lock
+from aiayn.files import exclusive_lock
 with exclusive_lock(sys.argv[1]):
     print("locked", flush=True)
     time.sleep(600)
@@ -727,7 +727,7 @@ def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
 def _other_text(tmp_path: Path, start: int = 3000, n: int = 60) -> tuple[Path, Path]:
     """``n`` pairs of the bundled corpus that the tiny runs never saw."""
     from aiayn.data import bundled_corpus_paths
-    from aiayn.io import iter_lines
+    from aiayn.files import iter_lines
 
     paths = []
     for side, path in zip(("en", "es"), bundled_corpus_paths()["train"]):
@@ -857,7 +857,7 @@ def test_the_trainers_valid_perplexity_is_evaluates_on_the_same_sentences(tiny_c
     reference_perplexity on the raw text it was prepared from give the same perplexity."""
     from aiayn.data import Vocab, prepare_corpus
     from aiayn.evaluate import reference_perplexity
-    from aiayn.io import read_lines
+    from aiayn.files import read_lines
     from aiayn.train import TrainConfig
     from aiayn.train.trainer import Trainer
 

@@ -38,7 +38,7 @@ from torch import nn
 from .config import ModelConfig, from_dict
 from .data.vocab import Vocab
 from .errors import UserError
-from .io import (
+from .files import (
     check_not_input,
     fsync_tree,
     publish_dir,

@@ -26,7 +26,7 @@ from .data import Vocab, bundled_corpus_paths, prepare_bundled
 from .decode import DecodeConfig, for_decoding
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
-from .io import check_not_input, read_lines, write_lines_atomic, write_text_atomic
+from .files import check_not_input, read_lines, write_lines_atomic, write_text_atomic
 from .train import TrainConfig
 from .train.config import recipe_config
 from .train.trainer import Trainer

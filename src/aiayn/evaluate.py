@@ -19,7 +19,7 @@ from .data.collate import pad_rows
 from .decode import DecodeConfig, for_decoding, translate_corpus
 from .decode.translate import BATCH_SIZE, MAX_TOKENS
 from .errors import UserError
-from .io import (
+from .files import (
     check_not_input,
     check_output_file,
     read_lines,

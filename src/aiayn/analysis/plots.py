@@ -13,7 +13,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from ..io import atomic_file, read_lines  # noqa: E402
+from ..files import atomic_file, read_lines  # noqa: E402
 from ..model import Transformer  # noqa: E402
 
 

@@ -25,7 +25,7 @@ def _prepare(args: argparse.Namespace) -> None:
     if args.bundled:
         splits = bundled_corpus_paths()
     elif args.wmt14:
-        from ..data.corpus import check_target
+        from ..data.prepare import check_target
         from ..data.wmt import download_wmt14
 
         check_target(Path(args.out))  # before hours of downloading

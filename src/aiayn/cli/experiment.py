@@ -12,7 +12,7 @@ from ..errors import UserError
 def _experiment(args: argparse.Namespace) -> None:
     from ..experiments import TRAINING, run_experiment
     from ..experiments.runner import read_budget
-    from ..io import check_not_input
+    from ..files import check_not_input
 
     budget = read_budget(args.budget or [])
     out = Path(args.out or f"runs/exp/{args.name}")
@@ -24,7 +24,7 @@ def _experiment(args: argparse.Namespace) -> None:
     check_not_input(out, [data, args.checkpoint, *(args.valid or ())], option="--out")
     inputs: dict = {}
     if args.name in TRAINING:
-        from ..experiments.corpus import Corpus, load_corpus, valid_paths
+        from ..experiments.inputs import Corpus, load_corpus, valid_paths
 
         # --report-only runs nothing, so it prepares no corpus: the record check names a wrong --data
         inputs["corpus"] = (
@@ -33,7 +33,7 @@ def _experiment(args: argparse.Namespace) -> None:
             else load_corpus(Path(args.data), args.valid)
         )
     elif args.name == "heads":
-        from ..experiments.corpus import valid_paths
+        from ..experiments.inputs import valid_paths
 
         if not args.checkpoint:
             raise UserError("experiment heads needs --checkpoint (e.g. runs/demo/averaged)")

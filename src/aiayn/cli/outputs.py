@@ -25,7 +25,7 @@ class PerLine:
 
     @classmethod
     def read(cls, option: str, path: str | None) -> PerLine | None:
-        from ..io import read_lines
+        from ..files import read_lines
 
         return None if path is None else cls(option, path, read_lines(path))
 

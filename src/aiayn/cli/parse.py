@@ -75,7 +75,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _parse(args: argparse.Namespace) -> None:
-    from ..io import iter_lines
+    from ..files import iter_lines
     from ..parsing.pipeline import parse_lines
 
     set_threads(args)

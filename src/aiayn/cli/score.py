@@ -16,7 +16,7 @@ from .common import add_decode_args, decode_config, load_decoder
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     """(sources, references, what errors call the references) from ``--src``/``--ref``, or
     from ``source<TAB>reference`` lines on stdin."""
-    from ..io import iter_lines
+    from ..files import iter_lines
 
     if (args.src is None) != (args.ref is None):
         raise UserError("give --src and --ref together, or neither (then: TSV on stdin)")

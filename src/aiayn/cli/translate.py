@@ -47,7 +47,7 @@ def translate_stream(
     (``aiayn.decode.translate_corpus``, whose options ``corpus`` holds: window, max_tokens,
     batch_size, progress, total), so memory stays flat however long the input.
 
-    Lines are split by the rule of ``aiayn.io``. A line that is not valid UTF-8 gets an empty
+    Lines are split by the rule of ``aiayn.files``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
     ``UserError`` names those lines (``name`` is what it calls the input). A line longer than
     the model's positions is truncated and named on stderr by its line in the input.
@@ -57,7 +57,7 @@ def translate_stream(
     (default: the beam search's best translation only).
     """
     from ..decode import load_models, translate, translate_corpus
-    from ..io import split_lines
+    from ..files import split_lines
 
     model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
     lines = _Lines(name)
@@ -92,7 +92,7 @@ class _Lines:
     first_bad: list[int] = field(default_factory=list)  # the first 10: memory stays flat
 
     def texts(self, raw: Iterable[bytes]) -> Iterator[str]:
-        from ..io import decode_line
+        from ..files import decode_line
 
         for line in raw:
             self.count += 1
@@ -134,12 +134,12 @@ def _say_truncated(index: int, tokens: int, cap: int, *, name: str) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
-    from ..io import count_lines, open_binary
+    from ..files import count_lines, open_binary
 
     corpus = corpus_options(args)
     source = (
         open_binary(args.input) if args.input else sys.stdin.buffer
-    )  # bytes: aiayn.io splits lines
+    )  # bytes: aiayn.files splits lines
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
     progress = show_progress(args) and not interactive
     if interactive:

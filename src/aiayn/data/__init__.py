@@ -14,7 +14,7 @@ Typical use::
 from .batching import TokenBudgetSampler
 from .binarize import TokenDataset, check_vocab, read_meta
 from .collate import Batch, collate
-from .corpus import bundled_corpus_paths, prepare_bundled, prepare_corpus
+from .prepare import bundled_corpus_paths, prepare_bundled, prepare_corpus
 from .readers import ReadStats, iter_parallel, iter_tsv, read_parallel, read_tsv
 from .vocab import Vocab
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-from ..io import temp_dir_beside
+from ..files import temp_dir_beside
 from .vocab import Vocab
 
 SIDES = ("src", "tgt")

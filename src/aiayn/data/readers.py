@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import UserError
-from ..io import iter_lines
+from ..files import iter_lines
 
 PathLike = str | os.PathLike
 

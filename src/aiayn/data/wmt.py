@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import write_parallel
+from ..files import write_parallel
 from .readers import iter_lines
 
 WMT14_PAIRS = ("de-en", "fr-en")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..data import Vocab
 from ..data.binarize import TokenDataset, subset_dataset
-from .corpus import Corpus
+from .inputs import Corpus
 from .runner import Budget, Experiment, Row, markdown_table
 from .training import score, train_row, training_experiment
 

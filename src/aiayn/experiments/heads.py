@@ -23,8 +23,8 @@ import torch
 
 from .. import checkpoint as ckpt
 from ..data import Vocab
-from ..io import read_lines
-from .corpus import recorded_valid
+from ..files import read_lines
+from .inputs import recorded_valid
 from .runner import Budget, Experiment, Row, markdown_table
 
 SHARES = ("previous", "next", "itself", "punctuation", "eos")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..data.binarize import TokenDataset, read_meta, subset_dataset
-from .corpus import Corpus
+from .inputs import Corpus
 from .runner import Budget, Experiment, Row, markdown_table
 from .training import train_row, training_experiment
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from ..config import with_overrides
 from ..errors import UserError
-from ..io import exclusive_lock, write_text_atomic
+from ..files import exclusive_lock, write_text_atomic
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from .corpus import Corpus
+from .inputs import Corpus
 from .runner import Budget, Experiment, markdown_table
 from .training import training_experiment, variant_rows
 

@@ -20,7 +20,7 @@ from ..flops import forward_flops
 from ..model import count_parameters
 from ..train.config import recipe_config
 from ..train.trainer import Trainer
-from .corpus import Corpus
+from .inputs import Corpus
 from .runner import Budget, Experiment, Row
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..io import check_not_input
+from ..files import check_not_input
 from .common import MARKER, ExportError, check_out, load_for_export
 
 FORMATS = ("hf", "ctranslate2")

@@ -23,7 +23,7 @@ import torch
 
 from ..config import ModelConfig
 from ..errors import UserError
-from ..io import check_parent, publish_dir, temp_dir_beside
+from ..files import check_parent, publish_dir, temp_dir_beside
 
 MARKER = "aiayn-export.json"
 

@@ -5,7 +5,6 @@ their linearisation for the Transformer, and EVALB scoring. Pure Python, no torc
 so needs torch; import it by name: this package does not, so that trees, linearisation and
 EVALB load without torch (``tests/test_torch_free.py``)."""
 
-from .corpus import WsjSplit, split_wsj, split_wsj_sample, write_parallel
 from .evalb import COLLINS, EvalbAborted, EvalbParams, EvalbResult, evalb_score
 from .linearize import (
     Leaves,
@@ -22,18 +21,19 @@ from .trees import (
     TreeSyntaxError,
     parse_trees,
     preprocess,
-    read_lines,
     read_mrg,
+    read_tree_lines,
     read_treebank,
     to_bracketed,
-    write_lines,
+    write_tree_lines,
 )
+from .wsj import WsjSplit, split_wsj, split_wsj_sample, write_tree_pairs
 
 __all__ = [
     "WsjSplit",
     "split_wsj",
     "split_wsj_sample",
-    "write_parallel",
+    "write_tree_pairs",
     "COLLINS",
     "EvalbAborted",
     "EvalbParams",
@@ -51,9 +51,9 @@ __all__ = [
     "TreeSyntaxError",
     "parse_trees",
     "preprocess",
-    "read_lines",
+    "read_tree_lines",
     "read_mrg",
     "read_treebank",
     "to_bracketed",
-    "write_lines",
+    "write_tree_lines",
 ]

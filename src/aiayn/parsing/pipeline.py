@@ -34,13 +34,12 @@ from ..data import Vocab, check_vocab, prepare_corpus
 from ..data import read_meta as read_dataset_meta
 from ..decode import DecodeConfig, decode_ids
 from ..errors import UserError
-from ..io import check_not_input, write_lines_atomic
+from ..files import check_not_input, write_lines_atomic
 from .constraint import TreeConstraint
-from .corpus import write_parallel
 from .evalb import evalb_score
 from .linearize import Leaves, delinearize, index_token, is_bracket, linearize, source_line
-from .trees import Tree, read_treebank, to_bracketed, write_lines
-from .trees import read_lines as read_tree_lines
+from .trees import Tree, read_tree_lines, read_treebank, to_bracketed, write_tree_lines
+from .wsj import write_tree_pairs
 
 WORD_BOUNDARY = "\u2581"  # SentencePiece's "▁"
 PARSING_SPLITS = ("train", "dev", "test")
@@ -120,9 +119,9 @@ def prepare_parsing(
     for split, split_trees in trees.items():
         if not split_trees:
             raise UserError(f"the {split} split has no trees")
-        write_parallel(split_trees, *text_paths(out, split), leaves=leaves)
+        write_tree_pairs(split_trees, *text_paths(out, split), leaves=leaves)
         if split != "train":
-            write_lines(split_trees, gold_path(out, split))
+            write_tree_lines(split_trees, gold_path(out, split))
     # Markers for the longest sentence of any split, and for at least MIN_INDEX_TOKENS words
     # so that `aiayn parse parse` can take longer sentences than the treebank's.
     longest = max(len(tree.words()) for split_trees in trees.values() for tree in split_trees)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import iter_lines, write_lines_atomic
+from ..files import iter_lines, write_lines_atomic
 
 __all__ = [
     "Leaf",
@@ -27,12 +27,12 @@ __all__ = [
     "TreeSyntaxError",
     "parse_trees",
     "read_mrg",
-    "read_lines",
+    "read_tree_lines",
     "read_treebank",
     "strip_label",
     "preprocess",
     "to_bracketed",
-    "write_lines",
+    "write_tree_lines",
 ]
 
 # Labels of the outer bracket that carries no constituent of its own.
@@ -149,7 +149,7 @@ def read_mrg(path: str | Path) -> list[Tree]:
     return parse_trees(path.read_text(encoding="utf-8"), source=str(path))
 
 
-def read_lines(path: str | Path) -> list[Tree | None]:
+def read_tree_lines(path: str | Path) -> list[Tree | None]:
     """A one-tree-per-line file, raw. A blank line is ``None``: a parser's failed sentence,
     which EVALB counts as skipped, so it must keep its place."""
     out: list[Tree | None] = []
@@ -208,6 +208,6 @@ def to_bracketed(node: Tree | Leaf) -> str:
     return f"({node.label} {' '.join(to_bracketed(child) for child in node.children)})"
 
 
-def write_lines(trees: Iterable[Tree | None], path: str | Path) -> None:
+def write_tree_lines(trees: Iterable[Tree | None], path: str | Path) -> None:
     """One tree per line, the format EVALB reads; ``None`` becomes a blank line."""
     write_lines_atomic(path, ("" if tree is None else to_bracketed(tree) for tree in trees))

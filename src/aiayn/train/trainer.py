@@ -34,8 +34,8 @@ from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate
 from ..decode import DecodeConfig
 from ..errors import UserError
 from ..evaluate import eval_mode
+from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
-from ..io import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
 from . import distributed
 from .best import BestSoFar

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from _safety import TINY, config, copy_run, one_line_error, run_cli
+from _cli import TINY, config, copy_run, one_line_error, run_cli
 
 from aiayn.checkpoint import (
     META,
@@ -25,7 +25,7 @@ from aiayn.checkpoint import (
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
-from aiayn.io import read_lines
+from aiayn.files import read_lines
 from aiayn.train import load_train_config
 from aiayn.train.config import resolve_train_config
 from aiayn.train.trainer import Trainer
@@ -225,7 +225,7 @@ MIXED = b"In the beginning\rGod created\r\nthe heaven\n"  # 2 lines: a bare CR i
 
 
 def test_translate_file_and_stdin_split_lines_alike(tiny_run, tmp_path, capsys, monkeypatch):
-    import io as std_io
+    import io
     import sys
 
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
@@ -236,7 +236,7 @@ def test_translate_file_and_stdin_split_lines_alike(tiny_run, tmp_path, capsys, 
     )
     assert code == 0, err
     assert len(from_file.splitlines()) == 2
-    monkeypatch.setattr(sys, "stdin", std_io.TextIOWrapper(std_io.BytesIO(MIXED)))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(MIXED)))
     code, from_stdin, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--beam", 1)
     assert code == 0, err
     assert from_stdin == from_file

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _safety import config, copy_run, one_line_error, run_cli
+from _cli import config, copy_run, one_line_error, run_cli
 
 from aiayn import checkpoint
 from aiayn.checkpoint import (

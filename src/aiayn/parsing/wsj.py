@@ -5,7 +5,7 @@ Splits are by file, never by sentence, as in every WSJ parsing paper: sections 0
 (``wsj_0001.mrg`` .. ``wsj_0199.mrg``, from sections 00 and 01) has no such sections, so it
 is cut by file number: 0001-0179 train, 0180-0189 dev, 0190-0199 test.
 
-``write_parallel`` turns trees into a source file (the words) and a target file (the
+``write_tree_pairs`` turns trees into a source file (the words) and a target file (the
 linearised tree), one sentence per line, so that vocabulary building, training and beam search
 run on parsing exactly as on translation.
 """
@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import io
+from .. import files
 from .linearize import Leaves, linearize, source_text
 from .trees import Tree
 
-__all__ = ["WsjSplit", "split_wsj_sample", "split_wsj", "write_parallel"]
+__all__ = ["WsjSplit", "split_wsj_sample", "split_wsj", "write_tree_pairs"]
 
 _SAMPLE_FILE = re.compile(r"wsj_(\d{4})\.mrg")
 
@@ -68,13 +68,13 @@ def split_wsj(root: str | Path) -> WsjSplit:
     )
 
 
-def write_parallel(
+def write_tree_pairs(
     trees: Iterable[Tree], src_path: str | Path, tgt_path: str | Path, leaves: Leaves = "XX"
 ) -> int:
     """Write each tree's words to ``src_path`` and its linearisation to ``tgt_path``, one
-    sentence a line (``aiayn.io.write_parallel``: atomic, aligned); returns the number of
+    sentence a line (``aiayn.files.write_parallel``: atomic, aligned); returns the number of
     sentences. Trees should be ``preprocess``-ed."""
-    return io.write_parallel(
+    return files.write_parallel(
         ((source_text(tree, leaves), " ".join(linearize(tree, leaves))) for tree in trees),
         src_path,
         tgt_path,

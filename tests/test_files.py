@@ -1,20 +1,20 @@
-"""aiayn.io: the one line-reading rule and the atomic writers, pinned by examples and by
+"""aiayn.files: the one line-reading rule and the atomic writers, pinned by examples and by
 Hypothesis; and the config parser, which must answer any text with a config or a ValueError."""
 
-import io as std_io
+import io
 import os
 import subprocess
 import sys
 
 import pytest
-from _safety import dead_leftover
+from _cli import dead_leftover
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aiayn import io as aiayn_io
+from aiayn import files as aiayn_files
 from aiayn.data.readers import iter_lines as corpus_lines
 from aiayn.errors import UserError
-from aiayn.io import (
+from aiayn.files import (
     atomic_file,
     check_not_input,
     count_lines,
@@ -116,7 +116,7 @@ random_files = st.lists(pieces, max_size=20).map(b"".join)
 def test_any_bytes_give_the_rule_or_a_named_error(tmp_path, data):
     want = expected_lines(data)
     try:
-        got = list(iter_lines(std_io.BytesIO(data), "in.txt"))
+        got = list(iter_lines(io.BytesIO(data), "in.txt"))
     except UserError as e:
         bad = next(i for i, raw in enumerate(want, start=1) if not _valid(raw))
         assert str(e).startswith(f"in.txt: line {bad}: invalid UTF-8")
@@ -272,7 +272,7 @@ def test_publish_dir_replaces_the_old_copy_and_leaves_nothing_else(tmp_path, mon
     final = _dir_with(tmp_path / "out", "old")
     tmp = _dir_with(tmp_path / ".out.new", "new")
     if not exchange:  # an OS without renameat2: the two renames
-        monkeypatch.setattr(aiayn_io, "_exchange", lambda a, b: False)
+        monkeypatch.setattr(aiayn_files, "_exchange", lambda a, b: False)
     publish_dir(tmp, final)
     assert _copy_in(final) == "new" and [p.name for p in tmp_path.iterdir()] == ["out"]
 
@@ -299,8 +299,8 @@ def test_a_crash_while_publishing_a_dir_leaves_a_complete_copy(tmp_path, monkeyp
         renames.append(src)
         os.replace(src, dst)
 
-    monkeypatch.setattr(aiayn_io.os, "rename", rename_once)
-    monkeypatch.setattr(aiayn_io.shutil, "rmtree", crash)  # the step after the swap
+    monkeypatch.setattr(aiayn_files.os, "rename", rename_once)
+    monkeypatch.setattr(aiayn_files.shutil, "rmtree", crash)  # the step after the swap
     with pytest.raises(OSError, match="power cut"):
         publish_dir(tmp, final)
     assert _copy_in(final) in ("old", "new")
@@ -332,9 +332,7 @@ def test_a_leftover_holding_the_only_copy_of_its_destination_is_kept(tmp_path):
 
 
 def test_io_does_not_import_torch():
-    code = (
-        "import sys, aiayn.io, aiayn.parsing; assert 'torch' not in sys.modules, 'torch imported'"
-    )
+    code = "import sys, aiayn.files, aiayn.parsing; assert 'torch' not in sys.modules, 'torch imported'"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import check_not_input, fsync_dir, fsync_tree, publish_dir, temp_dir_beside
+from ..files import check_not_input, fsync_dir, fsync_tree, publish_dir, temp_dir_beside
 from .binarize import (
     META,
     binarize_split,

@@ -1,4 +1,4 @@
-"""Helpers of the test_safety_* files: run the CLI in-process, check its one-line errors."""
+"""Helpers of the CLI tests: run the CLI in-process, check its one-line errors."""
 
 import shutil
 import subprocess
@@ -56,7 +56,7 @@ def dead_leftover(dest, *, holding_old_copy: bool = False):
     """What a killed process leaves: a ``temp_dir_beside(dest)`` of a process that has ended
     (with the old copy of ``dest`` inside, as publish_dir's fallback moves it aside)."""
     code = (
-        "import sys; from pathlib import Path; from aiayn.io import temp_dir_beside; "
+        "import sys; from pathlib import Path; from aiayn.files import temp_dir_beside; "
         "tmp = temp_dir_beside(sys.argv[1]); (tmp / 'model').write_text('30 MB'); "
         f"{holding_old_copy} and (tmp / Path(sys.argv[1]).name).mkdir(); print(tmp)"
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..data import bundled_corpus_paths, prepare_bundled
 from ..errors import UserError
-from ..io import read_lines
+from ..files import read_lines
 
 
 @dataclass(frozen=True)
