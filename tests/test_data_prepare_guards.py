@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from aiayn.cli.main import main
 from aiayn.data import Vocab, bundled_corpus_paths, check_vocab, prepare_corpus, read_parallel
 from aiayn.data import binarize as binarize_module
-from aiayn.data import corpus as corpus_module
+from aiayn.data import prepare as prepare_module
 from aiayn.data.binarize import binarize_split, split_files
 from aiayn.data.readers import iter_lines, iter_parallel
 from aiayn.errors import UserError
@@ -136,7 +136,7 @@ def test_interrupted_prepare_removes_its_temporary_directory(corpus, tmp_path, m
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(corpus_module, "binarize_split", interrupt)
+    monkeypatch.setattr(prepare_module, "binarize_split", interrupt)
     with pytest.raises(KeyboardInterrupt):
         prepare_corpus(corpus, out, vocab_size=80)
     assert snapshot(out) == before and leftovers(tmp_path) == []
@@ -415,7 +415,7 @@ def test_prepare_counts_lines_by_lf_only(tmp_path):
     src.write_bytes(b"one\r\ntwo\rstill two\nthree\r\r\n")
     tgt.write_bytes(b"uno\ndos\ntres\n")
     assert list(iter_lines(src)) == ["one", "two\rstill two", "three\r"]
-    stats = corpus_module.ReadStats()
+    stats = prepare_module.ReadStats()
     assert [s for s, _ in iter_parallel(src, tgt, stats=stats)] == [
         "one",
         "two\rstill two",
