@@ -22,7 +22,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
-from .data import Vocab, bundled_corpus_paths, prepare_bundled
+from .data import bundled_corpus_paths, prepare_bundled
 from .decode import DecodeConfig, for_decoding
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
@@ -145,8 +145,8 @@ def run_demo(
     averaged, k_best, valid_ppl_by_k = ckpt.average_last_best(
         kept, out / "averaged", perplexity_on(valid_src, valid_ref)
     )
-    model = for_decoding(ckpt.load_transformer(averaged)[0])  # fp32, packed for decoding
-    vocab = Vocab.load(averaged / ckpt.VOCAB)
+    model, vocab = ckpt.load_translator(averaged)
+    model = for_decoding(model)  # fp32, packed for decoding
     progress(
         "      valid ppl by number averaged: "
         + ", ".join(f"{k}: {ppl:.2f}" for k, ppl in valid_ppl_by_k.items())

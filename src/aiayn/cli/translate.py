@@ -182,13 +182,11 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def _diagnose(args: argparse.Namespace) -> None:
     from ..analysis.diagnose import encoder_spread, source_sensitivity
-    from ..checkpoint import VOCAB, load_transformer
-    from ..data import Vocab
+    from ..checkpoint import load_translator
     from ..evaluate import read_test_pair
 
     sources, references = (lines[: args.limit] for lines in read_test_pair(args.src, args.ref))
-    model, _ = load_transformer(args.checkpoint, "cpu")
-    vocab = Vocab.load(Path(args.checkpoint) / VOCAB)
+    model, vocab = load_translator(args.checkpoint, "cpu")
     report = {
         **source_sensitivity(model, vocab, sources, references),
         "encoder_spread": encoder_spread(model, vocab, sources),

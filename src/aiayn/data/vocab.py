@@ -154,8 +154,7 @@ class Vocab:
         sources too, with a warning; pass no ``max_len`` where that warning is wanted)."""
         if not text.strip():
             return []
-        ids = self.encode(text)
-        return (ids if max_len is None else ids[: max_len - 1]) + [self.eos_id]
+        return cut_source(self.encode(text) + [self.eos_id], max_len, self.eos_id)
 
     def encode_target(self, text: str, max_len: int | None = None) -> list[int]:
         """A target sentence's subwords as the decoder is trained on them, at most
@@ -204,3 +203,11 @@ class Vocab:
         for i in range(len(self)):
             h.update(f"{i}\t{self.sp.id_to_piece(i)}\t{self.sp.get_score(i)}\n".encode())
         return h.hexdigest()
+
+
+def cut_source(ids: list[int], cap: int | None, eos_id: int) -> list[int]:
+    """``ids`` cut to ``cap`` ids, a final eos kept: the one truncation rule of sources, for
+    text (``Vocab.encode_source``) and ids (``decode.translate.fit_sources``) alike."""
+    if cap is None or len(ids) <= cap:
+        return ids
+    return ids[: cap - 1] + [eos_id] if ids[-1] == eos_id else ids[:cap]

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import torch
 
 from ..data.collate import pad_rows
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, cut_source  # the vocabulary's ids: one source
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
 from .sample import SampleConfig, sample
@@ -275,8 +275,7 @@ def fit_sources(
             stacklevel=3,
         )
     for i in too_long:
-        s = sources[i]
-        sources[i] = s[: cap - 1] + [eos_id] if s[-1] == eos_id else s[:cap]
+        sources[i] = cut_source(sources[i], cap, eos_id)
     return sources
 
 

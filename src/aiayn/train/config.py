@@ -54,7 +54,7 @@ class TrainConfig:
     save_every_updates: int | None = None
     keep_last: int = 5
     # how a new run's weights start (the paper does not say): "fairseq" learns much faster
-    # early than "xavier", our default until 2026-11-30 (model.Transformer.reset_parameters)
+    # early than "xavier" (model.Transformer.reset_parameters; docs/experiments.md, "peers")
     init: Init = "fairseq"
     # ... or another run's checkpoint (fine-tuning, same vocabulary): its weights, and with
     # init_from_keep "optimizer", "schedule" or both (comma-separated) its Adam state / schedule
