@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from _cli import dead_leftover, one_line_error, run_cli
+from _cli import TINY, dead_leftover, one_line_error, run_cli
+from _cli import config as cli_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -39,25 +40,10 @@ from aiayn.train.config import resolve_train_config
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.trainer import NonFiniteLossError, Trainer
 
-TINY = {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}
-
 
 def config(data: Path, out: Path, **overrides) -> TrainConfig:
-    base = dict(
-        data=str(data),
-        out=str(out),
-        preset="tiny",
-        model=dict(TINY),
-        max_src_tokens=400,
-        max_tgt_tokens=400,
-        warmup=10,
-        max_updates=6,
-        save_every_minutes=None,
-        validate=False,
-        num_threads=1,
-        log_every=1,
-    )
-    return TrainConfig(**{**base, **overrides})
+    """``_cli.config`` with 6 updates, enough for the checkpoint and resume tests here."""
+    return cli_config(data, out, **{"max_updates": 6, **overrides})
 
 
 # --- 5.3 schedule (the 5.4 loss is pinned in test_loss.py) -------------------------------------------------------------

@@ -5,8 +5,7 @@ plus the perplexity per subword of the references."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, for_decoding, translate_corpus
-from .decode.translate import BATCH_SIZE, MAX_TOKENS
+from .decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
 from .errors import UserError
 from .files import (
     check_not_input,
@@ -54,18 +53,6 @@ class Evaluation:
             "decode_s": self.decode_s,
             "sentences_per_s": self.sentences_per_s,
         }
-
-
-@contextmanager
-def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    """Run the block with ``model`` in eval mode (no dropout), then put it back in the mode
-    it was in: a measurement taken mid-training must not switch dropout off for the rest."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 @torch.no_grad()

@@ -227,7 +227,8 @@ def _shifted(on_truncate: OnTruncate, first: int) -> OnTruncate:
 
 @contextmanager
 def eval_mode(model: Any) -> Iterator[None]:
-    """Dropout off while decoding; a model that was training goes back to training after."""
+    """Dropout off for the block (decoding, a measurement mid-training); a model that was
+    training goes back to training after. Duck-typed, so scripted fake models pass through."""
     was_training = getattr(model, "training", False)
     if hasattr(model, "eval"):
         model.eval()
