@@ -525,9 +525,17 @@ def test_the_training_plot_shows_the_logged_validation_bleu(tmp_path, monkeypatc
 # --- the moving average of the weights -------------------------------------------------------
 
 
-def test_ema_is_the_moving_average_of_the_weights_after_each_update(tiny_corpus, tmp_path):
+@pytest.mark.parametrize("warmup", [False, True])
+def test_ema_is_the_moving_average_of_the_weights_after_each_update(tiny_corpus, tmp_path, warmup):
     decay = 0.75
-    cfg = config(tiny_corpus, tmp_path / "run", max_updates=5, ema_decay=decay, validate=True)
+    cfg = config(
+        tiny_corpus,
+        tmp_path / "run",
+        max_updates=5,
+        ema_decay=decay,
+        ema_warmup=warmup,
+        validate=True,
+    )
     trainer = Trainer(cfg)
     seen = [dict((k, p.detach().clone()) for k, p in trainer.model.named_parameters())]
     trainer.optimizer.register_step_post_hook(
@@ -536,8 +544,10 @@ def test_ema_is_the_moving_average_of_the_weights_after_each_update(tiny_corpus,
     trainer.run()
     assert len(seen) == 6  # the initial weights and those after each of the 5 updates
     expected = seen[0]
-    for weights in seen[1:]:
-        expected = {k: decay * expected[k] + (1 - decay) * weights[k] for k in expected}
+    for n, weights in enumerate(seen[1:], start=1):
+        # warm-up: 2/11, 3/12, 4/13, 5/14, 6/15, all below 0.75, so the warm-up rules each one
+        d = min(decay, (1 + n) / (10 + n)) if warmup else decay
+        expected = {k: d * expected[k] + (1 - d) * weights[k] for k in expected}
     ckpt = latest_checkpoint(tmp_path / "run" / "checkpoints")
     ema, _ = load_transformer(ckpt / "ema")  # a checkpoint of its own: translate reads it
     for name, p in ema.named_parameters():

@@ -77,6 +77,7 @@ class TrainConfig:
     patience: int | None = None  # stop after this many validations without a better one
     # not in the paper: a moving average of the weights, validated and saved (update_N/ema/)
     ema_decay: float | None = None
+    ema_warmup: bool = False  # decay min(ema_decay, (1+n)/(10+n)) at update n: for short runs
 
     def __post_init__(self) -> None:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate

@@ -88,7 +88,11 @@ class Trainer:
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
         # kept by rank 0 only, which validates and saves; the weights are the same on every rank
-        self.ema = EMA(self.model, cfg.ema_decay) if cfg.ema_decay and self.dist.is_main else None
+        self.ema = (
+            EMA(self.model, cfg.ema_decay, warmup=cfg.ema_warmup)
+            if cfg.ema_decay and self.dist.is_main
+            else None
+        )
         # fused=True: one kernel for all parameters (5x faster than the default per-parameter
         # loop on CPU, measured in benchmarks/train_throughput.py); the same Adam arithmetic.
         self.optimizer = torch.optim.Adam(
@@ -228,9 +232,9 @@ class Trainer:
             return {"finite": 1.0, "stepped": 0.0}
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.ema is not None:
-            self.ema.update(self.model)
         self.update += 1
+        if self.ema is not None:
+            self.ema.update(self.model, self.update)
         self.tokens["src"] += int(src_tokens)
         self.tokens["tgt"] += int(tgt_tokens)
         self.flops += flops  # summed over the ranks, like the tokens

@@ -1,0 +1,52 @@
+"""Which precision the chip runs natively, and how a report names the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aiayn import hardware
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16
+
+processor\t: 1
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16
+"""
+
+
+def test_cpu_description_names_the_model_and_the_flags_that_decide_bf16_and_int8(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(CPUINFO)
+    assert hardware.cpu_description(cpuinfo) == (
+        "AMD EPYC 9R14 96-Core Processor, flags: avx2, avx512f, avx512_vnni, avx512_bf16"
+    )
+    cpuinfo.write_text(CPUINFO.replace(" avx512f avx512bw avx512_vnni avx512_bf16", ""))
+    assert hardware.cpu_description(cpuinfo).endswith(", flags: avx2")
+
+
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "native", "needle"),
+    [
+        (True, True, True, "AMX"),
+        (False, True, True, "avx512_bf16"),
+        (False, False, False, "no native bf16"),
+    ],
+)
+def test_cpu_bf16_is_native_only_with_avx512_bf16_or_amx(
+    monkeypatch, amx, avx512_bf16, native, needle
+):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    support = hardware.bf16_support(torch.device("cpu"))
+    assert support.native is native and needle in support.reason
+
+
+def test_this_machines_answer_agrees_with_its_cpuinfo():
+    flags = hardware.cpu_description()
+    support = hardware.bf16_support(torch.device("cpu"))
+    if hardware.CPUINFO.is_file():
+        assert support.native == ("avx512_bf16" in flags or "amx_bf16" in flags)
