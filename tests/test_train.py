@@ -16,6 +16,7 @@ from _cli import config as cli_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
+from torch._dynamo.utils import counters
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
@@ -1003,6 +1004,9 @@ def test_the_run_says_which_precision_it_used_and_why(
     tiny_corpus, tmp_path, monkeypatch, capsys, native
 ):
     _cpu_bf16(monkeypatch, native)
+    monkeypatch.setattr(
+        trainer_module, "measure_matmul_peak", lambda *args: 1e11
+    )  # not tested here
     want = ("bf16", "amp=auto and the CPU has avx512_bf16") if native else ("fp32", "amp=auto")
     cfg = config(tiny_corpus, tmp_path / "run", max_updates=2)
     summary = Trainer(cfg).run()
@@ -1033,3 +1037,7 @@ def test_compile_auto_stays_off_on_cpu_and_true_compiles_every_layer(tiny_corpus
         b = compiled.train_update(iter(compiled.sampler))
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
     assert_same_weights(eager.model.state_dict(), compiled.model.state_dict())
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    assert compiled.validate() == pytest.approx(eager.validate())  # run eagerly: no new graph
+    assert counters["stats"]["unique_graphs"] == graphs

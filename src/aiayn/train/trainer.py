@@ -309,10 +309,14 @@ class Trainer:
 
     # --- validation -----------------------------------------------------------------------
 
+    @torch.compiler.set_stance("force_eager")
     def validate(self) -> dict[str, Any]:
         """Loss and perplexity per subword on the valid split (no smoothing in the
         perplexity), and BLEU on its first ``valid_bleu_sentences`` pairs when asked; of
-        the moving average of the weights when there is one."""
+        the moving average of the weights when there is one.
+
+        Eager even with ``compile``: the compiled layers serve the training step; validation's
+        no-grad passes and beam search's growing cache would only compile graphs of their own."""
         model = self.ema.model if self.ema is not None else self.model
         scores: dict[str, Any] = self._valid_loss(model)
         if self.bleu_sample is not None:
