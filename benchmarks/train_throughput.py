@@ -1,4 +1,5 @@
-"""Training throughput of aiayn against three peers, side by side, on the same batches (CPU, fp32).
+"""Training throughput of aiayn against three peers, side by side, on the same batches (CPU, fp32;
+bf16 autocast and the compiled step as variants of ours).
 
 Cost: 5-30 minutes on a 2-core CPU for both configs and all peers (defaults below), depending on
 how busy the machine is. Expected on a quiet 2-core machine (best repetitions, small config):
@@ -10,6 +11,11 @@ and aiayn.train.loss degrades least.
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py
     # all peers (a separate venv holding transformers and fairseq-fixed)
     PYTHONPATH=src /work/benchvenv/bin/python benchmarks/train_throughput.py
+    # ours as trained, fp32 and bf16 autocast, compiled (compile=true) and not: compile time,
+    # graphs, speed-up and when it pays back, the figures compile=auto is decided on (~3 minutes)
+    PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py --configs small --reps 3 \
+        --steps 3 --peers ours+lsloss+fusedadam,ours+lsloss+fusedadam+compile,\
+    ours+lsloss+fusedadam+bf16,ours+lsloss+fusedadam+bf16+compile
 
 One training step, identical for every peer: forward, label-smoothed cross-entropy (eps_ls 0.1,
 padding ignored, summed and divided by the number of target tokens), backward, Adam (0.9, 0.98,

@@ -113,7 +113,10 @@ def resolve_compile(compile: bool | str, device: torch.device) -> tuple[bool, st
     docs/benchmarks.md, "Training"), and no GPU measurement exists yet."""
     if compile != "auto":
         return bool(compile), f"compile={str(compile).lower()}"
-    return False, f"compile=auto: on {device.type} it does not pay back its compile time early"
+    return False, (
+        f"compile=auto: off on {device.type}, where compiling does not pay back within the "
+        "first 5% of a demo run"
+    )
 
 
 def compile_layers(model: Transformer) -> None:
@@ -390,7 +393,7 @@ class Trainer:
                 "train_config": dataclasses.asdict(self.cfg),
                 "vocab_fingerprint": self.vocab.fingerprint,
                 "dataset": self.data_meta,  # its record says how the text was made
-                "resolved": dataclasses.asdict(self.resolved),
+                RESOLVED: dataclasses.asdict(self.resolved),
             }
             state = {
                 "optimizer": self.optimizer.state_dict(),
@@ -544,7 +547,7 @@ class Trainer:
             write_text_atomic(self.out / "config.json", json.dumps(saved, indent=2))
             tqdm.write(f"train: {self.resolved.line()}", file=sys.stderr)
         log = _Log(self.out, enabled=main)
-        log.write({"update": self.update, "resolved": dataclasses.asdict(self.resolved)})
+        log.write({"update": self.update, RESOLVED: dataclasses.asdict(self.resolved)})
         bar = _progress(cfg, self.update, self.elapsed, enabled=main)
         batches = iter(self.sampler)
         last_save, nonfinite, skipped = time.monotonic(), 0, 0
@@ -642,7 +645,7 @@ class Trainer:
             "devices": self.dist.world_size,
             "update_freq": self.update_freq,
             "device": str(self.device),
-            "resolved": dataclasses.asdict(self.resolved),
+            RESOLVED: dataclasses.asdict(self.resolved),
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
             "counted_flops": self.flops,
