@@ -1,6 +1,9 @@
-"""torch.profiler table of one aiayn training step (the step of train_throughput.py), CPU, fp32.
+"""torch.profiler table of aiayn training steps (the step of train_throughput.py), CPU, and the
+casts autocast makes per step: their count beside the number of parameter tensors says whether
+each weight is cast once per forward (autocast's weight cache) or once per use.
 
 PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --config small [--variant lsloss]
+PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --variant lsloss+fusedadam+bf16
 """
 
 from __future__ import annotations
@@ -27,7 +30,17 @@ def main() -> None:
     r.run(batches[:2])
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         r.run(batches[2:])
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    averages = prof.key_averages()
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=args.rows))
+    total = sum(e.self_cpu_time_total for e in averages)
+    casts = [e for e in averages if e.key == "aten::_to_copy"]
+    n_casts = sum(e.count for e in casts) / args.steps
+    share = sum(e.cpu_time_total for e in casts) / max(total, 1)
+    params = len(list(r.model.parameters()))
+    print(
+        f"aten::_to_copy (dtype casts) per step: {n_casts:.0f} calls, {share:.1%} of the self CPU "
+        f"time (inclusive); the model has {params} parameter tensors"
+    )
 
 
 if __name__ == "__main__":

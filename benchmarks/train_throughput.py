@@ -1,4 +1,5 @@
-"""Training throughput of aiayn against three peers, side by side, on the same batches (CPU, fp32).
+"""Training throughput of aiayn against three peers, side by side, on the same batches (CPU, fp32;
+bf16 autocast and the compiled step as variants of ours).
 
 Cost: 5-30 minutes on a 2-core CPU for both configs and all peers (defaults below), depending on
 how busy the machine is. Expected on a quiet 2-core machine (best repetitions, small config):
@@ -10,6 +11,11 @@ and aiayn.train.loss degrades least.
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py
     # all peers (a separate venv holding transformers and fairseq-fixed)
     PYTHONPATH=src /work/benchvenv/bin/python benchmarks/train_throughput.py
+    # ours as trained, fp32 and bf16 autocast, compiled (compile=true) and not: compile time,
+    # graphs, speed-up and when it pays back, the figures compile=auto is decided on (~3 minutes)
+    PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py --configs small --reps 3 \
+        --steps 3 --peers ours+lsloss+fusedadam,ours+lsloss+fusedadam+compile,\
+    ours+lsloss+fusedadam+bf16,ours+lsloss+fusedadam+bf16+compile
 
 One training step, identical for every peer: forward, label-smoothed cross-entropy (eps_ls 0.1,
 padding ignored, summed and divided by the number of target tokens), backward, Adam (0.9, 0.98,
@@ -149,18 +155,24 @@ def model_config(sh: Shape) -> ModelConfig:
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
+    from aiayn.train.trainer import compile_layers
 
+    options = set(variant.split("+"))
     model = aiayn.Transformer(model_config(sh))
     fwd: Callable = model
-    if "compile" in variant:
+    if "compile" in options:  # what the trainer's compile=true does
+        compile_layers(model)
+    if "compilemodel" in options:  # the whole model (graph breaks at its data-dependent masks)
         fwd = torch.compile(model, dynamic=True)
     loss_fn = _ours_loss(variant)
+    # bf16: CPU autocast as the trainer's amp=bf16 (emulated, slower, on a CPU without avx512_bf16)
+    dtype = torch.bfloat16 if "bf16" in options else None
 
     def step_loss(b: Batch) -> Tensor:
         mask = b.tgt_out != PAD
-        with _sdpa_backend(variant):
+        with _sdpa_backend(variant), torch.autocast("cpu", dtype, enabled=dtype is not None):
             logits = fwd(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
-        return loss_fn(logits, b.tgt_out[mask]) / b.n_tgt
+        return loss_fn(logits.float(), b.tgt_out[mask]) / b.n_tgt
 
     return model, step_loss
 
@@ -349,6 +361,7 @@ class Runner:
         self.name = name
         self.model, self.step_loss = builder(sh, variant)
         self.model.train()
+        self.graphs = 0  # graphs its warm-up compiled
         adam = "fused" if "fusedadam" in variant else "foreach" if "foreach" in variant else adam
         kw = {"foreach": adam == "foreach", "fused": adam == "fused"} if adam != "default" else {}
         self.opt = torch.optim.Adam(
@@ -378,23 +391,28 @@ def bench_shape(sh: Shape, peers: list[str], args: argparse.Namespace) -> dict[s
     batches = make_batches(
         args.batches, args.batch, args.max_len, args.min_len, sh.vocab, args.seed
     )
-    runners = []
+    runners, warmups = [], {}
     for name in peers:
         variant = name.partition("+")[2]
         try:
             torch.manual_seed(0)
-            t0 = time.perf_counter()
             r = Runner(name, sh, args.adam, variant)
-            r.run(batches[: args.warmup])  # warm-up (and compilation, for +compile)
+            graphs = _graphs()
+            # warm-up one step at a time: compilation (for +compile) lands in the first ones
+            warmup_s = [r.run([b])[1] for b in batches[: args.warmup]]
+            r.graphs = _graphs() - graphs
+            warmups[name] = warmup_s
             print(
-                f"  {name:<22} ready: built + {args.warmup} warm-up steps in "
-                f"{time.perf_counter() - t0:.1f} s",
+                f"  {name:<30} warm-up steps "
+                + ", ".join(f"{t:.1f}" for t in warmup_s)
+                + f" s; {r.graphs} graphs compiled",
                 flush=True,
             )
             runners.append(r)
         except ImportError as e:
-            print(f"  {name:<22} skipped: {e}", flush=True)
+            print(f"  {name:<30} skipped: {e}", flush=True)
     rates: dict[str, list[float]] = {r.name: [] for r in runners}
+    warm_graphs = _graphs()
     for rep in range(args.reps):
         chunk = [batches[(rep * args.steps + i) % len(batches)] for i in range(args.steps)]
         order = (
@@ -408,10 +426,43 @@ def bench_shape(sh: Shape, peers: list[str], args: argparse.Namespace) -> dict[s
             + ", ".join(f"{n} {v[-1]:.0f}" for n, v in rates.items()),
             flush=True,
         )
+    if any(r.graphs for r in runners):  # compiled while timed: recompilations on new shapes
+        print(f"  graphs compiled during the timed steps: {_graphs() - warm_graphs}")
     rates["_flops_per_token"] = [
         sum(step_flops(sh, b) for b in batches) / sum(b.tokens for b in batches)
     ]
+    compile_report(warmups, rates, batches)
     return rates
+
+
+def _graphs() -> int:
+    """Graphs torch.compile has compiled in this process so far (every recompilation counts)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def compile_report(
+    warmups: dict[str, list[float]], rates: dict[str, list[float]], batches: list[Batch]
+) -> None:
+    """Each compiled row against its eager twin: compile time (its warm-up time over the time the
+    same steps take at its own best rate), speed-up (best rates), and the training seconds after
+    which the compiled run has made as many updates as the eager one, the issue's rule being
+    45 s (5% of a 15-minute demo): C / (1 - eager rate / compiled rate)."""
+    tokens_per_step = sum(b.tokens for b in batches) / len(batches)
+    for name, warm in warmups.items():
+        options = name.split("+")
+        eager = "+".join(o for o in options if o not in ("compile", "compilemodel"))
+        if eager == name or eager not in rates or not rates.get(name):
+            continue
+        fast, slow = max(rates[name]), max(rates[eager])
+        compile_s = sum(warm) - len(warm) * tokens_per_step / fast
+        gain = fast / slow
+        payback = f"{compile_s / (1 - 1 / gain):.0f} s" if gain > 1 else "never"
+        print(
+            f"  {name}: compile {compile_s:.0f} s, {gain:.2f}x {eager} (best), "
+            f"pays back after {payback} of training"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -420,9 +471,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--peers",
         default="ours,torch.nn,hf-marian,fairseq",
-        help="comma list; variants of ours join options with '+': compile (torch.compile, "
-        "dynamic), lsloss (aiayn.train.loss), fusedadam / foreach (Adam for this row only), "
-        "math (SDPA math backend)",
+        help="comma list; variants of ours join options with '+': compile (the trainer's "
+        "compile=true: each layer, dynamic), compilemodel (torch.compile of the whole model, "
+        "dynamic), bf16 (CPU autocast, as amp=bf16), lsloss (aiayn.train.loss), fusedadam / "
+        "foreach (Adam for this row only), math (SDPA math backend)",
     )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")

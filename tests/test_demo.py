@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import sacrebleu
+import torch
 from _cli import one_line_error, run_cli
 
 from aiayn import checkpoint as ckpt
@@ -15,6 +16,7 @@ from aiayn.data import Vocab, bundled_corpus_paths
 from aiayn.demo import demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
+from aiayn.train.trainer import resolve_amp
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,13 @@ def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
     )
     text = format_report(report)
     assert f"SacreBLEU   {report['test']['sacrebleu']:.2f}" in text and "MFU" in text
+
+
+def test_the_demo_report_says_which_precision_trained_and_why(demo):
+    _, report = demo
+    amp, reason = resolve_amp("auto", torch.device("cpu"))  # this machine's answer
+    assert report["training"]["resolved"]["amp"] == amp
+    assert f"precision {amp} ({reason}); compiled step off (compile=auto" in format_report(report)
 
 
 def test_demo_averages_the_number_of_checkpoints_with_the_best_validation_perplexity(demo):

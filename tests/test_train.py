@@ -16,6 +16,7 @@ from _cli import config as cli_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
+from torch._dynamo.utils import counters
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
@@ -163,8 +164,12 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
     return path
 
 
-def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path):
-    n, ema = 3, {"ema_decay": 0.9}  # the moving average of the weights resumes exactly too
+@pytest.mark.parametrize(
+    "amp, compile", [("none", False), ("bf16", False), ("none", True), ("bf16", True)]
+)
+def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path, amp, compile):
+    n = 3  # dropout on (the tiny preset's 0.1): its masks resume exactly, compiled too
+    ema = {"ema_decay": 0.9, "amp": amp, "compile": compile}  # the moving average as well
     straight = _write(
         config(tiny_corpus, tmp_path / "straight", max_updates=2 * n, **ema), tmp_path / "a.json"
     )
@@ -289,9 +294,12 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------
 
 
-def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path):
+@pytest.mark.parametrize("compile", [False, True])
+def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path, compile):
     # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two
-    common = dict(model={**TINY, "P_drop": 0.0}, max_updates=3, tokens_per_update=800)
+    common = dict(
+        model={**TINY, "P_drop": 0.0}, max_updates=3, tokens_per_update=800, compile=compile
+    )
     single = Trainer(config(tiny_corpus, tmp_path / "single", **common))
     assert single.update_freq == 2
     single.run(resume=None)
@@ -957,8 +965,79 @@ def test_the_resolved_value_is_the_last_one_given(key, file_preset, set_presets,
         ({"tokens_per_update": 0}, "tokens_per_update must be >= 1"),
         ({"tokens_per_update": 800, "update_freq": 2}, "set one of them, not both"),
         ({"ema_decay": 0.0}, r"ema_decay must be in \(0, 1\)"),
+        ({"compile": "sometimes"}, r"compile must be one of \(True, False, 'auto'\)"),
+        ({"amp": "fp8"}, r"amp must be one of"),
     ],
 )
 def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):
     with pytest.raises(UserError, match=message):
         config(tiny_corpus, tmp_path, **overrides)
+
+
+# --- what amp and compile resolve to, and that the run says so --------------------------------
+
+
+def _cpu_bf16(monkeypatch, native: bool) -> None:
+    """A CPU with avx512_bf16 (native) or without (AVX2), whatever this machine has."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+
+
+@pytest.mark.parametrize(
+    "amp, native, want, needle",
+    [
+        ("auto", True, "bf16", "amp=auto and the CPU has avx512_bf16"),
+        ("auto", False, "fp32", "amp=auto and the CPU has no native bf16"),
+        ("bf16", False, "bf16", "amp=bf16, emulated: the CPU has no native bf16"),
+        ("bf16", True, "bf16", "amp=bf16"),
+        ("none", True, "fp32", "amp=none"),
+    ],
+)
+def test_amp_auto_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch, amp, native, want, needle):
+    _cpu_bf16(monkeypatch, native)
+    got, reason = trainer_module.resolve_amp(amp, torch.device("cpu"))
+    assert got == want and reason.startswith(needle)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_run_says_which_precision_it_used_and_why(
+    tiny_corpus, tmp_path, monkeypatch, capsys, native
+):
+    _cpu_bf16(monkeypatch, native)
+    monkeypatch.setattr(
+        trainer_module, "measure_matmul_peak", lambda *args: 1e11
+    )  # not tested here
+    want = ("bf16", "amp=auto and the CPU has avx512_bf16") if native else ("fp32", "amp=auto")
+    cfg = config(tiny_corpus, tmp_path / "run", max_updates=2)
+    summary = Trainer(cfg).run()
+    out = tmp_path / "run"
+    saved = json.loads((out / "config.json").read_text())
+    first = json.loads((out / "log.jsonl").read_text().splitlines()[0])
+    meta = json.loads((latest_checkpoint(out / "checkpoints") / "meta.json").read_text())
+    for resolved in (summary["resolved"], saved["resolved"], first["resolved"], meta["resolved"]):
+        assert resolved["amp"] == want[0] and resolved["amp_reason"].startswith(want[1])
+        assert resolved["compile"] is False and "compile=auto" in resolved["compile_reason"]
+    assert f"precision {want[0]} ({want[1]}" in capsys.readouterr().err
+    assert load_train_config(out / "config.json") == cfg  # the saved config loads back as it was
+
+
+def test_compile_auto_stays_off_on_cpu_and_true_compiles_every_layer(tiny_corpus, tmp_path):
+    on, reason = trainer_module.resolve_compile("auto", torch.device("cpu"))
+    assert not on and "compile=auto" in reason
+    assert trainer_module.resolve_compile(True, torch.device("cpu")) == (True, "compile=true")
+    eager = Trainer(config(tiny_corpus, tmp_path / "eager", model={**TINY, "P_drop": 0.0}))
+    compiled = Trainer(
+        config(tiny_corpus, tmp_path / "compiled", model={**TINY, "P_drop": 0.0}, compile=True)
+    )
+    layers = [*compiled.model.encoder, *compiled.model.decoder]
+    assert all(layer._compiled_call_impl is not None for layer in layers)
+    assert compiled.model.state_dict().keys() == eager.model.state_dict().keys()
+    for _ in range(2):
+        a = eager.train_update(iter(eager.sampler))
+        b = compiled.train_update(iter(compiled.sampler))
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    assert_same_weights(eager.model.state_dict(), compiled.model.state_dict())
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0
+    assert compiled.validate() == pytest.approx(eager.validate())  # run eagerly: no new graph
+    assert counters["stats"]["unique_graphs"] == graphs

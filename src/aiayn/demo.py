@@ -29,7 +29,7 @@ from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .files import check_not_input, read_lines, write_lines_atomic, write_text_atomic
 from .train import TrainConfig
 from .train.config import recipe_config
-from .train.trainer import Trainer
+from .train.trainer import Resolved, Trainer
 
 AVERAGE_AT_MOST = 5  # the paper averaged the last 5 checkpoints (base models)
 # Keys of the recipe that have their own flag; a --set would train in one place and evaluate another.
@@ -222,6 +222,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"{tr['tokens']['src'] + tr['tokens']['tgt']:,} tokens ({tr['tokens_per_s']:.0f} tokens/s)",
         f"  counted FLOPs {tr['counted_flops']:.2e}; paper-style estimate (time x devices x measured "
         f"peak {tr['matmul_peak_flops'] / 1e9:.0f} GFLOP/s) {tr['paper_cost_flops']:.2e}; MFU {tr['mfu']:.1%}",
+        f"  {Resolved(**tr['resolved']).line()}",
         "",
         "Artefacts:",
         f"  last checkpoint  {a['checkpoint']}",

@@ -23,6 +23,8 @@ import yaml
 from ..config import PRESETS, Init, ModelConfig, from_dict, parse_assignments
 from ..errors import UserError
 
+RESOLVED = "resolved"  # config.json's block of what the run made of amp and compile
+
 
 @dataclass
 class TrainConfig:
@@ -62,7 +64,12 @@ class TrainConfig:
     init_from_keep: str = ""
     # machinery
     seed: int = 1
-    amp: Literal["auto", "bf16", "fp16", "none"] = "auto"  # auto: bf16 on capable CUDA, fp32 on CPU
+    # auto: bf16 where the chip computes in it natively (CUDA with bf16, a CPU with avx512_bf16
+    # or AMX), fp16 with a gradient scaler on older CUDA, fp32 elsewhere (trainer.resolve_amp)
+    amp: Literal["auto", "bf16", "fp16", "none"] = "auto"
+    # torch.compile of each encoder and decoder layer's forward and backward; auto: where it
+    # pays back its compile time in the first 5% of a demo run (trainer.resolve_compile)
+    compile: bool | Literal["auto"] = "auto"
     max_nonfinite: int = 5  # consecutive non-finite losses before aborting
     num_threads: int | None = None  # CPU threads (None: torch's default)
     log_every: int = 10
@@ -113,6 +120,14 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
+        for name, allowed in (
+            ("amp", ("auto", "bf16", "fp16", "none")),
+            ("compile", (True, False, "auto")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise UserError(
+                    f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
         if self.max_updates is None and self.max_minutes is None:
             raise UserError("set max_updates or max_minutes (or both): training must stop")
         unknown = set(self.init_from_parts()) - {"optimizer", "schedule"}
@@ -262,6 +277,9 @@ def resolve_train_config(
     mapping (or a recipe's, the demo's) and ``where`` names it in errors.
     """
     defaults = defaults or {}
+    # a run's config.json records what amp/compile resolved to beside its keys; each run
+    # resolves them again on its own device
+    file = {key: value for key, value in file.items() if key != RESOLVED}
     train_sets, model_sets = _parse_sets(sets)
     preset = train_sets.get(
         "preset", file.get("preset", defaults.get("preset", TrainConfig.preset))

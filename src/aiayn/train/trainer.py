@@ -16,10 +16,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +38,11 @@ from ..errors import UserError
 from ..evaluate import eval_mode
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
+from ..hardware import bf16_support
 from ..model import Transformer
 from . import distributed
 from .best import BestSoFar
-from .config import TrainConfig
+from .config import RESOLVED, TrainConfig
 from .ema import EMA
 from .finetune import check_init_from, check_outside
 from .loss import label_smoothed_nll, perplexity, teacher_forced
@@ -57,15 +60,73 @@ MAX_SKIPPED_STEPS = 50
 LOCK = ".lock"  # in OUT: held by the run writing there
 
 
-def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """bf16 where the GPU supports it, else fp16 (with a grad scaler); fp32 on CPU by default."""
-    if amp == "none" or (amp == "auto" and device.type != "cuda"):
-        return None
+@dataclass(frozen=True)
+class Resolved:
+    """What the config's ``amp`` and ``compile`` became on this device, and why: the progress
+    line, log.jsonl, config.json, every meta.json, the summary and the demo report say it, so a
+    reader knows why a run used what it used (``auto`` follows the chip)."""
+
+    amp: str  # what autocast computes in: "bf16", "fp16" (with a gradient scaler) or "fp32"
+    amp_reason: str
+    compile: bool
+    compile_reason: str
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, device: torch.device) -> Resolved:
+        amp, amp_reason = resolve_amp(cfg.amp, device)
+        return cls(amp, amp_reason, *resolve_compile(cfg.compile, device))
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.amp)
+
+    def line(self) -> str:
+        """One line for a person: ``precision fp32 (amp=auto and ...); compiled step off (...)``."""
+        on = "on" if self.compile else "off"
+        return (
+            f"precision {self.amp} ({self.amp_reason}); compiled step {on} ({self.compile_reason})"
+        )
+
+
+def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
+    """(what autocast computes in, why) for the config's ``amp``. ``auto``: bf16 where the chip
+    computes in it natively (``hardware.bf16_support``), fp16 with a gradient scaler on a CUDA
+    GPU without bf16, else fp32: emulated bf16 is slower than fp32 itself."""
+    if amp == "none":
+        return "fp32", "amp=none"
     if amp == "fp16":
-        return torch.float16
+        return "fp16", "amp=fp16, with a gradient scaler"
+    support = bf16_support(device)
     if amp == "bf16":
-        return torch.bfloat16
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return "bf16", "amp=bf16" if support.native else f"amp=bf16, emulated: {support.reason}"
+    if support.native:
+        return "bf16", f"amp=auto and {support.reason}"
+    if device.type == "cuda":
+        return "fp16", f"amp=auto and {support.reason}: fp16 with a gradient scaler"
+    return "fp32", f"amp=auto and {support.reason}"
+
+
+def resolve_compile(compile: bool | str, device: torch.device) -> tuple[bool, str]:
+    """(whether the layers are compiled, why) for the config's ``compile``. ``auto`` is off on
+    every device for now: on a CPU the compiled step does not pay back its compile time within
+    the first 5% of a demo run (45 s of 15 minutes; measured by benchmarks/train_throughput.py,
+    docs/benchmarks.md, "Training"), and no GPU measurement exists yet."""
+    if compile != "auto":
+        return bool(compile), f"compile={str(compile).lower()}"
+    return False, (
+        f"compile=auto: off on {device.type}, where compiling does not pay back within the "
+        "first 5% of a demo run"
+    )
+
+
+def compile_layers(model: Transformer) -> None:
+    """``torch.compile`` each encoder and decoder layer in place, forward and backward: the
+    layers of a stack share one compiled graph (regional compilation), so compiling costs about
+    one layer's time rather than N; parameter names, and so checkpoints, stay the model's.
+    ``dynamic=True``: token-budget batches change shape at every update, and one graph of
+    symbolic sizes serves them all instead of one recompilation per new shape."""
+    for layer in [*model.encoder, *model.decoder]:
+        layer.compile(dynamic=True)
 
 
 class Trainer:
@@ -106,7 +167,8 @@ class Trainer:
             self.optimizer,
             lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale),
         )
-        self.amp_dtype = autocast_dtype(cfg.amp, self.device)
+        self.resolved = Resolved.of(cfg, self.device)
+        self.amp_dtype = self.resolved.amp_dtype
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=self.amp_dtype == torch.float16
         )
@@ -133,6 +195,8 @@ class Trainer:
         self.valid: dict[str, float] = {}
         self.best = BestSoFar(cfg.best_metric)  # rank 0's; the others learn its decisions
         self.stopped: str | None = None  # why the run ended
+        if self.resolved.compile:
+            compile_layers(self.model)  # after EMA's copy: the average is only validated
 
     # --- start-up checks ----------------------------------------------------------------
 
@@ -248,10 +312,14 @@ class Trainer:
 
     # --- validation -----------------------------------------------------------------------
 
+    @torch.compiler.set_stance("force_eager")
     def validate(self) -> dict[str, Any]:
         """Loss and perplexity per subword on the valid split (no smoothing in the
         perplexity), and BLEU on its first ``valid_bleu_sentences`` pairs when asked; of
-        the moving average of the weights when there is one."""
+        the moving average of the weights when there is one.
+
+        Eager even with ``compile``: the compiled layers serve the training step; validation's
+        no-grad passes and beam search's growing cache would only compile graphs of their own."""
         model = self.ema.model if self.ema is not None else self.model
         scores: dict[str, Any] = self._valid_loss(model)
         if self.bleu_sample is not None:
@@ -325,6 +393,7 @@ class Trainer:
                 "train_config": dataclasses.asdict(self.cfg),
                 "vocab_fingerprint": self.vocab.fingerprint,
                 "dataset": self.data_meta,  # its record says how the text was made
+                RESOLVED: dataclasses.asdict(self.resolved),
             }
             state = {
                 "optimizer": self.optimizer.state_dict(),
@@ -474,10 +543,11 @@ class Trainer:
         main = self.dist.is_main
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(
-                self.out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2)
-            )
+            saved = {**dataclasses.asdict(cfg), RESOLVED: dataclasses.asdict(self.resolved)}
+            write_text_atomic(self.out / "config.json", json.dumps(saved, indent=2))
+            tqdm.write(f"train: {self.resolved.line()}", file=sys.stderr)
         log = _Log(self.out, enabled=main)
+        log.write({"update": self.update, RESOLVED: dataclasses.asdict(self.resolved)})
         bar = _progress(cfg, self.update, self.elapsed, enabled=main)
         batches = iter(self.sampler)
         last_save, nonfinite, skipped = time.monotonic(), 0, 0
@@ -575,6 +645,7 @@ class Trainer:
             "devices": self.dist.world_size,
             "update_freq": self.update_freq,
             "device": str(self.device),
+            RESOLVED: dataclasses.asdict(self.resolved),
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
             "counted_flops": self.flops,
