@@ -1064,6 +1064,8 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
         stats = c.get("/health").json()
         attention = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True})
         refused = c.post("/translate", json={"text": [SENTENCES[0]], "constraints": [["Dios"]]})
+        seeded = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "seed": 1})
+        sampled = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "nbest": 2})
         info = c.get("/info").json()
     expected = _by_sentence(ours, SENTENCES, beam=2, nbest=2)
     for body, r in zip(bodies, responses):
@@ -1081,4 +1083,6 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
     )
     assert refused.status_code == 422
     assert "ctranslate2 engine takes prefixes only" in refused.json()["error"]
+    assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
+    assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"
