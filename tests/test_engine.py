@@ -126,7 +126,7 @@ def test_the_export_is_cached_and_rebuilt_when_the_checkpoint_changes(vocab, tmp
     ckpt = _checkpoint(vocab, tmp_path / "ckpts")
     cache = ckpt.parent / (ckpt.name + CACHE_SUFFIX)
     line = [vocab.encode_source(corpus_lines("test", 0, 1)[0])]
-    first = CTranslate2Engine.open(ckpt, threads=1).decode_ids(line)
+    first = CTranslate2Engine.open(ckpt, threads=1).decode_ids(line, DecodeConfig())
     assert "exporting" in capsys.readouterr().err
     marker = json.loads((cache / MARKER).read_text())
     built = (cache / "model.bin").stat().st_mtime_ns
@@ -134,10 +134,12 @@ def test_the_export_is_cached_and_rebuilt_when_the_checkpoint_changes(vocab, tmp
     assert "exporting" not in capsys.readouterr().err
     assert (cache / "model.bin").stat().st_mtime_ns == built
     _checkpoint(vocab, tmp_path / "ckpts", eos_scale=0.5)  # new weights, same directory
-    second = CTranslate2Engine.open(ckpt, threads=1).decode_ids(line)
+    second = CTranslate2Engine.open(ckpt, threads=1).decode_ids(line, DecodeConfig())
     assert "exporting" in capsys.readouterr().err
     assert json.loads((cache / MARKER).read_text())["fingerprint"] != marker["fingerprint"]
-    ours = TorchEngine(trained_like_model(len(vocab), eos_scale=0.5, max_len=64)).decode_ids(line)
+    ours = TorchEngine(trained_like_model(len(vocab), eos_scale=0.5, max_len=64)).decode_ids(
+        line, DecodeConfig()
+    )
     assert second[0][0].tokens == ours[0][0].tokens != first[0][0].tokens
 
 

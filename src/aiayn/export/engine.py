@@ -144,7 +144,7 @@ class CTranslate2Engine:
     def decode_ids(
         self,
         sources: Sequence[Sequence[int]],
-        config: DecodeConfig = DecodeConfig(),
+        config: DecodeConfig,
         *,
         batch_size: int | None = 64,
         max_tokens: int | None = None,
@@ -152,15 +152,18 @@ class CTranslate2Engine:
         constraint: Any = None,
         progress: bool | Progress = False,
         on_truncate: Any = None,
-        **ignored: Any,
+        first_index: Any = 0,
+        **special_ids: int,
     ) -> list[list[Hypothesis]]:
         """``decode_ids`` by CTranslate2 (sources: subwords + eos, truncated by the same rule).
 
         Batches hold ``batch_size`` sentences of one output limit (``max_tokens`` is ours
-        only). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``).
-        ``ignored``: first_index and the special ids, which the export's vocabulary fixes.
+        only). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
+        so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
+        eos_id) must be the vocabulary's, which the export fixes.
         """
         v = self.vocab
+        _check_ids(special_ids, v)
         sources = fit_sources(sources, self.max_len, v.eos_id, on_truncate)
         pieces = [[v.id_to_piece(i) for i in _without_eos(s, v.eos_id)] for s in sources]
         bar = _progress(len(sources), progress)
@@ -205,6 +208,13 @@ class CTranslate2Engine:
                 "constraints; use --engine torch"
             )
         return [self.vocab.id_to_piece(i) for i in c.prefix] or None
+
+
+def _check_ids(given: dict[str, int], vocab: Vocab) -> None:
+    """The ids a caller names must be those the export was built with (a bug otherwise)."""
+    for name, value in given.items():
+        if name not in ("pad_id", "bos_id", "eos_id") or getattr(vocab, name) != value:
+            raise TypeError(f"CTranslate2Engine.decode_ids: unexpected {name}={value!r}")
 
 
 def _without_eos(source: Sequence[int], eos_id: int) -> list[int]:
