@@ -1038,3 +1038,51 @@ def test_the_page_translates_and_draws_the_attention(checkpoint, translator, tmp
     finally:
         browser.quit()
         _stop(proc)
+
+
+def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
+    tiny_corpus, tmp_path
+):
+    """``aiayn serve --engine ctranslate2``: the same texts and scores as our search, batched
+    by the same batcher; attention and alignments come from our model on its outputs."""
+    pytest.importorskip("ctranslate2", reason="the engine needs ctranslate2")
+    from _export_models import trained_like_model
+
+    from aiayn.config import to_dict
+    from aiayn.export.engine import CTranslate2Engine
+
+    vocab = Vocab.load(tiny_corpus / "spm.model")
+    model = trained_like_model(len(vocab), max_len=40)
+    ckpt = save_checkpoint(
+        tmp_path, 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path
+    )
+    ours = Translator.load(ckpt)
+    theirs = Translator.load(ckpt, engine=CTranslate2Engine.open(ckpt, threads=1))
+    bodies = [{"text": [SENTENCES[i], SENTENCES[i + 4]], "beam": 2, "nbest": 2} for i in range(4)]
+    with client(theirs, max_wait_ms=500, max_batch_tokens=100_000) as c:
+        responses = _post_together(c, bodies)
+        stats = c.get("/health").json()
+        attention = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True})
+        refused = c.post("/translate", json={"text": [SENTENCES[0]], "constraints": [["Dios"]]})
+        seeded = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "seed": 1})
+        sampled = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "nbest": 2})
+        info = c.get("/info").json()
+    expected = _by_sentence(ours, SENTENCES, beam=2, nbest=2)
+    for body, r in zip(bodies, responses):
+        got = r.json()["translations"]
+        assert _same(got, [expected[line] for line in body["text"]])
+        assert [[h["text"] for h in a["nbest"]] for a in got] == [
+            [h["text"] for h in expected[line]["nbest"]] for line in body["text"]
+        ]
+    assert stats["requests"] == 4 and stats["largest"] >= 2  # decoded together
+    with client(ours) as c:
+        our_attention = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True})
+    assert (
+        attention.json()["translations"][0]["attention"]
+        == (our_attention.json()["translations"][0]["attention"])
+    )
+    assert refused.status_code == 422
+    assert "ctranslate2 engine takes prefixes only" in refused.json()["error"]
+    assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
+    assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
+    assert info["engine"] == "ctranslate2"

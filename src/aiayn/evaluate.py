@@ -15,7 +15,8 @@ import torch
 from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, for_decoding, translate_corpus
+from .decode import DecodeConfig, for_decoding, translate, translate_corpus
+from .decode.engine import Engine, translate_with
 from .decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
 from .errors import UserError
 from .files import (
@@ -38,6 +39,7 @@ class Evaluation:
     n: int
     hypotheses: list[str] = field(repr=False)
     decode_s: float = 0.0  # wall time of the beam search over all n sentences
+    engine: str = "torch"  # what decoded: ours, or another engine (``decode.engine``)
 
     @property
     def sentences_per_s(self) -> float:
@@ -52,6 +54,7 @@ class Evaluation:
             "sentences": self.n,
             "decode_s": self.decode_s,
             "sentences_per_s": self.sentences_per_s,
+            "engine": self.engine,
         }
 
 
@@ -116,15 +119,26 @@ def evaluate_model(
     max_tokens: int = MAX_TOKENS,
     batch_size: int = BATCH_SIZE,
     progress: bool = False,
+    engine: Engine | None = None,
 ) -> Evaluation:
     """Translate ``sources`` as ``aiayn translate --input`` does (``translate_corpus``: the
-    same batches, so the same outputs) and score them against ``references``."""
+    same batches, so the same outputs) and score them against ``references``.
+
+    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s."""
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
     batching = dict(max_tokens=max_tokens, batch_size=batch_size)
+    decoder, outputs = (model, translate) if engine is None else (engine, translate_with)
     windows = translate_corpus(
-        model, sources, vocab, decode, progress=progress, total=len(sources), **batching
+        decoder,
+        sources,
+        vocab,
+        decode,
+        progress=progress,
+        total=len(sources),
+        outputs=outputs,
+        **batching,
     )
     hyps = [hyp for window in windows for hyp in window]
     decode_s = time.perf_counter() - start
@@ -137,6 +151,7 @@ def evaluate_model(
         n=len(sources),
         hypotheses=hyps,
         decode_s=decode_s,
+        engine="torch" if engine is None else engine.name,
     )
 
 
@@ -168,11 +183,14 @@ def evaluate_checkpoint(
     device: str = "cpu",
     progress: bool = True,
     quantize: str | None = None,
+    engine: Engine | None = None,
     **batching: int,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
     ``quantize``: None or "int8" (see ``aiayn.decode.quantize``); perplexity uses it too.
+    ``engine``: what decodes instead of our search (the command line builds it, e.g.
+    CTranslate2's from ``aiayn.export.engine``); the perplexity stays the checkpoint's, ours.
     ``batching``: max_tokens and batch_size of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
@@ -186,7 +204,15 @@ def evaluate_checkpoint(
     model, vocab = load_translator(checkpoint, device)
     model = for_decoding(model, quantize)
     result = evaluate_model(
-        model, vocab, sources, references, decode, lang=lang, progress=progress, **batching
+        model,
+        vocab,
+        sources,
+        references,
+        decode,
+        lang=lang,
+        progress=progress,
+        engine=engine,
+        **batching,
     )
     if hyp_path is not None:
         write_lines_atomic(hyp_path, result.hypotheses)

@@ -343,3 +343,61 @@ def run_training(args: argparse.Namespace, command: str, **defaults: str) -> Non
         print(json.dumps(summary, indent=2))
         say_wrote(command, cfg.out)
     distributed.teardown()
+
+
+ENGINES = ("torch", "ctranslate2")
+
+# What --engine ctranslate2 cannot honour: (option, why), by the attribute argparse sets.
+_NOT_CTRANSLATE2 = {
+    "quantize": ("--quantize", "our int8 is not CTranslate2's"),
+    "constraints": ("--constraints", "CTranslate2 has target prefixes but no lexical constraints"),
+    "alignments": ("--alignments", "they come from our model's attention"),
+    "token_scores": ("--token-scores", "they come from our model's forced decoding"),
+    "compile": ("--compile", "it compiles our decoder"),
+    "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
+}
+
+
+def add_engine_arg(p: argparse.ArgumentParser) -> None:
+    """``--engine`` of translate, evaluate and serve (``aiayn.decode.engine``)."""
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="torch",
+        help="what decodes: torch (ours, the reference) or ctranslate2 (the checkpoint "
+        "exported once into CHECKPOINT.ctranslate2/ beside it; the same search and outputs)",
+    )
+
+
+def check_engine_options(args: argparse.Namespace) -> None:
+    """Refuse in one line, by name, an option the chosen engine cannot honour."""
+    if getattr(args, "engine", "torch") == "torch":
+        return
+    checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    if len(checkpoints) > 1:
+        raise UserError(
+            f"--engine {args.engine} decodes one checkpoint: {len(checkpoints)} --checkpoint "
+            "(an ensemble) need --engine torch"
+        )
+    for attr, (option, why) in _NOT_CTRANSLATE2.items():
+        if getattr(args, attr, None):
+            raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
+    precision = getattr(args, "precision", None)
+    if precision not in (None, "auto", "fp32"):
+        raise UserError(
+            f"--precision {precision} is not available with --engine {args.engine} (float32)"
+        )
+
+
+def load_engine(args: argparse.Namespace):
+    """The ``--engine`` to decode with, built here so that the library never imports the
+    applications; None for torch (the command loads its own model)."""
+    check_engine_options(args)
+    if args.engine == "torch":
+        return None
+    import torch
+
+    from ..export.engine import CTranslate2Engine
+
+    checkpoint = args.checkpoint[0] if isinstance(args.checkpoint, list) else args.checkpoint
+    return CTranslate2Engine.open(checkpoint, device=args.device, threads=torch.get_num_threads())

@@ -13,6 +13,7 @@ from .common import sample_config
 
 if TYPE_CHECKING:
     from ..decode import DecodeConfig, Output, OutputConstraint, SampleConfig
+    from ..decode.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class Outputs:
     ) -> list[str]:
         """The lines printed for ``texts``, input lines ``first_index``, ``first_index`` + 1,
         ...: a window of ``translate_corpus`` (``kwargs``: those of ``decode_ids``)."""
-        from ..decode import jsonl_line, nbest_outputs
+        from ..decode import nbest_outputs
 
         first = first_index
         nbest = nbest_outputs(
@@ -119,6 +120,40 @@ class Outputs:
             constraint=[self.constraint(vocab, first + i) for i in range(len(texts))],
             **kwargs,
         )
+        return self.format(nbest, first)
+
+    def engine_lines(
+        self,
+        engine: Engine,
+        texts: list[str],
+        vocab: Any,
+        decode: DecodeConfig,
+        *,
+        first_index: int,
+        **kwargs: Any,
+    ) -> list[str]:
+        """``lines`` decoded by another engine (``aiayn.decode.engine``): its hypotheses' text
+        and scores; token scores and alignments need our model (the CLI refuses them)."""
+        from ..decode import Output
+
+        nbest = engine.decode_ids(
+            [vocab.encode_source(text) for text in texts],
+            decode,
+            sampling=self.sampling,
+            first_index=first_index,
+            constraint=[self.constraint(vocab, first_index + i) for i in range(len(texts))],
+            **kwargs,
+        )
+        outputs = [
+            [Output(vocab.decode(h.tokens), h.score, h.log_prob, h.length) for h in hyps]
+            for hyps in nbest
+        ]
+        return self.format(outputs, first_index)
+
+    def format(self, nbest: list[list[Output]], first: int) -> list[str]:
+        """The lines printed for input lines ``first``, ``first`` + 1, ... and their outputs."""
+        from ..decode import jsonl_line
+
         if self.fmt == "plain":
             return [_plain(outputs[0]) if outputs else "" for outputs in nbest]
         if self.fmt == "jsonl":

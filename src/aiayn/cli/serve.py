@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_device_arg, add_quantize_arg
+from .common import add_device_arg, add_engine_arg, add_quantize_arg, load_engine
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -26,6 +26,7 @@ def _serve(args: argparse.Namespace) -> None:
         device=args.device,
         limits=limits,
         quantize=args.quantize,
+        engine=load_engine(args),
     )
 
 
@@ -54,4 +55,5 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     add_quantize_arg(p)
+    add_engine_arg(p)
     p.set_defaults(func=_serve)

@@ -17,8 +17,10 @@ from ..errors import UserError
 from .common import (
     add_corpus_args,
     add_decode_args,
+    add_engine_arg,
     corpus_options,
     decode_config,
+    load_engine,
     say_wrote,
     show_progress,
 )
@@ -26,6 +28,7 @@ from .outputs import Outputs
 
 if TYPE_CHECKING:
     from ..decode import DecodeConfig
+    from ..decode.engine import Engine
 
 
 def translate_stream(
@@ -39,6 +42,7 @@ def translate_stream(
     prompt: bool = False,
     quantize: str | None = None,
     output: Outputs | None = None,
+    engine: Engine | None = None,
     **corpus: Any,
 ) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
@@ -54,21 +58,22 @@ def translate_stream(
     ``prompt``: write "> " before reading each line (interactive: give window 1).
     ``quantize``: None or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print
     besides the best line (n-best lists, JSON lines), samples, prefixes and constraints
-    (default: the beam search's best translation only).
+    (default: the beam search's best translation only). ``engine``: what decodes instead of
+    our search (``aiayn.decode.engine``; ``checkpoint`` is then not loaded).
     """
-    from ..decode import load_models, translate, translate_corpus
+    from ..decode import translate_corpus
     from ..files import split_lines
 
-    model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
+    decoder, vocab, outputs = _decoder(checkpoint, device, quantize, output, engine)
     lines = _Lines(name)
     raw = split_lines(source)
     texts = lines.texts(_prompted(raw, sink) if prompt else raw)
     windows = translate_corpus(
-        model,
+        decoder,
         texts,
         vocab,
         decode,
-        outputs=translate if output is None else output.lines,
+        outputs=outputs,
         on_truncate=partial(_say_truncated, name=name),
         **corpus,
     )
@@ -79,6 +84,24 @@ def translate_stream(
         output.finish(lines.count)
     lines.check()
     return lines.count
+
+
+def _decoder(
+    checkpoint: str | Path | Sequence[str | Path],
+    device: str,
+    quantize: str | None,
+    output: Outputs | None,
+    engine: Engine | None,
+) -> tuple[Any, Any, Any]:
+    """(what decodes, its vocabulary, what a window becomes) for ``translate_corpus``: our
+    model(s) and ``translate`` / ``Outputs.lines``, or the engine and their engine versions."""
+    from ..decode import load_models, translate
+    from ..decode.engine import translate_with
+
+    if engine is not None:
+        return engine, engine.vocab, translate_with if output is None else output.engine_lines
+    model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
+    return model, vocab, translate if output is None else output.lines
 
 
 @dataclass
@@ -154,6 +177,7 @@ def _translate(args: argparse.Namespace) -> None:
         prompt=interactive,
         quantize=args.quantize,
         output=Outputs.from_args(args),
+        engine=load_engine(args),
         progress=progress,
         total=count_lines(args.input) if progress and args.input else None,
         **corpus,
@@ -172,6 +196,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         lang=args.lang,
         device=args.device,
         quantize=args.quantize,
+        engine=load_engine(args),
         progress=show_progress(args),
         **corpus_options(args),
     )
@@ -201,6 +226,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ref", required=True, help="reference text (.gz allowed)")
     p.add_argument("--output", help="file to write the hypotheses to")
     p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
+    add_engine_arg(p)
     add_corpus_args(p)
     p.set_defaults(func=_evaluate)
 
@@ -210,6 +236,7 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
     add_decode_args(p, outputs=True, ensemble=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
+    add_engine_arg(p)
     add_corpus_args(p, window=True)
     p.set_defaults(func=_translate)
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import shutil
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +123,14 @@ def export_ctranslate2(
     out: str | os.PathLike,
     quantization: str | None = None,
     source: str | None = None,
+    *,
+    fingerprint: str | None = None,
 ) -> Path:
     """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model`` when
     ``vocab.path`` names one).
 
     ``quantization``: CTranslate2's weight type, e.g. "int8" (None keeps float32).
+    ``fingerprint``: the source checkpoint's, recorded in the marker (``export.engine``'s cache).
     """
     require("ctranslate2", TARGET)
     from ctranslate2.converters.converter import Converter
@@ -143,6 +147,8 @@ def export_ctranslate2(
             return spec
 
     info = {"format": "ctranslate2", "quantization": quantization, "source": source}
+    if fingerprint is not None:
+        info["fingerprint"] = fingerprint
     with export_dir(out, info) as tmp:
         _FromSpec().convert(str(tmp), quantization=quantization, force=True)
         if vocab.path is not None:  # a vocabulary without a file: made-up pieces (benchmarks)
@@ -150,7 +156,40 @@ def export_ctranslate2(
     return Path(out)
 
 
+@dataclass(frozen=True)
+class PieceHypothesis:
+    """One output of ``search_pieces``: pieces without eos, the GNMT score, log P, and |Y|
+    (eos counted when the output ended with one)."""
+
+    pieces: list[str]
+    score: float
+    log_prob: float
+    length: int
+
+
 def translate_pieces(
+    translator: Any,
+    sources: Sequence[Sequence[str]],
+    config: DecodeConfig = DecodeConfig(),
+    **options: Any,
+) -> list[list[str]]:
+    """Our beam search, run by CTranslate2: sources as pieces (no eos) -> best outputs as pieces.
+
+    ``options``: those of ``search_pieces``. ``config.nbest`` > 1 is refused, since the best
+    output alone comes back (``search_pieces`` returns the n-best lists).
+    """
+    if config.nbest != 1:
+        raise ExportError(
+            f"translate_pieces returns the best output of each source: nbest={config.nbest} "
+            "cannot be honoured; give nbest=1"
+        )
+    return [
+        hyps[0].pieces if hyps else []
+        for hyps in search_pieces(translator, sources, config, **options)
+    ]
+
+
+def search_pieces(
     translator: Any,
     sources: Sequence[Sequence[str]],
     config: DecodeConfig = DecodeConfig(),
@@ -160,36 +199,35 @@ def translate_pieces(
     max_batch_size: int = 64,
     eos_piece: str = "</s>",
     never: Sequence[str] = ("<pad>", "<s>"),
-) -> list[list[str]]:
-    """Our beam search, run by CTranslate2: sources as pieces (no eos) -> best outputs as pieces.
+    prefixes: Sequence[Sequence[str] | None] | None = None,
+    sampling: Any = None,
+    on_group: Callable[[int], Any] | None = None,
+) -> list[list[PieceHypothesis]]:
+    """Our beam search (or sampling), run by CTranslate2: sources as pieces (no eos) -> the
+    ``config.nbest`` best outputs of each, by the paper's ranking; ``[]`` for an empty source.
 
     CTranslate2 searches with ``config.beam`` and returns its ``beam`` finished hypotheses with
     scores ``log P / |Y|^alpha`` (|Y| counting eos, as ``return_end_token`` keeps it); these are
     turned back into log P and re-ranked by the paper's GNMT penalty. Sources are grouped by
     length so that each gets our output limit ``max_len_a * (len + 1) + max_len_b`` (+1: eos).
     ``patience`` > 1 lets CTranslate2 collect more finished hypotheses before it stops. Pieces
-    in ``never`` (pad and bos) are never generated, as in our search. Only the search's
-    settings reach CTranslate2 (prefixes, constraints and sampling are not options here);
-    ``config.nbest`` > 1 is refused, since the best output alone comes back.
+    in ``never`` (pad and bos) are never generated, as in our search. ``prefixes``: per source,
+    the pieces its outputs start with (``target_prefix``), or None. ``sampling`` (a
+    ``SampleConfig``): draw ``samples`` outputs with CTranslate2's sampler instead of searching
+    (its ``seed`` is not used: CTranslate2 seeds its sampler once per process and thread). ``on_group(n)``: n sources are done.
     """
-    if config.nbest != 1:
-        raise ExportError(
-            f"translate_pieces returns the best output of each source: nbest={config.nbest} "
-            "cannot be honoured; give nbest=1"
-        )
     limits = config.max_len(torch.tensor([len(s) + 1 for s in sources]), max_len_cap).tolist()
     groups: dict[int, list[int]] = defaultdict(list)
     for i, (source, limit) in enumerate(zip(sources, limits)):
         if source:  # an empty line gives an empty output without the model, as in decode_ids
             groups[limit].append(i)
-    outputs: list[list[str]] = [[] for _ in sources]
+    outputs: list[list[PieceHypothesis]] = [[] for _ in sources]
+    search = _search_options(config, sampling, patience)
+    keep = config.nbest if sampling is None else sampling.samples
     for limit, members in groups.items():
         results = translator.translate_batch(
             [list(sources[i]) for i in members],
-            beam_size=config.beam,
-            patience=patience,
-            num_hypotheses=config.beam,
-            length_penalty=config.alpha,
+            target_prefix=None if prefixes is None else [_list(prefixes[i]) for i in members],
             max_decoding_length=limit,
             min_decoding_length=0,
             max_input_length=0,
@@ -197,21 +235,82 @@ def translate_pieces(
             return_end_token=True,
             suppress_sequences=[[piece] for piece in never],
             max_batch_size=max_batch_size,
+            **search,
         )
+        alpha = search["length_penalty"]
         for i, result in zip(members, results):
-            outputs[i] = _best_by_gnmt(result.hypotheses, result.scores, config.alpha, eos_piece)
+            found = _hypotheses(result.hypotheses, result.scores, alpha, config.alpha, eos_piece)
+            if prefixes is not None and prefixes[i]:
+                found = _rescored(translator, sources[i], prefixes[i], found, config.alpha)
+            outputs[i] = _best_first(found)[:keep]
+        if on_group is not None:
+            on_group(len(members))
     return outputs
 
 
-def _best_by_gnmt(
-    hypotheses: list[list[str]], scores: list[float], alpha: float, eos_piece: str
-) -> list[str]:
-    """The hypothesis with the best log P / lp(|Y|), its final eos removed; CTranslate2's
-    ``scores`` are log P / |Y|^alpha (ties: the earlier, as in its own order)."""
+def _search_options(config: DecodeConfig, sampling: Any, patience: float) -> dict[str, Any]:
+    """CTranslate2's options for the paper's beam search, or for sampling (beam 1, log P
+    unnormalised: length_penalty 0)."""
+    if sampling is None:
+        return dict(
+            beam_size=config.beam,
+            patience=patience,
+            num_hypotheses=config.beam,
+            length_penalty=config.alpha,
+        )
+    return dict(
+        beam_size=1,
+        num_hypotheses=sampling.samples,
+        length_penalty=0.0,
+        sampling_topk=sampling.top_k,
+        sampling_topp=sampling.top_p,
+        sampling_temperature=sampling.temperature,
+    )
 
-    def gnmt(j: int) -> float:
-        n = len(hypotheses[j])
-        return scores[j] * n**alpha / gnmt_length_penalty(n, alpha)
 
-    best = hypotheses[max(range(len(hypotheses)), key=lambda j: (gnmt(j), -j))]
-    return best[:-1] if best and best[-1] == eos_piece else list(best)
+def _list(prefix: Sequence[str] | None) -> list[str] | None:
+    return None if prefix is None else list(prefix)
+
+
+def _hypotheses(
+    hypotheses: list[list[str]], scores: list[float], theirs: float, alpha: float, eos_piece: str
+) -> list[PieceHypothesis]:
+    """CTranslate2's hypotheses with our scores, each's final eos removed; its ``scores`` are
+    log P / |Y|^theirs, ours log P / lp(|Y|)."""
+    found = []
+    for hyp, score in zip(hypotheses, scores):
+        n = len(hyp)
+        log_prob = score * n**theirs
+        ended = bool(hyp) and hyp[-1] == eos_piece
+        pieces = hyp[:-1] if ended else list(hyp)
+        found.append(PieceHypothesis(pieces, log_prob / gnmt_length_penalty(n, alpha), log_prob, n))
+    return found
+
+
+def _rescored(
+    translator: Any,
+    source: Sequence[str],
+    prefix: Sequence[str],
+    found: list[PieceHypothesis],
+    alpha: float,
+) -> list[PieceHypothesis]:
+    """Hypotheses that start with ``prefix``, with its log P added: CTranslate2's scores sum
+    the generated tokens only (still normalised by the whole length), ours count every token.
+    ``score_batch`` appends eos to the prefix; that last log-probability is left out."""
+    log_probs = translator.score_batch([list(source)], [list(prefix)])[0].log_probs[:-1]
+    before = sum(log_probs)
+    return [
+        PieceHypothesis(
+            h.pieces,
+            (h.log_prob + before) / gnmt_length_penalty(h.length, alpha),
+            h.log_prob + before,
+            h.length,
+        )
+        for h in found
+    ]
+
+
+def _best_first(found: list[PieceHypothesis]) -> list[PieceHypothesis]:
+    """By the GNMT score, best first, as ours ranks beams and samples; ties keep CTranslate2's
+    order (``sorted`` is stable)."""
+    return sorted(found, key=lambda h: -h.score)

@@ -339,6 +339,12 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
                     f"{translator.max_source_tokens}",
                 )
         config = body.decode_config()
+        if body.seed is not None and not translator.engine.seeded_samples:
+            return _error(
+                422,
+                f"seed: the {translator.engine.name} engine seeds its sampler once per process, "
+                "not per request; leave seed out",
+            )
         try:  # checked here, so that a bad one is a 422 before any decoding
             constraints = translator.constraints(sources, config, body.prefix, body.constraints)
             layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None

@@ -22,6 +22,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..decode.engine import Engine
 from .app import Limits, create_app
 from .translator import Translator
 
@@ -113,9 +114,11 @@ def run_server(
     limits: Limits | None = None,
     shutdown_timeout_s: float = 30.0,
     quantize: str | None = None,
+    engine: Engine | None = None,
 ) -> None:
-    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM (see the module docstring)."""
-    translator = Translator.load(checkpoint, device, quantize)
+    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM (see the module docstring);
+    ``engine``: what searches instead of our model (``aiayn.decode.engine``)."""
+    translator = Translator.load(checkpoint, device, quantize, engine)
     server = make_server(
         create_app(translator, limits or Limits()),
         host=host,

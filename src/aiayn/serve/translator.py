@@ -7,6 +7,10 @@ ids, ``decode_ids`` searches (or samples, with prefixes and lexical constraints 
 ``text_constraint``), ``output_alignment`` aligns words as ``aiayn translate --alignments``
 does, and ``Transformer.attention_weights`` (the path behind the demo's attention pictures)
 gives the encoder-decoder attention of the best hypothesis.
+
+Another ``Engine`` (``aiayn.decode.engine``; ``aiayn serve --engine ctranslate2``) may do the
+search instead of ``decode_ids``; attention and alignments still come from our model, forced
+on the engine's outputs, which are the same network's.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from ..decode import (
     Hypothesis,
     OutputConstraint,
     SampleConfig,
-    decode_ids,
     for_decoding,
     text_constraint,
 )
 from ..decode.align import output_alignment
+from ..decode.engine import Engine, TorchEngine
 from ..errors import UserError
 from ..model import Transformer, count_parameters
 
@@ -72,6 +76,7 @@ class Translator:
         checkpoint: str | Path | None = None,
         meta: dict[str, Any] | None = None,
         quantized: str | None = None,
+        engine: Engine | None = None,
     ) -> None:
         if len(vocab) != model.cfg.vocab_size:
             raise UserError(
@@ -79,13 +84,18 @@ class Translator:
             )
         self.model, self.vocab = model.eval(), vocab
         self.checkpoint, self.meta, self.quantized = checkpoint, meta or {}, quantized
+        self.engine = engine if engine is not None else TorchEngine(self.model)
 
     @classmethod
     def load(
-        cls, checkpoint: str | Path, device: str = "cpu", quantize: str | None = None
+        cls,
+        checkpoint: str | Path,
+        device: str = "cpu",
+        quantize: str | None = None,
+        engine: Engine | None = None,
     ) -> Translator:
         """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
-        --quantize``) and its own ``spm.model``."""
+        --quantize``) and its own ``spm.model``; ``engine``: what searches (None: our model)."""
         model, vocab = load_translator(checkpoint, device)
         return cls(
             for_decoding(model, quantize),
@@ -93,6 +103,7 @@ class Translator:
             checkpoint,
             read_meta(Path(checkpoint)),
             quantized=quantize,
+            engine=engine,
         )
 
     @property
@@ -113,6 +124,12 @@ class Translator:
         ``UserError`` naming a sentence whose constraint does not fit its output's length."""
         if prefixes is None and phrases is None:
             return None
+        lexical = any(p.strip() for words in phrases or [] for p in words)
+        if lexical and not self.engine.lexical_constraints:
+            raise UserError(
+                f"constraints: the {self.engine.name} engine takes prefixes only, not lexical "
+                "constraints"
+            )
         prefixes = prefixes or [""] * len(sources)
         phrases = phrases or [[]] * len(sources)
         built = [
@@ -147,8 +164,7 @@ class Translator:
         if any(job.key != jobs[0].key for job in jobs):
             raise ValueError("jobs decoded together must share one DecodeConfig and sampling")
         v = self.vocab
-        nbest = decode_ids(
-            self.model,
+        nbest = self.engine.decode_ids(
             [s for job in jobs for s in job.sources],
             jobs[0].config,
             max_tokens=DECODE_MAX_TOKENS,
@@ -228,4 +244,5 @@ class Translator:
             },
             "device": str(next(self.model.parameters()).device),
             "quantized": self.quantized,
+            "engine": self.engine.name,
         }

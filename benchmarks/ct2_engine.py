@@ -1,0 +1,77 @@
+"""``--engine ctranslate2`` against raw CTranslate2 in a process of its own, on real sentences:
+what our ranking, length grouping and sharing a process with PyTorch cost.
+
+    python benchmarks/ct2_engine.py --checkpoint runs/demo/averaged --limit 300 --rounds 3
+
+Engine: ``CTranslate2Engine.decode_ids`` (the paper's search: GNMT re-ranking, |Y| <= |X| + 50
+per length group) in this process, after PyTorch has decoded a sentence, so both OpenMP
+runtimes are up. Raw: ``translate_batch(beam_size=4, length_penalty=0.6)`` of the same export
+in ``ct2_worker.py`` (no torch), with the longest source's limit for every sentence. Rounds
+interleave the two; prints one JSON object with the medians and engine / raw speed (goal:
+>= 0.95), the load and the CPU. Writes the export cache beside the checkpoint, as the engine
+does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from decode_throughput import Ct2Process  # noqa: E402
+
+from aiayn.checkpoint import load_translator  # noqa: E402
+from aiayn.data import bundled_corpus_paths  # noqa: E402
+from aiayn.decode import DecodeConfig, translate  # noqa: E402
+from aiayn.export.engine import CTranslate2Engine, cached_export  # noqa: E402
+from aiayn.files import read_lines  # noqa: E402
+from aiayn.hardware import cpu_description  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--limit", type=int, default=300, help="the first N test verses")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, vocab = load_translator(args.checkpoint)
+    lines = read_lines(bundled_corpus_paths()["test"][0])[: args.limit]
+    translate(model, lines[:1], vocab, DecodeConfig())  # PyTorch's thread pool is up
+    engine = CTranslate2Engine.open(args.checkpoint, threads=args.threads)
+    raw = Ct2Process(str(cached_export(args.checkpoint)), "float32", args.threads)
+    ids = [vocab.encode_source(line, model.cfg.max_len) for line in lines]
+    pieces = [[vocab.id_to_piece(i) for i in s[:-1]] for s in ids]
+    limit = int(DecodeConfig().max_len(torch.tensor([max(map(len, ids))]), model.cfg.max_len))
+    seconds: dict[str, list[float]] = {"engine": [], "raw": []}
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        engine.decode_ids(ids, DecodeConfig())
+        seconds["engine"].append(time.perf_counter() - start)
+        answer = raw(sources=pieces, batch=64, beam=4, max_len=limit, length_penalty=0.6)
+        seconds["raw"].append(answer["seconds"])
+    raw.close()
+    medians = {side: statistics.median(s) for side, s in seconds.items()}
+    report = {
+        "checkpoint": args.checkpoint,
+        "sentences": len(ids),
+        "threads": args.threads,
+        "seconds": seconds,
+        "median_s": medians,
+        "engine_vs_raw_speed": medians["raw"] / medians["engine"],
+        "load": os.getloadavg(),
+        "cpu": cpu_description(),
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""CTranslate2 as an engine behind ``translate``, ``evaluate`` and ``serve`` (``--engine
+ctranslate2``): the checkpoint exported once into a cache, then decoded by
+``ctranslate2.Translator`` with the paper's search (``search_pieces``: beam 4, GNMT alpha 0.6,
+|Y| <= |X| + 50), so that its outputs are ours.
+
+The cache is ``CKPT.ctranslate2/`` beside the checkpoint directory, or, when that directory's
+parent is read-only, ``$XDG_CACHE_HOME/aiayn/ctranslate2/FINGERPRINT/`` (default ``~/.cache``).
+Its marker (``aiayn-export.json``) records the fingerprint of what it was built from: the
+checkpoint's weights, ``meta.json`` and ``spm.model``, this exporter's format version and
+CTranslate2's version. A cache whose fingerprint differs is rebuilt, in a temporary directory
+renamed into place; a directory there that the engine did not create (no marker, or an
+``aiayn export`` of the user's) is never replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import META, VOCAB, WEIGHTS, read_meta
+from ..config import ModelConfig, from_dict
+from ..data import Vocab
+from ..decode import DecodeConfig, Hypothesis, OutputConstraint, SampleConfig
+from ..decode.translate import Progress, _progress, fit_sources
+from .common import MARKER, ExportError, load_for_export, require
+from .ctranslate2 import TARGET, export_ctranslate2, search_pieces
+
+FORMAT = 1  # the cache's layout: bump when the exporter writes something else
+CACHE_SUFFIX = ".ctranslate2"
+FINGERPRINTED = (WEIGHTS, META, VOCAB)  # what decoding reads; trainer.pt is not
+
+
+def checkpoint_fingerprint(ckpt: Path) -> str:
+    """SHA-256 of what the export is made from: the checkpoint's files the model and its
+    vocabulary are read from, this exporter's format and CTranslate2's version."""
+    import ctranslate2
+
+    digest = hashlib.sha256(f"format {FORMAT} ctranslate2 {ctranslate2.__version__}\n".encode())
+    for name in FINGERPRINTED:
+        path = ckpt / name
+        if not path.is_file():
+            raise ExportError(f"{ckpt}: no {name}; --engine ctranslate2 exports from it")
+        digest.update(f"{name}\n".encode())
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def user_cache() -> Path:
+    """Where caches go when the checkpoint's directory cannot hold them (XDG's cache home)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "aiayn" / "ctranslate2"
+
+
+def _writable(directory: Path) -> bool:
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+def cache_dir(ckpt: Path, fingerprint: str) -> Path:
+    """``CKPT.ctranslate2`` beside the checkpoint, or the user's cache when that is read-only."""
+    beside = ckpt.parent / (ckpt.name + CACHE_SUFFIX)
+    if _writable(ckpt.parent):
+        return beside
+    return user_cache() / fingerprint[:32]
+
+
+def _marker(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((out / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def cached_export(checkpoint: str | os.PathLike) -> Path:
+    """The CTranslate2 model directory of ``checkpoint``: its cache when the fingerprint
+    matches, else exported now (a one-line note on stderr) and cached."""
+    require("ctranslate2", TARGET)
+    ckpt = Path(checkpoint)
+    fingerprint = checkpoint_fingerprint(ckpt)
+    out = cache_dir(ckpt, fingerprint)
+    marker = _marker(out)
+    if marker is not None and marker.get("fingerprint") == fingerprint:
+        return out
+    if out.exists() and (marker is None or "fingerprint" not in marker):
+        made_by = "an aiayn export of yours" if marker else "not made by aiayn"
+        raise ExportError(
+            f"{out}: the CTranslate2 cache of {ckpt} is taken by a directory {made_by}; "
+            "move it away (it is never replaced)"
+        )
+    print(f"aiayn: exporting {ckpt} to CTranslate2 in {out} (once per checkpoint)", file=sys.stderr)
+    model, vocab = load_for_export(ckpt)
+    return export_ctranslate2(model, vocab, out, source=str(ckpt), fingerprint=fingerprint)
+
+
+def _device(device: str) -> tuple[str, int]:
+    """``--device`` (cpu, cuda, cuda:N) as CTranslate2's (device, index)."""
+    kind, _, index = device.partition(":")
+    return kind, int(index or 0)
+
+
+@dataclass
+class CTranslate2Engine:
+    """A checkpoint's CTranslate2 export and our vocabulary, answering as ``decode_ids``."""
+
+    translator: Any  # ctranslate2.Translator
+    vocab: Vocab
+    max_len: int  # the model's positions: the longest source and output
+    name: str = "ctranslate2"
+    lexical_constraints: bool = False  # prefixes only (``target_prefix``)
+    seeded_samples: bool = False  # its sampler is seeded per process, not by SampleConfig.seed
+
+    @classmethod
+    def open(
+        cls, checkpoint: str | os.PathLike, *, device: str = "cpu", threads: int = 0
+    ) -> CTranslate2Engine:
+        """Export on first use (``cached_export``) and load it in float32 on ``device``;
+        ``threads``: CTranslate2's intra-op threads (0: its default)."""
+        import ctranslate2
+
+        ckpt = Path(checkpoint)
+        out = cached_export(ckpt)
+        kind, index = _device(device)
+        translator = ctranslate2.Translator(
+            str(out),
+            device=kind,
+            device_index=index,
+            compute_type="float32",
+            intra_threads=threads,
+        )
+        cfg = from_dict(ModelConfig, read_meta(ckpt)["model_config"], where=f"{ckpt}/{META}")
+        return cls(translator, Vocab.load(ckpt / VOCAB), cfg.max_len)
+
+    @property
+    def max_positions(self) -> int:
+        return self.max_len
+
+    def decode_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        config: DecodeConfig,
+        *,
+        batch_size: int | None = 64,
+        max_tokens: int | None = None,
+        sampling: SampleConfig | None = None,
+        constraint: Any = None,
+        progress: bool | Progress = False,
+        on_truncate: Any = None,
+        first_index: Any = 0,
+        **special_ids: int,
+    ) -> list[list[Hypothesis]]:
+        """``decode_ids`` by CTranslate2 (sources: subwords + eos, truncated by the same rule).
+
+        Batches hold ``batch_size`` sentences of one output limit (``max_tokens`` is ours
+        only). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
+        so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
+        eos_id) must be the vocabulary's, which the export fixes.
+        """
+        v = self.vocab
+        _check_ids(special_ids, v)
+        sources = fit_sources(sources, self.max_len, v.eos_id, on_truncate)
+        pieces = [[v.id_to_piece(i) for i in _without_eos(s, v.eos_id)] for s in sources]
+        bar = _progress(len(sources), progress)
+        if bar is not None:
+            bar.update(sum(1 for s in pieces if not s))
+        found = search_pieces(
+            self.translator,
+            pieces,
+            config,
+            max_len_cap=self.max_len,
+            max_batch_size=batch_size or 0,
+            eos_piece=v.id_to_piece(v.eos_id),
+            never=[v.id_to_piece(v.pad_id), v.id_to_piece(v.bos_id)],
+            prefixes=self._prefixes(constraint, len(sources)),
+            sampling=sampling,
+            on_group=None if bar is None else bar.update,
+        )
+        if progress is True:
+            bar.close()
+        return [
+            [Hypothesis(self._ids(h.pieces), h.score, h.log_prob, h.length) for h in hyps]
+            for hyps in found
+        ]
+
+    def _ids(self, pieces: list[str]) -> list[int]:
+        return [self.vocab.sp.piece_to_id(p) for p in pieces]
+
+    def _prefixes(self, constraint: Any, n: int) -> list[list[str] | None] | None:
+        """Each source's prefix as pieces, or ``UserError`` for a constraint that is more."""
+        per_source = constraint if isinstance(constraint, Sequence) else [constraint] * n
+        if all(c is None for c in per_source):
+            return None
+        return [self._prefix(c) for c in per_source]
+
+    def _prefix(self, c: Any) -> list[str] | None:
+        if c is None:
+            return None
+        if not isinstance(c, OutputConstraint) or c.phrases:
+            where = getattr(c, "where", "a constraint")
+            raise ExportError(
+                f"{where}: --engine ctranslate2 takes target prefixes only, not lexical "
+                "constraints; use --engine torch"
+            )
+        return [self.vocab.id_to_piece(i) for i in c.prefix] or None
+
+
+def _check_ids(given: dict[str, int], vocab: Vocab) -> None:
+    """The ids a caller names must be those the export was built with (a bug otherwise)."""
+    for name, value in given.items():
+        if name not in ("pad_id", "bos_id", "eos_id") or getattr(vocab, name) != value:
+            raise TypeError(f"CTranslate2Engine.decode_ids: unexpected {name}={value!r}")
+
+
+def _without_eos(source: Sequence[int], eos_id: int) -> list[int]:
+    """A source as CTranslate2 takes it: it appends eos itself (``add_source_eos``)."""
+    return list(source[:-1]) if source and source[-1] == eos_id else list(source)
