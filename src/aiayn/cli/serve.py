@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_device_arg, add_quantize_arg
+from .common import add_device_arg, add_precision_args, add_quantize_arg, decode_precision
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -13,6 +13,7 @@ def _serve(args: argparse.Namespace) -> None:
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
+    precision = decode_precision(args, "serve")
     limits = Limits(
         max_chars=args.max_chars,
         max_sentences=args.max_sentences,
@@ -26,6 +27,7 @@ def _serve(args: argparse.Namespace) -> None:
         device=args.device,
         limits=limits,
         quantize=args.quantize,
+        precision=precision.name,
     )
 
 
@@ -54,4 +56,5 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     add_quantize_arg(p)
+    add_precision_args(p)
     p.set_defaults(func=_serve)

@@ -19,6 +19,7 @@ from .common import (
     add_decode_args,
     corpus_options,
     decode_config,
+    decode_precision,
     say_wrote,
     show_progress,
 )
@@ -38,6 +39,7 @@ def translate_stream(
     name: str = "<stdin>",
     prompt: bool = False,
     quantize: str | None = None,
+    precision: str = "fp32",
     output: Outputs | None = None,
     **corpus: Any,
 ) -> int:
@@ -52,14 +54,14 @@ def translate_stream(
     ``UserError`` names those lines (``name`` is what it calls the input). A line longer than
     the model's positions is truncated and named on stderr by its line in the input.
     ``prompt``: write "> " before reading each line (interactive: give window 1).
-    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print
-    besides the best line (n-best lists, JSON lines), samples, prefixes and constraints
-    (default: the beam search's best translation only).
+    ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``).
+    ``output``: what to print besides the best line (n-best lists, JSON lines), samples,
+    prefixes and constraints (default: the beam search's best translation only).
     """
     from ..decode import load_models, translate, translate_corpus
     from ..files import split_lines
 
-    model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
+    model, vocab = load_models(checkpoint, device, quantize, precision)  # several: an Ensemble
     lines = _Lines(name)
     raw = split_lines(source)
     texts = lines.texts(_prompted(raw, sink) if prompt else raw)
@@ -137,6 +139,7 @@ def _translate(args: argparse.Namespace) -> None:
     from ..files import count_lines, open_binary
 
     corpus = corpus_options(args)
+    precision = decode_precision(args, "translate")
     source = (
         open_binary(args.input) if args.input else sys.stdin.buffer
     )  # bytes: aiayn.files splits lines
@@ -153,6 +156,7 @@ def _translate(args: argparse.Namespace) -> None:
         name=args.input or "<stdin>",
         prompt=interactive,
         quantize=args.quantize,
+        precision=precision.name,
         output=Outputs.from_args(args),
         progress=progress,
         total=count_lines(args.input) if progress and args.input else None,
@@ -163,6 +167,7 @@ def _translate(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluate import evaluate_checkpoint
 
+    precision = decode_precision(args, "evaluate")
     result = evaluate_checkpoint(
         args.checkpoint,
         args.src,
@@ -172,10 +177,11 @@ def _evaluate(args: argparse.Namespace) -> None:
         lang=args.lang,
         device=args.device,
         quantize=args.quantize,
+        precision=precision.name,
         progress=show_progress(args),
         **corpus_options(args),
     )
-    print(json.dumps(result.as_dict(), indent=2))
+    print(json.dumps({**result.as_dict(), **precision.as_dict()}, indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
 

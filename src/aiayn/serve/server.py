@@ -113,9 +113,11 @@ def run_server(
     limits: Limits | None = None,
     shutdown_timeout_s: float = 30.0,
     quantize: str | None = None,
+    precision: str = "fp32",
 ) -> None:
-    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM (see the module docstring)."""
-    translator = Translator.load(checkpoint, device, quantize)
+    """Load ``checkpoint`` (``precision``: "fp32" or "bf16") and serve it until SIGINT/SIGTERM
+    (see the module docstring)."""
+    translator = Translator.load(checkpoint, device, quantize, precision)
     server = make_server(
         create_app(translator, limits or Limits()),
         host=host,

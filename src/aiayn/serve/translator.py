@@ -36,6 +36,7 @@ from ..model import Transformer, count_parameters
 
 DECODE_MAX_TOKENS = 8000  # padded source tokens per forward pass, as ``aiayn translate``
 ENC_DEC = "encoder-decoder attention"
+PRECISION_NAMES = {torch.bfloat16: "bf16"}  # what /info calls the weights' dtype (else fp32)
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,17 @@ class Translator:
 
     @classmethod
     def load(
-        cls, checkpoint: str | Path, device: str = "cpu", quantize: str | None = None
+        cls,
+        checkpoint: str | Path,
+        device: str = "cpu",
+        quantize: str | None = None,
+        precision: str = "fp32",
     ) -> Translator:
-        """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
-        --quantize``) and its own ``spm.model``."""
+        """The checkpoint directory's model (``quantize``: None or "int8", ``precision``: "fp32"
+        or "bf16", as ``aiayn translate`` takes them) and its own ``spm.model``."""
         model, vocab = load_translator(checkpoint, device)
         return cls(
-            for_decoding(model, quantize),
+            for_decoding(model, quantize, precision),
             vocab,
             checkpoint,
             read_meta(Path(checkpoint)),
@@ -228,4 +233,5 @@ class Translator:
             },
             "device": str(next(self.model.parameters()).device),
             "quantized": self.quantized,
+            "precision": PRECISION_NAMES.get(next(self.model.parameters()).dtype, "fp32"),
         }
