@@ -184,13 +184,14 @@ def evaluate_checkpoint(
     progress: bool = True,
     quantize: str | None = None,
     engine: Engine | None = None,
+    precision: str = "fp32",
     **batching: int,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
-    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``); perplexity uses it too.
-    ``engine``: what decodes instead of our search (the command line builds it, e.g.
-    CTranslate2's from ``aiayn.export.engine``); the perplexity stays the checkpoint's, ours.
+    ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``);
+    perplexity uses them too. ``engine``: what decodes instead of our search (the command line
+    builds it, e.g. CTranslate2's from ``aiayn.export.engine``); the perplexity stays ours.
     ``batching``: max_tokens and batch_size of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
@@ -202,7 +203,7 @@ def evaluate_checkpoint(
         check_not_input(hyp_path, inputs, option="--output")
     sources, references = read_test_pair(src_path, ref_path)
     model, vocab = load_translator(checkpoint, device)
-    model = for_decoding(model, quantize)
+    model = for_decoding(model, quantize, precision)
     result = evaluate_model(
         model,
         vocab,

@@ -14,6 +14,7 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..decode import DecodeConfig, SampleConfig
+    from ..decode.precision import Precision
 
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
@@ -77,6 +78,7 @@ def add_decode_args(
     add_device_arg(p)
     if preset is None:
         add_quantize_arg(p)
+        add_precision_args(p)
     if outputs:
         add_output_args(p)
 
@@ -236,6 +238,29 @@ def add_quantize_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_precision_args(p: argparse.ArgumentParser) -> None:
+    """``--precision`` and ``--verbose`` (which says on stderr what it chose and why)."""
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="bf16: weights and activations in bf16, log-probabilities and scores in fp32; "
+        "auto (default): fp32 unless bf16 is native and keeps the outputs (docs/decoding.md)",
+    )
+    p.add_argument("--verbose", action="store_true", help="say on stderr how the model decodes")
+
+
+def decode_precision(args: argparse.Namespace, command: str) -> Precision:
+    """The precision ``--precision`` (``add_precision_args``) resolves to for ``--device`` and
+    ``--quantize``, said on stderr with ``--verbose``; a ``UserError`` for bf16 with int8."""
+    from ..decode.precision import choose_precision
+
+    precision = choose_precision(args.precision, args.device, args.quantize)
+    if args.verbose:
+        print(f"aiayn {command}: precision {precision.name}: {precision.reason}", file=sys.stderr)
+    return precision
+
+
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The preset ``add_decode_args`` chose, with ``--beam`` and ``--alpha`` where given."""
     from ..decode import DecodeConfig
@@ -271,12 +296,13 @@ def sample_config(args: argparse.Namespace) -> SampleConfig | None:
     return SampleConfig(samples=args.nbest or 1, **given)
 
 
-def load_decoder(args: argparse.Namespace):
+def load_decoder(args: argparse.Namespace, precision: Precision):
     """(model ready for decoding, its vocabulary) from ``--checkpoint`` (an ensemble when
-    repeated), ``--device`` and ``--quantize`` as ``add_decode_args`` parsed them."""
+    repeated), ``--device`` and ``--quantize`` as ``add_decode_args`` parsed them, in
+    ``precision`` (``decode_precision``)."""
     from ..decode import load_models
 
-    return load_models(args.checkpoint, args.device, args.quantize)
+    return load_models(args.checkpoint, args.device, args.quantize, precision.name)
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:

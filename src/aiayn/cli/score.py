@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 
 from ..errors import UserError
-from .common import add_decode_args, decode_config, load_decoder
+from .common import add_decode_args, decode_config, decode_precision, load_decoder
 
 
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
@@ -50,8 +50,9 @@ def _score(args: argparse.Namespace) -> None:
     fmt = args.format or ("jsonl" if args.tokens else "tsv")
     if args.tokens and fmt != "jsonl":
         raise UserError("--tokens prints JSON lines: drop --format tsv")
+    precision = decode_precision(args, "score")
     sources, references, name = read_pairs(args)
-    model, vocab = load_decoder(args)
+    model, vocab = load_decoder(args, precision)
     targets = [vocab.encode(r) + [vocab.eos_id] for r in references]
     scores = score_ids(
         model,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_device_arg, add_engine_arg, add_quantize_arg, load_engine
+from .common import (
+    add_device_arg,
+    add_engine_arg,
+    add_precision_args,
+    add_quantize_arg,
+    decode_precision,
+    load_engine,
+)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -13,6 +20,7 @@ def _serve(args: argparse.Namespace) -> None:
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
+    precision = decode_precision(args, "serve")
     limits = Limits(
         max_chars=args.max_chars,
         max_sentences=args.max_sentences,
@@ -27,6 +35,7 @@ def _serve(args: argparse.Namespace) -> None:
         limits=limits,
         quantize=args.quantize,
         engine=load_engine(args),
+        precision=precision.name,
     )
 
 
@@ -56,4 +65,5 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     add_quantize_arg(p)
     add_engine_arg(p)
+    add_precision_args(p)
     p.set_defaults(func=_serve)

@@ -20,6 +20,7 @@ from .common import (
     add_engine_arg,
     corpus_options,
     decode_config,
+    decode_precision,
     load_engine,
     say_wrote,
     show_progress,
@@ -41,6 +42,7 @@ def translate_stream(
     name: str = "<stdin>",
     prompt: bool = False,
     quantize: str | None = None,
+    precision: str = "fp32",
     output: Outputs | None = None,
     engine: Engine | None = None,
     **corpus: Any,
@@ -56,15 +58,16 @@ def translate_stream(
     ``UserError`` names those lines (``name`` is what it calls the input). A line longer than
     the model's positions is truncated and named on stderr by its line in the input.
     ``prompt``: write "> " before reading each line (interactive: give window 1).
-    ``quantize``: None or "int8" (see ``aiayn.decode.quantize``). ``output``: what to print
-    besides the best line (n-best lists, JSON lines), samples, prefixes and constraints
-    (default: the beam search's best translation only). ``engine``: what decodes instead of
-    our search (``aiayn.decode.engine``; ``checkpoint`` is then not loaded).
+    ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``).
+    ``output``: what to print besides the best line (n-best lists, JSON lines), samples,
+    prefixes and constraints (default: the beam search's best translation only). ``engine``:
+    what decodes instead of our search (``aiayn.decode.engine``; ``checkpoint`` is then not
+    loaded).
     """
     from ..decode import translate_corpus
     from ..files import split_lines
 
-    decoder, vocab, outputs = _decoder(checkpoint, device, quantize, output, engine)
+    decoder, vocab, outputs = _decoder(checkpoint, device, quantize, precision, output, engine)
     lines = _Lines(name)
     raw = split_lines(source)
     texts = lines.texts(_prompted(raw, sink) if prompt else raw)
@@ -90,6 +93,7 @@ def _decoder(
     checkpoint: str | Path | Sequence[str | Path],
     device: str,
     quantize: str | None,
+    precision: str,
     output: Outputs | None,
     engine: Engine | None,
 ) -> tuple[Any, Any, Any]:
@@ -100,7 +104,7 @@ def _decoder(
 
     if engine is not None:
         return engine, engine.vocab, translate_with if output is None else output.engine_lines
-    model, vocab = load_models(checkpoint, device, quantize)  # several: an Ensemble
+    model, vocab = load_models(checkpoint, device, quantize, precision)  # several: an Ensemble
     return model, vocab, translate if output is None else output.lines
 
 
@@ -160,6 +164,7 @@ def _translate(args: argparse.Namespace) -> None:
     from ..files import count_lines, open_binary
 
     corpus = corpus_options(args)
+    precision = decode_precision(args, "translate")
     source = (
         open_binary(args.input) if args.input else sys.stdin.buffer
     )  # bytes: aiayn.files splits lines
@@ -176,6 +181,7 @@ def _translate(args: argparse.Namespace) -> None:
         name=args.input or "<stdin>",
         prompt=interactive,
         quantize=args.quantize,
+        precision=precision.name,
         output=Outputs.from_args(args),
         engine=load_engine(args),
         progress=progress,
@@ -187,6 +193,7 @@ def _translate(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluate import evaluate_checkpoint
 
+    precision = decode_precision(args, "evaluate")
     result = evaluate_checkpoint(
         args.checkpoint,
         args.src,
@@ -197,10 +204,11 @@ def _evaluate(args: argparse.Namespace) -> None:
         device=args.device,
         quantize=args.quantize,
         engine=load_engine(args),
+        precision=precision.name,
         progress=show_progress(args),
         **corpus_options(args),
     )
-    print(json.dumps(result.as_dict(), indent=2))
+    print(json.dumps({**result.as_dict(), **precision.as_dict()}, indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
 

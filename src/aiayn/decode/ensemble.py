@@ -97,9 +97,10 @@ def load_models(
     checkpoints: str | Path | Sequence[str | Path],
     device: str | torch.device = "cpu",
     quantize: str | None = None,
+    precision: str = "fp32",
 ):
-    """(model ready for decoding, its vocabulary) from one checkpoint, or an ``Ensemble`` of
-    several; ``UserError`` unless they share one vocabulary (``spm.model``)."""
+    """(model ready for decoding (``for_decoding``), its vocabulary) from one checkpoint, or an
+    ``Ensemble`` of several; ``UserError`` unless they share one vocabulary (``spm.model``)."""
     from ..checkpoint import VOCAB, load_translator, vocab_fingerprint
     from .quantize import for_decoding
 
@@ -116,6 +117,6 @@ def load_models(
                 "an ensemble needs one vocabulary"
             )
     loaded = [load_translator(p, device) for p in paths]
-    models = [for_decoding(model, quantize) for model, _ in loaded]
+    models = [for_decoding(model, quantize, precision) for model, _ in loaded]
     vocab = loaded[0][1]
     return (models[0] if len(models) == 1 else Ensemble(models)), vocab

@@ -115,10 +115,12 @@ def run_server(
     shutdown_timeout_s: float = 30.0,
     quantize: str | None = None,
     engine: Engine | None = None,
+    precision: str = "fp32",
 ) -> None:
-    """Load ``checkpoint`` and serve it until SIGINT/SIGTERM (see the module docstring);
-    ``engine``: what searches instead of our model (``aiayn.decode.engine``)."""
-    translator = Translator.load(checkpoint, device, quantize, engine)
+    """Load ``checkpoint`` (``precision``: "fp32" or "bf16") and serve it until SIGINT/SIGTERM
+    (see the module docstring); ``engine``: what searches instead of our model
+    (``aiayn.decode.engine``)."""
+    translator = Translator.load(checkpoint, device, quantize, engine, precision)
     server = make_server(
         create_app(translator, limits or Limits()),
         host=host,

@@ -40,6 +40,7 @@ from ..model import Transformer, count_parameters
 
 DECODE_MAX_TOKENS = 8000  # padded source tokens per forward pass, as ``aiayn translate``
 ENC_DEC = "encoder-decoder attention"
+PRECISION_NAMES = {torch.bfloat16: "bf16"}  # what /info calls the weights' dtype (else fp32)
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,14 @@ class Translator:
         device: str = "cpu",
         quantize: str | None = None,
         engine: Engine | None = None,
+        precision: str = "fp32",
     ) -> Translator:
-        """The checkpoint directory's model (``quantize``: None or "int8", as ``aiayn translate
-        --quantize``) and its own ``spm.model``; ``engine``: what searches (None: our model)."""
+        """The checkpoint directory's model (``quantize``: None or "int8", ``precision``: "fp32"
+        or "bf16", as ``aiayn translate`` takes them) and its own ``spm.model``; ``engine``:
+        what searches (None: our model)."""
         model, vocab = load_translator(checkpoint, device)
         return cls(
-            for_decoding(model, quantize),
+            for_decoding(model, quantize, precision),
             vocab,
             checkpoint,
             read_meta(Path(checkpoint)),
@@ -245,4 +248,5 @@ class Translator:
             "device": str(next(self.model.parameters()).device),
             "quantized": self.quantized,
             "engine": self.engine.name,
+            "precision": PRECISION_NAMES.get(next(self.model.parameters()).dtype, "fp32"),
         }
