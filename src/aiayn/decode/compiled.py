@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
 
 from ..model import LayerCache, StaticKVCache, Transformer
 from .beam import NEG_INF, Hypothesis, _Finished, expand, output_log_probs, prune
@@ -182,10 +183,10 @@ def _plain(model: Transformer) -> Transformer:
 
 
 def supports(model: object) -> bool:
-    """Whether ``compiled_beam_search`` takes this model: a ``Transformer`` (not an ensemble,
-    not int8) whose decoder runs on the CPU."""
+    """Whether ``compiled_beam_search`` takes this model: a ``Transformer`` with fp32 Linear
+    layers, packed or not (not an ensemble, not int8)."""
     return isinstance(model, Transformer) and all(
-        type(module) is not torch.ao.nn.quantized.dynamic.Linear for module in model.modules()
+        type(module) is not Int8Linear for module in model.modules()
     )
 
 
