@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 MINUTES ?= 15
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint docs bench
+.PHONY: setup demo test test-compile lint docs bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -25,6 +25,10 @@ demo: setup
 
 test: setup lint docs
 	$(BIN)/python -m pytest
+
+# The torch.compile tests (training and decoding), minutes each on a CPU: not in `make test`.
+test-compile: setup
+	$(BIN)/python -m pytest -m compile
 
 # The formatter and the linter (rules in pyproject.toml); `ruff format .` applies the format.
 lint: setup

@@ -109,7 +109,7 @@ def run_case(case: dict, pack: bool = False, compile: bool = False) -> list[list
 
 @pytest.mark.parametrize(
     "pack, compile",
-    [(False, False), (True, False), pytest.param(True, True, marks=pytest.mark.slow)],
+    [(False, False), (True, False), pytest.param(True, True, marks=pytest.mark.compile)],
     ids=["as-trained", "packed", "packed-compiled"],
 )
 @pytest.mark.parametrize("name", list(CASES))

@@ -165,7 +165,13 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "amp, compile", [("none", False), ("bf16", False), ("none", True), ("bf16", True)]
+    "amp, compile",
+    [
+        ("none", False),
+        ("bf16", False),
+        pytest.param("none", True, marks=pytest.mark.compile),
+        pytest.param("bf16", True, marks=pytest.mark.compile),
+    ],
 )
 def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path, amp, compile):
     n = 3  # dropout on (the tiny preset's 0.1): its masks resume exactly, compiled too
@@ -294,7 +300,7 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------
 
 
-@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.compile)])
 def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path, compile):
     # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two
     common = dict(
@@ -1021,10 +1027,14 @@ def test_the_run_says_which_precision_it_used_and_why(
     assert load_train_config(out / "config.json") == cfg  # the saved config loads back as it was
 
 
-def test_compile_auto_stays_off_on_cpu_and_true_compiles_every_layer(tiny_corpus, tmp_path):
+def test_compile_auto_stays_off_on_cpu():
     on, reason = trainer_module.resolve_compile("auto", torch.device("cpu"))
     assert not on and "compile=auto" in reason
     assert trainer_module.resolve_compile(True, torch.device("cpu")) == (True, "compile=true")
+
+
+@pytest.mark.compile
+def test_compile_true_compiles_every_layer_to_the_same_updates(tiny_corpus, tmp_path):
     eager = Trainer(config(tiny_corpus, tmp_path / "eager", model={**TINY, "P_drop": 0.0}))
     compiled = Trainer(
         config(tiny_corpus, tmp_path / "compiled", model={**TINY, "P_drop": 0.0}, compile=True)
