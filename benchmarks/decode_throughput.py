@@ -140,8 +140,8 @@ def batches(srcs: list[list[int]], size: int):
         yield chunk, src
 
 
-def run_ours(model, srcs, size, compile: bool = False) -> float:
-    config = DecodeConfig(beam=BEAM, alpha=0.6, max_len_a=0, max_len_b=OUT_LEN, compile=compile)
+def run_ours(model, srcs, size) -> float:
+    config = DecodeConfig(beam=BEAM, alpha=0.6, max_len_a=0, max_len_b=OUT_LEN)
     start = time.perf_counter()
     with torch.inference_mode():
         for _, src in batches(srcs, size):
@@ -185,15 +185,6 @@ def run_ct2(ct2: Ct2Process, vocab, srcs, size) -> float:
     return seconds
 
 
-def compile_seconds(model, srcs, size) -> str:
-    """The compiled search's first batch of ``size`` (compiling its graph) against its second."""
-    first = run_ours(model, srcs[:size], size, compile=True)
-    again = run_ours(model, srcs[size : 2 * size], size, compile=True)
-    return (
-        f"compiled: first batch {first:.1f} s, next {again:.2f} s: compiling ~{first - again:.0f} s"
-    )
-
-
 def tokens_per_second(systems: dict, srcs, size, repeats: int) -> dict[str, float]:
     """Best-of-``repeats`` rate per system, the systems interleaved within each repeat so that
     load from other processes on a shared machine hits them alike."""
@@ -213,12 +204,10 @@ def test_split_times(
     tmp: str,
     unpacked: bool = False,
     limit: int | None = None,
-    compiled: bool = False,
 ) -> None:
     """The real job: the bundled test split (its first ``limit`` verses), ours (as ``aiayn
     evaluate`` decodes) vs CTranslate2; with ``unpacked`` also our fp32 model without packed
-    weights, and how many outputs it shares with the packed one; with ``compiled`` also ours
-    compiled (``evaluate --compile``), whose first repeat includes compiling."""
+    weights, and how many outputs it shares with the packed one."""
     from aiayn.checkpoint import VOCAB, load_transformer
     from aiayn.data import Vocab, bundled_corpus_paths
     from aiayn.files import read_lines
@@ -233,11 +222,12 @@ def test_split_times(
     ct2 = Ct2Process(ct2_dir, "int8" if quantize_mode else "float32", torch.get_num_threads())
     max_len = max(map(len, ids)) + 50
 
-    def ours(m, compile: bool = False) -> tuple[float, list[str]]:
-        config = DecodeConfig.preset("translation", compile=compile)
+    def ours(m) -> tuple[float, list[str]]:
         start = time.perf_counter()
         with torch.inference_mode():
-            out = translate(m, lines, vocab, config, batch_size=64, max_tokens=4000)
+            out = translate(
+                m, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000
+            )
         return time.perf_counter() - start, out
 
     def theirs() -> float:
@@ -256,10 +246,6 @@ def test_split_times(
             t_plain, out_plain = ours(plain)
             same = sum(a == b for a, b in zip(out, out_plain))
             line += f"  unpacked {t_plain:.1f} s, ours/unpacked speed {t_plain / t_ours:.2f}, identical {same}/{len(out)}"
-        if compiled and not quantize_mode:
-            t_comp, out_comp = ours(model, compile=True)
-            same = sum(a == b for a, b in zip(out, out_comp))
-            line += f"  compiled {t_comp:.1f} s, ours/compiled speed {t_comp / t_ours:.2f}, identical {same}/{len(out)}"
         print(line, flush=True)
     ct2.close()
 
@@ -284,12 +270,6 @@ def main() -> None:
         "--testset", metavar="CHECKPOINT", help="time the bundled test split instead"
     )
     parser.add_argument("--limit", type=int, help="--testset: only the first LIMIT verses")
-    parser.add_argument(
-        "--compiled",
-        action="store_true",
-        help="also time our search compiled (DecodeConfig(compile=True), aiayn.decode.compiled); "
-        "its compile time is printed apart",
-    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     precision = args.quantize or "fp32"
@@ -297,13 +277,7 @@ def main() -> None:
     if args.testset:
         with tempfile.TemporaryDirectory() as tmp:
             test_split_times(
-                args.testset,
-                args.quantize,
-                args.repeats,
-                tmp,
-                args.unpacked,
-                args.limit,
-                args.compiled,
+                args.testset, args.quantize, args.repeats, tmp, args.unpacked, args.limit
             )
         return
     peers = [p for p in args.peers if not (args.quantize and p == "hf")]
@@ -314,8 +288,6 @@ def main() -> None:
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
         if args.unpacked and not args.quantize:  # the same model through F.linear (MKL), unpacked
             systems["unpacked"] = lambda s, b: run_ours(fp32, s, b)
-        if args.compiled and not args.quantize:
-            systems["compiled"] = lambda s, b: run_ours(model, s, b, compile=True)
         ct2 = None
         with tempfile.TemporaryDirectory() as tmp:
             if peers:
@@ -329,8 +301,6 @@ def main() -> None:
                     ct2 = Ct2Process(ct2_dir, "int8" if args.quantize else "float32", args.threads)
                     systems["ct2"] = lambda s, b: run_ct2(ct2, vocab, s, b)
             for size, n in ((1, args.n1), (32, args.n32)):
-                if "compiled" in systems:
-                    print(f"[{name}] batch {size:2d}: {compile_seconds(model, srcs, size)}")
                 rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
                 ratios = "  ".join(

@@ -105,7 +105,7 @@ class DecoderLayer(nn.Module):
         return memory_kv
 
     def _self_attention(
-        self, y: Tensor, mask: Tensor | None, cache: KVCache | StaticKVCache | None, is_causal: bool
+        self, y: Tensor, mask: Tensor | None, cache: KVCache | None, is_causal: bool
     ) -> Tensor:
         return self.dropout(self.self_attn(y, mask, cache=cache, is_causal=is_causal))
 
@@ -206,7 +206,7 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         mask: Tensor | None,
         memory_kv: tuple[Tensor, Tensor] | None = None,
-        cache: KVCache | StaticKVCache | None = None,
+        cache: KVCache | None = None,
         is_causal: bool = False,
     ) -> Tensor:
         """x: (B, T, d_model) -> (B, T, d_model).
@@ -338,18 +338,12 @@ class Embedding(nn.Module):
             )
         self.dropout = UniformDropout(cfg.P_drop)
 
-    def forward(self, x: Tensor, start: int | Tensor = 0) -> Tensor:
-        """x: (B, L) token ids at positions start..start+L-1 -> (B, L, d_model). ``start`` may
-        be a (1,) tensor (a compiled decode step, whose shapes must not depend on it; the
-        caller keeps it below max_len)."""
-        table = self.learned.weight if hasattr(self, "learned") else self.pe  # (max_len, d_model)
-        if isinstance(start, Tensor):
-            pe = table.index_select(0, start + torch.arange(x.size(1), device=x.device))
-        else:
-            end = start + x.size(1)
-            if end > self.max_len:
-                raise ValueError(f"sequence of length {end} exceeds max_len={self.max_len}")
-            pe = table[start:end]
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x: (B, L) token ids at positions start..start+L-1 -> (B, L, d_model)."""
+        end = start + x.size(1)
+        if end > self.max_len:
+            raise ValueError(f"sequence of length {end} exceeds max_len={self.max_len}")
+        pe = self.learned.weight[start:end] if hasattr(self, "learned") else self.pe[start:end]
         return self.dropout(self.tokens(x) * self.scale + pe)
 
 
@@ -608,39 +602,12 @@ class KVCache:
         self.rows = rows
 
 
-class StaticKVCache:
-    """``KVCache`` at fixed shapes, for a compiled decode step (``aiayn.decode.compiled``).
-
-    ``k``/``v`` (rows, h, capacity, d) are the caller's buffers; ``append`` writes one position,
-    ``position`` (1,) long, in place and returns every position, and ``visible`` masks those
-    not yet written (and those outside the window), so that no shape depends on the step. The
-    buffers start as zeros: a masked position gets weight 0, and 0 * stale garbage could be NaN.
-    """
-
-    def __init__(self, k: Tensor, v: Tensor, position: Tensor, window: int | None = None) -> None:
-        self.k, self.v, self.position, self.window = k, v, position, window
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """k, v (rows, h, 1, d) -> the whole buffers (rows, h, capacity, d)."""
-        self.k.index_copy_(2, self.position, k)
-        self.v.index_copy_(2, self.position, v)
-        return self.k, self.v
-
-    def visible(self) -> Tensor:
-        """(1, 1, 1, capacity) bool: the positions the new query may attend."""
-        j = torch.arange(self.k.size(2), device=self.k.device)  # key positions
-        seen = j <= self.position
-        if self.window is not None:
-            seen = seen & (self.position - j <= self.window)
-        return seen[None, None, None, :]
-
-
 @dataclass
 class LayerCache:
     """One decoder layer's cached tensors: self-attention k/v, and the memory's k/v (n, h, S, d)
     projected once per sentence at the first step."""
 
-    self_kv: KVCache | StaticKVCache
+    self_kv: KVCache
     memory_kv: tuple[Tensor, Tensor] | None = None
 
 

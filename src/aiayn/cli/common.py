@@ -79,12 +79,6 @@ def add_decode_args(
     if preset is None:
         add_quantize_arg(p)
         add_precision_args(p)
-        p.add_argument(
-            "--compile",
-            action="store_true",
-            help="compile each beam-search step (torch.compile; same outputs; pays off only on "
-            "long inputs: see docs/decoding.md)",
-        )
     if outputs:
         add_output_args(p)
 
@@ -268,15 +262,12 @@ def decode_precision(args: argparse.Namespace, command: str) -> Precision:
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha`` and ``--compile``
-    where given."""
+    """The preset ``add_decode_args`` chose, with ``--beam`` and ``--alpha`` where given."""
     from ..decode import DecodeConfig
 
     beam, nbest = getattr(args, "beam", None), getattr(args, "nbest", None)
     given = (("beam", beam), ("alpha", args.alpha), ("nbest", nbest))
-    overrides: dict = {k: v for k, v in given if v is not None}
-    if getattr(args, "compile", False):
-        overrides["compile"] = True
+    overrides = {k: v for k, v in given if v is not None}
     if nbest is not None and beam is None:  # K best need a beam of K at least
         overrides["beam"] = max(nbest, DecodeConfig.preset(args.decode_preset).beam)
     return DecodeConfig.preset(args.decode_preset, **overrides)
@@ -388,7 +379,6 @@ _NOT_CTRANSLATE2 = {
     "constraints": ("--constraints", "CTranslate2 has target prefixes but no lexical constraints"),
     "alignments": ("--alignments", "they come from our model's attention"),
     "token_scores": ("--token-scores", "they come from our model's forced decoding"),
-    "compile": ("--compile", "it compiles our decoder"),
     "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
 }
 

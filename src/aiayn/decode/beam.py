@@ -75,20 +75,15 @@ def constraint_states(
 ) -> list[tuple[Constraint, Any]] | None:
     """Per row of src (B, S): (its constraint, the empty output's state), or None without any.
     ``constraint`` is one for every row, or one (or None: unconstrained) per row."""
-    per_row = _per_row(constraint, len(src))
+    if constraint is None:
+        return None
+    per_row = list(constraint) if isinstance(constraint, Sequence) else [constraint] * len(src)
     if all(c is None for c in per_row):
         return None
     return [
         (c, c.start([i for i in row if i != pad_id], limit))
         for c, row, limit in zip(map(_or_free, per_row), src.tolist(), max_lens.tolist())
     ]
-
-
-def _per_row(
-    constraint: Constraint | Sequence[Constraint | None] | None, rows: int = 1
-) -> list[Constraint | None]:
-    """``constraint`` as one (or None) per row: a single one stands for all ``rows``."""
-    return list(constraint) if isinstance(constraint, Sequence) else [constraint] * rows
 
 
 class Unconstrained:
@@ -133,17 +128,14 @@ def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int] | None]) -> Tensor
 
 
 def output_log_probs(
-    logits: Tensor, t: int | Tensor, min_len: int, pad_id: int, bos_id: int, eos_id: int
+    logits: Tensor, t: int, min_len: int, pad_id: int, bos_id: int, eos_id: int
 ) -> Tensor:
     """(B, V) logits of output position t (1-based) -> log-probabilities, with pad and bos
-    impossible and eos impossible while t < min_len (the distribution is not renormalised).
-    ``t`` may be a (1,) tensor (a compiled step: no host sync)."""
+    impossible and eos impossible while t < min_len (the distribution is not renormalised)."""
     lprobs = F.log_softmax(logits.float(), dim=-1)
     lprobs[:, pad_id] = NEG_INF
     lprobs[:, bos_id] = NEG_INF
-    if isinstance(t, Tensor):
-        lprobs[:, eos_id] = lprobs[:, eos_id].masked_fill(t < min_len, NEG_INF)
-    elif t < min_len:
+    if t < min_len:
         lprobs[:, eos_id] = NEG_INF
     return lprobs
 
@@ -275,26 +267,18 @@ def finish(
 
 
 def prune(
-    cand: _Candidates,
-    *,
-    threshold: Tensor,
-    max_lens: Tensor,
-    lp_max: Tensor,
-    lp_next: float | Tensor,
-    b: int,
-    t: int | Tensor,
+    finished: _Finished, live: _Live, cand: _Candidates, *, b: int, t: int, alpha: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The k best non-eos candidates stay live; a sentence is done at its length limit or once
-    none of them can reach its n-best list (see the module docstring). ``threshold`` (n,) its
-    nbest-th finished score, ``max_lens`` (n,) and ``lp_max`` (n,) as in ``_Live``, ``lp_next``
-    = lp(t + 1); ``b``: live beams per sentence before this step; ``t`` an int or a (1,) tensor.
+    none of them can reach its n-best list (see the module docstring). ``b``: live beams per
+    sentence before this step.
 
     Returns rows (n, k), the prefix row (of n*b) each live beam extends; tokens (n, k) and
     scores (n, k) of the live beams; done (n,) bool.
     """
     scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
-    lp_bound = lp_max.clamp(min=lp_next)  # (n,)
-    done = (max_lens <= t) | (scores[:, 0] / lp_bound <= threshold)
+    lp_bound = live.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
+    done = (live.max_lens <= t) | (scores[:, 0] / lp_bound <= finished.threshold())
     n = cand.top.size(0)
     rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
     return rows, cand.tok.gather(1, pos), scores, done
@@ -325,18 +309,7 @@ def beam_search(
     + beam. The memory and source mask stay one per sentence (n, ...): the model shares them
     among a sentence's beams. Each step: ``expand``, ``finish``, ``prune``, then the sentences
     that are done leave the batch.
-
-    With ``config.compile`` an unconstrained search of a ``Transformer`` runs each step as one
-    compiled graph (``compiled``), with the same outputs; a constraint's Python stays eager.
     """
-    if config.compile and all(c is None for c in _per_row(constraint)):
-        from .compiled import compiled_beam_search, supports
-
-        if supports(model):
-            ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
-            return compiled_beam_search(
-                model, src, config, min_len=min_len, max_len_cap=max_len_cap, **ids
-            )
     k, alpha = config.beam, config.alpha
     memory, mask = model.encode(src), model.src_mask(src)  # (n, S, d_model), (n, 1, 1, S)
     B, device = src.size(0), src.device
@@ -360,15 +333,7 @@ def beam_search(
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, alpha=alpha)
-        rows, tokens, scores, done = prune(
-            cand,
-            threshold=finished.threshold(),
-            max_lens=live.max_lens,
-            lp_max=live.lp_max,
-            lp_next=gnmt_length_penalty(t + 1, alpha),
-            b=b,
-            t=t,
-        )
+        rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, alpha=alpha)
 
         # Done sentences leave the batch; the cache follows the surviving beams.
         if bool(done.any()):

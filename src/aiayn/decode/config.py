@@ -22,8 +22,6 @@ class DecodeConfig:
 
     ``src_len`` is the number of non-pad source tokens as given to the model (including the
     source eos when the data pipeline appends one). ``nbest`` hypotheses are returned per input.
-    ``compile``: each beam-search step as one compiled graph (``aiayn.decode.compiled``; the
-    same outputs; off by default: compiling costs more than it saves on a test set).
     """
 
     beam: int = 4
@@ -31,7 +29,6 @@ class DecodeConfig:
     max_len_a: float = 1.0
     max_len_b: int = 50
     nbest: int = 1
-    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.beam < 1:
