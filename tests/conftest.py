@@ -4,6 +4,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.data import bundled_corpus_paths, prepare_corpus
 
@@ -56,3 +57,13 @@ def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
     )
     Trainer(cfg).run(resume=None)
     return out
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module of tiny-model tests (the CLI and server ones): on a
+    busy 2-core machine a second thread only adds waiting."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

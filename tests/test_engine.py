@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip(
     "ctranslate2", reason="the engine needs ctranslate2: pip install -e '.[export]'"
@@ -33,13 +32,8 @@ SHORT = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops on a busy machine: a second thread only adds waiting."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny ops on a busy 2-core machine: a second intra-op thread only adds waiting
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -233,13 +233,8 @@ def test_stop_refuses_new_requests_and_fails_those_still_queued_at_the_deadline(
 # --- a tiny checkpoint and the API through the test client ------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny ops on a busy 2-core machine: a second intra-op thread only adds waiting (10x here)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# tiny ops on a busy 2-core machine: a second intra-op thread only adds waiting
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
