@@ -112,7 +112,7 @@ def decode_ids(
     results: list[list[Hypothesis]] = [[] for _ in sources]
     nonempty = [i for i, s in enumerate(sources) if s]
     batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
-    bar = _progress(len(sources), progress)
+    bar = progress_bar(len(sources), progress)
     if bar is not None:
         bar.update(len(sources) - len(nonempty))
     ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
@@ -191,7 +191,7 @@ def translate_corpus(
     """
     if window < 1:
         raise ValueError(f"window must be at least 1, got {window}")
-    bar = _progress(total, progress, desc="translating")
+    bar = progress_bar(total, progress, desc="translating")
     lines, first = iter(lines), 0
     try:
         while texts := list(islice(lines, window)):
@@ -287,7 +287,7 @@ def model_device(model: Any) -> torch.device:
         return torch.device("cpu")
 
 
-def _progress(total: int | None, progress: bool | Progress, desc: str = "decoding"):
+def progress_bar(total: int | None, progress: bool | Progress, desc: str = "decoding"):
     """A new tqdm bar on stderr (``progress`` True), the caller's bar, or None."""
     if progress is False or progress is None:
         return None

@@ -27,7 +27,7 @@ from ..checkpoint import META, VOCAB, WEIGHTS, read_meta
 from ..config import ModelConfig, from_dict
 from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, OutputConstraint, SampleConfig
-from ..decode.translate import Progress, _progress, fit_sources
+from ..decode.translate import Progress, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
 from .ctranslate2 import TARGET, export_ctranslate2, search_pieces
 
@@ -166,7 +166,7 @@ class CTranslate2Engine:
         _check_ids(special_ids, v)
         sources = fit_sources(sources, self.max_len, v.eos_id, on_truncate)
         pieces = [[v.id_to_piece(i) for i in _without_eos(s, v.eos_id)] for s in sources]
-        bar = _progress(len(sources), progress)
+        bar = progress_bar(len(sources), progress)
         if bar is not None:
             bar.update(sum(1 for s in pieces if not s))
         found = search_pieces(
