@@ -4,12 +4,13 @@ what our ranking, length grouping and sharing a process with PyTorch cost.
     python benchmarks/ct2_engine.py --checkpoint runs/demo/averaged --limit 300 --rounds 3
 
 Engine: ``CTranslate2Engine.decode_ids`` (the paper's search: GNMT re-ranking, |Y| <= |X| + 50
-per length group) in this process, after PyTorch has decoded a sentence, so both OpenMP
-runtimes are up. Raw: ``translate_batch(beam_size=4, length_penalty=0.6)`` of the same export
-in ``ct2_worker.py`` (no torch), with the longest source's limit for every sentence. Rounds
-interleave the two; prints one JSON object with the medians and engine / raw speed (goal:
->= 0.95), the load and the CPU. Writes the export cache beside the checkpoint, as the engine
-does.
+per length group, patience ``PATIENCE``) in this process, after PyTorch has decoded a sentence,
+so both OpenMP runtimes are up. Raw: ``translate_batch(beam_size=4, length_penalty=0.6)`` of the
+same export in ``ct2_worker.py`` (no torch), with the longest source's limit for every sentence,
+twice: with CTranslate2's default patience 1 (``raw``, what its users get) and with the
+engine's (``raw_same_patience``: what the rest of the engine costs). Rounds interleave the
+three; prints one JSON object with the medians, engine / raw speeds (goal: >= 0.95), the load
+and the CPU. Writes the export cache beside the checkpoint, as the engine does.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from decode_throughput import Ct2Process  # noqa: E402
 from aiayn.checkpoint import load_translator  # noqa: E402
 from aiayn.data import bundled_corpus_paths  # noqa: E402
 from aiayn.decode import DecodeConfig, translate  # noqa: E402
+from aiayn.export.ctranslate2 import PATIENCE  # noqa: E402
 from aiayn.export.engine import CTranslate2Engine, cached_export  # noqa: E402
 from aiayn.files import read_lines  # noqa: E402
 from aiayn.hardware import cpu_description  # noqa: E402
@@ -51,13 +53,21 @@ def main() -> None:
     ids = [vocab.encode_source(line, model.cfg.max_len) for line in lines]
     pieces = [[vocab.id_to_piece(i) for i in s[:-1]] for s in ids]
     limit = int(DecodeConfig().max_len(torch.tensor([max(map(len, ids))]), model.cfg.max_len))
-    seconds: dict[str, list[float]] = {"engine": [], "raw": []}
+    seconds: dict[str, list[float]] = {"engine": [], "raw": [], "raw_same_patience": []}
     for _ in range(args.rounds):
         start = time.perf_counter()
         engine.decode_ids(ids, DecodeConfig())
         seconds["engine"].append(time.perf_counter() - start)
-        answer = raw(sources=pieces, batch=64, beam=4, max_len=limit, length_penalty=0.6)
-        seconds["raw"].append(answer["seconds"])
+        for side, patience in (("raw", 1.0), ("raw_same_patience", PATIENCE)):
+            answer = raw(
+                sources=pieces,
+                batch=64,
+                beam=4,
+                max_len=limit,
+                length_penalty=0.6,
+                patience=patience,
+            )
+            seconds[side].append(answer["seconds"])
     raw.close()
     medians = {side: statistics.median(s) for side, s in seconds.items()}
     report = {
@@ -66,7 +76,9 @@ def main() -> None:
         "threads": args.threads,
         "seconds": seconds,
         "median_s": medians,
+        "patience": PATIENCE,
         "engine_vs_raw_speed": medians["raw"] / medians["engine"],
+        "engine_vs_raw_same_patience_speed": medians["raw_same_patience"] / medians["engine"],
         "load": os.getloadavg(),
         "cpu": cpu_description(),
     }

@@ -33,6 +33,7 @@ def main() -> None:
             min_decoding_length=req.get("min_len", 0),
             max_decoding_length=req["max_len"],
             length_penalty=req.get("length_penalty", 0.6),
+            patience=req.get("patience", 1.0),
         )
         seconds = time.perf_counter() - start
         print(
