@@ -123,7 +123,7 @@ def test_evaluate_shows_no_progress_bar_off_a_terminal(tiny_run, tiny_corpus, tm
     assert (tmp_path / "hyp.txt").read_text() == translated  # one path: the same outputs
 
 
-@pytest.mark.parametrize("option", ["--window", "--max-tokens", "--batch-size"])
+@pytest.mark.parametrize("option", ["--window", "--max-tokens", "--batch-size", "--workers"])
 def test_a_window_or_batch_below_one_is_refused_by_name(tiny_run, tmp_path, capsys, option):
     src = tmp_path / "in.txt"
     src.write_text("one\n")

@@ -120,6 +120,7 @@ def evaluate_model(
     batch_size: int = BATCH_SIZE,
     progress: bool = False,
     engine: Engine | None = None,
+    workers: int = 1,
 ) -> Evaluation:
     """Translate ``sources`` as ``aiayn translate --input`` does (``translate_corpus``: the
     same batches, so the same outputs) and score them against ``references``.
@@ -128,7 +129,7 @@ def evaluate_model(
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
-    batching = dict(max_tokens=max_tokens, batch_size=batch_size)
+    batching = dict(max_tokens=max_tokens, batch_size=batch_size, workers=workers)
     decoder, outputs = (model, translate) if engine is None else (engine, translate_with)
     windows = translate_corpus(
         decoder,
@@ -192,7 +193,7 @@ def evaluate_checkpoint(
     ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``);
     perplexity uses them too. ``engine``: what decodes instead of our search (the command line
     builds it, e.g. CTranslate2's from ``aiayn.export.engine``); the perplexity stays ours.
-    ``batching``: max_tokens and batch_size of ``evaluate_model``.
+    ``batching``: max_tokens, batch_size and workers of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
     after hours of beam search.

@@ -165,6 +165,12 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
     )
     p.add_argument("--batch-size", type=int, help="sentences in one batch at most (default: 64)")
     p.add_argument(
+        "--workers",
+        type=int,
+        help="CPU processes decoding batches side by side, sharing the threads (default: 1; "
+        "2 on 2 cores is faster than 2 threads in one; the same outputs)",
+    )
+    p.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar (shown on stderr, with sentences/s and ETA, when it is a terminal)",
@@ -176,6 +182,7 @@ _CORPUS = {
     "chunk": "--chunk",
     "max_tokens": "--max-tokens",
     "batch_size": "--batch-size",
+    "workers": "--workers",
 }
 
 
@@ -186,6 +193,8 @@ def corpus_options(args: argparse.Namespace) -> dict[str, int]:
     for key, value in given.items():
         if value < 1:
             raise UserError(f"{_CORPUS[key]} must be at least 1, got {value}")
+    if given.get("workers", 1) > 1 and getattr(args, "device", "cpu") != "cpu":
+        raise UserError(f"--workers are CPU processes: --device {args.device} decodes in one")
     if "chunk" in given:
         if "window" in given:
             raise UserError("--chunk is the old name of --window: give one of them")
@@ -380,7 +389,9 @@ _NOT_CTRANSLATE2 = {
     "alignments": ("--alignments", "they come from our model's attention"),
     "token_scores": ("--token-scores", "they come from our model's forced decoding"),
     "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
+    "workers": ("--workers", "CTranslate2 shares the threads itself"),
 }
+_ONE_IS_NONE = {"workers"}  # options whose value 1 is their default: asking for nothing
 
 
 def add_engine_arg(p: argparse.ArgumentParser) -> None:
@@ -405,7 +416,8 @@ def check_engine_options(args: argparse.Namespace) -> None:
             "(an ensemble) need --engine torch"
         )
     for attr, (option, why) in _NOT_CTRANSLATE2.items():
-        if getattr(args, attr, None):
+        value = getattr(args, attr, None)
+        if value and not (attr in _ONE_IS_NONE and value == 1):
             raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
     precision = getattr(args, "precision", None)
     if precision not in (None, "auto", "fp32"):

@@ -29,6 +29,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, cut_source  # the vocabulary's 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
 from .sample import SampleConfig, sample
+from .workers import run_batches
 
 WINDOW = 100_000  # lines sorted and written together: what bounds a corpus's memory
 MAX_TOKENS = 8000  # padded source tokens in one batch
@@ -89,6 +90,7 @@ def decode_ids(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
     on_truncate: OnTruncate | None = None,
+    workers: int = 1,
 ) -> list[list[Hypothesis]]:
     """Token-id sources -> n-best hypotheses per source, in input order.
 
@@ -103,8 +105,10 @@ def decode_ids(
     ``constraint``: one for every source, or one (or None) per source. ``sampling``: draw
     ``sampling.samples`` outputs per source instead (``sample``), source i seeded as input
     sentence ``first_index + i`` (or ``first_index[i]``, given one index per source: a server
-    seeds each sentence by its place in its own request, whatever it is decoded with). ``progress``: True for a bar of its own, or a bar (``update``)
-    that the caller shares between calls; empty sources count as done at once.
+    seeds each sentence by its place in its own request, whatever it is decoded with).
+    ``progress``: True for a bar of its own, or a bar (``update``) that the caller shares
+    between calls; empty sources count as done at once. ``workers``: CPU processes that decode
+    the batches side by side (``aiayn.decode.workers``; the same outputs).
     """
     cap = positions(model, max_src_len)
     device = torch.device(device) if device is not None else model_device(model)
@@ -115,25 +119,28 @@ def decode_ids(
     bar = progress_bar(len(sources), progress)
     if bar is not None:
         bar.update(len(sources) - len(nonempty))
+    if workers > 1 and device.type != "cpu":
+        raise ValueError(f"workers are CPU processes: give workers=1 on {device}")
     ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
-    for batch in batches:
-        members = [nonempty[j] for j in batch]
+
+    def decode_batch(b: int) -> list[list[Hypothesis]]:
+        members = [nonempty[j] for j in batches[b]]
         src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)  # (b, longest)
         search = dict(min_len=min_len, max_len_cap=cap, **ids)
         search["constraint"] = (
             [constraint[i] for i in members] if isinstance(constraint, Sequence) else constraint
         )
-        hyps = (
-            beam_search(model, src, config, **search)
-            if sampling is None
-            else sample(
-                model, src, config, sampling, indices=_indices(first_index, members), **search
-            )
+        if sampling is None:
+            return beam_search(model, src, config, **search)
+        return sample(
+            model, src, config, sampling, indices=_indices(first_index, members), **search
         )
-        for i, h in zip(members, hyps):
-            results[i] = h
+
+    for b, hyps in run_batches(decode_batch, len(batches), workers=workers):
+        for j, h in zip(batches[b], hyps):
+            results[nonempty[j]] = h
         if bar is not None:
-            bar.update(len(members))
+            bar.update(len(batches[b]))
     if progress is True:
         bar.close()
     return results
@@ -179,13 +186,15 @@ def translate_corpus(
     total: int | None = None,
     on_truncate: OnTruncate | None = None,
     outputs: WindowOutputs = translate,
+    workers: int = 1,
 ) -> Iterator[list[str]]:
     """The outputs of a corpus, one window at a time: ``window`` lines are read, sorted by
     length and batched within the window, and their outputs yielded in input order once the
     window is done. Memory is bounded by the window, whatever the corpus's size.
 
     ``outputs``: what a window becomes (default ``translate``: the best line of each), called
-    with ``first_index`` (the window's first line in the corpus, from 0), the batching options,
+    with ``first_index`` (the window's first line in the corpus, from 0), the batching options
+    (``max_tokens``, ``batch_size``, ``workers``),
     a shared ``progress`` bar (shown when ``progress``; ``total``: the corpus's lines, for the
     ETA) and ``on_truncate``, which gets indices in the corpus, not in the window.
     """
@@ -196,7 +205,7 @@ def translate_corpus(
     try:
         while texts := list(islice(lines, window)):
             report = None if on_truncate is None else _shifted(on_truncate, first)
-            batching = dict(max_tokens=max_tokens, batch_size=batch_size)
+            batching = dict(max_tokens=max_tokens, batch_size=batch_size, workers=workers)
             yield outputs(
                 model,
                 texts,

@@ -153,6 +153,7 @@ class CTranslate2Engine:
         progress: bool | Progress = False,
         on_truncate: Any = None,
         first_index: Any = 0,
+        workers: int = 1,
         **special_ids: int,
     ) -> list[list[Hypothesis]]:
         """``decode_ids`` by CTranslate2 (sources: subwords + eos, truncated by the same rule).
@@ -160,8 +161,11 @@ class CTranslate2Engine:
         Batches hold ``batch_size`` sentences of one output limit (``max_tokens`` is ours
         only). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
         so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
-        eos_id) must be the vocabulary's, which the export fixes.
+        eos_id) must be the vocabulary's, which the export fixes. ``workers`` are ours: this
+        engine shares its threads itself (``open``'s ``threads``).
         """
+        if workers != 1:
+            raise ValueError(f"CTranslate2Engine.decode_ids: workers={workers}; give threads")
         v = self.vocab
         _check_ids(special_ids, v)
         sources = fit_sources(sources, self.max_len, v.eos_id, on_truncate)

@@ -1,0 +1,65 @@
+"""Decoding on several CPU cores at once: ``decode_ids``'s batches shared among forked worker
+processes, each with its share of the intra-op threads (``--workers N``).
+
+A decode step at these batch sizes is mostly small operations that Python runs one after
+another; only the large matmuls use a second intra-op thread, so a second thread speeds a
+search up far less than a second process decoding other batches does (docs/decoding.md,
+"Both cores"). This is what CTranslate2's ``inter_threads`` and Marian's ``--cpu-threads`` do.
+
+The workers are forked once the batches are made, so they inherit the model, the sources and
+the search's options: only a batch's number goes out and its hypotheses come back (nothing
+else is pickled, so constraints and ensembles need not be picklable). Each worker decodes the
+batches it takes exactly as one process would, longest first as they come, and the results
+are put back in the batches' order, so the outputs are those of one process (with as many
+threads as a worker has).
+
+    for i, hyps in run_batches(lambda i: beam_search(model, srcs[i], config), len(srcs), workers=2):
+        ...
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+DecodeBatch = Callable[[int], Any]  # batch number -> its hypotheses
+
+_job: DecodeBatch | None = None  # what the forked workers run: set in the parent before the fork
+
+
+def worker_threads(workers: int) -> int:
+    """The intra-op threads each of ``workers`` processes gets: this process's, shared out."""
+    return max(1, torch.get_num_threads() // workers)
+
+
+def run_batches(
+    decode_batch: DecodeBatch, n: int, *, workers: int = 1
+) -> Iterator[tuple[int, Any]]:
+    """(batch number, ``decode_batch(number)``) for batches 0..n-1, in the order they finish:
+    here with ``workers`` 1 (or a single batch), else in ``workers`` forked processes."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers == 1 or n <= 1:
+        for i in range(n):
+            yield i, decode_batch(i)
+        return
+    global _job
+    _job = decode_batch
+    try:
+        context = multiprocessing.get_context("fork")
+        with context.Pool(min(workers, n), _start, (worker_threads(workers),)) as pool:
+            yield from pool.imap_unordered(_decode, range(n))
+    finally:
+        _job = None
+
+
+def _start(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _decode(i: int) -> tuple[int, Any]:
+    assert _job is not None, "run_batches sets the job before forking"
+    return i, _job(i)

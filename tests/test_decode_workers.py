@@ -1,0 +1,112 @@
+"""``--workers``: batches decoded side by side in forked processes give one process's outputs."""
+
+import argparse
+import os
+
+import pytest
+import torch
+from _cli import one_line_error, run_cli
+
+from aiayn.checkpoint import latest_checkpoint, load_translator
+from aiayn.cli.common import corpus_options
+from aiayn.decode import DecodeConfig, SampleConfig, decode_ids
+from aiayn.decode.workers import run_batches
+from aiayn.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def model_and_sources(tiny_run):
+    model, vocab = load_translator(latest_checkpoint(tiny_run / "checkpoints"))
+    lines = [
+        "In the beginning God created the heaven and the earth.",
+        "And God said, Let there be light: and there was light.",
+        "light",
+        "And the evening and the morning were the first day.",
+        "",
+        "And God called the firmament Heaven.",
+        "And God saw that it was good, and the earth brought forth grass.",
+        "Let the waters under the heaven be gathered together unto one place",
+        "day",
+    ]
+    return model, [vocab.encode_source(line) if line else [] for line in lines]
+
+
+def _as_lists(nbest):
+    return [[(h.tokens, round(h.score, 5), h.length) for h in hyps] for hyps in nbest]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(config=DecodeConfig(beam=4, nbest=2, max_len_a=1.0, max_len_b=5)),
+        dict(
+            config=DecodeConfig(beam=1, max_len_a=1.0, max_len_b=5),
+            sampling=SampleConfig(samples=2, top_k=5, seed=3),
+        ),
+    ],
+    ids=["beam-nbest", "sampling"],
+)
+def test_two_workers_give_the_outputs_of_one_process(model_and_sources, options):
+    model, sources = model_and_sources
+    config = options.pop("config")
+    one = decode_ids(model, sources, config, batch_size=2, **options)
+    two = decode_ids(model, sources, config, batch_size=2, workers=2, **options)
+    assert _as_lists(two) == _as_lists(one)
+    assert two[4] == [] and all(two[i] for i in range(len(sources)) if sources[i])
+
+
+def test_batches_run_in_other_processes_each_once():
+    here = os.getpid()
+    done = list(run_batches(lambda i: (i * i, os.getpid(), torch.get_num_threads()), 7, workers=2))
+    assert sorted(i for i, _ in done) == list(range(7))
+    assert all(square == i * i for i, (square, _, _) in done)
+    assert all(pid != here for _, (_, pid, _) in done)
+    assert {threads for _, (_, _, threads) in done} == {1}  # the parent's one thread, shared out
+
+
+def test_a_workers_error_reaches_the_caller():
+    def decode_batch(i):
+        if i == 3:
+            raise ValueError("batch 3 is bad")
+        return i
+
+    with pytest.raises(ValueError, match="batch 3 is bad"):
+        list(run_batches(decode_batch, 5, workers=2))
+
+
+def test_workers_are_cpu_processes(model_and_sources):
+    model, sources = model_and_sources
+    with pytest.raises(ValueError, match="workers are CPU processes"):
+        decode_ids(model, sources, DecodeConfig(), workers=2, device="cuda")
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        list(run_batches(lambda i: i, 3, workers=0))
+
+
+def test_translate_with_two_workers_prints_what_one_prints(tiny_run, tmp_path, capsys):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src = tmp_path / "in.txt"
+    src.write_text("In the beginning\n\nAnd God said\nlight\nAnd the earth was without form\n")
+    argv = ("translate", "--checkpoint", ckpt, "--input", src, "--batch-size", 1)
+    code1, one, _ = run_cli(capsys, *argv)
+    code2, two, err = run_cli(capsys, *argv, "--workers", 2)
+    assert code1 == code2 == 0, err
+    assert two == one and len(two.splitlines()) == 5
+
+
+def test_workers_with_ctranslate2_are_refused_in_one_line(tiny_run, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("translate", "--checkpoint", ckpt, "--input", src, "--engine", "ctranslate2")
+    code, out, err = run_cli(capsys, *argv, "--workers", 2)
+    assert code == 2 and out == ""
+    one_line_error(err, "--workers is not available with --engine ctranslate2")
+
+
+def test_workers_on_a_gpu_are_refused_by_name():
+    args = argparse.Namespace(workers=2, device="cuda:0", batch_size=None)
+    with pytest.raises(UserError, match="--workers are CPU processes: --device cuda:0 decodes"):
+        corpus_options(args)
+    assert corpus_options(argparse.Namespace(workers=1, device="cuda:0")) == {"workers": 1}
