@@ -46,6 +46,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.decode import DecodeConfig, beam_search, for_decoding, translate  # noqa: E402
+from aiayn.decode.workers import run_batches  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 from aiayn.export.hf import to_marian  # noqa: E402
 
@@ -140,12 +141,15 @@ def batches(srcs: list[list[int]], size: int):
         yield chunk, src
 
 
-def run_ours(model, srcs, size) -> float:
+def run_ours(model, srcs, size, workers: int = 1) -> float:
+    """Seconds for our search over ``srcs`` in chunks of ``size``; ``workers`` > 1: the chunks
+    shared among forked processes as ``--workers`` does (the forks timed too)."""
     config = DecodeConfig(beam=BEAM, alpha=0.6, max_len_a=0, max_len_b=OUT_LEN)
+    chunks = [src for _, src in batches(srcs, size)]
     start = time.perf_counter()
     with torch.inference_mode():
-        for _, src in batches(srcs, size):
-            hyps = beam_search(model, src, config, min_len=OUT_LEN)
+        decode = lambda i: beam_search(model, chunks[i], config, min_len=OUT_LEN)  # noqa: E731
+        for _, hyps in run_batches(decode, len(chunks), workers=workers):
             assert all(len(h[0].tokens) >= OUT_LEN - 1 for h in hyps)
     return time.perf_counter() - start
 
@@ -262,6 +266,9 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
+        "--workers", type=int, default=1, help="also ours with --workers N (N > 1) of the threads"
+    )
+    parser.add_argument(
         "--unpacked",
         action="store_true",
         help="also time our fp32 model without packed weights (aiayn.decode.packed)",
@@ -286,6 +293,8 @@ def main() -> None:
         model = for_decoding(our_model(CONFIGS[name]), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
+        if args.workers > 1:  # the threads shared among processes (aiayn.decode.workers)
+            systems[f"workers{args.workers}"] = lambda s, b: run_ours(model, s, b, args.workers)
         if args.unpacked and not args.quantize:  # the same model through F.linear (MKL), unpacked
             systems["unpacked"] = lambda s, b: run_ours(fp32, s, b)
         ct2 = None
@@ -303,8 +312,12 @@ def main() -> None:
             for size, n in ((1, args.n1), (32, args.n32)):
                 rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
+                mine = [k for k in rates if k == "aiayn" or k.startswith("workers")]
                 ratios = "  ".join(
-                    f"ours/{k} {rates['aiayn'] / v:.2f}" for k, v in rates.items() if k != "aiayn"
+                    f"{a}/{b} {rates[a] / rates[b]:.2f}"
+                    for a in mine
+                    for b in rates
+                    if b != a and not (a == "aiayn" and b in mine)
                 )
                 print(f"[{name} {precision}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
             if ct2 is not None:
