@@ -328,15 +328,20 @@ def load_translator(
     """(Transformer in eval mode, its Vocab) of a checkpoint or averaged directory: the model
     and the ``spm.model`` beside it, which must have the model's vocabulary size."""
     model, cfg = load_transformer(ckpt, device)
+    vocab = load_vocab(ckpt)
+    if len(vocab) != cfg.vocab_size:
+        raise UserError(
+            f"{vocab.path} has {len(vocab)} pieces, the model's vocab_size is {cfg.vocab_size}"
+        )
+    return model, vocab
+
+
+def load_vocab(ckpt: str | Path) -> Vocab:
+    """The ``spm.model`` a checkpoint's ids are in, whatever decodes them."""
     path = Path(ckpt) / VOCAB
     if not path.is_file():
         raise UserError(f"{ckpt}: no {VOCAB}; decoding needs the checkpoint's vocabulary")
-    vocab = Vocab.load(path)
-    if len(vocab) != cfg.vocab_size:
-        raise UserError(
-            f"{path} has {len(vocab)} pieces, the model's vocab_size is {cfg.vocab_size}"
-        )
-    return model, vocab
+    return Vocab.load(path)
 
 
 # ----------------------------------------------------------------------------------------

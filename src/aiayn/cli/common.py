@@ -389,9 +389,7 @@ _NOT_CTRANSLATE2 = {
     "alignments": ("--alignments", "they come from our model's attention"),
     "token_scores": ("--token-scores", "they come from our model's forced decoding"),
     "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
-    "workers": ("--workers", "CTranslate2 shares the threads itself"),
 }
-_ONE_IS_NONE = {"workers"}  # options whose value 1 is their default: asking for nothing
 
 
 def add_engine_arg(p: argparse.ArgumentParser) -> None:
@@ -416,9 +414,12 @@ def check_engine_options(args: argparse.Namespace) -> None:
             "(an ensemble) need --engine torch"
         )
     for attr, (option, why) in _NOT_CTRANSLATE2.items():
-        value = getattr(args, attr, None)
-        if value and not (attr in _ONE_IS_NONE and value == 1):
+        if getattr(args, attr, None):
             raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
+    if (getattr(args, "workers", None) or 1) > 1:
+        raise UserError(
+            f"--workers is not available with --engine {args.engine} (it shares the threads itself)"
+        )
     precision = getattr(args, "precision", None)
     if precision not in (None, "auto", "fp32"):
         raise UserError(

@@ -99,11 +99,13 @@ def _decoder(
 ) -> tuple[Any, Any, Any]:
     """(what decodes, its vocabulary, what a window becomes) for ``translate_corpus``: our
     model(s) and ``translate`` / ``Outputs.lines``, or the engine and their engine versions."""
+    from ..checkpoint import load_vocab
     from ..decode import load_models, translate
     from ..decode.engine import translate_with
 
     if engine is not None:
-        return engine, engine.vocab, translate_with if output is None else output.engine_lines
+        vocab = load_vocab(checkpoint if isinstance(checkpoint, (str, Path)) else checkpoint[0])
+        return engine, vocab, translate_with if output is None else output.engine_lines
     model, vocab = load_models(checkpoint, device, quantize, precision)  # several: an Ensemble
     return model, vocab, translate if output is None else output.lines
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import META, VOCAB, WEIGHTS, read_meta
+from ..checkpoint import META, VOCAB, WEIGHTS, load_vocab, read_meta
 from ..config import ModelConfig, from_dict
 from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, OutputConstraint, SampleConfig
@@ -135,7 +135,7 @@ class CTranslate2Engine:
             intra_threads=threads,
         )
         cfg = from_dict(ModelConfig, read_meta(ckpt)["model_config"], where=f"{ckpt}/{META}")
-        return cls(translator, Vocab.load(ckpt / VOCAB), cfg.max_len)
+        return cls(translator, load_vocab(ckpt), cfg.max_len)
 
     @property
     def max_positions(self) -> int:
