@@ -97,6 +97,38 @@ def test_outputs_equal_ours_where_ctranslate2_would_stop_before_our_search(vocab
     assert translate_pieces(tr, given, config, patience=1.0) != [pieces(vocab, o) for o in ours]
 
 
+@pytest.mark.parametrize("eos_scale", [4.0, 6.0])
+def test_sources_of_many_lengths_share_a_batch(vocab, tmp_path, eos_scale):
+    """CTranslate2 takes one output limit per call: sources of many lengths go in one batch at
+    its longest limit, and only those whose search reached their own, shorter limit are
+    searched again, one call per such limit; the outputs are still ours."""
+    model = trained_like_model(len(vocab), eos_scale=eos_scale)
+    tr = translator(export_ctranslate2(model, vocab, tmp_path / "ct2"))
+    calls = []
+
+    class Counting:
+        def translate_batch(self, batch, **options):
+            calls.append((tuple(map(tuple, batch)), options["max_decoding_length"]))
+            return tr.translate_batch(batch, **options)
+
+    sources = [vocab.encode(line) for line in corpus_lines("test", 0, 12)]
+    config = DecodeConfig(max_len_a=0.5, max_len_b=8)
+    given = [pieces(vocab, s) for s in sources]
+    limit_of = dict(
+        zip(map(tuple, given), config.max_len(torch.tensor([len(s) + 1 for s in sources])).tolist())
+    )
+    assert len(set(limit_of.values())) >= 8
+    ours = [h[0].tokens for h in decode_ids(model, [s + [vocab.eos_id] for s in sources], config)]
+    assert translate_pieces(Counting(), given, config, patience=8.0) == [
+        pieces(vocab, o) for o in ours
+    ]
+    (first, longest), again = calls[0], calls[1:]
+    assert len(first) == 12 and longest == max(limit_of.values())
+    for batch, limit in again:
+        assert limit < longest and {limit_of[s] for s in batch} == {limit}
+    assert len({s for batch, _ in again for s in batch}) == sum(len(b) for b, _ in again)
+
+
 def test_int8_quantization_shrinks_the_weights(vocab, tmp_path):
     model = seeded_model(len(vocab), "demo")
     full = export_ctranslate2(model, vocab, tmp_path / "fp32")

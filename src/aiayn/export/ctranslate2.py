@@ -211,8 +211,10 @@ def search_pieces(
 
     CTranslate2 searches with ``config.beam`` and returns all its finished hypotheses with
     scores ``log P / |Y|^alpha`` (|Y| counting eos, as ``return_end_token`` keeps it); these are
-    turned back into log P and re-ranked by the paper's GNMT penalty. Sources are grouped by
-    length so that each gets our output limit ``max_len_a * (len + 1) + max_len_b`` (+1: eos).
+    turned back into log P and re-ranked by the paper's GNMT penalty. Each source gets our
+    output limit ``max_len_a * (len + 1) + max_len_b`` (+1: eos), but CTranslate2 takes one per
+    call: sources sorted by length are searched in batches at the batch's largest limit, and
+    the few whose search reached their own limit are searched again at it.
     ``patience``: CTranslate2 stops a sentence once ``beam * patience`` hypotheses have
     finished (keeping those its own ranking puts first), where our search stops only when no
     live one can win; ``PATIENCE`` lets it go on long enough to find ours on a trained model
@@ -221,17 +223,13 @@ def search_pieces(
     the pieces its outputs start with (``target_prefix``), or None. ``sampling`` (a
     ``SampleConfig``): draw ``samples`` outputs with CTranslate2's sampler instead of searching
     (its ``seed`` is not used: CTranslate2 seeds its sampler once per process and thread).
-    ``on_group(n)``: n sources are done.
+    ``on_group(n)``: n more sources are done.
     """
     limits = config.max_len(torch.tensor([len(s) + 1 for s in sources]), max_len_cap).tolist()
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, (source, limit) in enumerate(zip(sources, limits)):
-        if source:  # an empty line gives an empty output without the model, as in decode_ids
-            groups[limit].append(i)
-    outputs: list[list[PieceHypothesis]] = [[] for _ in sources]
     search = _search_options(config, sampling, patience)
     keep = config.nbest if sampling is None else sampling.samples
-    for limit, members in groups.items():
+
+    def run(members: list[int], limit: int) -> list[list[PieceHypothesis]]:
         results = translator.translate_batch(
             [list(sources[i]) for i in members],
             target_prefix=None if prefixes is None else [_list(prefixes[i]) for i in members],
@@ -244,15 +242,49 @@ def search_pieces(
             max_batch_size=max_batch_size,
             **search,
         )
-        alpha = search["length_penalty"]
+        found = []
         for i, result in zip(members, results):
-            found = _hypotheses(result.hypotheses, result.scores, alpha, config.alpha, eos_piece)
+            hyps = _hypotheses(
+                result.hypotheses, result.scores, search["length_penalty"], config.alpha, eos_piece
+            )
             if prefixes is not None and prefixes[i]:
-                found = _rescored(translator, sources[i], prefixes[i], found, config.alpha)
-            outputs[i] = _best_first(found)[:keep]
+                hyps = _rescored(translator, sources[i], prefixes[i], hyps, config.alpha)
+            found.append(hyps)
+        return found
+
+    # An empty line gives an empty output without the model, as in decode_ids.
+    nonempty = sorted((i for i, s in enumerate(sources) if s), key=lambda i: limits[i])
+    outputs: list[list[PieceHypothesis]] = [[] for _ in sources]
+    again: list[int] = []  # sentences whose search reached their own limit: searched again at it
+    for members in _batches(nonempty, limits, max_batch_size, exact=sampling is not None):
+        limit = max(limits[i] for i in members)
+        for i, hyps in zip(members, run(members, limit)):
+            # The longest hypothesis kept finished in the step the search stopped (fewer are
+            # dropped than finish in that step): before its own limit, the batch's changed nothing.
+            if limits[i] < limit and max(h.length for h in hyps) >= limits[i]:
+                again.append(i)
+            else:
+                outputs[i] = _best_first(hyps)[:keep]
+        if on_group is not None:
+            on_group(sum(1 for i in members if outputs[i]))
+    for members in _batches(again, limits, max_batch_size, exact=True):
+        for i, hyps in zip(members, run(members, limits[members[0]])):
+            outputs[i] = _best_first(hyps)[:keep]
         if on_group is not None:
             on_group(len(members))
     return outputs
+
+
+def _batches(members: list[int], limits: list[int], size: int, *, exact: bool) -> list[list[int]]:
+    """``members`` (sorted by limit) in batches of ``size`` (0: all in one), each to be searched
+    at its largest limit; ``exact``: one batch per limit (CTranslate2 splits it by ``size``)."""
+    if exact:
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i in members:
+            groups[limits[i]].append(i)
+        return list(groups.values())
+    size = size or len(members)
+    return [members[j : j + size] for j in range(0, len(members), size)]
 
 
 def _search_options(config: DecodeConfig, sampling: Any, patience: float) -> dict[str, Any]:
