@@ -1,6 +1,8 @@
 """``--workers``: batches decoded side by side in forked processes give one process's outputs."""
 
 import argparse
+import importlib
+import json
 import os
 
 import pytest
@@ -10,6 +12,7 @@ from _cli import one_line_error, run_cli
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.cli.common import corpus_options
 from aiayn.decode import DecodeConfig, SampleConfig, decode_ids
+from aiayn.decode import workers as workers_module
 from aiayn.decode.workers import run_batches
 from aiayn.errors import UserError
 
@@ -110,3 +113,27 @@ def test_workers_on_a_gpu_are_refused_by_name():
     with pytest.raises(UserError, match="--workers are CPU processes: --device cuda:0 decodes"):
         corpus_options(args)
     assert corpus_options(argparse.Namespace(workers=1, device="cuda:0")) == {"workers": 1}
+
+
+def test_evaluate_with_two_workers_writes_what_one_writes(tiny_run, tmp_path, capsys, monkeypatch):
+    asked = []
+
+    def spy(decode_batch, n, *, workers=1):
+        asked.append(workers)
+        return workers_module.run_batches(decode_batch, n, workers=workers)
+
+    # the module, not the function that aiayn.decode re-exports under its name
+    monkeypatch.setattr(importlib.import_module("aiayn.decode.translate"), "run_batches", spy)
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src = tmp_path / "src.txt"
+    src.write_text("In the beginning\nAnd God said\nlight\n\nAnd the earth was without form\n")
+    scores = []
+    for workers in (1, 2):
+        hyp = tmp_path / f"hyp{workers}.txt"
+        argv = ("evaluate", "--checkpoint", ckpt, "--src", src, "--ref", src, "--output", hyp)
+        code, out, err = run_cli(capsys, *argv, "--batch-size", 1, "--workers", workers)
+        assert code == 0, err
+        scores.append(json.loads(out)["sacrebleu"])
+    assert (tmp_path / "hyp2.txt").read_text() == (tmp_path / "hyp1.txt").read_text()
+    assert scores[0] == scores[1]
+    assert set(asked) == {1, 2}  # --workers reached the search
