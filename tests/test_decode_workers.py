@@ -4,6 +4,7 @@ import argparse
 import importlib
 import json
 import os
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 import torch
@@ -77,6 +78,16 @@ def test_a_workers_error_reaches_the_caller():
 
     with pytest.raises(ValueError, match="batch 3 is bad"):
         list(run_batches(decode_batch, 5, workers=2))
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang():
+    def decode_batch(i):
+        if i == 2:
+            os._exit(1)  # as the kernel's out-of-memory killer would end it
+        return i
+
+    with pytest.raises(BrokenProcessPool):
+        list(run_batches(decode_batch, 6, workers=2))
 
 
 def test_workers_are_cpu_processes(model_and_sources):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import torch
@@ -39,7 +40,8 @@ def run_batches(
     decode_batch: DecodeBatch, n: int, *, workers: int = 1
 ) -> Iterator[tuple[int, Any]]:
     """(batch number, ``decode_batch(number)``) for batches 0..n-1, in the order they finish:
-    here with ``workers`` 1 (or a single batch), else in ``workers`` forked processes."""
+    here with ``workers`` 1 (or a single batch), else in ``workers`` forked processes. A worker
+    that dies (killed, out of memory) raises ``BrokenProcessPool`` here rather than hanging."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     if workers == 1 or n <= 1:
@@ -48,11 +50,17 @@ def run_batches(
         return
     global _job
     _job = decode_batch
+    pool = ProcessPoolExecutor(
+        min(workers, n),
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_start,
+        initargs=(worker_threads(workers),),
+    )
     try:
-        context = multiprocessing.get_context("fork")
-        with context.Pool(min(workers, n), _start, (worker_threads(workers),)) as pool:
-            yield from pool.imap_unordered(_decode, range(n))
+        for future in as_completed([pool.submit(_decode, i) for i in range(n)]):
+            yield future.result()
     finally:
+        pool.shutdown(cancel_futures=True)  # an error or a caller that stops: no more batches
         _job = None
 
 
