@@ -26,7 +26,7 @@ demo: setup
 test: setup lint docs
 	$(BIN)/python -m pytest
 
-# The torch.compile tests (training and decoding), minutes each on a CPU: not in `make test`.
+# The torch.compile tests (the compiled training step), minutes each on a CPU: not in `make test`.
 test-compile: setup
 	$(BIN)/python -m pytest -m compile
 

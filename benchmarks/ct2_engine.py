@@ -1,10 +1,10 @@
 """``--engine ctranslate2`` against raw CTranslate2 in a process of its own, on real sentences:
-what our ranking, length grouping and sharing a process with PyTorch cost.
+what our ranking, per-sentence output limits and sharing a process with PyTorch cost.
 
     python benchmarks/ct2_engine.py --checkpoint runs/demo/averaged --limit 300 --rounds 3
 
 Engine: ``CTranslate2Engine.decode_ids`` (the paper's search: GNMT re-ranking, |Y| <= |X| + 50
-per length group, patience ``PATIENCE``) in this process, after PyTorch has decoded a sentence,
+per sentence as ``search_pieces`` applies it, patience ``PATIENCE``) in this process, after PyTorch has decoded a sentence,
 so both OpenMP runtimes are up. Raw: ``translate_batch(beam_size=4, length_penalty=0.6)`` of the
 same export in ``ct2_worker.py`` (no torch), with the longest source's limit for every sentence,
 twice: with CTranslate2's default patience 1 (``raw``, what its users get) and with the

@@ -2,6 +2,7 @@
 
     python scripts/export_agreement.py --checkpoint runs/demo/averaged --data work/bible
     python scripts/export_agreement.py ... --hf-limit 300 --require-ct2 0.99   # exit 1 below 99%
+    python scripts/export_agreement.py ... --ct2-patience 1 2 3 4 8   # agreement against patience
 
 Decodes a split's sources (token ids, as the data pipeline stores them) with our beam search
 (the "translation" preset: beam 4, GNMT alpha 0.6, |Y| <= |X| + 50) and compares token for
@@ -42,7 +43,15 @@ def ours(model, sources: list[list[int]], config: DecodeConfig, eos: int) -> lis
     ]
 
 
-def ct2(model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path, threads: int):
+def ct2(
+    model,
+    vocab,
+    sources: list[list[int]],
+    config: DecodeConfig,
+    tmp: Path,
+    threads: int,
+    patiences: list[float],
+):
     import ctranslate2
 
     from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces
@@ -54,12 +63,15 @@ def ct2(model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path,
         intra_threads=threads,
     )
     pieces = [[vocab.id_to_piece(i) for i in s] for s in sources]
-    ids = lambda out: [vocab.sp.piece_to_id(p) for p in out]  # noqa: E731
-    start = time.perf_counter()
-    gnmt = [
-        ids(o) for o in translate_pieces(translator, pieces, config, max_len_cap=model.cfg.max_len)
-    ]
-    seconds = time.perf_counter() - start
+    ids = lambda out: [vocab.piece_to_id(p) for p in out]  # noqa: E731
+    gnmt, seconds = {}, {}
+    for patience in patiences:
+        start = time.perf_counter()
+        found = translate_pieces(
+            translator, pieces, config, max_len_cap=model.cfg.max_len, patience=patience
+        )
+        seconds[patience] = time.perf_counter() - start
+        gnmt[patience] = [ids(o) for o in found]
     limit = int(config.max_len(torch.tensor([max(map(len, sources)) + 1]), model.cfg.max_len)[0])
     plain = translator.translate_batch(
         pieces,
@@ -118,6 +130,12 @@ def main() -> None:
         "--hf-limit", type=int, default=0, help="sentences decoded with HF generate (0: none)"
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--ct2-patience",
+        type=float,
+        nargs="+",
+        help="CTranslate2's patience for translate_pieces, each reported (default: PATIENCE)",
+    )
     parser.add_argument("--require-ct2", type=float, help="exit 1 if the ct2 share is below this")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -135,11 +153,20 @@ def main() -> None:
         "ours_seconds": round(time.perf_counter() - start, 1),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        gnmt, plain, seconds = ct2(model, vocab, sources, config, Path(tmp), args.threads)
+        from aiayn.export.ctranslate2 import PATIENCE
+
+        patiences = args.ct2_patience or [PATIENCE]
+        gnmt, plain, seconds = ct2(
+            model, vocab, sources, config, Path(tmp), args.threads, patiences
+        )
         report.update(
-            ct2=share_equal(reference, gnmt),
+            ct2=share_equal(reference, gnmt[patiences[0]]),
             ct2_plain=share_equal(reference, plain),
-            ct2_seconds=round(seconds, 1),
+            ct2_seconds=round(seconds[patiences[0]], 1),
+            ct2_by_patience={
+                str(p): {"equal": share_equal(reference, gnmt[p]), "seconds": round(seconds[p], 1)}
+                for p in patiences
+            },
         )
         if args.hf_limit:
             m = min(args.hf_limit, n)

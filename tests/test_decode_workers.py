@@ -63,11 +63,16 @@ def test_two_workers_give_the_outputs_of_one_process(model_and_sources, options)
 
 def test_batches_run_in_other_processes_each_once():
     here = os.getpid()
-    done = list(run_batches(lambda i: (i * i, os.getpid(), torch.get_num_threads()), 7, workers=2))
+    torch.set_num_threads(2)
+    try:
+        job = lambda i: (i * i, os.getpid(), torch.get_num_threads())  # noqa: E731
+        done = list(run_batches(job, 7, workers=2))
+    finally:
+        torch.set_num_threads(1)  # the module's one_thread
     assert sorted(i for i, _ in done) == list(range(7))
     assert all(square == i * i for i, (square, _, _) in done)
     assert all(pid != here for _, (_, pid, _) in done)
-    assert {threads for _, (_, _, threads) in done} == {1}  # the parent's one thread, shared out
+    assert {threads for _, (_, _, threads) in done} == {1}  # the parent's two, one per worker
 
 
 def test_a_workers_error_reaches_the_caller():

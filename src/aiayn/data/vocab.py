@@ -176,6 +176,10 @@ class Vocab:
         """The subword string of id ``i`` (for attention-map axes)."""
         return self.sp.id_to_piece(int(i))
 
+    def piece_to_id(self, piece: str) -> int:
+        """The id of subword string ``piece`` (engines that answer in pieces)."""
+        return self.sp.piece_to_id(piece)
+
     @staticmethod
     def content_ids(ids: Iterable[int]) -> list[int]:
         """``ids`` up to the first eos, without pad and bos: what a decoded output says."""

@@ -116,11 +116,11 @@ def decode_ids(
     results: list[list[Hypothesis]] = [[] for _ in sources]
     nonempty = [i for i, s in enumerate(sources) if s]
     batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
+    if workers > 1 and device.type != "cpu":
+        raise ValueError(f"workers are CPU processes: give workers=1 on {device}")
     bar = progress_bar(len(sources), progress)
     if bar is not None:
         bar.update(len(sources) - len(nonempty))
-    if workers > 1 and device.type != "cpu":
-        raise ValueError(f"workers are CPU processes: give workers=1 on {device}")
     ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
     def decode_batch(b: int) -> list[list[Hypothesis]]:

@@ -204,7 +204,7 @@ def search_pieces(
     never: Sequence[str] = ("<pad>", "<s>"),
     prefixes: Sequence[Sequence[str] | None] | None = None,
     sampling: Any = None,
-    on_group: Callable[[int], Any] | None = None,
+    on_done: Callable[[int], Any] | None = None,
 ) -> list[list[PieceHypothesis]]:
     """Our beam search (or sampling), run by CTranslate2: sources as pieces (no eos) -> the
     ``config.nbest`` best outputs of each, by the paper's ranking; ``[]`` for an empty source.
@@ -223,7 +223,7 @@ def search_pieces(
     the pieces its outputs start with (``target_prefix``), or None. ``sampling`` (a
     ``SampleConfig``): draw ``samples`` outputs with CTranslate2's sampler instead of searching
     (its ``seed`` is not used: CTranslate2 seeds its sampler once per process and thread).
-    ``on_group(n)``: n more sources are done.
+    ``on_done(n)``: n more sources are done (a progress bar's ``update``).
     """
     limits = config.max_len(torch.tensor([len(s) + 1 for s in sources]), max_len_cap).tolist()
     search = _search_options(config, sampling, patience)
@@ -265,13 +265,13 @@ def search_pieces(
                 again.append(i)
             else:
                 outputs[i] = _best_first(hyps)[:keep]
-        if on_group is not None:
-            on_group(sum(1 for i in members if outputs[i]))
+        if on_done is not None:
+            on_done(sum(1 for i in members if outputs[i]))
     for members in _batches(again, limits, max_batch_size, exact=True):
         for i, hyps in zip(members, run(members, limits[members[0]])):
             outputs[i] = _best_first(hyps)[:keep]
-        if on_group is not None:
-            on_group(len(members))
+        if on_done is not None:
+            on_done(len(members))
     return outputs
 
 

@@ -158,8 +158,8 @@ class CTranslate2Engine:
     ) -> list[list[Hypothesis]]:
         """``decode_ids`` by CTranslate2 (sources: subwords + eos, truncated by the same rule).
 
-        Batches hold ``batch_size`` sentences of one output limit (``max_tokens`` is ours
-        only). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
+        Batches hold ``batch_size`` sentences (``max_tokens`` is ours only; output limits as
+        ``search_pieces`` applies them). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
         so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
         eos_id) must be the vocabulary's, which the export fixes. ``workers`` are ours: this
         engine shares its threads itself (``open``'s ``threads``).
@@ -183,7 +183,7 @@ class CTranslate2Engine:
             never=[v.id_to_piece(v.pad_id), v.id_to_piece(v.bos_id)],
             prefixes=self._prefixes(constraint, len(sources)),
             sampling=sampling,
-            on_group=None if bar is None else bar.update,
+            on_done=None if bar is None else bar.update,
         )
         if progress is True:
             bar.close()
@@ -193,7 +193,7 @@ class CTranslate2Engine:
         ]
 
     def _ids(self, pieces: list[str]) -> list[int]:
-        return [self.vocab.sp.piece_to_id(p) for p in pieces]
+        return [self.vocab.piece_to_id(p) for p in pieces]
 
     def _prefixes(self, constraint: Any, n: int) -> list[list[str] | None] | None:
         """Each source's prefix as pieces, or ``UserError`` for a constraint that is more."""
