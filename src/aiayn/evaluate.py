@@ -17,6 +17,7 @@ from .data import Vocab
 from .data.collate import pad_rows
 from .decode import DecodeConfig, for_decoding, translate, translate_corpus
 from .decode.engine import Engine, translate_with
+from .decode.shortlist import Shortlist
 from .decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
 from .errors import UserError
 from .files import (
@@ -121,11 +122,13 @@ def evaluate_model(
     progress: bool = False,
     engine: Engine | None = None,
     workers: int = 1,
+    shortlist: Shortlist | None = None,
 ) -> Evaluation:
     """Translate ``sources`` as ``aiayn translate --input`` does (``translate_corpus``: the
     same batches, so the same outputs) and score them against ``references``.
 
-    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s."""
+    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s.
+    ``shortlist``: our search's outputs restricted to it (``aiayn.decode.shortlist``)."""
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
@@ -139,6 +142,7 @@ def evaluate_model(
         progress=progress,
         total=len(sources),
         outputs=outputs,
+        shortlist=shortlist,
         **batching,
     )
     hyps = [hyp for window in windows for hyp in window]
@@ -186,14 +190,14 @@ def evaluate_checkpoint(
     quantize: str | None = None,
     engine: Engine | None = None,
     precision: str = "fp32",
-    **batching: int,
+    **batching: Any,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
     ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``);
     perplexity uses them too. ``engine``: what decodes instead of our search (the command line
     builds it, e.g. CTranslate2's from ``aiayn.export.engine``); the perplexity stays ours.
-    ``batching``: max_tokens, batch_size and workers of ``evaluate_model``.
+    ``batching``: max_tokens, batch_size, workers and shortlist of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
     after hours of beam search.

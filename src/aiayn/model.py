@@ -16,6 +16,7 @@ Post-LN by default: every sub-layer is ``LayerNorm(x + Dropout(Sublayer(x)))`` (
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -495,6 +496,7 @@ class Transformer(nn.Module):
         cache: DecoderCache | None = None,
         *,
         max_len: int | None = None,
+        output: Callable[[Tensor], Tensor] | None = None,
     ) -> tuple[Tensor, DecoderCache]:
         """Feed the next target token(s) tgt_in (B, n) -> logits of the last one (B, vocab).
 
@@ -503,7 +505,8 @@ class Transformer(nn.Module):
         ``memory`` (N, S, d_model) and ``src_mask`` = ``self.src_mask(src)`` (N, 1, 1, S) are
         given once per sentence: B = N*b rows, b consecutive rows per sentence (b beams).
         The memory k/v are projected once, at the first step. Inference only: no gradients
-        (the cache is written in place).
+        (the cache is written in place). ``output``: the pre-softmax projection to use instead
+        of ``generator``: (B, d_model) -> (B, C) (a shortlist's rows of it).
         """
         if cache is None:
             capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
@@ -526,7 +529,8 @@ class Transformer(nn.Module):
         for layer, layer_cache in zip(self.decoder, cache.layers):
             y = layer(y, memory, self_mask, memory_mask, cache=layer_cache)
         cache.step = S
-        return self.generator(self.dec_norm(y[:, -1])), cache
+        project = self.generator if output is None else output
+        return project(self.dec_norm(y[:, -1])), cache
 
 
 def count_parameters(cfg: ModelConfig) -> int:

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 
@@ -175,6 +175,47 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
         action="store_true",
         help="no progress bar (shown on stderr, with sentences/s and ETA, when it is a terminal)",
     )
+
+
+def add_shortlist_args(p: argparse.ArgumentParser) -> None:
+    """The vocabulary shortlist of translate and evaluate (``aiayn.decode.shortlist``); the
+    defaults are the library's, stated here so that ``--help`` does not import torch."""
+    p.add_argument(
+        "--shortlist",
+        metavar="FILE",
+        help="output only each batch's shortlist from FILE (aiayn shortlist builds it): "
+        "faster, and outputs may change (opt-in; docs/decoding.md)",
+    )
+    p.add_argument(
+        "--shortlist-frequent",
+        type=int,
+        metavar="K",
+        help="the K most frequent target pieces are always in (default: 100)",
+    )
+    p.add_argument(
+        "--shortlist-best",
+        type=int,
+        metavar="M",
+        help="and each source piece's M likeliest translations (default: 10)",
+    )
+
+
+def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"shortlist": Shortlist}`` for the corpus options when ``--shortlist`` is given, read
+    for the checkpoint's vocabulary; ``{}`` otherwise."""
+    sizes = {"frequent": args.shortlist_frequent, "best": args.shortlist_best}
+    if args.shortlist is None:
+        given = [f"--shortlist-{k}" for k, v in sizes.items() if v is not None]
+        if given:
+            raise UserError(f"{given[0]} sizes a shortlist: give --shortlist FILE too")
+        return {}
+    from ..checkpoint import load_vocab
+    from ..decode.shortlist import load_shortlist
+
+    checkpoint = args.checkpoint[0] if isinstance(args.checkpoint, list) else args.checkpoint
+    vocab = load_vocab(checkpoint)
+    chosen = {k: v for k, v in sizes.items() if v is not None}
+    return {"shortlist": load_shortlist(args.shortlist, vocab, **chosen)}
 
 
 _CORPUS = {
@@ -389,6 +430,7 @@ _NOT_CTRANSLATE2 = {
     "alignments": ("--alignments", "they come from our model's attention"),
     "token_scores": ("--token-scores", "they come from our model's forced decoding"),
     "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
+    "shortlist": ("--shortlist", "it is our search's (CTranslate2 has its own vocabulary map)"),
 }
 
 

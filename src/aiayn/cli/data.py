@@ -81,3 +81,53 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
         "--max-len", type=int, default=256, help="skip pairs longer than this (subwords)"
     )
     p.set_defaults(func=_prepare)
+
+
+def _shortlist(args: argparse.Namespace) -> None:
+    from ..data.lexical import FORMAT, build_shortlist, shortlist_text
+    from ..files import write_text_atomic
+
+    out = Path(args.out) if args.out else Path(args.data) / "shortlist.json"
+    if out.exists() and f'"format": "{FORMAT}"' not in out.read_text(errors="replace")[:200]:
+        raise UserError(f"{out} exists and is not a shortlist; not replacing it (give --out)")
+    built = build_shortlist(
+        args.data,
+        iterations=args.iterations,
+        max_pairs=args.max_pairs,
+        frequent=args.frequent,
+        best=args.best,
+        threshold=args.threshold,
+    )
+    write_text_atomic(out, shortlist_text(built))
+    print(
+        f"{len(built['frequent'])} frequent target pieces, {len(built['lexical'])} source "
+        f"pieces with translations, from {built['built_from']['pairs']} pairs"
+    )
+    say_wrote("shortlist", out)
+
+
+def add_shortlist(sub: argparse._SubParsersAction) -> None:
+    from ..data.lexical import ITERATIONS, KEEP_BEST, KEEP_FREQUENT, MAX_PAIRS, THRESHOLD
+
+    p = sub.add_parser(
+        "shortlist",
+        help="the vocabulary shortlist of a prepared dataset, for translate --shortlist",
+        description="IBM Model 1 translation probabilities of the training pairs, and the "
+        "target side's most frequent pieces: what translate/evaluate --shortlist reads.",
+    )
+    p.add_argument("--data", required=True, help="a dataset directory from aiayn prepare")
+    p.add_argument("--out", help="the file to write (default: DATA/shortlist.json)")
+    p.add_argument("--iterations", type=int, default=ITERATIONS, help="EM iterations")
+    p.add_argument(
+        "--max-pairs",
+        type=int,
+        default=MAX_PAIRS,
+        help="estimate from the first N training pairs (memory: ~90 bytes per source x "
+        "target position of a pair)",
+    )
+    p.add_argument("--frequent", type=int, default=KEEP_FREQUENT, help="frequent pieces kept")
+    p.add_argument("--best", type=int, default=KEEP_BEST, help="translations kept per piece")
+    p.add_argument(
+        "--threshold", type=float, default=THRESHOLD, help="translations kept need t >= this"
+    )
+    p.set_defaults(func=_shortlist)

@@ -3,6 +3,7 @@
 aiayn demo                      # the bundled English->Spanish translator, end to end
 aiayn info --presets            # parameter counts next to Table 3
 aiayn prepare --bundled --out work/bible
+aiayn shortlist --data work/bible      # for translate --shortlist work/bible/shortlist.json
 aiayn train --set data=work/bible --set out=runs/demo --set preset=demo --set max_minutes=15
 torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiayn/configs/) or a file
 aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
@@ -26,6 +27,7 @@ from .common import check_device
 COMMANDS = (
     data.add_info,
     data.add_prepare,
+    data.add_shortlist,
     train.add_train,
     train.add_average,
     translate.add_evaluate,

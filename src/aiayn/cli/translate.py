@@ -18,11 +18,13 @@ from .common import (
     add_corpus_args,
     add_decode_args,
     add_engine_arg,
+    add_shortlist_args,
     corpus_options,
     decode_config,
     decode_precision,
     load_engine,
     say_wrote,
+    shortlist_option,
     show_progress,
 )
 from .outputs import Outputs
@@ -189,6 +191,7 @@ def _translate(args: argparse.Namespace) -> None:
         progress=progress,
         total=count_lines(args.input) if progress and args.input else None,
         **corpus,
+        **shortlist_option(args),
     )
 
 
@@ -209,6 +212,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         precision=precision.name,
         progress=show_progress(args),
         **corpus_options(args),
+        **shortlist_option(args),
     )
     print(json.dumps({**result.as_dict(), **precision.as_dict()}, indent=2))
     if args.output:
@@ -238,6 +242,7 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
     add_engine_arg(p)
     add_corpus_args(p)
+    add_shortlist_args(p)
     p.set_defaults(func=_evaluate)
 
 
@@ -248,6 +253,7 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
     add_engine_arg(p)
     add_corpus_args(p, window=True)
+    add_shortlist_args(p)
     p.set_defaults(func=_translate)
 
 

@@ -29,6 +29,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, cut_source  # the vocabulary's 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DecodeConfig
 from .sample import SampleConfig, sample
+from .shortlist import Shortlist, check_shortlist, shortlisted_search
 from .workers import run_batches
 
 WINDOW = 100_000  # lines sorted and written together: what bounds a corpus's memory
@@ -91,6 +92,7 @@ def decode_ids(
     eos_id: int = EOS_ID,
     on_truncate: OnTruncate | None = None,
     workers: int = 1,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """Token-id sources -> n-best hypotheses per source, in input order.
 
@@ -108,8 +110,12 @@ def decode_ids(
     seeds each sentence by its place in its own request, whatever it is decoded with).
     ``progress``: True for a bar of its own, or a bar (``update``) that the caller shares
     between calls; empty sources count as done at once. ``workers``: CPU processes that decode
-    the batches side by side (``aiayn.decode.workers``; the same outputs).
+    the batches side by side (``aiayn.decode.workers``; the same outputs). ``shortlist``: each
+    batch's beam search outputs only the batch's shortlist (``aiayn.decode.shortlist``; a
+    ``Transformer``, without constraints or sampling).
     """
+    if shortlist is not None:
+        check_shortlist(model, constraint, sampling)
     cap = positions(model, max_src_len)
     device = torch.device(device) if device is not None else model_device(model)
     sources = fit_sources(sources, cap, eos_id, on_truncate)
@@ -130,6 +136,8 @@ def decode_ids(
         search["constraint"] = (
             [constraint[i] for i in members] if isinstance(constraint, Sequence) else constraint
         )
+        if shortlist is not None:
+            return shortlisted_search(model, src, config, shortlist, **search)
         if sampling is None:
             return beam_search(model, src, config, **search)
         return sample(
@@ -187,6 +195,7 @@ def translate_corpus(
     on_truncate: OnTruncate | None = None,
     outputs: WindowOutputs = translate,
     workers: int = 1,
+    shortlist: Shortlist | None = None,
 ) -> Iterator[list[str]]:
     """The outputs of a corpus, one window at a time: ``window`` lines are read, sorted by
     length and batched within the window, and their outputs yielded in input order once the
@@ -194,7 +203,7 @@ def translate_corpus(
 
     ``outputs``: what a window becomes (default ``translate``: the best line of each), called
     with ``first_index`` (the window's first line in the corpus, from 0), the batching options
-    (``max_tokens``, ``batch_size``, ``workers``),
+    (``max_tokens``, ``batch_size``, ``workers``; ``shortlist`` when given),
     a shared ``progress`` bar (shown when ``progress``; ``total``: the corpus's lines, for the
     ETA) and ``on_truncate``, which gets indices in the corpus, not in the window.
     """
@@ -205,7 +214,11 @@ def translate_corpus(
     try:
         while texts := list(islice(lines, window)):
             report = None if on_truncate is None else _shifted(on_truncate, first)
-            batching = dict(max_tokens=max_tokens, batch_size=batch_size, workers=workers)
+            batching: dict[str, Any] = dict(
+                max_tokens=max_tokens, batch_size=batch_size, workers=workers
+            )
+            if shortlist is not None:  # only ours take one: engines refuse it before
+                batching["shortlist"] = shortlist
             yield outputs(
                 model,
                 texts,

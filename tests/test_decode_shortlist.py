@@ -1,0 +1,223 @@
+"""The vocabulary shortlist: IBM Model 1's table, the file, and a beam search over the shortlist
+that is exactly the paper's search over the smaller vocabulary."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from _cli import one_line_error, run_cli
+
+from aiayn.checkpoint import latest_checkpoint, load_translator
+from aiayn.data.binarize import read_meta
+from aiayn.data.lexical import NULL, build_shortlist, ibm1, shortlist_text, target_counts
+from aiayn.decode import DecodeConfig, SampleConfig, beam_search, decode_ids, load_models
+from aiayn.decode.shortlist import Shortlist, Shortlisted, load_shortlist
+from aiayn.errors import UserError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LINES = [
+    "In the beginning God created the heaven and the earth.",
+    "And God said, Let there be light: and there was light.",
+    "And the evening and the morning were the first day.",
+    "",
+    "And God called the firmament Heaven.",
+]
+
+
+def _pairs(*pairs):
+    return [(np.array(s), np.array(t)) for s, t in pairs]
+
+
+def test_model_1_finds_which_word_translates_which():
+    # a<->10, b<->11, c<->12: each word co-occurs with its translation every time, and with
+    # the others only sometimes; EM takes the shared mass away from the others.
+    pairs = _pairs(([0, 1], [10, 11]), ([0, 2], [10, 12]), ([1, 2], [11, 12]), ([0], [10]))
+    table = ibm1(pairs, vocab_size=13, iterations=10)
+    best = table.best(per_source=1)
+    assert {s: targets[0][0] for s, targets in best.items()} == {0: 10, 1: 11, 2: 12}
+    assert best[0][0][1] > 0.6
+    for s in (0, 1, 2, NULL):  # a distribution over targets for every source and NULL
+        assert table.prob[table.source == s].sum() == pytest.approx(1.0)
+
+
+def test_best_cuts_each_source_by_size_and_threshold():
+    table = ibm1(_pairs(([0, 1], [10, 11, 12]), ([0], [10])), vocab_size=13, iterations=3)
+    two = table.best(per_source=2)
+    assert all(len(targets) <= 2 for targets in two.values())
+    assert all(a[1] >= b[1] for targets in two.values() for a, b in zip(targets, targets[1:]))
+    high = table.best(per_source=5, threshold=0.3)
+    assert all(p >= 0.3 for targets in high.values() for _, p in targets)
+    assert NULL not in two
+
+
+def test_target_counts_count_the_target_side():
+    counts = target_counts(_pairs(([0], [3, 3, 4]), ([1], [4])), vocab_size=6)
+    assert counts.tolist() == [0, 0, 0, 2, 2, 0]
+
+
+def test_a_sentence_may_output_the_frequent_the_specials_and_its_translations():
+    shortlist = Shortlist(frequent=(7, 8), lexical={20: (30, 31), 21: (32, 7)}, always=(0, 1, 2, 3))
+    assert shortlist.ids([20, 3]) == [0, 1, 2, 3, 7, 8, 30, 31]
+    table, real = shortlist.table([[20, 3, 0], [21, 3, 0]])  # padded rows with eos, as src is
+    assert table.tolist() == [[0, 1, 2, 3, 7, 8, 30, 31], [0, 1, 2, 3, 7, 8, 32, 0]]
+    assert real.tolist() == [[True] * 8, [True] * 7 + [False]]
+
+
+@pytest.fixture(scope="module")
+def model_vocab(tiny_run):
+    return load_translator(latest_checkpoint(tiny_run / "checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def shortlist_file(tiny_corpus, tmp_path_factory):
+    path = tmp_path_factory.mktemp("shortlist") / "shortlist.json"
+    path.write_text(shortlist_text(build_shortlist(tiny_corpus, frequent=300, best=50)))
+    return path
+
+
+class _Masked:
+    """The full model with every logit outside ``ids`` set to -inf: log_softmax over it is the
+    log_softmax over the shortlist, so its search is the shortlist's, in the model's ids."""
+
+    def __init__(self, model, ids):
+        self.model, self.outside = model, torch.ones(model.cfg.vocab_size, dtype=torch.bool)
+        self.outside[ids] = False
+
+    def encode(self, src):
+        return self.model.encode(src)
+
+    def src_mask(self, src):
+        return self.model.src_mask(src)
+
+    def decode_step(self, *args, **kwargs):
+        logits, cache = self.model.decode_step(*args, **kwargs)
+        return logits.masked_fill(self.outside, float("-inf")), cache
+
+
+def _hyps(hyps):
+    return [(h.tokens, round(h.score, 4), h.length) for h in hyps]
+
+
+@pytest.mark.parametrize("frequent,best", [(300, 50), (5, 2), (0, 1)])
+def test_each_sentence_is_searched_over_its_own_shortlist(
+    model_vocab, shortlist_file, frequent, best
+):
+    model, vocab = model_vocab
+    sources = [vocab.encode_source(line) if line else [] for line in LINES]
+    shortlist = load_shortlist(shortlist_file, vocab, frequent=frequent, best=best)
+    config = DecodeConfig(beam=3, nbest=2, max_len_a=1.0, max_len_b=4)
+    found = decode_ids(model, sources, config, batch_size=2, shortlist=shortlist)
+    assert found[3] == []
+    for source, hyps in zip(sources, found):
+        if not source:
+            continue
+        # alone and over the full vocabulary masked to its list: batch-mates change nothing
+        alone = beam_search(_Masked(model, shortlist.ids(source)), torch.tensor([source]), config)
+        assert _hyps(hyps) == _hyps(alone[0])
+        assert all(set(h.tokens) <= set(shortlist.ids(source)) for h in hyps)
+    if frequent == 0:  # a short list must change something, or this test shows nothing
+        full = decode_ids(model, sources, config, batch_size=2)
+        assert [_hyps(h) for h in found] != [_hyps(h) for h in full]
+
+
+def test_each_sentences_output_layer_is_its_rows_of_the_embedding(model_vocab):
+    model, _ = model_vocab
+    table = torch.tensor([[0, 1, 2, 3, 9, 40], [0, 1, 2, 3, 7, 0]])
+    real = torch.tensor([[True] * 6, [True] * 5 + [False]])
+    restricted = Shortlisted(model, table, real)
+    src = torch.tensor([[5, 6, 3], [8, 3, 0]])
+    memory, mask = model.encode(src), model.src_mask(src)
+    full, _ = model.decode_step(torch.full((4, 1), 2), memory, mask)  # 2 beams each, bos
+    part, cache = restricted.decode_step(torch.full((4, 1), 2), memory, mask)  # bos is entry 2
+    torch.testing.assert_close(part[:2], full[:2, table[0]], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(part[2:, :5], full[2:, table[1, :5]], rtol=1e-5, atol=1e-5)
+    assert torch.isinf(part[2:, 5]).all()  # padding is never chosen
+    # sentence 0 finishes: the second's list stays with it, and entry 4 is its token 7
+    cache.select(torch.tensor([2, 3]), sentences=torch.tensor([1]))
+    step, _ = restricted.decode_step(torch.tensor([[4], [4]]), memory[1:], mask[1:], cache)
+    assert step.shape == (2, 6) and torch.isinf(step[:, 5]).all()
+
+
+def test_a_shortlist_refuses_what_it_cannot_restrict(model_vocab, shortlist_file, tiny_run):
+    model, vocab = model_vocab
+    shortlist = load_shortlist(shortlist_file, vocab)
+    sources = [vocab.encode_source("light")]
+    with pytest.raises(UserError, match="sampling draws from every piece"):
+        decode_ids(model, sources, shortlist=shortlist, sampling=SampleConfig(samples=2))
+    with pytest.raises(UserError, match="constraints cannot be combined"):
+        decode_ids(model, sources, shortlist=shortlist, constraint=[object()])
+    checkpoints = sorted((tiny_run / "checkpoints").glob("update_*"))[:2]
+    ensemble, _ = load_models(checkpoints)
+    with pytest.raises(UserError, match="not a Ensemble's"):
+        decode_ids(ensemble, sources, shortlist=shortlist)
+
+
+def test_the_file_names_its_vocabulary_and_lists_a_piece_a_line(
+    shortlist_file, model_vocab, tiny_corpus
+):
+    _, vocab = model_vocab
+    data = json.loads(shortlist_file.read_text())
+    assert data["vocab_fingerprint"] == vocab.fingerprint
+    assert data["built_from"]["pairs"] == read_meta(tiny_corpus)["splits"]["train"]["pairs"]
+    assert data["built_from"]["model"] == "IBM Model 1"
+    assert "<pad>" not in data["frequent"] and "</s>" not in data["frequent"]
+    lines = shortlist_file.read_text().splitlines()
+    piece, targets = next(iter(data["lexical"].items()))
+    assert f"  {json.dumps(piece, ensure_ascii=False)}: " in "\n".join(lines)
+    assert len(lines) > len(data["frequent"]) + len(data["lexical"])  # one a line
+
+
+def test_a_file_for_another_vocabulary_or_no_shortlist_is_refused(
+    shortlist_file, model_vocab, tmp_path
+):
+    _, vocab = model_vocab
+    data = json.loads(shortlist_file.read_text())
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**data, "vocab_fingerprint": "0" * 64}))
+    with pytest.raises(UserError, match=r"other.json: built for another vocabulary"):
+        load_shortlist(other, vocab)
+    other.write_text(json.dumps({**data, "frequent": ["not-a-piece-of-it"]}))
+    with pytest.raises(UserError, match=r"piece 'not-a-piece-of-it' is not in the vocabulary"):
+        load_shortlist(other, vocab)
+    other.write_text("{}")
+    with pytest.raises(UserError, match=r"other.json: not a shortlist"):
+        load_shortlist(other, vocab)
+    other.write_text("not json")
+    with pytest.raises(UserError, match=r"other.json: not a shortlist"):
+        load_shortlist(other, vocab)
+
+
+def test_shortlist_command_then_translate_with_it(tiny_corpus, tiny_run, tmp_path, capsys):
+    out = tmp_path / "sl.json"
+    code, stdout, err = run_cli(capsys, "shortlist", "--data", tiny_corpus, "--out", out)
+    assert code == 0, err
+    pairs = read_meta(tiny_corpus)["splits"]["train"]["pairs"]
+    assert f"from {pairs} pairs" in stdout and str(out.resolve()) in err
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(LINES) + "\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("translate", "--checkpoint", ckpt, "--input", src, "--shortlist", out)
+    code, lines, err = run_cli(capsys, *argv, "--shortlist-frequent", 0, "--shortlist-best", 1)
+    assert code == 0, err
+    assert len(lines.splitlines()) == len(LINES) and lines.splitlines()[3] == ""
+    # the same list again: a shortlist it wrote is replaced, anything else is not
+    assert run_cli(capsys, "shortlist", "--data", tiny_corpus, "--out", out)[0] == 0
+    src_copy = src.read_text()
+    code, _, err = run_cli(capsys, "shortlist", "--data", tiny_corpus, "--out", src)
+    assert code == 2 and src.read_text() == src_copy
+    one_line_error(err, "exists and is not a shortlist; not replacing it")
+
+
+def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("translate", "--checkpoint", ckpt, "--input", src)
+    code, _, err = run_cli(capsys, *argv, "--shortlist-best", 3)
+    assert code == 2
+    one_line_error(err, "--shortlist-best sizes a shortlist: give --shortlist FILE too")
+    code, _, err = run_cli(capsys, *argv, "--shortlist", src, "--engine", "ctranslate2")
+    assert code == 2
+    one_line_error(err, "--shortlist is not available with --engine ctranslate2")
