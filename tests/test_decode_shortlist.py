@@ -221,3 +221,13 @@ def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_pat
     code, _, err = run_cli(capsys, *argv, "--shortlist", src, "--engine", "ctranslate2")
     assert code == 2
     one_line_error(err, "--shortlist is not available with --engine ctranslate2")
+
+
+def test_two_workers_with_a_shortlist_give_one_process_outputs(model_vocab, shortlist_file):
+    model, vocab = model_vocab
+    sources = [vocab.encode_source(line) if line else [] for line in LINES]
+    shortlist = load_shortlist(shortlist_file, vocab, frequent=5, best=2)
+    config = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=4)
+    one = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist)
+    two = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist, workers=2)
+    assert [_hyps(h) for h in two] == [_hyps(h) for h in one]
