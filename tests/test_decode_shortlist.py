@@ -150,7 +150,7 @@ def test_a_shortlist_refuses_what_it_cannot_restrict(model_vocab, shortlist_file
         decode_ids(model, sources, shortlist=shortlist, constraint=[object()])
     checkpoints = sorted((tiny_run / "checkpoints").glob("update_*"))[:2]
     ensemble, _ = load_models(checkpoints)
-    with pytest.raises(UserError, match="not a Ensemble's"):
+    with pytest.raises(UserError, match=r"one model's output layer \(given: Ensemble\)"):
         decode_ids(ensemble, sources, shortlist=shortlist)
 
 
@@ -179,7 +179,13 @@ def test_a_file_for_another_vocabulary_or_no_shortlist_is_refused(
     with pytest.raises(UserError, match=r"other.json: built for another vocabulary"):
         load_shortlist(other, vocab)
     other.write_text(json.dumps({**data, "frequent": ["not-a-piece-of-it"]}))
-    with pytest.raises(UserError, match=r"piece 'not-a-piece-of-it' is not in the vocabulary"):
+    with pytest.raises(UserError, match=r"json: piece 'not-a-piece-of-it' is not in the vocab"):
+        load_shortlist(other, vocab)
+    other.write_text(json.dumps({**data, "lexical": {"a": 3}}))
+    with pytest.raises(UserError, match=r"other.json: not a shortlist's frequent/lexical lists"):
+        load_shortlist(other, vocab)
+    other.write_text(json.dumps({k: v for k, v in data.items() if k != "frequent"}))
+    with pytest.raises(UserError, match=r"other.json: not a shortlist's frequent/lexical lists"):
         load_shortlist(other, vocab)
     other.write_text("{}")
     with pytest.raises(UserError, match=r"other.json: not a shortlist"):

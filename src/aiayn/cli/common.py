@@ -183,8 +183,8 @@ def add_shortlist_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--shortlist",
         metavar="FILE",
-        help="output only each batch's shortlist from FILE (aiayn shortlist builds it): "
-        "faster, and outputs may change (opt-in; docs/decoding.md)",
+        help="search each sentence over its own shortlist from FILE (aiayn shortlist builds "
+        "it): faster, and outputs change (opt-in; docs/decoding.md)",
     )
     p.add_argument(
         "--shortlist-frequent",

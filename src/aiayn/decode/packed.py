@@ -48,14 +48,6 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def packed(linear: nn.Linear) -> nn.Module:
-    """``linear`` as a ``PackedLinear`` where oneDNN takes it (fp32, on the CPU), else as it is."""
-    weight = linear.weight
-    if available() and weight.device.type == "cpu" and weight.dtype == torch.float32:
-        return PackedLinear(linear)
-    return linear
-
-
 @torch.no_grad()
 def pack_linears(model: nn.Module) -> nn.Module:
     """Replace every fp32 ``nn.Linear`` of an eval-mode CPU model by a ``PackedLinear``, in
@@ -73,5 +65,5 @@ def pack_linears(model: nn.Module) -> nn.Module:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, packed(child))
+                setattr(parent, name, PackedLinear(child))
     return model

@@ -95,14 +95,19 @@ def load_shortlist(
             raise UserError(f"{path}: piece {piece!r} is not in the vocabulary")
         return i
 
-    return Shortlist(
-        frequent=tuple(id_of(p) for p in data["frequent"][:frequent]),
-        lexical={
-            id_of(s): tuple(id_of(t) for t, _ in targets[:best])
-            for s, targets in data["lexical"].items()
-        },
-        always=(vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id),
-    )
+    try:
+        return Shortlist(
+            frequent=tuple(id_of(p) for p in data["frequent"][:frequent]),
+            lexical={
+                id_of(s): tuple(id_of(t) for t, _ in targets[:best])
+                for s, targets in data["lexical"].items()
+            },
+            always=(vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id),
+        )
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"{path}: not a shortlist's frequent/lexical lists: {e!r}") from None
 
 
 class Shortlisted:
@@ -183,7 +188,7 @@ def check_shortlist(model: Any, constraint: Any, sampling: Any) -> None:
     """Refuse what a shortlist cannot serve: it restricts one model's beam search."""
     if getattr(model, "tgt_embed", None) is None:
         raise UserError(
-            f"a shortlist restricts one model's output layer, not a {type(model).__name__}'s"
+            f"a shortlist restricts one model's output layer (given: {type(model).__name__})"
         )
     if sampling is not None:
         raise UserError("a shortlist restricts the beam search; sampling draws from every piece")

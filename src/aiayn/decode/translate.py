@@ -111,8 +111,8 @@ def decode_ids(
     ``progress``: True for a bar of its own, or a bar (``update``) that the caller shares
     between calls; empty sources count as done at once. ``workers``: CPU processes that decode
     the batches side by side (``aiayn.decode.workers``; the same outputs). ``shortlist``: each
-    batch's beam search outputs only the batch's shortlist (``aiayn.decode.shortlist``; a
-    ``Transformer``, without constraints or sampling).
+    sentence is searched over its own shortlist (``aiayn.decode.shortlist``; one model, no
+    constraints or sampling).
     """
     if shortlist is not None:
         check_shortlist(model, constraint, sampling)
