@@ -237,3 +237,17 @@ def test_two_workers_with_a_shortlist_give_one_process_outputs(model_vocab, shor
     one = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist)
     two = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist, workers=2)
     assert [_hyps(h) for h in two] == [_hyps(h) for h in one]
+
+
+def test_evaluate_says_which_shortlist_it_used(tiny_run, shortlist_file, tmp_path, capsys):
+    src, ref = tmp_path / "src.en", tmp_path / "ref.es"
+    src.write_text("In the beginning\nAnd God said\n")
+    ref.write_text("En el principio\nY dijo Dios\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref, "--lang", "es", "--quiet")
+    code, out, err = run_cli(capsys, *argv, "--shortlist", shortlist_file, "--shortlist-best", 3)
+    assert code == 0, err
+    said = json.loads(out)["shortlist"]
+    assert said == {"file": str(shortlist_file), "frequent": 100, "best": 3}
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and json.loads(out)["shortlist"] is None, err

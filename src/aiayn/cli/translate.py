@@ -199,6 +199,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluate import evaluate_checkpoint
 
     precision = decode_precision(args, "evaluate")
+    engine = load_engine(args)
+    shortlist = shortlist_option(args)
     result = evaluate_checkpoint(
         args.checkpoint,
         args.src,
@@ -208,13 +210,14 @@ def _evaluate(args: argparse.Namespace) -> None:
         lang=args.lang,
         device=args.device,
         quantize=args.quantize,
-        engine=load_engine(args),
+        engine=engine,
         precision=precision.name,
         progress=show_progress(args),
         **corpus_options(args),
-        **shortlist_option(args),
+        **shortlist,
     )
-    print(json.dumps({**result.as_dict(), **precision.as_dict()}, indent=2))
+    used = {"shortlist": shortlist["shortlist"].origin if shortlist else None}
+    print(json.dumps({**result.as_dict(), **precision.as_dict(), **used}, indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class Shortlist:
     frequent: tuple[int, ...]
     lexical: dict[int, tuple[int, ...]]
     always: tuple[int, ...]
+    origin: dict[str, Any] = field(default_factory=dict)  # file and sizes, for reports
 
     def ids(self, source: Sequence[int]) -> list[int]:
         """One sentence's list: ``always`` in order, then the rest sorted."""
@@ -103,6 +104,7 @@ def load_shortlist(
                 for s, targets in data["lexical"].items()
             },
             always=(vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id),
+            origin={"file": str(path), "frequent": frequent, "best": best},
         )
     except UserError:
         raise
