@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
-from .common import say_wrote
+from .common import say_wrote, show_progress
 
 DEFAULT_VOCAB_SIZE = 8000
 
@@ -97,6 +97,7 @@ def _shortlist(args: argparse.Namespace) -> None:
         frequent=args.frequent,
         best=args.best,
         threshold=args.threshold,
+        progress=show_progress(args),
     )
     write_text_atomic(out, shortlist_text(built))
     print(
@@ -130,4 +131,5 @@ def add_shortlist(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threshold", type=float, default=THRESHOLD, help="translations kept need t >= this"
     )
+    p.add_argument("--quiet", action="store_true", help="no progress bar (shown on a terminal)")
     p.set_defaults(func=_shortlist)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from .binarize import VOCAB_MODEL, TokenDataset, check_vocab
 from .vocab import Vocab
@@ -57,9 +58,13 @@ class LexicalTable:
 
 
 def ibm1(
-    pairs: list[tuple[np.ndarray, np.ndarray]], vocab_size: int, iterations: int = 5
+    pairs: list[tuple[np.ndarray, np.ndarray]],
+    vocab_size: int,
+    iterations: int = 5,
+    progress: bool = False,
 ) -> LexicalTable:
-    """IBM Model 1 by EM from a uniform start over ``pairs`` of (source ids, target ids)."""
+    """IBM Model 1 by EM from a uniform start over ``pairs`` of (source ids, target ids);
+    ``progress``: a bar of the EM iterations on stderr."""
     if iterations < 1:
         raise ValueError(f"iterations must be at least 1, got {iterations}")
     width = vocab_size + 1  # the source ids and NULL (packed as vocab_size)
@@ -80,7 +85,7 @@ def ibm1(
     del pair_keys
     source = unique // width  # (P,)
     t = np.ones(len(unique))  # uniform: the first E-step shares evenly
-    for _ in range(iterations):
+    for _ in tqdm(range(iterations), desc="IBM Model 1 EM", unit="it", disable=not progress):
         w = t[entry]  # (occurrences,)
         share = w / np.bincount(group, weights=w)[group]  # E-step
         counts = np.bincount(entry, weights=share, minlength=len(unique))  # expected counts
@@ -115,16 +120,18 @@ def build_shortlist(
     frequent: int = KEEP_FREQUENT,
     best: int = KEEP_BEST,
     threshold: float = THRESHOLD,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """The shortlist of a prepared dataset, in pieces: from its first ``max_pairs`` training
     pairs, the ``frequent`` most frequent target pieces (``"frequent"``) and each source
     piece's ``best`` likeliest translations with t >= ``threshold`` under IBM Model 1 after
     ``iterations`` of EM (``"lexical"``: piece -> [[piece, t], ...]); specials are left out.
-    These are the most a decoder can ask for; it cuts them to its own sizes."""
+    These are the most a decoder can ask for; it cuts them to its own sizes. ``progress``: a
+    bar of the EM iterations on stderr."""
     vocab = Vocab.load(Path(dataset_dir) / VOCAB_MODEL)
     check_vocab(dataset_dir, vocab)
     pairs = training_pairs(dataset_dir, max_pairs=max_pairs)
-    table = ibm1(pairs, len(vocab), iterations)
+    table = ibm1(pairs, len(vocab), iterations, progress=progress)
     specials = {vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id}
     counts = [
         (int(c), i)
