@@ -8,7 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 import torch
-from _cli import one_line_error, run_cli
+from _cli import run_cli
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.cli.common import corpus_options
@@ -112,16 +112,6 @@ def test_translate_with_two_workers_prints_what_one_prints(tiny_run, tmp_path, c
     code2, two, err = run_cli(capsys, *argv, "--workers", 2)
     assert code1 == code2 == 0, err
     assert two == one and len(two.splitlines()) == 5
-
-
-def test_workers_with_ctranslate2_are_refused_in_one_line(tiny_run, tmp_path, capsys):
-    src = tmp_path / "in.txt"
-    src.write_text("one\n")
-    ckpt = latest_checkpoint(tiny_run / "checkpoints")
-    argv = ("translate", "--checkpoint", ckpt, "--input", src, "--engine", "ctranslate2")
-    code, out, err = run_cli(capsys, *argv, "--workers", 2)
-    assert code == 2 and out == ""
-    one_line_error(err, "--workers is not available with --engine ctranslate2")
 
 
 def test_workers_on_a_gpu_are_refused_by_name():

@@ -92,6 +92,18 @@ def test_translate_with_ctranslate2_prints_what_torch_prints(capsys, ckpt, sourc
     assert theirs == ours
 
 
+def test_workers_are_ctranslate2_replicas_with_the_same_outputs(capsys, ckpt, source):
+    one = _translate(capsys, ckpt, source, "--engine", "ctranslate2", "--batch-size", "2")
+    two = _translate(
+        capsys, ckpt, source, "--engine", "ctranslate2", "--batch-size", "2", "--workers", "2"
+    )
+    assert two == one and len(set(one)) > 2
+    engine = CTranslate2Engine.open(ckpt, threads=2, workers=2)
+    assert engine.workers == 2 and engine.translator.num_translators == 2
+    with pytest.raises(ValueError, match="opened with 2; give workers to open"):
+        engine.decode_ids([[5, 3]], DecodeConfig(), workers=3)
+
+
 def test_prefixes_and_sampling_map_to_ctranslate2(ckpt, vocab):
     engine = CTranslate2Engine.open(ckpt, threads=1)
     torch_engine = TorchEngine(trained_like_model(len(vocab), max_len=64))

@@ -168,7 +168,8 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
         "--workers",
         type=int,
         help="CPU processes decoding batches side by side, sharing the threads (default: 1; "
-        "2 on 2 cores is faster than 2 threads in one; the same outputs)",
+        "2 on 2 cores is faster than 2 threads in one; the same outputs; with --engine "
+        "ctranslate2, its replicas)",
     )
     p.add_argument(
         "--quiet",
@@ -458,10 +459,6 @@ def check_engine_options(args: argparse.Namespace) -> None:
     for attr, (option, why) in _NOT_CTRANSLATE2.items():
         if getattr(args, attr, None):
             raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
-    if (getattr(args, "workers", None) or 1) > 1:
-        raise UserError(
-            f"--workers is not available with --engine {args.engine} (it shares the threads itself)"
-        )
     precision = getattr(args, "precision", None)
     if precision not in (None, "auto", "fp32"):
         raise UserError(
@@ -480,4 +477,9 @@ def load_engine(args: argparse.Namespace):
     from ..export.engine import CTranslate2Engine
 
     checkpoint = args.checkpoint[0] if isinstance(args.checkpoint, list) else args.checkpoint
-    return CTranslate2Engine.open(checkpoint, device=args.device, threads=torch.get_num_threads())
+    return CTranslate2Engine.open(
+        checkpoint,
+        device=args.device,
+        threads=torch.get_num_threads(),
+        workers=getattr(args, "workers", None) or 1,
+    )

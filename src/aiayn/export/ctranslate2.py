@@ -223,14 +223,17 @@ def search_pieces(
     the pieces its outputs start with (``target_prefix``), or None. ``sampling`` (a
     ``SampleConfig``): draw ``samples`` outputs with CTranslate2's sampler instead of searching
     (its ``seed`` is not used: CTranslate2 seeds its sampler once per process and thread).
-    ``on_done(n)``: n more sources are done (a progress bar's ``update``).
+    ``on_done(n)``: n more sources are done (a progress bar's ``update``). Every batch is
+    queued at once, so that a translator with several replicas (``inter_threads``) searches
+    them side by side; results are read in order.
     """
     limits = config.max_len(torch.tensor([len(s) + 1 for s in sources]), max_len_cap).tolist()
     search = _search_options(config, sampling, patience)
     keep = config.nbest if sampling is None else sampling.samples
 
-    def run(members: list[int], limit: int) -> list[list[PieceHypothesis]]:
-        results = translator.translate_batch(
+    def submit(members: list[int], limit: int) -> list[Any]:
+        """The batch's search, queued: with ``inter_threads`` > 1 batches run side by side."""
+        return translator.translate_batch(
             [list(sources[i]) for i in members],
             target_prefix=None if prefixes is None else [_list(prefixes[i]) for i in members],
             max_decoding_length=limit,
@@ -240,10 +243,13 @@ def search_pieces(
             return_end_token=True,
             suppress_sequences=[[piece] for piece in never],
             max_batch_size=max_batch_size,
+            asynchronous=True,
             **search,
         )
+
+    def collect(members: list[int], pending: list[Any]) -> list[list[PieceHypothesis]]:
         found = []
-        for i, result in zip(members, results):
+        for i, result in zip(members, (p.result() for p in pending)):
             hyps = _hypotheses(
                 result.hypotheses, result.scores, search["length_penalty"], config.alpha, eos_piece
             )
@@ -256,9 +262,12 @@ def search_pieces(
     nonempty = sorted((i for i, s in enumerate(sources) if s), key=lambda i: limits[i])
     outputs: list[list[PieceHypothesis]] = [[] for _ in sources]
     again: list[int] = []  # sentences whose search reached their own limit: searched again at it
+    queued = []
     for members in _batches(nonempty, limits, max_batch_size, exact=sampling is not None):
         limit = max(limits[i] for i in members)
-        for i, hyps in zip(members, run(members, limit)):
+        queued.append((members, limit, submit(members, limit)))
+    for members, limit, pending in queued:
+        for i, hyps in zip(members, collect(members, pending)):
             # The longest hypothesis kept finished in the step the search stopped (fewer are
             # dropped than finish in that step): before its own limit, the batch's changed nothing.
             if limits[i] < limit and max(h.length for h in hyps) >= limits[i]:
@@ -267,8 +276,12 @@ def search_pieces(
                 outputs[i] = _best_first(hyps)[:keep]
         if on_done is not None:
             on_done(sum(1 for i in members if outputs[i]))
-    for members in _batches(again, limits, max_batch_size, exact=True):
-        for i, hyps in zip(members, run(members, limits[members[0]])):
+    queued = [
+        (members, submit(members, limits[members[0]]))
+        for members in _batches(again, limits, max_batch_size, exact=True)
+    ]
+    for members, pending in queued:
+        for i, hyps in zip(members, collect(members, pending)):
             outputs[i] = _best_first(hyps)[:keep]
         if on_done is not None:
             on_done(len(members))

@@ -112,16 +112,26 @@ class CTranslate2Engine:
     translator: Any  # ctranslate2.Translator
     vocab: Vocab
     max_len: int  # the model's positions: the longest source and output
+    workers: int = 1  # CTranslate2's replicas (inter_threads), each with its share of threads
     name: str = "ctranslate2"
     lexical_constraints: bool = False  # prefixes only (``target_prefix``)
     seeded_samples: bool = False  # its sampler is seeded per process, not by SampleConfig.seed
 
     @classmethod
     def open(
-        cls, checkpoint: str | os.PathLike, *, device: str = "cpu", threads: int = 0
+        cls,
+        checkpoint: str | os.PathLike,
+        *,
+        device: str = "cpu",
+        threads: int = 0,
+        workers: int = 1,
     ) -> CTranslate2Engine:
         """Export on first use (``cached_export``) and load it in float32 on ``device``;
-        ``threads``: CTranslate2's intra-op threads (0: its default)."""
+        ``threads``: CTranslate2's threads in all (0: its default); ``workers``: replicas
+        searching batches side by side (``inter_threads``, as ``--workers`` is for ours),
+        each with ``threads // workers`` of them."""
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
         import ctranslate2
 
         ckpt = Path(checkpoint)
@@ -132,10 +142,11 @@ class CTranslate2Engine:
             device=kind,
             device_index=index,
             compute_type="float32",
-            intra_threads=threads,
+            intra_threads=max(1, threads // workers) if threads else 0,
+            inter_threads=workers,
         )
         cfg = from_dict(ModelConfig, read_meta(ckpt)["model_config"], where=f"{ckpt}/{META}")
-        return cls(translator, load_vocab(ckpt), cfg.max_len)
+        return cls(translator, load_vocab(ckpt), cfg.max_len, workers=workers)
 
     @property
     def max_positions(self) -> int:
@@ -161,11 +172,14 @@ class CTranslate2Engine:
         Batches hold ``batch_size`` sentences (``max_tokens`` is ours only; output limits as
         ``search_pieces`` applies them). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
         so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
-        eos_id) must be the vocabulary's, which the export fixes. ``workers`` are ours: this
-        engine shares its threads itself (``open``'s ``threads``).
+        eos_id) must be the vocabulary's, which the export fixes. ``workers`` are fixed when
+        the engine opens (``open``'s): 1 (the default every caller passes) or that number.
         """
-        if workers != 1:
-            raise ValueError(f"CTranslate2Engine.decode_ids: workers={workers}; give threads")
+        if workers not in (1, self.workers):
+            raise ValueError(
+                f"CTranslate2Engine.decode_ids: workers={workers}, but the engine was opened "
+                f"with {self.workers}; give workers to open"
+            )
         v = self.vocab
         _check_ids(special_ids, v)
         sources = fit_sources(sources, self.max_len, v.eos_id, on_truncate)
