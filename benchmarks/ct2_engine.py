@@ -2,6 +2,7 @@
 what our ranking, per-sentence output limits and sharing a process with PyTorch cost.
 
     python benchmarks/ct2_engine.py --checkpoint runs/demo/averaged --limit 300 --rounds 3
+    python benchmarks/ct2_engine.py --checkpoint runs/demo/averaged --workers 2   # 2 replicas each
 
 Engine: ``CTranslate2Engine.decode_ids`` (the paper's search: GNMT re-ranking, |Y| <= |X| + 50
 per sentence as ``search_pieces`` applies it, patience ``PATIENCE``) in this process, after PyTorch has decoded a sentence,
@@ -43,20 +44,23 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=300, help="the first N test verses")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="replicas sharing the threads, on both sides"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, vocab = load_translator(args.checkpoint)
     lines = read_lines(bundled_corpus_paths()["test"][0])[: args.limit]
     translate(model, lines[:1], vocab, DecodeConfig())  # PyTorch's thread pool is up
-    engine = CTranslate2Engine.open(args.checkpoint, threads=args.threads)
-    raw = Ct2Process(str(cached_export(args.checkpoint)), "float32", args.threads)
+    engine = CTranslate2Engine.open(args.checkpoint, threads=args.threads, workers=args.workers)
+    raw = Ct2Process(str(cached_export(args.checkpoint)), "float32", args.threads, args.workers)
     ids = [vocab.encode_source(line, model.cfg.max_len) for line in lines]
     pieces = [[vocab.id_to_piece(i) for i in s[:-1]] for s in ids]
     limit = int(DecodeConfig().max_len(torch.tensor([max(map(len, ids))]), model.cfg.max_len))
     seconds: dict[str, list[float]] = {"engine": [], "raw": [], "raw_same_patience": []}
     for _ in range(args.rounds):
         start = time.perf_counter()
-        engine.decode_ids(ids, DecodeConfig())
+        engine.decode_ids(ids, DecodeConfig(), workers=args.workers)
         seconds["engine"].append(time.perf_counter() - start)
         for side, patience in (("raw", 1.0), ("raw_same_patience", PATIENCE)):
             answer = raw(
@@ -74,6 +78,7 @@ def main() -> None:
         "checkpoint": args.checkpoint,
         "sentences": len(ids),
         "threads": args.threads,
+        "workers": args.workers,
         "seconds": seconds,
         "median_s": medians,
         "patience": PATIENCE,

@@ -6,7 +6,10 @@ one JSON answer per line: {"sources": [[token, ...], ...], "batch": 32, "beam": 
 "min_len": 40, "max_len": 40} -> {"seconds": ..., "outputs": [[token, ...], ...]}.
 Never imports torch.
 
-    python benchmarks/ct2_worker.py CT2_MODEL_DIR float32|int8 THREADS
+    python benchmarks/ct2_worker.py CT2_MODEL_DIR float32|int8 THREADS [REPLICAS]
+
+REPLICAS (default 1): translators searching batches side by side (``inter_threads``), the
+THREADS shared among them.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ def main() -> None:
     import ctranslate2
 
     model_dir, compute_type, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    replicas = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     translator = ctranslate2.Translator(
-        model_dir, device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
+        model_dir,
+        device="cpu",
+        compute_type=compute_type,
+        intra_threads=max(1, threads // replicas),
+        inter_threads=replicas,
     )
     for line in sys.stdin:
         req = json.loads(line)
