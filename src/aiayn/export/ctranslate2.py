@@ -276,11 +276,11 @@ def search_pieces(
                 outputs[i] = _best_first(hyps)[:keep]
         if on_done is not None:
             on_done(sum(1 for i in members if outputs[i]))
-    queued = [
+    searched_again = [
         (members, submit(members, limits[members[0]]))
         for members in _batches(again, limits, max_batch_size, exact=True)
     ]
-    for members, pending in queued:
+    for members, pending in searched_again:
         for i, hyps in zip(members, collect(members, pending)):
             outputs[i] = _best_first(hyps)[:keep]
         if on_done is not None:
