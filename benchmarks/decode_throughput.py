@@ -312,12 +312,13 @@ def main() -> None:
             for size, n in ((1, args.n1), (32, args.n32)):
                 rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
-                mine = [k for k in rates if k == "aiayn" or k.startswith("workers")]
+                others = [k for k in rates if k != "aiayn" and not k.startswith("workers")]
+                pairs = [("aiayn", b) for b in others] + [
+                    (w, b) for w in rates if w.startswith("workers") for b in ["aiayn", *others]
+                ]
+                label = lambda k: "ours" if k == "aiayn" else k  # noqa: E731
                 ratios = "  ".join(
-                    f"{a}/{b} {rates[a] / rates[b]:.2f}"
-                    for a in mine
-                    for b in rates
-                    if b != a and not (a == "aiayn" and b in mine)
+                    f"{label(a)}/{label(b)} {rates[a] / rates[b]:.2f}" for a, b in pairs
                 )
                 print(f"[{name} {precision}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
             if ct2 is not None:

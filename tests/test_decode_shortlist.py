@@ -251,3 +251,20 @@ def test_evaluate_says_which_shortlist_it_used(tiny_run, shortlist_file, tmp_pat
     assert said == {"file": str(shortlist_file), "frequent": 100, "best": 3}
     code, out, err = run_cli(capsys, *argv)
     assert code == 0 and json.loads(out)["shortlist"] is None, err
+
+
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        (("--iterations", "0"), "--iterations must be at least 1, got 0"),
+        (("--max-pairs", "0"), "--max-pairs must be at least 1, got 0"),
+        (("--best", "-1"), "--best must be at least 0, got -1"),
+        (("--threshold", "2"), "--threshold is a probability, between 0 and 1: got 2.0"),
+        (("--out", "."), "is a directory"),
+    ],
+)
+def test_shortlist_options_a_user_gets_wrong_are_one_line(tiny_corpus, capsys, options, needle):
+    code, out, err = run_cli(capsys, "shortlist", "--data", tiny_corpus, *options)
+    assert code == 2 and out == ""
+    one_line_error(err, needle)
+    assert not (tiny_corpus / "shortlist.json").exists()

@@ -102,6 +102,8 @@ def test_workers_are_ctranslate2_replicas_with_the_same_outputs(capsys, ckpt, so
     assert engine.workers == 2 and engine.translator.num_translators == 2
     with pytest.raises(ValueError, match="opened with 2; give workers to open"):
         engine.decode_ids([[5, 3]], DecodeConfig(), workers=3)
+    with pytest.raises(ValueError, match="a shortlist restricts our search only"):
+        engine.decode_ids([[5, 3]], DecodeConfig(), shortlist=object())
 
 
 def test_prefixes_and_sampling_map_to_ctranslate2(ckpt, vocab):

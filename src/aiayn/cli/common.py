@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +202,12 @@ def add_shortlist_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def first_checkpoint(checkpoint: str | Path | Sequence[str | Path]) -> str | Path:
+    """The checkpoint whose vocabulary (and, for an engine, weights) a command reads: the one
+    given, or the first of an ensemble's."""
+    return checkpoint if isinstance(checkpoint, (str, Path)) else checkpoint[0]
+
+
 def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     """``{"shortlist": Shortlist}`` for the corpus options when ``--shortlist`` is given, read
     for the checkpoint's vocabulary; ``{}`` otherwise."""
@@ -213,8 +220,7 @@ def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     from ..checkpoint import load_vocab
     from ..decode.shortlist import load_shortlist
 
-    checkpoint = args.checkpoint[0] if isinstance(args.checkpoint, list) else args.checkpoint
-    vocab = load_vocab(checkpoint)
+    vocab = load_vocab(first_checkpoint(args.checkpoint))
     chosen = {k: v for k, v in sizes.items() if v is not None}
     return {"shortlist": load_shortlist(args.shortlist, vocab, **chosen)}
 
@@ -476,9 +482,8 @@ def load_engine(args: argparse.Namespace):
 
     from ..export.engine import CTranslate2Engine
 
-    checkpoint = args.checkpoint[0] if isinstance(args.checkpoint, list) else args.checkpoint
     return CTranslate2Engine.open(
-        checkpoint,
+        first_checkpoint(args.checkpoint),
         device=args.device,
         threads=torch.get_num_threads(),
         workers=getattr(args, "workers", None) or 1,

@@ -85,11 +85,24 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
 
 def _shortlist(args: argparse.Namespace) -> None:
     from ..data.lexical import FORMAT, build_shortlist, shortlist_text
-    from ..files import write_text_atomic
+    from ..files import check_output_file, write_text_atomic
 
-    out = Path(args.out) if args.out else Path(args.data) / "shortlist.json"
-    if out.exists() and f'"format": "{FORMAT}"' not in out.read_text(errors="replace")[:200]:
-        raise UserError(f"{out} exists and is not a shortlist; not replacing it (give --out)")
+    for option, value, least in (
+        ("--iterations", args.iterations, 1),
+        ("--max-pairs", args.max_pairs, 1),
+        ("--frequent", args.frequent, 0),
+        ("--best", args.best, 0),
+    ):
+        if value < least:
+            raise UserError(f"{option} must be at least {least}, got {value}")
+    if not 0.0 <= args.threshold <= 1.0:
+        raise UserError(f"--threshold is a probability, between 0 and 1: got {args.threshold}")
+    out = check_output_file(args.out or Path(args.data) / "shortlist.json")
+    if out.exists():  # ours (a shortlist) is replaced; anything else is not
+        with open(out, "rb") as f:
+            head = f.read(200).decode("utf-8", errors="replace")
+        if f'"format": "{FORMAT}"' not in head:
+            raise UserError(f"{out} exists and is not a shortlist; not replacing it (give --out)")
     built = build_shortlist(
         args.data,
         iterations=args.iterations,

@@ -22,6 +22,7 @@ from .common import (
     corpus_options,
     decode_config,
     decode_precision,
+    first_checkpoint,
     load_engine,
     say_wrote,
     shortlist_option,
@@ -106,7 +107,7 @@ def _decoder(
     from ..decode.engine import translate_with
 
     if engine is not None:
-        vocab = load_vocab(checkpoint if isinstance(checkpoint, (str, Path)) else checkpoint[0])
+        vocab = load_vocab(first_checkpoint(checkpoint))
         return engine, vocab, translate_with if output is None else output.engine_lines
     model, vocab = load_models(checkpoint, device, quantize, precision)  # several: an Ensemble
     return model, vocab, translate if output is None else output.lines

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from ..errors import UserError
 from .binarize import VOCAB_MODEL, TokenDataset, check_vocab
 from .vocab import Vocab
 
@@ -131,6 +132,8 @@ def build_shortlist(
     vocab = Vocab.load(Path(dataset_dir) / VOCAB_MODEL)
     check_vocab(dataset_dir, vocab)
     pairs = training_pairs(dataset_dir, max_pairs=max_pairs)
+    if not any(len(t) for _, t in pairs):
+        raise UserError(f"{dataset_dir}: no training pair with a target to estimate from")
     table = ibm1(pairs, len(vocab), iterations, progress=progress)
     specials = {vocab.pad_id, vocab.unk_id, vocab.bos_id, vocab.eos_id}
     counts = [

@@ -24,7 +24,7 @@ from .translate import decode_ids, eval_mode, positions, special_ids
 class Engine(Protocol):
     """Source ids (subwords + eos) -> n-best ``Hypothesis`` lists in input order, ``[]`` for an
     empty source; keyword arguments are ``decode_ids``'s (batch_size, max_tokens, sampling,
-    constraint, first_index, progress, on_truncate, workers, the special ids)."""
+    constraint, first_index, progress, on_truncate, workers, shortlist, the special ids)."""
 
     name: str
     lexical_constraints: bool  # whether ``constraint`` may hold phrases, not only prefixes

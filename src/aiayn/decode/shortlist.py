@@ -118,7 +118,7 @@ class Shortlisted:
 
     The output layer of sentence i is the tied embedding's rows ``table[i]`` (section 3.4: the
     pre-softmax projection shares the embedding matrix), applied to its beams by one batched
-    matmul; padding entries get logit -inf, so the softmax is over the sentence's list. A
+    matmul whose bias gives padding entries logit -inf, so the softmax is over the list. A
     sentence's outputs thus never depend on the other sentences of its batch.
     """
 
@@ -126,7 +126,9 @@ class Shortlisted:
         self.model = model
         weight = model.tgt_embed.tokens.weight  # (V, d_model)
         table, real = table.to(weight.device), real.to(weight.device)
-        self.start = _Lists(table, weight[table], ~real)  # (n, C), (n, C, d_model), (n, C)
+        bias = torch.zeros(real.shape, dtype=weight.dtype, device=weight.device)
+        bias.masked_fill_(~real, float("-inf"))  # padding entries are never chosen
+        self.start = _Lists(table, weight[table], bias[:, None, :])  # (n, C), (n, C, d), (n, 1, C)
 
     def encode(self, src: Tensor) -> Tensor:
         return self.model.encode(src)
@@ -150,8 +152,8 @@ class Shortlisted:
         ids = lists.ids.repeat_interleave(b, dim=0).gather(1, tgt_in)  # (n*b, 1) model ids
 
         def output(h: Tensor) -> Tensor:  # (n*b, d_model) -> (n*b, C)
-            logits = torch.bmm(h.view(n, b, -1), lists.weight.transpose(1, 2))  # (n, b, C)
-            return logits.masked_fill(lists.padding[:, None, :], float("-inf")).view(n * b, -1)
+            h = h.view(n, b, -1)  # (n, b, d_model)
+            return torch.baddbmm(lists.bias, h, lists.weight.transpose(1, 2)).view(n * b, -1)
 
         logits, inner = self.model.decode_step(
             ids, memory, src_mask, None if cache is None else cache.inner, output=output, **kwargs
@@ -161,16 +163,15 @@ class Shortlisted:
 
 @dataclass
 class _Lists:
-    """The lists of the sentences still decoding: ids (n, C), weight (n, C, d), padding (n, C)."""
+    """The lists of the sentences still decoding: ids (n, C), weight (n, C, d), bias (n, 1, C)
+    (0, or -inf for padding)."""
 
     ids: Tensor
     weight: Tensor
-    padding: Tensor
+    bias: Tensor
 
     def keep(self, sentences: Tensor) -> _Lists:
-        return _Lists(
-            *(t.index_select(0, sentences) for t in (self.ids, self.weight, self.padding))
-        )
+        return _Lists(*(t.index_select(0, sentences) for t in (self.ids, self.weight, self.bias)))
 
 
 @dataclass

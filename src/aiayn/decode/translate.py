@@ -203,7 +203,7 @@ def translate_corpus(
 
     ``outputs``: what a window becomes (default ``translate``: the best line of each), called
     with ``first_index`` (the window's first line in the corpus, from 0), the batching options
-    (``max_tokens``, ``batch_size``, ``workers``; ``shortlist`` when given),
+    (``max_tokens``, ``batch_size``, ``workers``, ``shortlist``),
     a shared ``progress`` bar (shown when ``progress``; ``total``: the corpus's lines, for the
     ETA) and ``on_truncate``, which gets indices in the corpus, not in the window.
     """
@@ -214,11 +214,9 @@ def translate_corpus(
     try:
         while texts := list(islice(lines, window)):
             report = None if on_truncate is None else _shifted(on_truncate, first)
-            batching: dict[str, Any] = dict(
-                max_tokens=max_tokens, batch_size=batch_size, workers=workers
+            batching = dict(
+                max_tokens=max_tokens, batch_size=batch_size, workers=workers, shortlist=shortlist
             )
-            if shortlist is not None:  # only ours take one: engines refuse it before
-                batching["shortlist"] = shortlist
             yield outputs(
                 model,
                 texts,

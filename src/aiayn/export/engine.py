@@ -165,6 +165,7 @@ class CTranslate2Engine:
         on_truncate: Any = None,
         first_index: Any = 0,
         workers: int = 1,
+        shortlist: Any = None,
         **special_ids: int,
     ) -> list[list[Hypothesis]]:
         """``decode_ids`` by CTranslate2 (sources: subwords + eos, truncated by the same rule).
@@ -174,7 +175,10 @@ class CTranslate2Engine:
         so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
         eos_id) must be the vocabulary's, which the export fixes. ``workers`` are fixed when
         the engine opens (``open``'s): 1 (the default every caller passes) or that number.
+        ``shortlist`` is our search's (``aiayn.decode.shortlist``): None only.
         """
+        if shortlist is not None:
+            raise ValueError("CTranslate2Engine.decode_ids: a shortlist restricts our search only")
         if workers not in (1, self.workers):
             raise ValueError(
                 f"CTranslate2Engine.decode_ids: workers={workers}, but the engine was opened "
