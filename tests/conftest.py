@@ -1,12 +1,29 @@
-"""Shared fixtures: a small prepared slice of the bundled corpus for training tests."""
+"""Shared fixtures: a small prepared slice of the bundled corpus for training tests, and the
+CPU's bf16 answer pinned so that no result depends on the CPU that runs the suite."""
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
+from aiayn import hardware
 from aiayn.data import bundled_corpus_paths, prepare_corpus
+
+# Every test sees a CPU without native bf16 (so every `auto` is fp32 and eager) unless it asks for
+# `bf16_answer`, which runs it under both answers; `AIAYN_ASSUME_BF16=native make test` runs the
+# whole suite as a native-bf16 CPU would.
+os.environ.setdefault(hardware.ASSUME_BF16, "emulated")
+
+
+@pytest.fixture(params=hardware.ASSUMED)
+def bf16_answer(request, monkeypatch) -> str:
+    """The CPU's bf16 answer, "native" then "emulated", whatever this machine has: a test of what
+    depends on it runs under both, so a failure only a Zen 4 or AMX CPU would show appears on an
+    AVX2 machine too."""
+    monkeypatch.setenv(hardware.ASSUME_BF16, request.param)
+    return request.param
 
 
 def _head(path: Path, n: int) -> list[str]:
@@ -54,6 +71,7 @@ def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
         validate=False,
         num_threads=1,
         log_every=1,
+        amp="none",
     )
     Trainer(cfg).run(resume=None)
     return out

@@ -12,10 +12,9 @@ import pytest
 import torch
 from _cli import one_line_error, run_cli
 
-from aiayn import ModelConfig, Transformer
+from aiayn import ModelConfig, Transformer, hardware
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.decode import DecodeConfig, decode_ids, for_decoding, gnmt_length_penalty, score_ids
-from aiayn.decode import precision as precision_module
 from aiayn.decode.precision import choose_precision
 from aiayn.decode.translate import special_ids
 from aiayn.files import read_lines
@@ -105,38 +104,14 @@ def test_bf16_best_outputs_equal_fp32_but_for_near_ties(models, sources):
 # --- auto, and what a command reports ---------------------------------------------------------
 
 
-def detection(monkeypatch, *, native: bool) -> None:
-    """What ``hardware.bf16_support`` finds on the CPU: avx512_bf16 or not (no AMX)."""
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
-
-
-def test_auto_picks_fp32_where_bf16_is_emulated(monkeypatch):
-    detection(monkeypatch, native=False)
-    chosen = choose_precision("auto", "cpu")
-    assert chosen.name == "fp32" and "no native bf16" in chosen.reason
-    monkeypatch.setattr(precision_module, "BF16_PASSES_THE_RULE", True)  # even if bf16 passed
-    assert choose_precision("auto", "cpu").name == "fp32"
-
-
-def test_auto_on_native_bf16_follows_the_quality_rule(monkeypatch):
-    detection(monkeypatch, native=True)
-    chosen = choose_precision("auto", "cpu")
-    assert chosen.name == "fp32" and "avx512_bf16" in chosen.reason
-    assert "1%" in chosen.reason and "docs/decoding.md" in chosen.reason
-    monkeypatch.setattr(precision_module, "BF16_PASSES_THE_RULE", True)
-    assert choose_precision("auto", "cpu") == precision_module.Precision(
-        "bf16", "auto: the CPU has avx512_bf16"
-    )
-    assert choose_precision("auto", "cpu", quantize="int8").name == "fp32"  # int8 keeps fp32
-
-
-def test_explicit_bf16_says_when_it_is_emulated(monkeypatch):
-    detection(monkeypatch, native=False)
+def test_explicit_bf16_says_when_it_is_emulated(bf16_answer):
+    """(auto's rule: tests/test_measured.py)"""
     chosen = choose_precision("bf16", "cpu")
-    assert chosen.name == "bf16" and "emulated" in chosen.reason
-    detection(monkeypatch, native=True)
-    assert choose_precision("bf16", "cpu").reason == "--precision bf16"
+    assert chosen.name == "bf16"
+    if bf16_answer == "native":
+        assert chosen.reason == "--precision bf16"
+    else:
+        assert chosen.reason.startswith("--precision bf16 (emulated, slower than fp32")
 
 
 @pytest.fixture
@@ -148,7 +123,7 @@ def test_pair(tiny_corpus, tmp_path):
 
 
 def test_evaluate_reports_the_precision_it_used_and_why(tiny_run, test_pair, capsys, monkeypatch):
-    detection(monkeypatch, native=False)
+    monkeypatch.setenv(hardware.ASSUME_BF16, "emulated")
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
     src, ref = test_pair
     argv = ("evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref, "--beam", "1")

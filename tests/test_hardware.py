@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from aiayn import hardware
+from aiayn.errors import UserError
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -29,23 +30,41 @@ def test_cpu_description_names_the_model_and_the_flags_that_decide_bf16_and_int8
 
 
 @pytest.mark.parametrize(
-    ("amx", "avx512_bf16", "native", "needle"),
+    ("amx", "avx512_bf16", "native", "needle", "chip"),
     [
-        (True, True, True, "AMX"),
-        (False, True, True, "avx512_bf16"),
-        (False, False, False, "no native bf16"),
+        (True, True, True, "AMX", "cpu-amx"),
+        (False, True, True, "avx512_bf16", "cpu-avx512_bf16"),
+        (False, False, False, "no native bf16", "cpu-no_bf16"),
     ],
 )
 def test_cpu_bf16_is_native_only_with_avx512_bf16_or_amx(
-    monkeypatch, amx, avx512_bf16, native, needle
+    monkeypatch, amx, avx512_bf16, native, needle, chip
 ):
+    monkeypatch.delenv(hardware.ASSUME_BF16)  # the CPU's own answer
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     support = hardware.bf16_support(torch.device("cpu"))
-    assert support.native is native and needle in support.reason
+    assert support.native is native and needle in support.reason and support.chip == chip
 
 
-def test_this_machines_answer_agrees_with_its_cpuinfo():
+def test_the_assumed_answer_overrides_the_cpus_and_a_bad_one_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setenv(hardware.ASSUME_BF16, "emulated")
+    support = hardware.bf16_support(torch.device("cpu"))
+    assert not support.native and support.chip == "cpu-no_bf16"
+    assert "AIAYN_ASSUME_BF16=emulated" in support.reason
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setenv(hardware.ASSUME_BF16, "native")
+    support = hardware.bf16_support(torch.device("cpu"))
+    assert support.native and support.chip == "cpu-avx512_bf16"
+    monkeypatch.setenv(hardware.ASSUME_BF16, "yes")
+    with pytest.raises(UserError, match="AIAYN_ASSUME_BF16=yes: give one of native, emulated"):
+        hardware.bf16_support(torch.device("cpu"))
+
+
+def test_this_machines_answer_agrees_with_its_cpuinfo(monkeypatch):
+    monkeypatch.delenv(hardware.ASSUME_BF16)
     flags = hardware.cpu_description()
     support = hardware.bf16_support(torch.device("cpu"))
     if hardware.CPUINFO.is_file():

@@ -1,49 +1,78 @@
 """What this machine's chip can do, asked in one place: whether bf16 arithmetic is native.
 
-bf16 pays only where the chip computes in it natively: CUDA GPUs with bf16, and CPUs with
+bf16 can pay only where the chip computes in it natively: CUDA GPUs with bf16, and CPUs with
 ``avx512_bf16`` or AMX. Elsewhere (an AVX2-only CPU) PyTorch emulates it through fp32 and it runs
-slower than fp32 itself, so ``amp: auto`` and ``translate --precision auto`` ask here and fall
-back to fp32 without a word of configuration; the answer carries a reason that summaries,
-reports and ``config.json`` repeat, so a reader knows why a run used what it used.
+slower than fp32 itself. Whether it *does* pay on a native chip is a measured figure
+(``aiayn.measured``); the answer here names the chip's class that those figures are kept by, and
+carries a reason that summaries, reports and ``config.json`` repeat.
+
+``AIAYN_ASSUME_BF16=native|emulated`` overrides the CPU's answer, for tests and CI only: the
+suite runs the hardware-dependent tests under both answers on whatever CPU it has, so a failure
+that only a Zen 4 or an AMX CPU would show appears on an AVX2 machine too.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .errors import UserError
+
 CPUINFO = Path("/proc/cpuinfo")
 # the flags that decide bf16 and int8 speed on x86, in the order a report lists them
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
+ASSUME_BF16 = "AIAYN_ASSUME_BF16"  # native | emulated: the CPU's answer, for tests and CI
+ASSUMED = ("native", "emulated")
+
+
 @dataclass(frozen=True)
 class Bf16:
-    """Whether bf16 is native on a device, and the phrase that says why."""
+    """Whether bf16 is native on a device, the phrase that says why, and the chip's class: the
+    key its measured figures are kept under (``aiayn.measured``)."""
 
     native: bool
     reason: str
+    chip: str  # "cpu-amx", "cpu-avx512_bf16", "cpu-no_bf16", "cuda", ...
 
 
 def bf16_support(device: torch.device) -> Bf16:
     """Native bf16 on ``device``: CUDA asks the driver, a CPU its instruction set (PyTorch's
-    own cpuinfo probe, which works beyond Linux)."""
+    own cpuinfo probe, which works beyond Linux) unless ``AIAYN_ASSUME_BF16`` says otherwise."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         if torch.cuda.is_bf16_supported():
-            return Bf16(True, f"{name} computes in bf16")
-        return Bf16(False, f"{name} has no bf16")
+            return Bf16(True, f"{name} computes in bf16", "cuda")
+        return Bf16(False, f"{name} has no bf16", "cuda")
     if device.type == "cpu":
-        if torch.cpu._is_amx_tile_supported():
-            return Bf16(True, "the CPU has AMX (amx_bf16)")
-        if torch.cpu._is_avx512_bf16_supported():
-            return Bf16(True, "the CPU has avx512_bf16")
-        capability = torch.backends.cpu.get_cpu_capability()
-        return Bf16(False, f"the CPU has no native bf16 (no avx512_bf16 or AMX; {capability})")
-    return Bf16(False, f"bf16 is not known to be native on {device.type}")
+        return _assumed_cpu() or _detected_cpu()
+    return Bf16(False, f"bf16 is not known to be native on {device.type}", device.type)
+
+
+def _assumed_cpu() -> Bf16 | None:
+    assumed = os.environ.get(ASSUME_BF16, "")
+    if not assumed:
+        return None
+    if assumed not in ASSUMED:
+        raise UserError(f"{ASSUME_BF16}={assumed}: give one of {', '.join(ASSUMED)}")
+    if assumed == "native":
+        return Bf16(True, f"the CPU has avx512_bf16 ({ASSUME_BF16}=native)", "cpu-avx512_bf16")
+    return Bf16(False, f"the CPU has no native bf16 ({ASSUME_BF16}=emulated)", "cpu-no_bf16")
+
+
+def _detected_cpu() -> Bf16:
+    if torch.cpu._is_amx_tile_supported():
+        return Bf16(True, "the CPU has AMX (amx_bf16)", "cpu-amx")
+    if torch.cpu._is_avx512_bf16_supported():
+        return Bf16(True, "the CPU has avx512_bf16", "cpu-avx512_bf16")
+    capability = torch.backends.cpu.get_cpu_capability()
+    reason = f"the CPU has no native bf16 (no avx512_bf16 or AMX; {capability})"
+    return Bf16(False, reason, "cpu-no_bf16")
 
 
 def cpu_description(cpuinfo: Path = CPUINFO) -> str:

@@ -9,9 +9,9 @@ the weights and the activations are bf16: the searches take ``log_softmax`` of t
 fp32 (``beam.output_log_probs``) and keep the beams' scores in fp32 / float64, so the ranking
 of hypotheses is not decided by bf16 rounding, only the logits it starts from.
 
-``auto`` follows the issue's rule for a new default: bf16 where it is native *and* the demo
-model's test-split SacreBLEU is within 0.2 of fp32 with at most 1% of the outputs changed
-(docs/decoding.md#precision). int8 (``--quantize int8``) keeps fp32
+``auto`` chooses bf16 only where it is native *and* measured on the chip's class to keep the
+demo model's test split: SacreBLEU within 0.2 of fp32 with at most 1% of the outputs changed
+(``measured.decode_bf16``, docs/decoding.md#precision). int8 (``--quantize int8``) keeps fp32
 activations: bf16 with it is refused.
 """
 
@@ -22,19 +22,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .. import measured
 from ..errors import UserError
 from ..hardware import bf16_support
 
 PRECISIONS = ("auto", "fp32", "bf16")
-
-# auto's quality rule: bf16 becomes the default where it is native once `aiayn evaluate
-# --precision fp32` and `--precision bf16` on the demo model's test split, run on a native-bf16
-# CPU, differ by at most 0.2 SacreBLEU and in at most 1% of outputs (docs/decoding.md#precision).
-BF16_PASSES_THE_RULE = False
-RULE_UNMET = (
-    "bf16 is not shown to keep the demo model's outputs (<= 1% changed, SacreBLEU within 0.2; "
-    "docs/decoding.md)"
-)
 
 
 @dataclass(frozen=True)
@@ -67,9 +59,10 @@ def choose_precision(
         return Precision("fp32", f"auto: --quantize {quantize} decodes with fp32 activations")
     if not support.native:
         return Precision("fp32", f"auto: {support.reason}, so bf16 would be slower")
-    if not BF16_PASSES_THE_RULE:
-        return Precision("fp32", f"auto: {support.reason}, but {RULE_UNMET}")
-    return Precision("bf16", f"auto: {support.reason}")
+    decision = measured.decode_bf16(support.chip)
+    return Precision(
+        "bf16" if decision.on else "fp32", f"auto: {support.reason}; {decision.reason}"
+    )
 
 
 def check_combination(quantize: str | None, precision: str) -> None:

@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from .. import checkpoint as ckpt
+from .. import measured
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
 from ..decode import DecodeConfig
 from ..errors import UserError
@@ -89,9 +90,10 @@ class Resolved:
 
 
 def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
-    """(what autocast computes in, why) for the config's ``amp``. ``auto``: bf16 where the chip
-    computes in it natively (``hardware.bf16_support``), fp16 with a gradient scaler on a CUDA
-    GPU without bf16, else fp32: emulated bf16 is slower than fp32 itself."""
+    """(what autocast computes in, why) for the config's ``amp``. ``auto`` on a CPU: bf16 only
+    where the chip computes in it natively *and* bf16 training measured to pay on its class
+    (``measured.train_bf16``), else the paper's fp32. On CUDA: bf16 where supported, fp16 with a
+    gradient scaler elsewhere (a documented deviation, as fairseq's ``--fp16``)."""
     if amp == "none":
         return "fp32", "amp=none"
     if amp == "fp16":
@@ -99,24 +101,24 @@ def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
     support = bf16_support(device)
     if amp == "bf16":
         return "bf16", "amp=bf16" if support.native else f"amp=bf16, emulated: {support.reason}"
-    if support.native:
-        return "bf16", f"amp=auto and {support.reason}"
     if device.type == "cuda":
+        if support.native:
+            return "bf16", f"amp=auto and {support.reason}"
         return "fp16", f"amp=auto and {support.reason}: fp16 with a gradient scaler"
-    return "fp32", f"amp=auto and {support.reason}"
+    if not support.native:
+        return "fp32", f"amp=auto and {support.reason}"
+    decision = measured.train_bf16(support.chip)
+    return ("bf16" if decision.on else "fp32"), f"amp=auto and {support.reason}; {decision.reason}"
 
 
 def resolve_compile(compile: bool | str, device: torch.device) -> tuple[bool, str]:
-    """(whether the layers are compiled, why) for the config's ``compile``. ``auto`` is off on
-    every device for now: on a CPU the compiled step does not pay back its compile time within
-    the first 5% of a demo run (45 s of 15 minutes; measured by benchmarks/train_throughput.py,
-    docs/benchmarks.md, "Training"), and no GPU measurement exists yet."""
+    """(whether the layers are compiled, why) for the config's ``compile``. ``auto``: on only
+    where the compiled step measured to pay back its compile time within 5% of a demo run on this
+    class of chip (``measured.compile_step``)."""
     if compile != "auto":
         return bool(compile), f"compile={str(compile).lower()}"
-    return False, (
-        f"compile=auto: off on {device.type}, where compiling does not pay back within the "
-        "first 5% of a demo run"
-    )
+    decision = measured.compile_step(bf16_support(device).chip)
+    return decision.on, f"compile=auto: {decision.reason}"
 
 
 def compile_layers(model: Transformer) -> None:

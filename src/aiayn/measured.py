@@ -1,0 +1,126 @@
+"""What every ``auto`` decides from: figures measured on each class of chip, never a constant.
+
+    decision = train_bf16("cpu-avx512_bf16")   # Decision(on=False, reason="bf16 measured 1.14x ...")
+
+``amp: auto``, ``--precision auto`` and ``compile: auto`` each turn a speed-up on only where a
+measurement on that class of chip (``hardware.Bf16.chip``) has shown that it pays, by the rules
+below; a class with no figure keeps the paper's fp32 and the eager step. The figures live in
+``measured.json`` beside this module, one entry per class and setting, each with the CPU, torch
+version, date and the command that measured it (``benchmarks/measure_auto.py``, which also writes
+the entry), so a new class is one command away and every ``auto`` can say what it rests on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLE = Path(__file__).with_name("measured.json")
+
+# training: bf16 must buy a quarter more updates per minute at the same perplexity after the same
+# updates; less is within the noise of a shared machine and not worth leaving the paper's fp32
+TRAIN_MIN_SPEEDUP = 1.25
+TRAIN_MAX_PPL_CHANGE = 0.03
+# decoding (docs/decoding.md#precision): the demo model's test split nearly unchanged
+DECODE_MAX_BLEU_CHANGE = 0.2
+DECODE_MAX_CHANGED_OUTPUTS = 0.01
+# compiling must have paid back its compile time within 5% of a 15-minute demo run
+COMPILE_PAYBACK_S = 45.0
+
+MEASURE = "benchmarks/measure_auto.py"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether ``auto`` turns a setting on, and the phrase (with the figure) that says why."""
+
+    on: bool
+    reason: str
+
+
+def load_table(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """The measured figures by chip class, then by setting (``train_bf16``, ``decode_bf16``,
+    ``compile``)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def entry(chip: str, setting: str, table: Path | None = None) -> dict[str, Any] | None:
+    return load_table(table or TABLE).get(chip, {}).get(setting)
+
+
+def _unmeasured(chip: str, setting: str) -> Decision:
+    return Decision(False, f"no {setting} figure for {chip} yet (`python {MEASURE} {setting}`)")
+
+
+def _within(value: float, bound: float) -> bool:
+    """``value <= bound``, a figure on the bound counting as within (24.2 - 24.0 is 0.19999...)."""
+    return value <= bound or math.isclose(value, bound)
+
+
+def _source(figure: dict[str, Any]) -> str:
+    return f"{figure['date']}, torch {figure['torch']}"
+
+
+def train_bf16(chip: str, table: Path | None = None) -> Decision:
+    """bf16 autocast for training: on where it measured >= 1.25x fp32's tokens/s with the
+    validation perplexity after the same updates within 3%."""
+    figure = entry(chip, "train_bf16", table)
+    if figure is None:
+        return _unmeasured(chip, "train_bf16")
+    speedup = figure["bf16_tokens_per_s"] / figure["fp32_tokens_per_s"]
+    change = abs(figure["bf16_valid_ppl"] / figure["fp32_valid_ppl"] - 1)
+    said = (
+        f"bf16 measured {speedup:.2f}x fp32's tokens/s, perplexity {change:.1%} apart on {chip} "
+        f"({_source(figure)})"
+    )
+    if _within(TRAIN_MIN_SPEEDUP, speedup) and _within(change, TRAIN_MAX_PPL_CHANGE):
+        return Decision(True, said)
+    return Decision(
+        False, f"{said}; needs >= {TRAIN_MIN_SPEEDUP}x within {TRAIN_MAX_PPL_CHANGE:.0%}"
+    )
+
+
+def decode_bf16(chip: str, table: Path | None = None) -> Decision:
+    """bf16 for decoding: on where the demo model's test split measured within 0.2 SacreBLEU of
+    fp32 with at most 1% of the outputs changed."""
+    figure = entry(chip, "decode_bf16", table)
+    if figure is None:
+        return _unmeasured(chip, "decode_bf16")
+    changed = 1 - figure["unchanged"] / figure["outputs"]
+    bleu = figure["bf16_sacrebleu"] - figure["fp32_sacrebleu"]
+    said = (
+        f"bf16 measured {changed:.1%} of outputs changed, SacreBLEU {bleu:+.2f} on {chip} "
+        f"({_source(figure)})"
+    )
+    if _within(changed, DECODE_MAX_CHANGED_OUTPUTS) and _within(abs(bleu), DECODE_MAX_BLEU_CHANGE):
+        return Decision(True, said)
+    return Decision(
+        False, f"{said}; needs <= {DECODE_MAX_CHANGED_OUTPUTS:.0%} within {DECODE_MAX_BLEU_CHANGE}"
+    )
+
+
+def payback_s(eager_rate: float, compiled_rate: float, compile_s: float) -> float:
+    """Seconds of training after which the compiled run has made as many updates as the eager
+    one: ``compiled * (t - compile_s) = eager * t``; never (inf) where compiled is not faster."""
+    if compiled_rate <= eager_rate:
+        return math.inf
+    return compile_s * compiled_rate / (compiled_rate - eager_rate)
+
+
+def compile_step(chip: str, table: Path | None = None) -> Decision:
+    """The compiled training step: on where it paid back its compile time within 45 s."""
+    figure = entry(chip, "compile", table)
+    if figure is None:
+        return _unmeasured(chip, "compile")
+    eager, compiled = figure["eager_tokens_per_s"], figure["compiled_tokens_per_s"]
+    after = payback_s(eager, compiled, figure["compile_s"])
+    said = (
+        f"compiled {compiled / eager:.2f}x eager after {figure['compile_s']:.0f} s of compiling "
+        f"on {chip} ({_source(figure)})"
+    )
+    if _within(after, COMPILE_PAYBACK_S):
+        return Decision(True, f"{said}: paid back after {after:.0f} s")
+    return Decision(False, f"{said}; must pay back within {COMPILE_PAYBACK_S:.0f} s")
