@@ -139,6 +139,38 @@ def reference_attention(
     return torch.matmul(weights, v), weights
 
 
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> Tensor:
+    """``F.scaled_dot_product_attention``, the same function as ``reference_attention``; bf16 on
+    a CPU is computed in fp32 (``attention_precision``) and returned in bf16."""
+    if attention_precision(q.device, q.dtype) == "fp32" and q.dtype != torch.float32:
+        with torch.autocast("cpu", enabled=False):
+            out = fused_attention(
+                q.float(), k.float(), v.float(), mask, scale, dropout_p, is_causal
+            )
+        return out.to(q.dtype)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )
+
+
+def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
+    """What attention computes in for activations of ``dtype``: fp32 on a CPU whatever the
+    model's dtype, because PyTorch's CPU attention kernels are slower in bf16 than in fp32 (its
+    flash backward several times over; docs/benchmarks.md), so two casts cost less than they
+    save; elsewhere the activations' own dtype."""
+    if device.type == "cpu":
+        return "fp32"
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+
+
 # --- 3.2.2 Multi-head attention ---------------------------------------------------------
 
 
@@ -237,9 +269,7 @@ class MultiHeadAttention(nn.Module):
                 mask = attention_mask(q.size(2), k.size(2), q.device, causal=True)
             out, self.weights = reference_attention(q, k, v, mask, self.scale, dropout_p)
         else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.scale
-            )
+            out = fused_attention(q, k, v, mask, self.scale, dropout_p, is_causal)
         # (B or n, h, T or b*T, d_v) -> (B, T, h*d_v): concatenate the heads
         return self.W_O(out.transpose(1, 2).reshape(B, T, self.h * self.d_v))
 

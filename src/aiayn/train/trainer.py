@@ -40,7 +40,7 @@ from ..evaluate import eval_mode
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..hardware import bf16_support
-from ..model import Transformer
+from ..model import Transformer, attention_precision
 from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig
@@ -644,6 +644,7 @@ class Trainer:
         # minutes on an AVX2 CPU): there the chip's peak is its fp32 one
         native = self.device.type == "cuda" or bf16_support(self.device).native
         peak = measure_matmul_peak(self.device, self.amp_dtype if native else None)
+        attention = attention_precision(self.device, self.amp_dtype or torch.float32)
         return {
             "updates": self.update,
             "elapsed_s": self.elapsed,
@@ -651,6 +652,7 @@ class Trainer:
             "update_freq": self.update_freq,
             "device": str(self.device),
             RESOLVED: dataclasses.asdict(self.resolved),
+            "attention": f"SDPA in {attention}",  # CPU attention runs in fp32 (model.py)
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
             "counted_flops": self.flops,
