@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import weakref
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,51 @@ def test_the_best_pointer_never_names_what_is_outside_the_run(tiny_run, tmp_path
         best_checkpoint(ckpts)
     (ckpts / "best").write_text("update_0000002\n")
     assert best_checkpoint(ckpts) == ckpts / "update_0000002"
+
+
+# --- averaging one checkpoint at a time; files whose bytes follow their tensors ---------------
+
+
+def test_averaging_holds_one_checkpoint_at_a_time_and_gives_the_mean(
+    tiny_run, tmp_path, monkeypatch
+):
+    """The sum is accumulated as each checkpoint loads (fairseq does the same): when one loads,
+    no tensor of an earlier one is still alive, and the result is the mean, bit for bit."""
+    from aiayn import checkpoint as ckpt_module
+
+    paths = list_checkpoints(tiny_run / "checkpoints")
+    states = [load_file(str(p / WEIGHTS)) for p in paths]
+    loaded, alive_at_load = [], []
+    load_state = ckpt_module.load_state
+
+    def watched(path):
+        alive_at_load.append(sum(any(r() is not None for r in refs) for refs in loaded))
+        state = load_state(path)
+        loaded.append([weakref.ref(t) for t in state.values()])
+        return state
+
+    monkeypatch.setattr(ckpt_module, "load_state", watched)
+    out = average_checkpoints(paths, tmp_path / "avg")
+    averaged = load_file(str(out / WEIGHTS))
+    assert len(paths) == 3 and alive_at_load == [0, 0, 0, 0]  # the first is read twice
+    for name, tensor in averaged.items():
+        want = sum(state[name] for state in states) / len(states)
+        assert torch.equal(tensor, want.to(tensor.dtype)), name
+
+
+def test_a_checkpoint_file_is_the_same_bytes_whenever_its_tensors_are(tiny_run, tmp_path):
+    """safetensors writes several metadata keys in a random order; ours has one, so that
+    ``sha256sum`` can check a reproduction (before: the tied matrix's two aliases swapped)."""
+    from aiayn.checkpoint import save_weights
+
+    model, _ = load_transformer(latest_checkpoint(tiny_run / "checkpoints"))
+    files = []
+    for i in range(6):
+        save_weights(model, tmp_path / f"{i}.safetensors")
+        files.append((tmp_path / f"{i}.safetensors").read_bytes())
+    assert all(f == files[0] for f in files)
+    again, _ = load_transformer(latest_checkpoint(tiny_run / "checkpoints"))
+    stored = load_file(str(tmp_path / "0.safetensors"))
+    assert "generator.weight" in stored and "src_embed.tokens.weight" not in stored  # once
+    for name, tensor in again.state_dict().items():
+        assert torch.equal(tensor, stored.get(name, stored["generator.weight"])), name

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_file, load_model, save_file
 from torch import nn
 
 from .config import ModelConfig, from_dict
@@ -88,7 +88,7 @@ def save_checkpoint(
     remove_leftovers(ckpt_root)  # half-written checkpoints of killed runs, any update
     tmp = temp_dir_beside(final)
     try:
-        save_model(model, str(tmp / WEIGHTS))  # de-duplicates the tied matrix
+        save_weights(model, tmp / WEIGHTS)
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER)
@@ -119,11 +119,29 @@ def save_checkpoint(
     return final
 
 
+def save_weights(model: nn.Module, path: Path) -> None:
+    """The model's tensors as safetensors, a shared (tied) matrix once, under the first of its
+    names in sorted order, as ``safetensors.torch.save_model`` stores it; its other names go under
+    one metadata key, because safetensors writes several keys in a random order and a file's bytes
+    should follow its tensors alone (``sha256sum`` then checks a reproduction)."""
+    kept: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first_name: dict[int, str] = {}
+    for name, tensor in sorted(model.state_dict().items()):
+        key = tensor.untyped_storage().data_ptr()
+        if key in first_name:
+            aliases[name] = first_name[key]
+        else:
+            first_name[key] = name
+            kept[name] = tensor.detach().contiguous()
+    save_file(kept, str(path), metadata={"aliases": json.dumps(aliases, sort_keys=True)})
+
+
 def _write_ema(
     directory: Path, model: nn.Module, meta: dict[str, Any], vocab_file: Path | None
 ) -> None:
     directory.mkdir()
-    save_model(model, str(directory / WEIGHTS))
+    save_weights(model, directory / WEIGHTS)
     (directory / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
     if vocab_file is not None:
         shutil.copyfile(vocab_file, directory / VOCAB)
@@ -398,33 +416,48 @@ def check_same_model(paths: Sequence[Path]) -> None:
             )
 
 
-def check_same_tensors(paths: Sequence[Path], states: Sequence[dict[str, torch.Tensor]]) -> None:
-    """Every state holds the first one's tensor names with the same shapes and dtypes.
+def check_same_tensors(
+    first: Path, reference: dict[str, torch.Tensor], path: Path, state: dict[str, torch.Tensor]
+) -> None:
+    """``state`` (of ``path``) holds ``reference``'s (of ``first``) tensor names with the same
+    shapes and dtypes.
 
     A shape that differs would broadcast in the sum (a [1, d] tensor into a [d_ff, d] one)
     and give an average that loads and translates garbage; a dtype that differs leaves no
     one dtype to store the average in.
     """
-    first, reference = Path(paths[0]), states[0]
-    for path, state in zip(paths[1:], states[1:]):
-        if missing := sorted(reference.keys() - state.keys()):
-            raise UserError(f"{path} has no tensor {missing[0]}, which {first} has: cannot average")
-        if extra := sorted(state.keys() - reference.keys()):
+    if missing := sorted(reference.keys() - state.keys()):
+        raise UserError(f"{path} has no tensor {missing[0]}, which {first} has: cannot average")
+    if extra := sorted(state.keys() - reference.keys()):
+        raise UserError(f"{path} has a tensor {extra[0]}, which {first} has not: cannot average")
+    for name in sorted(state):
+        tensor, expected = state[name], reference[name]
+        if tensor.shape != expected.shape:
             raise UserError(
-                f"{path} has a tensor {extra[0]}, which {first} has not: cannot average"
+                f"{path}: tensor {name} has shape {list(tensor.shape)}, in {first} "
+                f"{list(expected.shape)}: cannot average"
             )
-        for name in sorted(state):
-            tensor, expected = state[name], reference[name]
-            if tensor.shape != expected.shape:
-                raise UserError(
-                    f"{path}: tensor {name} has shape {list(tensor.shape)}, in {first} "
-                    f"{list(expected.shape)}: cannot average"
-                )
-            if tensor.dtype != expected.dtype:
-                raise UserError(
-                    f"{path}: tensor {name} is {tensor.dtype}, in {first} {expected.dtype}: "
-                    "cannot average checkpoints stored in different dtypes"
-                )
+        if tensor.dtype != expected.dtype:
+            raise UserError(
+                f"{path}: tensor {name} is {tensor.dtype}, in {first} {expected.dtype}: "
+                "cannot average checkpoints stored in different dtypes"
+            )
+
+
+def _accumulate(
+    totals: dict[str, torch.Tensor], first: Path, reference: dict[str, torch.Tensor], path: Path
+) -> None:
+    """Add ``path``'s floating-point tensors to ``totals`` in fp32 (others: the last one's); its
+    tensors are freed on return, before the next checkpoint loads."""
+    state = load_state(path)
+    check_same_tensors(first, reference, path, state)
+    for name, tensor in state.items():
+        if not tensor.is_floating_point():
+            totals[name] = tensor
+        elif name in totals:
+            totals[name] += tensor.float()
+        else:
+            totals[name] = tensor.to(torch.float32, copy=True)
 
 
 def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -> Path:
@@ -442,17 +475,16 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
     out = Path(out)
     check_average_out(out, paths, force)
     check_same_model(paths)
-    states = [load_state(Path(p)) for p in paths]
-    check_same_tensors(paths, states)
-    averaged: dict[str, torch.Tensor] = {}
-    for name, last in sorted(states[-1].items()):
-        if last.is_floating_point():
-            total = torch.zeros_like(last, dtype=torch.float32)
-            for state in states:
-                total += state[name].float()
-            averaged[name] = (total / len(states)).to(last.dtype)
-        else:
-            averaged[name] = last.clone()
+    # one checkpoint in memory at a time beside the sums (the big preset averages 20)
+    first = Path(paths[0])
+    reference = {n: torch.empty_like(t, device="meta") for n, t in load_state(first).items()}
+    totals: dict[str, torch.Tensor] = {}
+    for path in map(Path, paths):
+        _accumulate(totals, first, reference, path)
+    averaged = {
+        name: (total / len(paths)).to(reference[name].dtype) if total.is_floating_point() else total
+        for name, total in sorted(totals.items())
+    }
     tmp = temp_dir_beside(out)
     try:
         save_file(
