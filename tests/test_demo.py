@@ -27,14 +27,16 @@ def demo(tmp_path_factory):
         "save_every_minutes=0.02",
         "valid_bleu_sentences=3",
     ]
-    report = run_demo(
-        minutes=0.1,
-        work=root / "work",
-        out=root / "run",
-        sets=sets,
-        test_limit=6,
-        progress=lambda message: None,
-    )
+    with pytest.MonkeyPatch.context() as patch:  # a CPU without native bf16, whatever runs it
+        patch.setenv("AIAYN_ASSUME_BF16", "emulated")
+        report = run_demo(
+            minutes=0.1,
+            work=root / "work",
+            out=root / "run",
+            sets=sets,
+            test_limit=6,
+            progress=lambda message: None,
+        )
     return root, report
 
 

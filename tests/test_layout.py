@@ -14,7 +14,18 @@ LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 # The layers, bottom up (as docs/layout.md draws them): a module may import its own layer and
 # those below it, never one above.
 LAYERS = [
-    {"errors", "files", "hardware", "config", "model", "flops", "checkpoint", "data", "metrics"},
+    {
+        "errors",
+        "files",
+        "hardware",
+        "measured",
+        "config",
+        "model",
+        "flops",
+        "checkpoint",
+        "data",
+        "metrics",
+    },
     {"train", "decode", "evaluate"},
     {"analysis", "demo", "serve", "export", "parsing", "experiments"},
     {"cli", "__main__"},
