@@ -17,13 +17,12 @@ import torch
 
 from ..data import TokenDataset, Vocab
 from ..decode import DecodeConfig, decode_ids
-from ..evaluate import eval_mode
+
+# evaluate's batching, imported: the same batches decode to the same hypotheses, so the score
+# logged here is the one `aiayn evaluate` gives the same weights
+from ..decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
 from ..metrics import paper_bleu, sacre_bleu
 from ..model import Transformer
-
-# evaluate_model's batching (64 sentences, 4000 tokens): the same batches decode to the same
-# hypotheses, so the score logged here is the one `aiayn evaluate` gives the checkpoint.
-BATCH_SIZE, MAX_TOKENS = 64, 4000
 
 
 @dataclass(frozen=True)
