@@ -35,8 +35,8 @@ from .. import checkpoint as ckpt
 from .. import measured
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
 from ..decode import DecodeConfig
-from ..errors import UserError
 from ..decode.translate import eval_mode
+from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
 from ..hardware import bf16_support
