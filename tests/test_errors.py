@@ -207,13 +207,13 @@ def test_a_full_disk_while_saving_removes_the_partial_checkpoint_and_says_so(
     tiny_run, tmp_path, monkeypatch
 ):
     ckpts = copy_run(tiny_run, tmp_path / "ckpts")
-    real_save = checkpoint.save_model
+    real_save = checkpoint.save_weights
 
-    def save_until_full(model, filename):
-        real_save(model, filename)  # a partial file exists on disk when the write fails
+    def save_until_full(model, path):
+        real_save(model, path)  # a partial file exists on disk when the write fails
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "save_model", save_until_full)
+    monkeypatch.setattr(checkpoint, "save_weights", save_until_full)
     model, _ = checkpoint.load_transformer(ckpts / "update_0000003")
     with pytest.raises(OSError, match="no space left on device while saving checkpoint") as info:
         checkpoint.save_checkpoint(ckpts, 4, model, {"update": 4}, None, None)
@@ -231,7 +231,7 @@ def test_train_reports_a_full_disk_in_one_line(tiny_corpus, tmp_path, capsys, mo
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "save_model", full)
+    monkeypatch.setattr(checkpoint, "save_weights", full)
     cfg_path = tmp_path / "c.json"
     cfg_path.write_text(json.dumps(config(tiny_corpus, tmp_path / "run", max_updates=1).__dict__))
     code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
