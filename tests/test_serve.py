@@ -509,6 +509,18 @@ def test_samples_are_the_librarys_and_do_not_depend_on_the_batch(translator):
     assert [_texts(a) for a in alone] == [_texts(a) for a in answers]
 
 
+def test_several_samples_with_prefixes_and_constraints(translator):
+    lines = [SENTENCES[0], SENTENCES[1]]
+    body = {"text": lines, "sample": True, "nbest": 2, "seed": 3}
+    body |= {"prefix": ["Y dijo", ""], "constraints": [[], ["Dios"]]}
+    with client(translator) as c:
+        r = c.post("/translate", json=body)
+    assert r.status_code == 200, r.json()
+    first, second = (_texts(a) for a in r.json()["translations"])
+    assert len(first) == len(second) == 2
+    assert all(t.startswith("Y dijo") for t in first) and all("Dios" in t for t in second)
+
+
 def test_alignments_are_the_librarys(translator):
     lines = [SENTENCES[5], ""]
     body = {"text": lines, "beam": 2, "nbest": 2, "alignments": True, "alignment_layer": 0}

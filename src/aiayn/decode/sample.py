@@ -110,6 +110,8 @@ def sample(
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap).repeat_interleave(N)
     memory, mask = memory.repeat_interleave(N, dim=0), mask.repeat_interleave(N, dim=0)
     generators = [sentence_generator(sampling.seed, i) for i in indices]
+    if isinstance(constraint, Sequence):  # one per sentence -> one per row (its N samples)
+        constraint = [c for c in constraint for _ in range(N)]
     states = constraint_states(constraint, src.repeat_interleave(N, dim=0), max_lens, pad_id)
     rows = torch.arange(B * N, device=device)  # the original row of each live row
     log_prob = torch.zeros(B * N, dtype=torch.float64, device=device)
