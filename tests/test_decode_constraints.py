@@ -174,6 +174,32 @@ def test_translate_samples_several_outputs_with_a_prefix_or_constraints(tiny_run
     assert all("Dios" in f[1] for f in lines[2:])
 
 
+@pytest.mark.parametrize(
+    "option,line,needle",
+    [
+        (
+            "--constraints",
+            "Dios\t中文",
+            "the phrase '中文' has characters the vocabulary cannot spell",
+        ),
+        ("--prefix", "Y 中", "the prefix 'Y 中' has characters the vocabulary cannot spell ('中'"),
+    ],
+)
+def test_translate_refuses_what_the_vocabulary_cannot_spell(
+    tiny_run, tmp_path, capsys, option, line, needle
+):
+    # the unknown piece would stand in for it, and an output ending in " ⁇ " would "meet" it
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, given = tmp_path / "in.txt", tmp_path / "given.txt"
+    src.write_text("Jesus wept.\n", encoding="utf-8")
+    given.write_text(line + "\n", encoding="utf-8")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--input", src, option, given
+    )
+    assert code == 2 and "⁇" not in out
+    one_line_error(err, f"{option} {given}: line 1: {needle}")
+
+
 def test_translate_refuses_a_prefix_file_of_another_length(tiny_run, tmp_path, capsys):
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
     src, pre = tmp_path / "in.txt", tmp_path / "prefix.txt"

@@ -415,6 +415,16 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
             422,
             "text[0]: the prefix and phrases take 60 tokens, more than the 40 this output may have",
         ),
+        (
+            json.dumps({"text": ["a"], "constraints": [["Dios", "中文"]]}),
+            422,
+            "text[0]: the phrase '中文' has characters the vocabulary cannot spell",
+        ),
+        (
+            json.dumps({"text": ["a"], "prefix": ["Y 中"]}),
+            422,
+            "text[0]: the prefix 'Y 中' has characters the vocabulary cannot spell ('中'",
+        ),
         ('{"text": ["a"], "alignment_layer": 0}', 422, 'alignment_layer needs "alignments": true'),
         (
             '{"text": ["a"], "alignments": true, "alignment_layer": 2}',
