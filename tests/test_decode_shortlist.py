@@ -229,6 +229,26 @@ def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_pat
     one_line_error(err, "--shortlist is not available with --engine ctranslate2")
 
 
+def test_a_shortlist_of_no_piece_is_refused(
+    tiny_run, shortlist_file, model_vocab, tmp_path, capsys
+):
+    # frequent 0 and best 0 leave pad/unk/bos/eos: every line would translate to "" (exit 0)
+    _, vocab = model_vocab
+    with pytest.raises(UserError, match="frequent=0 and best=0 leave only the special pieces"):
+        load_shortlist(shortlist_file, vocab, frequent=0, best=0)
+    assert load_shortlist(shortlist_file, vocab, frequent=0, best=1).lexical  # one is enough
+    src = tmp_path / "in.txt"
+    src.write_text("In the beginning\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("translate", "--checkpoint", ckpt, "--input", src, "--shortlist", shortlist_file)
+    code, out, err = run_cli(capsys, *argv, "--shortlist-frequent", 0, "--shortlist-best", 0)
+    assert code == 2 and out == ""
+    one_line_error(err, "--shortlist-frequent 0 and --shortlist-best 0 leave only the special")
+    code, out, err = run_cli(capsys, *argv, "--shortlist-best", -1)
+    assert code == 2 and out == ""
+    one_line_error(err, "--shortlist-best must be at least 0, got -1")
+
+
 def test_two_workers_with_a_shortlist_give_one_process_outputs(model_vocab, shortlist_file):
     model, vocab = model_vocab
     sources = [vocab.encode_source(line) if line else [] for line in LINES]

@@ -220,8 +220,16 @@ def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     from ..checkpoint import load_vocab
     from ..decode.shortlist import load_shortlist
 
-    vocab = load_vocab(first_checkpoint(args.checkpoint))
     chosen = {k: v for k, v in sizes.items() if v is not None}
+    for key, value in chosen.items():
+        if value < 0:
+            raise UserError(f"--shortlist-{key} must be at least 0, got {value}")
+    if chosen == {"frequent": 0, "best": 0}:
+        raise UserError(
+            "--shortlist-frequent 0 and --shortlist-best 0 leave only the special pieces: every "
+            "output would be empty; give either at least 1"
+        )
+    vocab = load_vocab(first_checkpoint(args.checkpoint))
     return {"shortlist": load_shortlist(args.shortlist, vocab, **chosen)}
 
 
