@@ -16,20 +16,17 @@ from .common import add_decode_args, decode_config, decode_precision, load_decod
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     """(sources, references, what errors call the references) from ``--src``/``--ref``, or
     from ``source<TAB>reference`` lines on stdin."""
+    from ..evaluate import check_test_pair, read_test_pair
     from ..files import iter_lines
 
     if (args.src is None) != (args.ref is None):
         raise UserError("give --src and --ref together, or neither (then: TSV on stdin)")
-    if args.src is not None:
-        sources, references = list(iter_lines(args.src)), list(iter_lines(args.ref))
-        if len(sources) != len(references):
-            raise UserError(
-                f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}: "
-                "give one reference per source"
-            )
-        return sources, references, args.ref
+    if args.src is not None:  # evaluate's checks: empty files, line counts, no source text
+        return *read_test_pair(args.src, args.ref, task="score"), args.ref
     pairs = list(_tsv_pairs(iter_lines(sys.stdin.buffer, "<stdin>")))
-    return [s for s, _ in pairs], [r for _, r in pairs], "<stdin>"
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    check_test_pair(sources, references, "<stdin>", "<stdin>", task="score")
+    return sources, references, "<stdin>"
 
 
 def _tsv_pairs(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
