@@ -144,7 +144,9 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--seed",
         type=int,
-        help="the same seed gives the same samples, whatever the batching (default: 0)",
+        help="the same seed gives the same samples (each line has its own random stream; "
+        "another batching can change the last bits of the probabilities, so give --batch-size "
+        "1 for samples independent of it; default: 0)",
     )
 
 

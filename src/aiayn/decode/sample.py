@@ -4,10 +4,15 @@ cut to the ``top_k`` most probable tokens and to the smallest set whose probabil
 ``top_p`` (nucleus sampling).
 
 Reproducible: every source sentence has its own random stream, seeded from (seed, the
-sentence's index in the input), and its samples draw from it in a fixed order. A sentence's
-samples therefore depend on the seed and on the sentence alone, not on the batch it was decoded
-in nor on the sentences around it. Each of its ``samples`` outputs is a row of its own in the
-batch (the memory repeated), so that a finished sample leaves at once.
+sentence's index in the input), and its samples draw from it in a fixed order, so the random
+numbers a sentence uses never depend on the batch it is decoded in nor on the sentences around
+it. The probabilities they draw from do, in the last bits (padding and the batch's shape change
+the rounding of the model's matrix products): another batching changes a sample where a draw
+falls within that noise of the boundary between two tokens, rarely. The same batching gives
+the same samples bit for bit, and a batch of one sentence (``batch_size=1``) makes a
+sentence's samples its own whatever the other inputs (docs/decoding.md). Each of its
+``samples`` outputs is a row of its own in the batch (the memory repeated), so that a finished
+sample leaves at once.
 
 Scores are the model's: ``log_prob`` is log P(Y|X) at temperature 1 without the cuts (what
 forced decoding gives the output), and ``score`` is ``log_prob / lp(|Y|)`` as for beam search.
