@@ -210,6 +210,20 @@ def first_checkpoint(checkpoint: str | Path | Sequence[str | Path]) -> str | Pat
     return checkpoint if isinstance(checkpoint, (str, Path)) else checkpoint[0]
 
 
+def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
+    """``--checkpoint`` (each of them), ``--resume`` and ``--init-from`` given as a run's
+    ``checkpoints/latest`` or ``checkpoints/best`` file: the checkpoint it names instead."""
+    given = {name: getattr(args, name, None) for name in ("checkpoint", "resume", "init_from")}
+    given = {name: value for name, value in given.items() if value not in (None, "auto")}
+    if not given:
+        return
+    from ..checkpoint import follow_pointer
+
+    for name, value in given.items():
+        followed = [str(follow_pointer(v)) for v in value] if isinstance(value, list) else None
+        setattr(args, name, followed if followed is not None else str(follow_pointer(value)))
+
+
 def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     """``{"shortlist": Shortlist}`` for the corpus options when ``--shortlist`` is given, read
     for the checkpoint's vocabulary; ``{}`` otherwise."""

@@ -21,7 +21,7 @@ import sys
 
 from ..errors import UserError
 from . import data, demo, experiment, export, parse, score, serve, train, translate
-from .common import check_device
+from .common import check_device, follow_checkpoint_pointers
 
 # The sub-commands in the order `aiayn --help` lists them.
 COMMANDS = (
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if "device" in args:  # once, here, for every command that takes it
             args.device = check_device(args.device)
+        follow_checkpoint_pointers(args)  # OUT/checkpoints/latest or best: what it names
         args.func(args)
     except (
         UserError,
