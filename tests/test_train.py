@@ -1023,6 +1023,7 @@ def test_the_resolved_value_is_the_last_one_given(key, file_preset, set_presets,
         ({"ema_decay": 0.0}, r"ema_decay must be in \(0, 1\)"),
         ({"compile": "sometimes"}, r"compile must be one of \(True, False, 'auto'\)"),
         ({"amp": "fp8"}, r"amp must be one of"),
+        ({"ema_warmup": True}, "ema_warmup warms up the moving average: set ema_decay too"),
     ],
 )
 def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):

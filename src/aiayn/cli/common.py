@@ -115,8 +115,8 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--alignment-layer",
         type=int,
-        default=-1,
-        help="the decoder layer whose attention aligns (from 0; default -1: the last)",
+        help="with --alignments: the decoder layer whose attention aligns (from 0; default "
+        "-1: the last)",
     )
     g = p.add_argument_group("constraints (aiayn.decode.constraints)")
     g.add_argument(

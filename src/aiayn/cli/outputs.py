@@ -73,7 +73,13 @@ class Outputs:
         sampling = sample_config(args)
         prefix = PerLine.read("--prefix", args.prefix)
         constraints = PerLine.read("--constraints", args.constraints)
-        layer = args.alignment_layer if args.alignments else None
+        if args.alignment_layer is not None and not args.alignments:
+            raise UserError(
+                "--alignment-layer chooses the layer that aligns: give --alignments too"
+            )
+        layer = None
+        if args.alignments:
+            layer = -1 if args.alignment_layer is None else args.alignment_layer
         if fmt == "plain" and (sampling, prefix, constraints, layer) == (None,) * 4:
             return None
         return cls(fmt, args.token_scores, sampling, prefix, constraints, layer)

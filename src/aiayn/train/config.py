@@ -151,6 +151,8 @@ class TrainConfig:
             )
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise UserError(f"TrainConfig.ema_decay must be in (0, 1), got {self.ema_decay}")
+        if self.ema_warmup and self.ema_decay is None:
+            raise UserError("TrainConfig.ema_warmup warms up the moving average: set ema_decay too")
         if self.patience is not None and not self.validate:
             raise UserError("TrainConfig.patience needs validation: set validate=true")
         if self.best_metric == "valid_bleu" and not self.valid_bleu_sentences:
