@@ -216,3 +216,16 @@ def test_translate_refuses_a_prefix_file_of_another_length(tiny_run, tmp_path, c
     )
     assert code == 2
     one_line_error(err, f"--prefix {pre} has 4 lines", "3")
+
+
+def test_translate_checks_a_prefix_files_lines_before_translating(tiny_run, tmp_path, capsys):
+    # one line too many was found only after every input line was translated and printed
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, con = tmp_path / "in.txt", tmp_path / "con.txt"
+    src.write_text("one\ntwo\n", encoding="utf-8")
+    con.write_text("Dios\n\nDios\n", encoding="utf-8")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--input", src, "--constraints", con
+    )
+    assert code == 2 and out == ""
+    one_line_error(err, f"--constraints {con} has 3 lines, the input 2")

@@ -94,7 +94,8 @@ class Outputs:
         return text_constraint(vocab, prefix, phrases, where=f"{files}: line {i + 1}")
 
     def finish(self, count: int) -> None:
-        """After ``count`` input lines: each per-line file must have had as many."""
+        """``count`` input lines: each per-line file must have as many (checked before
+        translating a file, and after a stream, whose lines are counted as they come)."""
         for given in (self.prefix, self.constraints):
             if given is not None:
                 given.check_count(count)
