@@ -2,6 +2,7 @@
 that is exactly the paper's search over the smaller vocabulary."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -215,7 +216,7 @@ def test_shortlist_command_then_translate_with_it(tiny_corpus, tiny_run, tmp_pat
     src_copy = src.read_text()
     code, _, err = run_cli(capsys, "shortlist", "--data", tiny_corpus, "--out", src)
     assert code == 2 and src.read_text() == src_copy
-    one_line_error(err, "exists and is not a shortlist; not replacing it")
+    one_line_error(err, "exists and is not a shortlist; not replacing it (choose another --out)")
 
 
 def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_path, capsys):
@@ -229,6 +230,21 @@ def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_pat
     code, _, err = run_cli(capsys, *argv, "--shortlist", src, "--engine", "ctranslate2")
     assert code == 2
     one_line_error(err, "--shortlist is not available with --engine ctranslate2")
+    for option in ("--prefix", "--constraints"):  # the message used to say "constraints"
+        code, out, err = run_cli(capsys, *argv, "--shortlist", src, option, src)
+        assert code == 2 and out == ""
+        one_line_error(err, f"--shortlist and {option} cannot be combined")
+    code, out, err = run_cli(capsys, *argv, "--shortlist", src, "--sample")
+    assert code == 2 and out == ""
+    one_line_error(err, "--sample draws from every piece")
+
+
+def test_shortlist_names_the_option_to_write_elsewhere(tiny_corpus, tmp_path, capsys):
+    data = shutil.copytree(tiny_corpus, tmp_path / "data")
+    (data / "shortlist.json").write_text("my notes\n")
+    code, _, err = run_cli(capsys, "shortlist", "--data", data)
+    assert code == 2 and (data / "shortlist.json").read_text() == "my notes\n"
+    one_line_error(err, "not replacing it (give --out FILE to write elsewhere)")
 
 
 def test_a_shortlist_of_no_piece_is_refused(

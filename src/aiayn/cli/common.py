@@ -236,6 +236,14 @@ def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     from ..checkpoint import load_vocab
     from ..decode.shortlist import load_shortlist
 
+    for option in ("prefix", "constraints"):  # the library's message says "constraints"
+        if getattr(args, option, None) is not None:
+            raise UserError(
+                f"--shortlist and --{option} cannot be combined (a shortlist renumbers the "
+                "pieces the search sees)"
+            )
+    if getattr(args, "sample", False):
+        raise UserError("--shortlist restricts the beam search; --sample draws from every piece")
     chosen = {k: v for k, v in sizes.items() if v is not None}
     for key, value in chosen.items():
         if value < 0:
