@@ -132,7 +132,7 @@ def test_score_tokens_jsonl_and_stdin_tsv(tiny_run, pairs, capsys, monkeypatch):
     records = [json.loads(line) for line in out.splitlines()]
     vocab = Vocab.load(ckpt / VOCAB)
     for i, (record, reference) in enumerate(zip(records, references)):
-        assert record["line"] == i + 1
+        assert record["id"] == i and "line" not in record  # from 0, as translate's jsonl
         pieces = [piece for piece, _ in record["tokens"]]
         assert pieces == [vocab.id_to_piece(t) for t in vocab.encode(reference)] + ["</s>"]
         assert math.fsum(lp for _, lp in record["tokens"]) == pytest.approx(record["log_prob"])
