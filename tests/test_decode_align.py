@@ -130,3 +130,15 @@ def test_an_ensemble_aligns_with_its_models_mean_attention():
     both = cross_attention(Ensemble([a, b]), source, output)
     assert torch.allclose(both, (alone[0] + alone[1]) / 2)
     assert not torch.allclose(alone[0], alone[1])
+
+
+def test_translate_refuses_an_alignment_layer_without_alignments(tiny_run, tmp_path, capsys):
+    # it used to be ignored in silence: plain lines, no alignments, exit 0
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src = tmp_path / "in.txt"
+    src.write_text("In the beginning\n", encoding="utf-8")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--input", src, "--alignment-layer", 0
+    )
+    assert code == 2 and out == ""
+    one_line_error(err, "--alignment-layer", "give --alignments too")

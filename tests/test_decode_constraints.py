@@ -91,6 +91,23 @@ def test_every_sample_starts_with_the_prefix_and_holds_every_phrase(prefix, phra
         assert all(contains(h.tokens, p) for p in phrases)
 
 
+def test_several_samples_of_each_sentence_keep_that_sentences_constraint():
+    # A constraint per sentence and 3 samples each: rows are sentence * 3 + sample, so each
+    # sentence's constraint must follow all three of its rows (it used to index past the list).
+    src = torch.tensor([[7, 8, 9], [7, 8, PAD], [9, 9, 9]])
+    wanted = [OutputConstraint([4, 5], []), None, OutputConstraint((), [[6, 7]])]
+    config = DecodeConfig(beam=1, max_len_a=0, max_len_b=6)
+    nbest = sample(
+        HashedModel(), src, config, SampleConfig(samples=3, seed=2), indices=[0, 1, 2],
+        constraint=wanted,
+    )  # fmt: skip
+    assert [len(hyps) for hyps in nbest] == [3, 3, 3]
+    assert all(h.tokens[:2] == [4, 5] for h in nbest[0])
+    assert all(contains(h.tokens, [6, 7]) for h in nbest[2])
+    free = sample(HashedModel(), src[1:2], config, SampleConfig(samples=3, seed=2), indices=[1])
+    assert [h.tokens for h in nbest[1]] == [h.tokens for h in free[0]]  # unconstrained
+
+
 def test_scripted_constraint_forbids_eos_until_met_and_forces_in_time():
     # Unconstrained, beam 2 gives "a" (log .42). "b" must appear, max_len 3, beam 2. Step 2:
     # a-eos is forbidden; b a (.36), a a (.12) stay live, a b (.06) ranks third. Step 3: "a a"
@@ -142,6 +159,47 @@ def test_translate_prefix_and_constraints(tiny_run, tmp_path, capsys, tiny_corpu
             assert math.fsum(lp for _, lp in h["tokens"]) == pytest.approx(h["log_prob"], abs=1e-3)
 
 
+def test_translate_samples_several_outputs_with_a_prefix_or_constraints(tiny_run, tmp_path, capsys):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, pre, con = tmp_path / "in.txt", tmp_path / "prefix.txt", tmp_path / "con.txt"
+    src.write_text("Jesus wept.\nIn the beginning\n", encoding="utf-8")
+    pre.write_text("Y\n\n", encoding="utf-8")
+    con.write_text("\nDios\n", encoding="utf-8")
+    argv = ["translate", "--checkpoint", ckpt, "--input", src, "--sample", "--nbest", 2]
+    code, out, err = run_cli(capsys, *argv, "--prefix", pre, "--constraints", con)
+    assert code == 0, err
+    lines = [line.split(" ||| ") for line in out.splitlines()]
+    assert [f[0] for f in lines] == ["0", "0", "1", "1"]
+    assert all(f[1].startswith("Y") for f in lines[:2])
+    assert all("Dios" in f[1] for f in lines[2:])
+
+
+@pytest.mark.parametrize(
+    "option,line,needle",
+    [
+        (
+            "--constraints",
+            "Dios\t中文",
+            "the phrase '中文' has characters the vocabulary cannot spell",
+        ),
+        ("--prefix", "Y 中", "the prefix 'Y 中' has characters the vocabulary cannot spell ('中'"),
+    ],
+)
+def test_translate_refuses_what_the_vocabulary_cannot_spell(
+    tiny_run, tmp_path, capsys, option, line, needle
+):
+    # the unknown piece would stand in for it, and an output ending in " ⁇ " would "meet" it
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, given = tmp_path / "in.txt", tmp_path / "given.txt"
+    src.write_text("Jesus wept.\n", encoding="utf-8")
+    given.write_text(line + "\n", encoding="utf-8")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--input", src, option, given
+    )
+    assert code == 2 and "⁇" not in out
+    one_line_error(err, f"{option} {given}: line 1: {needle}")
+
+
 def test_translate_refuses_a_prefix_file_of_another_length(tiny_run, tmp_path, capsys):
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
     src, pre = tmp_path / "in.txt", tmp_path / "prefix.txt"
@@ -158,3 +216,16 @@ def test_translate_refuses_a_prefix_file_of_another_length(tiny_run, tmp_path, c
     )
     assert code == 2
     one_line_error(err, f"--prefix {pre} has 4 lines", "3")
+
+
+def test_translate_checks_a_prefix_files_lines_before_translating(tiny_run, tmp_path, capsys):
+    # one line too many was found only after every input line was translated and printed
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src, con = tmp_path / "in.txt", tmp_path / "con.txt"
+    src.write_text("one\ntwo\n", encoding="utf-8")
+    con.write_text("Dios\n\nDios\n", encoding="utf-8")
+    code, out, err = run_cli(
+        capsys, "translate", "--checkpoint", ckpt, "--input", src, "--constraints", con
+    )
+    assert code == 2 and out == ""
+    one_line_error(err, f"--constraints {con} has 3 lines, the input 2")

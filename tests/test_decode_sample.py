@@ -9,7 +9,18 @@ from collections import Counter
 import pytest
 import torch
 from _cli import one_line_error, run_cli
-from test_decode import B_, EOS, SRC, TABLE, A, ScriptedModel, random_src, tiny_model
+from test_decode import (
+    B_,
+    EOS,
+    PAD,
+    SRC,
+    TABLE,
+    A,
+    PrefixCache,
+    ScriptedModel,
+    random_src,
+    tiny_model,
+)
 
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.decode import DecodeConfig, SampleConfig, decode_ids, sample, score_ids
@@ -115,6 +126,63 @@ def test_a_sentence_samples_by_its_index_in_the_input():
     whole = sampled(batch_size=6, sources=sources)
     chunks = sampled(2, sources=sources[:2]) + sampled(2, first_index=2, sources=sources[2:])
     assert chunks == whole
+
+
+class SourceHashedModel:
+    """Logits that are a function of the row's own source and prefix only (seeded by their
+    hash), whatever the batch: what sampling draws from when float rounding plays no part."""
+
+    def encode(self, src):
+        return src.float().unsqueeze(-1)  # (n, S, 1): each row's source, for decode_step
+
+    def src_mask(self, src):
+        return (src != PAD)[:, None, None, :]
+
+    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
+        if cache is None:
+            cache = PrefixCache([() for _ in range(tgt_in.size(0))])
+        cache.rows = [p + tuple(r) for p, r in zip(cache.rows, tgt_in.tolist())]
+        sources = [tuple(int(t) for t in row if t) for row in memory.squeeze(-1).tolist()]
+        logits = []
+        for source, prefix in zip(sources, cache.rows):
+            g = torch.Generator().manual_seed(hash((source, prefix)) % 2**31)
+            x = torch.randn(12, generator=g) * 2
+            x[EOS] += 1.0
+            logits.append(x)
+        return torch.stack(logits), cache
+
+
+def test_a_sentences_draws_do_not_depend_on_its_batch_mates():
+    # Equal logits give equal samples, bit for bit, whatever the batch size, the order of the
+    # batches and the sentences around: each sentence draws from its own stream.
+    sources = [[5 + i % 7] * (1 + i % 4) + [EOS] for i in range(7)]
+    config = DecodeConfig(beam=1, alpha=0.6, max_len_a=0, max_len_b=6)
+    sampling = SampleConfig(samples=3, seed=9, top_p=0.9)
+
+    def drawn(batch_size, srcs=sources, first_index=0):
+        nbest = decode_ids(
+            SourceHashedModel(), srcs, config, batch_size=batch_size, sampling=sampling,
+            first_index=first_index,
+        )  # fmt: skip
+        return [[(h.tokens, h.log_prob, h.score) for h in hyps] for hyps in nbest]
+
+    alone = [drawn(1, [s], first_index=i)[0] for i, s in enumerate(sources)]
+    for batch_size in (1, 2, 3, 7):
+        assert drawn(batch_size) == alone
+    assert len({tuple(tokens) for hyps in alone for tokens, _, _ in hyps}) > 3  # they differ
+
+
+def test_with_batch_size_1_a_sentences_samples_are_its_own_bit_for_bit():
+    # A real model's log-probabilities change in the last bits with the batch (docs/decoding.md):
+    # one sentence a batch, its samples and their scores do not depend on the other lines.
+    sources = _sources()
+    config = DecodeConfig(beam=1, alpha=0.6, max_len_a=1.0, max_len_b=6)
+    sampling = SampleConfig(samples=3, top_k=20, seed=7)
+    model = tiny_model()
+    whole = decode_ids(model, sources, config, batch_size=1, sampling=sampling)
+    for i in (0, 3, 5):
+        (alone,) = decode_ids(model, [sources[i]], config, sampling=sampling, first_index=i)
+        assert [(h.tokens, h.log_prob) for h in alone] == [(h.tokens, h.log_prob) for h in whole[i]]
 
 
 # --- aiayn translate --sample ------------------------------------------------------------------------

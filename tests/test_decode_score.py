@@ -132,7 +132,7 @@ def test_score_tokens_jsonl_and_stdin_tsv(tiny_run, pairs, capsys, monkeypatch):
     records = [json.loads(line) for line in out.splitlines()]
     vocab = Vocab.load(ckpt / VOCAB)
     for i, (record, reference) in enumerate(zip(records, references)):
-        assert record["line"] == i + 1
+        assert record["id"] == i and "line" not in record  # from 0, as translate's jsonl
         pieces = [piece for piece, _ in record["tokens"]]
         assert pieces == [vocab.id_to_piece(t) for t in vocab.encode(reference)] + ["</s>"]
         assert math.fsum(lp for _, lp in record["tokens"]) == pytest.approx(record["log_prob"])
@@ -168,3 +168,40 @@ def test_score_refuses_bad_input_in_one_line(tiny_run, pairs, capsys, monkeypatc
     code, _, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", src)
     assert code == 2
     one_line_error(err, "--src and --ref")
+
+
+@pytest.mark.parametrize(
+    "src_text, ref_text, problem",
+    [
+        ("", "", "are both empty: nothing to score"),
+        ("a\nb\n", "", "the reference file {ref} is empty"),
+        ("a\nb\n", "x\n", "{src} has 2 lines but {ref} has 1"),
+        ("\n \n", "x\ny\n", "no line of {src} has text: nothing to score"),
+    ],
+)
+def test_score_checks_the_files_as_evaluate_does(
+    tiny_run, tmp_path, capsys, src_text, ref_text, problem
+):
+    # empty files printed "0 pairs ... perplexity 1.0000" with exit 0, where evaluate refused
+    src, ref = tmp_path / "s.txt", tmp_path / "r.txt"
+    src.write_text(src_text)
+    ref.write_text(ref_text)
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    code, out, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    assert code == 2 and out == "" and "perplexity" not in err
+    one_line_error(err, problem.format(src=src, ref=ref))
+
+
+@pytest.mark.parametrize(
+    "stdin, problem",
+    [
+        (b"", "<stdin> is empty: nothing to score"),
+        (b"\tx\n \ty\n", "no source in <stdin> has text"),
+    ],
+)
+def test_score_checks_stdin_pairs_alike(tiny_run, capsys, monkeypatch, stdin, problem):
+    monkeypatch.setattr("sys.stdin", _Stdin(stdin))
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    code, out, err = run_cli(capsys, "score", "--checkpoint", ckpt)
+    assert code == 2 and out == "" and "perplexity" not in err
+    one_line_error(err, problem)

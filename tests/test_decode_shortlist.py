@@ -2,6 +2,7 @@
 that is exactly the paper's search over the smaller vocabulary."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -115,7 +116,9 @@ def test_each_sentence_is_searched_over_its_own_shortlist(
             continue
         # alone and over the full vocabulary masked to its list: batch-mates change nothing
         alone = beam_search(_Masked(model, shortlist.ids(source)), torch.tensor([source]), config)
-        assert _hyps(hyps) == _hyps(alone[0])
+        assert [(h.tokens, h.length) for h in hyps] == [(h.tokens, h.length) for h in alone[0]]
+        # scores up to float noise: rounded to 4 decimals, -2.76775 fell on either side
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone[0]], abs=1e-4)
         assert all(set(h.tokens) <= set(shortlist.ids(source)) for h in hyps)
     if frequent == 0:  # a short list must change something, or this test shows nothing
         full = decode_ids(model, sources, config, batch_size=2)
@@ -213,7 +216,7 @@ def test_shortlist_command_then_translate_with_it(tiny_corpus, tiny_run, tmp_pat
     src_copy = src.read_text()
     code, _, err = run_cli(capsys, "shortlist", "--data", tiny_corpus, "--out", src)
     assert code == 2 and src.read_text() == src_copy
-    one_line_error(err, "exists and is not a shortlist; not replacing it")
+    one_line_error(err, "exists and is not a shortlist; not replacing it (choose another --out)")
 
 
 def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_path, capsys):
@@ -227,6 +230,41 @@ def test_shortlist_options_are_refused_where_they_cannot_apply(tiny_run, tmp_pat
     code, _, err = run_cli(capsys, *argv, "--shortlist", src, "--engine", "ctranslate2")
     assert code == 2
     one_line_error(err, "--shortlist is not available with --engine ctranslate2")
+    for option in ("--prefix", "--constraints"):  # the message used to say "constraints"
+        code, out, err = run_cli(capsys, *argv, "--shortlist", src, option, src)
+        assert code == 2 and out == ""
+        one_line_error(err, f"--shortlist and {option} cannot be combined")
+    code, out, err = run_cli(capsys, *argv, "--shortlist", src, "--sample")
+    assert code == 2 and out == ""
+    one_line_error(err, "--sample draws from every piece")
+
+
+def test_shortlist_names_the_option_to_write_elsewhere(tiny_corpus, tmp_path, capsys):
+    data = shutil.copytree(tiny_corpus, tmp_path / "data")
+    (data / "shortlist.json").write_text("my notes\n")
+    code, _, err = run_cli(capsys, "shortlist", "--data", data)
+    assert code == 2 and (data / "shortlist.json").read_text() == "my notes\n"
+    one_line_error(err, "not replacing it (give --out FILE to write elsewhere)")
+
+
+def test_a_shortlist_of_no_piece_is_refused(
+    tiny_run, shortlist_file, model_vocab, tmp_path, capsys
+):
+    # frequent 0 and best 0 leave pad/unk/bos/eos: every line would translate to "" (exit 0)
+    _, vocab = model_vocab
+    with pytest.raises(UserError, match="frequent=0 and best=0 leave only the special pieces"):
+        load_shortlist(shortlist_file, vocab, frequent=0, best=0)
+    assert load_shortlist(shortlist_file, vocab, frequent=0, best=1).lexical  # one is enough
+    src = tmp_path / "in.txt"
+    src.write_text("In the beginning\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("translate", "--checkpoint", ckpt, "--input", src, "--shortlist", shortlist_file)
+    code, out, err = run_cli(capsys, *argv, "--shortlist-frequent", 0, "--shortlist-best", 0)
+    assert code == 2 and out == ""
+    one_line_error(err, "--shortlist-frequent 0 and --shortlist-best 0 leave only the special")
+    code, out, err = run_cli(capsys, *argv, "--shortlist-best", -1)
+    assert code == 2 and out == ""
+    one_line_error(err, "--shortlist-best must be at least 0, got -1")
 
 
 def test_two_workers_with_a_shortlist_give_one_process_outputs(model_vocab, shortlist_file):

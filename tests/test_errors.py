@@ -2,6 +2,7 @@
 a traceback; a full disk and a planted pickle are named for what they are."""
 
 import errno
+import gzip
 import json
 import os
 import shutil
@@ -260,8 +261,9 @@ def test_latest_never_points_outside_the_run(tiny_run, tmp_path, pointer):
 def test_a_bug_raising_valueerror_keeps_its_traceback_while_a_user_error_is_one_line(
     capsys, monkeypatch
 ):
-    """Only ``UserError`` (and OSError) become one line: a ValueError from inside numpy, torch or
-    our own code is a bug, and hiding its traceback would hide where it happened."""
+    """Only ``UserError`` (and an OSError about the user's paths) become one line: a ValueError
+    from inside numpy, torch or our own code is a bug, and hiding its traceback would hide
+    where it happened."""
     import aiayn.cli.main as parser_main
     from aiayn.errors import UserError
 
@@ -280,6 +282,54 @@ def test_a_bug_raising_valueerror_keeps_its_traceback_while_a_user_error_is_one_
     code, _, err = run_cli(capsys, "info")
     assert code == 2
     one_line_error(err, "aiayn info: error: corpus.txt: line 3")
+
+
+@pytest.mark.parametrize(
+    "error, one_line",
+    [
+        (FileNotFoundError(errno.ENOENT, "No such file or directory", "corpus.txt"), True),
+        (PermissionError(errno.EACCES, "Permission denied", "runs/x"), True),
+        (IsADirectoryError(errno.EISDIR, "Is a directory", "out"), True),
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (OSError(errno.EROFS, "Read-only file system", "/mnt/ro"), True),
+        (OSError(errno.EINVAL, "Invalid argument"), False),  # a bug's bad call
+        (OSError(errno.ENOMEM, "Cannot allocate memory"), False),
+        (OSError("a library's own complaint"), False),
+        (ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), False),
+    ],
+)
+def test_only_oserrors_about_the_users_paths_are_one_line(capsys, monkeypatch, error, one_line):
+    import aiayn.cli.main as parser_main
+
+    def fails(args):
+        raise error
+
+    args = parser_main.build_parser().parse_args(["info", "--presets"])
+    monkeypatch.setattr(parser_main, "build_parser", lambda: _FixedParser(args, fails))
+    if one_line:
+        code, _, err = run_cli(capsys, "info")
+        assert code == 2
+        one_line_error(err, "aiayn info: error:", str(error))
+    else:
+        with pytest.raises(type(error)):
+            parser_main.main(["info"])
+
+
+@pytest.mark.parametrize(
+    "content", [b"not gzip at all\n", gzip.compress(b"a line\n" * 1000)[:-10]], ids=["not", "cut"]
+)
+def test_a_damaged_gz_input_is_one_line_naming_it(ckpt, tmp_path, capsys, content):
+    # a .gz that is not one (BadGzipFile, an OSError) or cut short (EOFError): not a bug
+    from aiayn.files import count_lines, read_lines
+
+    path = tmp_path / "src.en.gz"
+    path.write_bytes(content)
+    for read in (read_lines, count_lines):
+        with pytest.raises(UserError, match=f"{path}: not a readable gzip file"):
+            read(path)
+    code, out, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", path, "--ref", path)
+    assert code == 2 and out == ""
+    one_line_error(err, f"{path}: not a readable gzip file")
 
 
 class _FixedParser:

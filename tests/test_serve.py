@@ -415,6 +415,16 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
             422,
             "text[0]: the prefix and phrases take 60 tokens, more than the 40 this output may have",
         ),
+        (
+            json.dumps({"text": ["a"], "constraints": [["Dios", "中文"]]}),
+            422,
+            "text[0]: the phrase '中文' has characters the vocabulary cannot spell",
+        ),
+        (
+            json.dumps({"text": ["a"], "prefix": ["Y 中"]}),
+            422,
+            "text[0]: the prefix 'Y 中' has characters the vocabulary cannot spell ('中'",
+        ),
         ('{"text": ["a"], "alignment_layer": 0}', 422, 'alignment_layer needs "alignments": true'),
         (
             '{"text": ["a"], "alignments": true, "alignment_layer": 2}',
@@ -507,6 +517,18 @@ def test_samples_are_the_librarys_and_do_not_depend_on_the_batch(translator):
     assert [_texts(a) for a in together] == [_texts(a) for a in alone]  # scores: up to padding
     assert [a["score"] for a in together] == pytest.approx([a["score"] for a in alone], abs=1e-4)
     assert [_texts(a) for a in alone] == [_texts(a) for a in answers]
+
+
+def test_several_samples_with_prefixes_and_constraints(translator):
+    lines = [SENTENCES[0], SENTENCES[1]]
+    body = {"text": lines, "sample": True, "nbest": 2, "seed": 3}
+    body |= {"prefix": ["Y dijo", ""], "constraints": [[], ["Dios"]]}
+    with client(translator) as c:
+        r = c.post("/translate", json=body)
+    assert r.status_code == 200, r.json()
+    first, second = (_texts(a) for a in r.json()["translations"])
+    assert len(first) == len(second) == 2
+    assert all(t.startswith("Y dijo") for t in first) and all("Dios" in t for t in second)
 
 
 def test_alignments_are_the_librarys(translator):

@@ -603,6 +603,56 @@ def test_a_moving_average_checkpoint_is_refused_for_resuming(tiny_corpus, tmp_pa
         Trainer(cfg).run(resume=ema)
 
 
+# --- what a resumed run may change -------------------------------------------------------------
+
+
+def test_resuming_refuses_keys_that_shape_the_updates_naming_them(tiny_corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = config(tiny_corpus, out, max_updates=1, ema_decay=0.5)
+    Trainer(cfg).run()
+    saved = {p: (out / p).read_bytes() for p in ("config.json", "checkpoints/latest")}
+    # the EMA run resumed without ema_decay used to drop the average and rewrite config.json
+    for changed, needles in (
+        ({"ema_decay": None}, ["ema_decay 0.5 -> None"]),
+        ({"seed": 2, "warmup": 20, "max_updates": 2}, ["seed 1 -> 2", "warmup 10 -> 20"]),
+    ):
+        again = config(tiny_corpus, out, **{"max_updates": 1, "ema_decay": 0.5, **changed})
+        with pytest.raises(UserError, match="resuming would change what the run was trained") as e:
+            Trainer(again).run()
+        assert all(n in str(e.value) for n in needles) and "max_updates" not in str(e.value)
+        assert {p: (out / p).read_bytes() for p in saved} == saved
+    assert list_checkpoints(out / "checkpoints")[-1].name == checkpoint_name(1)
+
+
+def test_resuming_applies_the_keys_that_may_change_and_says_so(tiny_corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    Trainer(config(tiny_corpus, out, max_updates=1, ema_decay=0.5)).run()
+    capsys.readouterr()
+    more = config(tiny_corpus, out, max_updates=2, ema_decay=0.5, amp="none", log_every=5)
+    summary = Trainer(more).run()
+    lines = [line for line in capsys.readouterr().err.splitlines() if "resuming" in line]
+    assert len(lines) == 1, lines
+    for change in ("max_updates 1 -> 2", "amp 'auto' -> 'none'", "log_every 1 -> 5"):
+        assert change in lines[0]
+    assert summary["updates"] == 2
+    written = json.loads((out / "config.json").read_text())
+    assert (written["max_updates"], written["amp"], written["ema_decay"]) == (2, "none", 0.5)
+    assert (latest_checkpoint(out / "checkpoints") / "ema" / "model.safetensors").is_file()
+    capsys.readouterr()
+    Trainer(more).run()  # nothing changed: nothing said
+    assert "resuming" not in capsys.readouterr().err
+
+
+def test_resuming_a_fine_tuned_run_without_init_from_keeps_its_own(tiny_run, tiny_corpus, tmp_path):
+    source = latest_checkpoint(tiny_run / "checkpoints")
+    out = tmp_path / "ft"
+    Trainer(config(tiny_corpus, out, init_from=str(source), max_updates=1)).run()
+    Trainer(config(tiny_corpus, out, max_updates=2)).run()  # --init-from left out: resumes
+    assert json.loads((out / "config.json").read_text())["init_from"] == str(source)
+    with pytest.raises(UserError, match=r"init_from .* -> '/elsewhere'"):
+        Trainer(config(tiny_corpus, out, init_from="/elsewhere", max_updates=3)).run()
+
+
 # --- the best checkpoint and early stopping --------------------------------------------------
 
 
@@ -974,6 +1024,7 @@ def test_the_resolved_value_is_the_last_one_given(key, file_preset, set_presets,
         ({"ema_decay": 0.0}, r"ema_decay must be in \(0, 1\)"),
         ({"compile": "sometimes"}, r"compile must be one of \(True, False, 'auto'\)"),
         ({"amp": "fp8"}, r"amp must be one of"),
+        ({"ema_warmup": True}, "ema_warmup warms up the moving average: set ema_decay too"),
     ],
 )
 def test_config_checks_the_selection_and_stopping_keys(tiny_corpus, tmp_path, overrides, message):

@@ -181,6 +181,21 @@ def _pointed_at(ckpt_root: Path, pointer_name: str, remedy: str) -> Path | None:
     return path if (path / META).is_file() else None
 
 
+def follow_pointer(path: str | Path) -> Path:
+    """``path``, or the checkpoint it names when it is a run's ``latest`` or ``best`` pointer
+    file (``OUT/checkpoints/latest``), so that a command takes either; ``UserError`` when the
+    pointer names no complete checkpoint."""
+    path = Path(path)
+    if path.name not in (LATEST, BEST) or not path.is_file():
+        return path
+    again = "checkpoint" if path.name == LATEST else "better validation"
+    remedy = f"(the next {again} writes it again)"
+    found = _pointed_at(path.parent, path.name, remedy)
+    if found is None:
+        raise UserError(f"{path} names no complete checkpoint inside {path.parent}")
+    return found
+
+
 def latest_checkpoint(ckpt_root: Path) -> Path | None:
     """The checkpoint named by ``ckpt_root/latest``, else the newest complete one."""
     path = _pointed_at(ckpt_root, LATEST, "to resume from the newest checkpoint there")

@@ -160,22 +160,41 @@ def evaluate_model(
     )
 
 
-def read_test_pair(src_path: str | Path, ref_path: str | Path) -> tuple[list[str], list[str]]:
-    """The lines of a source file and of its references, refused unless they can be scored:
-    both empty, no reference, no source line with text, or line counts that differ (every
-    score after the first missing line would compare the wrong sentences)."""
+def read_test_pair(
+    src_path: str | Path, ref_path: str | Path, *, task: str = "evaluate"
+) -> tuple[list[str], list[str]]:
+    """The lines of a source file and of its references, refused unless they can be scored
+    (``check_test_pair``; ``task`` names what would be done with them)."""
     sources, references = read_lines(src_path), read_lines(ref_path)
+    check_test_pair(sources, references, str(src_path), str(ref_path), task=task)
+    return sources, references
+
+
+def check_test_pair(
+    sources: Sequence[str],
+    references: Sequence[str],
+    src_name: str,
+    ref_name: str,
+    *,
+    task: str = "evaluate",
+) -> None:
+    """The one check of sources and references before ``evaluate``, ``score`` and ``average
+    --choose-on`` use them: refused when both are empty, there is no reference, the line
+    counts differ (every score after the first missing line would compare the wrong
+    sentences) or no source line has text (a perplexity of 1 over nothing). ``src_name`` and
+    ``ref_name`` name them in errors (the same name: one file of pairs)."""
     if not sources and not references:
-        raise UserError(f"{src_path} and {ref_path} are both empty: nothing to evaluate")
+        empty = f"{src_name} is" if src_name == ref_name else f"{src_name} and {ref_name} are both"
+        raise UserError(f"{empty} empty: nothing to {task}")
     if not references:
         raise UserError(
-            f"the reference file {ref_path} is empty ({src_path} has {len(sources)} lines)"
+            f"the reference file {ref_name} is empty ({src_name} has {len(sources)} lines)"
         )
     if len(sources) != len(references):
-        raise UserError(f"{src_path} has {len(sources)} lines but {ref_path} has {len(references)}")
+        raise UserError(f"{src_name} has {len(sources)} lines but {ref_name} has {len(references)}")
     if not any(line.strip() for line in sources):
-        raise UserError(f"no line of {src_path} has text: nothing to evaluate")
-    return sources, references
+        where = f"source in {src_name}" if src_name == ref_name else f"line of {src_name}"
+        raise UserError(f"no {where} has text: nothing to {task}")
 
 
 def evaluate_checkpoint(

@@ -50,7 +50,30 @@ def open_binary(path: PathLike) -> IO[bytes]:
     """Open ``path`` for reading bytes, decompressing when its name ends in ``.gz``."""
     if Path(path).is_dir():
         raise UserError(f"{path} is a directory, not a text file")
-    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+    return _Gzip(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
+class _Gzip(gzip.GzipFile):
+    """A ``.gz`` file whose damage (not gzip, cut short, corrupt) is a ``UserError`` naming
+    it, rather than a traceback from inside gzip or zlib."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._checked(super().read, size)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self._checked(super().read1, size)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._checked(super().readline, size)
+
+    def peek(self, n: int) -> bytes:
+        return self._checked(super().peek, n)
+
+    def _checked(self, read, size):
+        try:
+            return read(size)
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+            raise UserError(f"{self.name}: not a readable gzip file ({e})") from None
 
 
 def split_lines(stream: Iterable[bytes]) -> Iterator[bytes]:

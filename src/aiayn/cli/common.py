@@ -115,8 +115,8 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--alignment-layer",
         type=int,
-        default=-1,
-        help="the decoder layer whose attention aligns (from 0; default -1: the last)",
+        help="with --alignments: the decoder layer whose attention aligns (from 0; default "
+        "-1: the last)",
     )
     g = p.add_argument_group("constraints (aiayn.decode.constraints)")
     g.add_argument(
@@ -144,7 +144,9 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--seed",
         type=int,
-        help="the same seed gives the same samples, whatever the batching (default: 0)",
+        help="the same seed gives the same samples (each line has its own random stream; "
+        "another batching can change the last bits of the probabilities, so give --batch-size "
+        "1 for samples independent of it; default: 0)",
     )
 
 
@@ -208,6 +210,20 @@ def first_checkpoint(checkpoint: str | Path | Sequence[str | Path]) -> str | Pat
     return checkpoint if isinstance(checkpoint, (str, Path)) else checkpoint[0]
 
 
+def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
+    """``--checkpoint`` (each of them), ``--resume`` and ``--init-from`` given as a run's
+    ``checkpoints/latest`` or ``checkpoints/best`` file: the checkpoint it names instead."""
+    given = {name: getattr(args, name, None) for name in ("checkpoint", "resume", "init_from")}
+    given = {name: value for name, value in given.items() if value not in (None, "auto")}
+    if not given:
+        return
+    from ..checkpoint import follow_pointer
+
+    for name, value in given.items():
+        followed = [str(follow_pointer(v)) for v in value] if isinstance(value, list) else None
+        setattr(args, name, followed if followed is not None else str(follow_pointer(value)))
+
+
 def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     """``{"shortlist": Shortlist}`` for the corpus options when ``--shortlist`` is given, read
     for the checkpoint's vocabulary; ``{}`` otherwise."""
@@ -220,8 +236,24 @@ def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
     from ..checkpoint import load_vocab
     from ..decode.shortlist import load_shortlist
 
-    vocab = load_vocab(first_checkpoint(args.checkpoint))
+    for option in ("prefix", "constraints"):  # the library's message says "constraints"
+        if getattr(args, option, None) is not None:
+            raise UserError(
+                f"--shortlist and --{option} cannot be combined (a shortlist renumbers the "
+                "pieces the search sees)"
+            )
+    if getattr(args, "sample", False):
+        raise UserError("--shortlist restricts the beam search; --sample draws from every piece")
     chosen = {k: v for k, v in sizes.items() if v is not None}
+    for key, value in chosen.items():
+        if value < 0:
+            raise UserError(f"--shortlist-{key} must be at least 0, got {value}")
+    if chosen == {"frequent": 0, "best": 0}:
+        raise UserError(
+            "--shortlist-frequent 0 and --shortlist-best 0 leave only the special pieces: every "
+            "output would be empty; give either at least 1"
+        )
+    vocab = load_vocab(first_checkpoint(args.checkpoint))
     return {"shortlist": load_shortlist(args.shortlist, vocab, **chosen)}
 
 

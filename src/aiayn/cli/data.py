@@ -102,7 +102,8 @@ def _shortlist(args: argparse.Namespace) -> None:
         with open(out, "rb") as f:
             head = f.read(200).decode("utf-8", errors="replace")
         if f'"format": "{FORMAT}"' not in head:
-            raise UserError(f"{out} exists and is not a shortlist; not replacing it (give --out)")
+            remedy = "choose another --out" if args.out else "give --out FILE to write elsewhere"
+            raise UserError(f"{out} exists and is not a shortlist; not replacing it ({remedy})")
     built = build_shortlist(
         args.data,
         iterations=args.iterations,

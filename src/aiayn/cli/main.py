@@ -17,11 +17,12 @@ aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from ..errors import UserError
 from . import data, demo, experiment, export, parse, score, serve, train, translate
-from .common import check_device
+from .common import check_device, follow_checkpoint_pointers
 
 # The sub-commands in the order `aiayn --help` lists them.
 COMMANDS = (
@@ -52,15 +53,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The OSErrors that are about the user's own paths and disks: one line. Any other (an invalid
+# argument, a failed allocation, a socket) is a bug or the system's, and keeps its traceback.
+PATH_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    BrokenPipeError,  # the reader went away (aiayn translate ... | head)
+)
+PATH_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+        errno.EFBIG,
+        errno.EADDRINUSE,  # serve --port: taken
+    }
+)
+
+
+def is_path_error(err: BaseException) -> bool:
+    """Whether ``err`` is bad input (``UserError``) or an ``OSError`` about the user's paths:
+    not found, permission, is (not) a directory, disk full, read-only, name too long."""
+    if isinstance(err, UserError):
+        return True
+    return isinstance(err, PATH_ERRORS) or (isinstance(err, OSError) and err.errno in PATH_ERRNOS)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         if "device" in args:  # once, here, for every command that takes it
             args.device = check_device(args.device)
+        follow_checkpoint_pointers(args)  # OUT/checkpoints/latest or best: what it names
         args.func(args)
-    except (
-        UserError,
-        OSError,
-    ) as err:  # bad input, missing file, full disk: one line; a bug keeps its traceback
+    except (UserError, OSError) as err:
+        if not is_path_error(err):
+            raise  # a bug keeps its traceback
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

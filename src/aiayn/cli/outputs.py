@@ -73,7 +73,13 @@ class Outputs:
         sampling = sample_config(args)
         prefix = PerLine.read("--prefix", args.prefix)
         constraints = PerLine.read("--constraints", args.constraints)
-        layer = args.alignment_layer if args.alignments else None
+        if args.alignment_layer is not None and not args.alignments:
+            raise UserError(
+                "--alignment-layer chooses the layer that aligns: give --alignments too"
+            )
+        layer = None
+        if args.alignments:
+            layer = -1 if args.alignment_layer is None else args.alignment_layer
         if fmt == "plain" and (sampling, prefix, constraints, layer) == (None,) * 4:
             return None
         return cls(fmt, args.token_scores, sampling, prefix, constraints, layer)
@@ -88,7 +94,8 @@ class Outputs:
         return text_constraint(vocab, prefix, phrases, where=f"{files}: line {i + 1}")
 
     def finish(self, count: int) -> None:
-        """After ``count`` input lines: each per-line file must have had as many."""
+        """``count`` input lines: each per-line file must have as many (checked before
+        translating a file, and after a stream, whose lines are counted as they come)."""
         for given in (self.prefix, self.constraints):
             if given is not None:
                 given.check_count(count)

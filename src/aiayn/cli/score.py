@@ -16,20 +16,17 @@ from .common import add_decode_args, decode_config, decode_precision, load_decod
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     """(sources, references, what errors call the references) from ``--src``/``--ref``, or
     from ``source<TAB>reference`` lines on stdin."""
+    from ..evaluate import check_test_pair, read_test_pair
     from ..files import iter_lines
 
     if (args.src is None) != (args.ref is None):
         raise UserError("give --src and --ref together, or neither (then: TSV on stdin)")
-    if args.src is not None:
-        sources, references = list(iter_lines(args.src)), list(iter_lines(args.ref))
-        if len(sources) != len(references):
-            raise UserError(
-                f"{args.src} has {len(sources)} lines, {args.ref} {len(references)}: "
-                "give one reference per source"
-            )
-        return sources, references, args.ref
+    if args.src is not None:  # evaluate's checks: empty files, line counts, no source text
+        return *read_test_pair(args.src, args.ref, task="score"), args.ref
     pairs = list(_tsv_pairs(iter_lines(sys.stdin.buffer, "<stdin>")))
-    return [s for s, _ in pairs], [r for _, r in pairs], "<stdin>"
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    check_test_pair(sources, references, "<stdin>", "<stdin>", task="score")
+    return sources, references, "<stdin>"
 
 
 def _tsv_pairs(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
@@ -62,12 +59,12 @@ def _score(args: argparse.Namespace) -> None:
         max_tokens=8000,
         name=name,
     )
-    for score, target, line in zip(scores, targets, range(1, len(scores) + 1)):
+    for score, target, sentence_id in zip(scores, targets, range(len(scores))):
         if fmt == "tsv":
             print("\t".join(("", "", "", "") if score is None else _tsv_fields(score)))
         else:
             pieces = [vocab.id_to_piece(t) for t in target] if args.tokens else None
-            print(json.dumps(score_record(score, line, pieces), ensure_ascii=False))
+            print(json.dumps(score_record(score, sentence_id, pieces), ensure_ascii=False))
     scored = [s for s in scores if s is not None]
     log_prob, length = sum(s.log_prob for s in scored), sum(s.length for s in scored)
     empty = len(scores) - len(scored)
@@ -83,10 +80,11 @@ def _tsv_fields(score) -> tuple[str, ...]:
     return (f"{score.log_prob:.6f}", str(score.length), f"{score.score:.6f}", f"{score.ppl:.6f}")
 
 
-def score_record(score, line: int, pieces: list[str] | None = None) -> dict:
-    """One JSON line: the sentence's numbers (null for an empty source) and, given the
-    target's pieces, [piece, log-prob] for each of them."""
-    record: dict = {"line": line}
+def score_record(score, sentence_id: int, pieces: list[str] | None = None) -> dict:
+    """One JSON line: the pair's ``id`` (from 0, as ``translate``'s n-best lines and JSON
+    lines count them), its numbers (null for an empty source) and, given the target's
+    pieces, [piece, log-prob] for each of them."""
+    record: dict = {"id": sentence_id}
     fields = ("log_prob", "length", "score", "ppl")
     record.update({f: None if score is None else getattr(score, f) for f in fields})
     if pieces is not None:
@@ -108,5 +106,10 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src", help="source text (.gz allowed)")
     p.add_argument("--ref", help="reference text, one line per source line (.gz allowed)")
     p.add_argument("--tokens", action="store_true", help="log-probability of every subword")
-    p.add_argument("--format", choices=["tsv", "jsonl"], help="default: tsv (jsonl with --tokens)")
+    p.add_argument(
+        "--format",
+        choices=["tsv", "jsonl"],
+        help='default: tsv (jsonl with --tokens: {"id" from 0, "log_prob", "length", "score", '
+        '"ppl"}, as translate --format jsonl numbers its lines)',
+    )
     p.set_defaults(func=_score)

@@ -177,6 +177,10 @@ def _translate(args: argparse.Namespace) -> None:
     progress = show_progress(args) and not interactive
     if interactive:
         corpus["window"] = 1  # answer each line as it comes
+    output = Outputs.from_args(args)
+    count = count_lines(args.input) if args.input and (progress or output is not None) else None
+    if output is not None and count is not None:
+        output.finish(count)  # --prefix/--constraints: one line per input line, checked first
     translate_stream(
         args.checkpoint,
         source,
@@ -187,10 +191,10 @@ def _translate(args: argparse.Namespace) -> None:
         prompt=interactive,
         quantize=args.quantize,
         precision=precision.name,
-        output=Outputs.from_args(args),
+        output=output,
         engine=load_engine(args),
         progress=progress,
-        total=count_lines(args.input) if progress and args.input else None,
+        total=count if progress else None,
         **corpus,
         **shortlist_option(args),
     )

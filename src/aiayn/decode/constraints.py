@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from ..data.vocab import EOS_ID
+from ..data.vocab import EOS_ID, UNK_ID
 from ..errors import UserError
 from .beam import AllBut
 
@@ -93,11 +93,27 @@ def text_constraint(
 ) -> OutputConstraint | None:
     """A prefix and phrases given as text, encoded by ``tokenizer`` (blank ones are none), as
     ``translate --prefix/--constraints`` and ``serve`` take them; None when there is neither."""
-    encoded = [tokenizer.encode(p) for p in phrases if p.strip()]
-    if not prefix.strip() and not encoded:
+    given = [p for p in phrases if p.strip()]
+    if not prefix.strip() and not given:
         return None
+    encoded = [_spelled(tokenizer, p, "phrase", where) for p in given]
+    prefix_ids = _spelled(tokenizer, prefix, "prefix", where)
     eos_id = getattr(tokenizer, "eos_id", EOS_ID)
-    return OutputConstraint(tokenizer.encode(prefix), encoded, where=where, eos_id=eos_id)
+    return OutputConstraint(prefix_ids, encoded, where=where, eos_id=eos_id)
+
+
+def _spelled(tokenizer: Any, text: str, what: str, where: str) -> list[int]:
+    """``text``'s ids, or ``UserError`` when the vocabulary cannot spell it: the unknown piece
+    would stand in for it, and any output holding that piece would "meet" the constraint."""
+    ids = tokenizer.encode(text)
+    unk_id = getattr(tokenizer, "unk_id", UNK_ID)
+    if unk_id not in ids:
+        return ids
+    unknown = "".join(dict.fromkeys(c for c in text if unk_id in tokenizer.encode(c)))
+    raise UserError(
+        f"{where}: the {what} {text!r} has characters the vocabulary cannot spell "
+        f"({unknown!r}; they encode to the unknown piece): leave them out"
+    )
 
 
 def _progress(phrase: tuple[int, ...], tail: tuple[int, ...]) -> int:

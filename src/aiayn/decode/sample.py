@@ -4,10 +4,15 @@ cut to the ``top_k`` most probable tokens and to the smallest set whose probabil
 ``top_p`` (nucleus sampling).
 
 Reproducible: every source sentence has its own random stream, seeded from (seed, the
-sentence's index in the input), and its samples draw from it in a fixed order. A sentence's
-samples therefore depend on the seed and on the sentence alone, not on the batch it was decoded
-in nor on the sentences around it. Each of its ``samples`` outputs is a row of its own in the
-batch (the memory repeated), so that a finished sample leaves at once.
+sentence's index in the input), and its samples draw from it in a fixed order, so the random
+numbers a sentence uses never depend on the batch it is decoded in nor on the sentences around
+it. The probabilities they draw from do, in the last bits (padding and the batch's shape change
+the rounding of the model's matrix products): another batching changes a sample where a draw
+falls within that noise of the boundary between two tokens, rarely. The same batching gives
+the same samples bit for bit, and a batch of one sentence (``batch_size=1``) makes a
+sentence's samples its own whatever the other inputs (docs/decoding.md). Each of its
+``samples`` outputs is a row of its own in the batch (the memory repeated), so that a finished
+sample leaves at once.
 
 Scores are the model's: ``log_prob`` is log P(Y|X) at temperature 1 without the cuts (what
 forced decoding gives the output), and ``score`` is ``log_prob / lp(|Y|)`` as for beam search.
@@ -110,6 +115,8 @@ def sample(
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap).repeat_interleave(N)
     memory, mask = memory.repeat_interleave(N, dim=0), mask.repeat_interleave(N, dim=0)
     generators = [sentence_generator(sampling.seed, i) for i in indices]
+    if isinstance(constraint, Sequence):  # one per sentence -> one per row (its N samples)
+        constraint = [c for c in constraint for _ in range(N)]
     states = constraint_states(constraint, src.repeat_interleave(N, dim=0), max_lens, pad_id)
     rows = torch.arange(B * N, device=device)  # the original row of each live row
     log_prob = torch.zeros(B * N, dtype=torch.float64, device=device)

@@ -77,6 +77,11 @@ def load_shortlist(
     path = Path(path)
     if frequent < 0 or best < 0:
         raise UserError(f"shortlist sizes must be at least 0, got frequent={frequent}, best={best}")
+    if frequent == best == 0:
+        raise UserError(
+            "shortlist sizes frequent=0 and best=0 leave only the special pieces: every output "
+            "would be empty; give either at least 1"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

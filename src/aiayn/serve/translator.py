@@ -162,7 +162,8 @@ class Translator:
 
         All sentences of all jobs go to one ``decode_ids`` call, which sorts them by length
         into batches; the answers are split back per job in input order. A sentence samples
-        by its place in its own request, so its samples do not depend on the other jobs.
+        by its place in its own request, so the random numbers of its samples do not depend on
+        the other jobs (their probabilities may, in the last bits: ``aiayn.decode.sample``).
         """
         if any(job.key != jobs[0].key for job in jobs):
             raise ValueError("jobs decoded together must share one DecodeConfig and sampling")

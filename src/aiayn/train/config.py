@@ -151,6 +151,8 @@ class TrainConfig:
             )
         if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
             raise UserError(f"TrainConfig.ema_decay must be in (0, 1), got {self.ema_decay}")
+        if self.ema_warmup and self.ema_decay is None:
+            raise UserError("TrainConfig.ema_warmup warms up the moving average: set ema_decay too")
         if self.patience is not None and not self.validate:
             raise UserError("TrainConfig.patience needs validation: set validate=true")
         if self.best_metric == "valid_bleu" and not self.valid_bleu_sentences:
@@ -170,6 +172,72 @@ class TrainConfig:
         if vocab_size is not None:
             overrides["vocab_size"] = vocab_size
         return from_dict(ModelConfig, {**base, **overrides}, where="model")
+
+
+# What a resumed run may change (``resume_changes``): when it stops, saves, logs and validates,
+# and the machinery (amp and compile change the arithmetic of later updates, not their
+# meaning). Every other key shapes the updates themselves (the data and its order, the
+# optimizer and its schedule, the loss, the initial weights, the moving average) or the
+# comparison behind checkpoints/best, and is refused: the run would no longer be one run.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "out",
+        "max_updates",
+        "max_minutes",
+        "save_every_minutes",
+        "save_every_updates",
+        "keep_last",
+        "amp",
+        "compile",
+        "max_nonfinite",
+        "num_threads",
+        "log_every",
+        "validate",
+        "valid_bleu_sentences",
+        "valid_beam",
+        "valid_bleu_lang",
+        "patience",
+    }
+)
+# Compared through the model config the checkpoint records (``Trainer.resume``), not as keys.
+_MODEL_KEYS = frozenset({"preset", "model"})
+# How a run started: ``--init-from`` left out on resuming keeps the run's own.
+_START_KEYS = ("init_from", "init_from_keep")
+
+
+def resume_changes(
+    saved: dict[str, Any], cfg: TrainConfig, *, where: str, also: frozenset[str] = frozenset()
+) -> tuple[TrainConfig, list[str]]:
+    """(the config to resume with, "key old -> new" for each key it changes) for a run whose
+    checkpoint ``where`` recorded ``saved`` (its TrainConfig as a dict). A ``UserError`` names,
+    in one line, every key that differs and may not (``RESUME_MAY_CHANGE``, and ``also``: what
+    the caller found may change, e.g. ``data`` for the same dataset moved). Without
+    ``init_from`` the run keeps its own (the CLI resumes OUT whatever ``--init-from`` says)."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    start = {k: saved[k] for k in _START_KEYS if k in saved}
+    if not cfg.init_from and not cfg.init_from_keep:
+        cfg = dataclasses.replace(cfg, **start)
+    now = dataclasses.asdict(cfg)
+    differ = [
+        k for k in sorted(known - _MODEL_KEYS) if k in saved and _plain(saved[k]) != _plain(now[k])
+    ]
+    refused = {k for k in differ if k not in RESUME_MAY_CHANGE | also}
+    if cfg.best_metric == "valid_bleu":  # checkpoints/best compares BLEU on these sentences
+        refused |= {k for k in differ if k.startswith("valid_b")}
+    changes = [f"{k} {saved[k]!r} -> {now[k]!r}" for k in differ]
+    if refused:
+        shown = ", ".join(c for k, c in zip(differ, changes) if k in refused)
+        raise UserError(
+            f"{where}: resuming would change what the run was trained with: {shown}; give "
+            "the run's values back, or start a new out (--init-from the checkpoint to "
+            "fine-tune from it)"
+        )
+    return cfg, changes
+
+
+def _plain(value: Any) -> Any:
+    """A config value as its JSON record reads back (tuples as lists)."""
+    return json.loads(json.dumps(value))
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

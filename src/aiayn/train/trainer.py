@@ -43,7 +43,7 @@ from ..hardware import bf16_support
 from ..model import Transformer, attention_precision
 from . import distributed
 from .best import BestSoFar
-from .config import RESOLVED, TrainConfig
+from .config import RESOLVED, TrainConfig, resume_changes
 from .ema import EMA
 from .finetune import check_init_from, check_outside
 from .loss import label_smoothed_nll, perplexity, teacher_forced
@@ -443,6 +443,7 @@ class Trainer:
                 f"{path}: the model config differs from the current one; "
                 f"saved {meta['model_config']}, now {dataclasses.asdict(self.model_cfg)}"
             )
+        self._resume_config(path, meta)
         if meta["world_size"] != self.dist.world_size:
             warnings.warn(
                 f"{path} was written by {meta['world_size']} processes, now "
@@ -460,6 +461,18 @@ class Trainer:
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
         self.best = BestSoFar.resumed(self.cfg.best_metric, meta.get("best"))
+
+    def _resume_config(self, path: Path, meta: dict[str, Any]) -> None:
+        """Refuse a training key that may not change on resuming (``resume_changes``); apply
+        the others and say which, in one line."""
+        if "train_config" not in meta:
+            return
+        same_data = frozenset({"data"}) if meta.get("dataset") == self.data_meta else frozenset()
+        self.cfg, changes = resume_changes(
+            meta["train_config"], self.cfg, where=str(path), also=same_data
+        )
+        if changes and self.dist.is_main:
+            tqdm.write(f"train: resuming {path} with {', '.join(changes)}", file=sys.stderr)
 
     def init_from(self, path: Path) -> None:
         """Start from another run's checkpoint ``path`` (fine-tuning on other data with its
@@ -540,6 +553,7 @@ class Trainer:
         start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
         if start_path:
             self.resume(Path(start_path))
+            cfg = self.cfg  # the run's own init_from, when resuming without one
         elif cfg.init_from:
             self.init_from(Path(cfg.init_from))
         main = self.dist.is_main
