@@ -626,7 +626,7 @@ def test_resuming_refuses_keys_that_shape_the_updates_naming_them(tiny_corpus, t
 
 def test_resuming_applies_the_keys_that_may_change_and_says_so(tiny_corpus, tmp_path, capsys):
     out = tmp_path / "run"
-    Trainer(config(tiny_corpus, out, max_updates=1, ema_decay=0.5)).run()
+    Trainer(config(tiny_corpus, out, max_updates=1, ema_decay=0.5, amp="auto")).run()
     capsys.readouterr()
     more = config(tiny_corpus, out, max_updates=2, ema_decay=0.5, amp="none", log_every=5)
     summary = Trainer(more).run()
