@@ -41,6 +41,9 @@ from aiayn.train.config import resolve_train_config
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.trainer import NonFiniteLossError, Trainer
 
+# torch.compile takes minutes a test on a CPU: an oracle, run by `make test-oracles`
+COMPILED = (pytest.mark.oracle, pytest.mark.compile)
+
 
 def config(data: Path, out: Path, **overrides) -> TrainConfig:
     """``_cli.config`` with 6 updates, enough for the checkpoint and resume tests here."""
@@ -169,8 +172,8 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
     [
         ("none", False),
         ("bf16", False),
-        pytest.param("none", True, marks=pytest.mark.compile),
-        pytest.param("bf16", True, marks=pytest.mark.compile),
+        pytest.param("none", True, marks=COMPILED),
+        pytest.param("bf16", True, marks=COMPILED),
     ],
 )
 def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path, amp, compile):
@@ -300,7 +303,7 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------
 
 
-@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.compile)])
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=COMPILED)])
 def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path, compile):
     # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two
     common = dict(
@@ -1033,6 +1036,7 @@ def test_compile_auto_stays_off_on_cpu():
     assert trainer_module.resolve_compile(True, torch.device("cpu")) == (True, "compile=true")
 
 
+@pytest.mark.oracle
 @pytest.mark.compile
 def test_compile_true_compiles_every_layer_to_the_same_updates(tiny_corpus, tmp_path):
     eager = Trainer(config(tiny_corpus, tmp_path / "eager", model={**TINY, "P_drop": 0.0}))
