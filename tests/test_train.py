@@ -1,5 +1,6 @@
 """Section 5: schedule, loss, split-invariant updates, exact resume, DDP, averaging, configs."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 from torch._dynamo.utils import counters
+from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
@@ -34,7 +36,7 @@ from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import temp_dir_beside
-from aiayn.flops import mfu, real_lengths, training_flops
+from aiayn.flops import real_lengths, training_flops
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.config import resolve_train_config
@@ -463,13 +465,47 @@ def test_keep_last_and_latest_ignore_partial_writes(tmp_path):
     assert latest_checkpoint(tmp_path).name == "update_0000004"
 
 
-def test_training_writes_logs_and_summary(tiny_corpus, tmp_path):
-    summary = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=4, validate=True)).run()
-    assert summary["updates"] == 4 and summary["valid_ppl"] > 1
-    assert 0 < summary["mfu"] < 1
-    assert summary["mfu"] == mfu(
-        summary["counted_flops"], summary["elapsed_s"], summary["matmul_peak_flops"]
+def _flops_by_counting_ops(cfg: ModelConfig, batches: list) -> float:
+    """Training FLOPs of ``batches`` counted from the matmuls that a forward and backward pass
+    of each pair alone (no padding) runs, with torch's FlopCounterMode; attention's query-key
+    products by hand, 2 (d_k + d_v) h FLOPs a pair forward and twice that backward (the counter
+    does not see the CPU's fused attention kernel). aiayn.flops is not used."""
+    model, total = Transformer(dataclasses.replace(cfg, P_drop=0.0)), 0.0
+    per_pair = 3 * 2 * cfg.h * (cfg.resolved_d_k + cfg.resolved_d_v)
+    for batch in batches:
+        for src, tgt_in, tgt_out in zip(batch.src, batch.tgt_in, batch.tgt_out):
+            s, t = int((src != 0).sum()), int((tgt_out != 0).sum())
+            src, tgt_in, tgt_out = src[None, :s], tgt_in[None, :t], tgt_out[None, :t]
+            with FlopCounterMode(display=False) as counter:
+                logits = model(src, tgt_in, output_mask=tgt_out != 0)
+                label_smoothed_nll(logits, tgt_out[0], 0.1)[0].backward()
+            pairs = cfg.N_enc * s * s + cfg.N_dec * (t * t + t * s)
+            total += counter.get_total_flops() + per_pair * pairs
+    return total
+
+
+def test_training_writes_logs_and_summary(tiny_corpus, tmp_path, monkeypatch):
+    trained, collate = [], trainer_module.collate
+    monkeypatch.setattr(
+        trainer_module,
+        "collate",
+        lambda data, i: trained.append((data, collate(data, i))) or trained[-1][1],
     )
+    trainer = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=4, validate=True))
+    start = time.monotonic()
+    summary = trainer.run()
+    wall = time.monotonic() - start
+    assert summary["updates"] == 4 and summary["valid_ppl"] > 1
+    # the FLOPs of the micro-batches it trained on (not validation's), counted another way
+    batches = [batch for data, batch in trained if data is trainer.train_data]
+    assert len(batches) == 4 * trainer.update_freq
+    expected = _flops_by_counting_ops(trainer.model_cfg, batches)
+    assert summary["counted_flops"] == pytest.approx(expected, rel=1e-9)
+    # MFU: those FLOPs over what the measured peak does in the training time (validation and
+    # checkpoints excluded, so less than the run's wall time)
+    assert 0 < summary["elapsed_s"] < wall and summary["matmul_peak_flops"] > 1e8
+    by_hand = expected / (summary["elapsed_s"] * summary["matmul_peak_flops"])
+    assert summary["mfu"] == pytest.approx(by_hand, rel=1e-9) and 0 < summary["mfu"] < 1
     records = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records if "loss" in r] == [1, 2, 3, 4]
     assert records[-1]["valid_ppl"] == summary["valid_ppl"]
