@@ -17,6 +17,7 @@ from _cli import config as cli_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -509,7 +510,12 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path, monkeypatch):
     records = [json.loads(line) for line in (tmp_path / "run/log.jsonl").read_text().splitlines()]
     assert [r["update"] for r in records if "loss" in r] == [1, 2, 3, 4]
     assert records[-1]["valid_ppl"] == summary["valid_ppl"]
-    assert any((tmp_path / "run/tensorboard").iterdir())
+    # TensorBoard holds the logged numbers (float32), at their updates
+    board = EventAccumulator(str(tmp_path / "run/tensorboard"))
+    board.Reload()
+    for tag in ("loss", "valid_ppl"):
+        logged = [(r["update"], pytest.approx(r[tag], rel=1e-6)) for r in records if tag in r]
+        assert logged and [(e.step, e.value) for e in board.Scalars(tag)] == logged, tag
     saved = json.loads((latest_checkpoint(tmp_path / "run/checkpoints") / "meta.json").read_text())
     assert saved["train_config"]["max_updates"] == 4 and saved["model_config"]["d_model"] == 32
 
