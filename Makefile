@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 MINUTES ?= 15
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-compile lint docs bench
+.PHONY: setup demo test test-oracles lint docs bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -23,17 +23,21 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/aiayn demo --minutes $(MINUTES)
 
+# The lint tests ran in `make lint` just before: not twice.
 test: setup lint docs
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not oracle and not lint"
 
-# The torch.compile tests (the compiled training step), minutes each on a CPU: not in `make test`.
-test-compile: setup
-	$(BIN)/python -m pytest -m compile
+# The opt-in oracles (docs/install.md): EVALB's C program, CTranslate2 agreement on a model
+# trained for it, the torch.compile tests. Tens of minutes on 2 CPU cores; not in `make test`.
+test-oracles: setup
+	$(BIN)/python -m pytest -m oracle
 
-# The formatter and the linter (rules in pyproject.toml); `ruff format .` applies the format.
+# The formatter, the linter (rules in pyproject.toml; `ruff format .` applies the format), and
+# the repository's lint tests (pytest -m lint: layout, docs, torch-free modules, help examples).
 lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
+	$(BIN)/python -m pytest -m lint
 
 # The documentation site (mkdocs.yml): --strict, so a broken link or anchor, or a page missing
 # from the nav, fails `make test`. Written to site/ (ignored by git).

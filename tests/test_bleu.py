@@ -85,6 +85,7 @@ def test_sacre_bleu_pinned():
     assert sacre_bleu(["The cat sat."], ["The cat sat on the mat."], smooth_method="none")[0] == 0.0
 
 
+@pytest.mark.lint  # a repository lint: `make lint` runs it
 def test_metrics_module_needs_no_torch():
     code = (
         "import importlib.util, sys\n"

@@ -14,6 +14,9 @@ from aiayn.train import load_train_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# a repository lint: `make lint` runs it (pytest -m lint), the main run of `make test` does not
+pytestmark = pytest.mark.lint
+
 
 def _examples() -> list[list[str]]:
     """The arguments after ``aiayn`` of every example line of the help text (its description:

@@ -160,7 +160,7 @@ def test_new_dataset_replaces_the_old_and_keeps_other_entries(corpus, tmp_path):
     assert sorted(summary["splits"]) == ["train", "valid"]
     assert not list(out.glob("test.*"))  # the old dataset's files went with it
     assert (out / "text" / "dev.gold").read_text(encoding="utf-8") == "(S (X a))\n"
-    assert (out / "parsing.json").exists()
+    assert (out / "parsing.json").read_text(encoding="utf-8") == "{}\n"  # kept as it was
     check_vocab(out, Vocab.load(out / "spm.model"))
     assert len(Vocab.load(out / "spm.model")) == 80 and leftovers(tmp_path) == []
 
@@ -172,8 +172,10 @@ def test_a_directory_with_other_files_gets_the_dataset_beside_them(tmp_path):
     (out / "dev.gold").write_text("(S (X a))\n", encoding="utf-8")
     splits = {"train": write_pair(out / "text", "train", 300)}
     text_before = snapshot(out / "text")
-    prepare_corpus(splits, out, vocab_size=60)
-    assert (out / "meta.json").is_file() and snapshot(out / "text") == text_before
+    summary = prepare_corpus(splits, out, vocab_size=60)
+    meta = json.loads((out / "meta.json").read_text())  # the dataset, beside them
+    assert meta == {k: v for k, v in summary.items() if k != "seconds"}
+    assert summary["splits"]["train"]["pairs"] == 300 and snapshot(out / "text") == text_before
     assert (out / "dev.gold").read_text(encoding="utf-8") == "(S (X a))\n"
     assert leftovers(tmp_path) == []
 

@@ -7,65 +7,27 @@ import math
 
 import pytest
 import torch
+from _decode_helpers import (
+    B_,
+    BOS,
+    EOS,
+    PAD,
+    SHORT,
+    SRC,
+    TABLE,
+    UNK,
+    A,
+    PrefixCache,
+    ScriptedModel,
+    hypotheses,
+    random_src,
+    tiny_model,
+)
 
-import aiayn
 from aiayn.decode import DecodeConfig, beam_search, decode_ids, gnmt_length_penalty, translate
 from aiayn.decode.translate import length_batches
 
-PAD, UNK, BOS, EOS, A, B_ = 0, 1, 2, 3, 4, 5
-
-
-# --- a scripted fake model: next-token probabilities are a table keyed by the prefix -----------
-
-
-class PrefixCache:
-    """Holds each row's generated prefix; ``select`` reorders rows like ``DecoderCache``."""
-
-    def __init__(self, rows: list[tuple[int, ...]]) -> None:
-        self.rows = rows
-
-    def select(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
-        self.rows = [self.rows[i] for i in rows.tolist()]
-
-
-class ScriptedModel:
-    """P(next | prefix) from ``table`` (prefix = tokens after bos); counts decode steps."""
-
-    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], vocab: int = 6) -> None:
-        self.table, self.vocab, self.steps = table, vocab, 0
-
-    def encode(self, src):
-        return torch.zeros(src.size(0), src.size(1), 1)
-
-    def src_mask(self, src):
-        return (src != PAD)[:, None, None, :]
-
-    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
-        assert memory.size(0) == src_mask.size(0) and tgt_in.size(0) % memory.size(0) == 0
-        self.steps += 1
-        if cache is None:
-            cache = PrefixCache([() for _ in range(tgt_in.size(0))])
-        assert len(cache.rows) == tgt_in.size(0)
-        cache.rows = [
-            p + tuple(x for x in row if x != BOS) for p, row in zip(cache.rows, tgt_in.tolist())
-        ]
-        logits = torch.full((tgt_in.size(0), self.vocab), float("-inf"))
-        for r, prefix in enumerate(cache.rows):
-            for tok, p in self.table[prefix].items():
-                logits[r, tok] = math.log(p)
-        return logits, cache
-
-
-# P(a)=.6 P(b)=.4; after a: eos .7, a .2, b .1; after b: a .9, eos .1; then eos for sure.
-TABLE = {
-    (): {A: 0.6, B_: 0.4},
-    (A,): {EOS: 0.7, A: 0.2, B_: 0.1},
-    (B_,): {A: 0.9, EOS: 0.1},
-    (A, A): {EOS: 1.0},
-    (A, B_): {EOS: 1.0},
-    (B_, A): {EOS: 1.0},
-}
-SRC = torch.tensor([[7, 8, 9]])
+# the scripted model (_decode_helpers.TABLE) against hand-computed answers
 
 
 def run(config: DecodeConfig, **kw):
@@ -141,32 +103,6 @@ def test_presets():
 # --- a tiny random Transformer -------------------------------------------------------------------
 
 
-def tiny_model(vocab: int = 100, seed: int = 0) -> aiayn.Transformer:
-    """Seeded random weights (init "xavier": the eos scale below was tuned on them)."""
-    torch.manual_seed(seed)
-    model = aiayn.Transformer(
-        aiayn.ModelConfig.preset("tiny", vocab_size=vocab), init="xavier"
-    ).eval()
-    with torch.no_grad():  # make eos likely enough that sentences finish at different steps
-        model.src_embed.tokens.weight[EOS] *= 6.0
-    return model
-
-
-def random_src(batch: int = 5, seed: int = 1, vocab: int = 100) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (batch, 9), generator=g)
-    for i in range(batch):
-        src[i, 9 - i :] = PAD  # different lengths
-    return src
-
-
-SHORT = DecodeConfig(beam=4, alpha=0.6, max_len_a=0.5, max_len_b=8, nbest=4)
-
-
-def as_tuples(nbest):
-    return [[(tuple(h.tokens), round(h.score, 4)) for h in hyps] for hyps in nbest]
-
-
 def test_eos_is_reached():
     lengths = [h[0].length for h in beam_search(tiny_model(), random_src(), SHORT)]
     assert any(n < 8 for n in lengths)  # the tests below exercise sentences leaving the batch
@@ -231,7 +167,7 @@ def _select_tensor_rows(self, rows, sentences=None):
 def test_cached_equals_uncached(monkeypatch):
     monkeypatch.setattr(PrefixCache, "select", _select_tensor_rows)
     model, src = tiny_model(), random_src()
-    assert as_tuples(beam_search(model, src, SHORT)) == as_tuples(
+    assert hypotheses(beam_search(model, src, SHORT)) == hypotheses(
         beam_search(Uncached(model), src, SHORT)
     )
 
@@ -243,7 +179,7 @@ def test_batched_equals_one_by_one():
         beam_search(model, src[i : i + 1, : int((src[i] != PAD).sum())], SHORT)[0]
         for i in range(len(src))
     ]
-    assert as_tuples(batched) == as_tuples(single)
+    assert hypotheses(batched) == hypotheses(single)
 
 
 def test_large_beam_finds_exhaustive_optimum():

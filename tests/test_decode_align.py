@@ -117,7 +117,7 @@ def test_translate_refuses_a_layer_the_model_lacks(tiny_run, tmp_path, capsys):
 
 
 def test_an_ensemble_aligns_with_its_models_mean_attention():
-    from test_decode import tiny_model
+    from _decode_helpers import tiny_model
 
     from aiayn.decode import Ensemble
     from aiayn.decode.align import cross_attention

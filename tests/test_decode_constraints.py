@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 from _cli import one_line_error, run_cli
+from _decode_helpers import B_, EOS, PAD, SRC, TABLE, A, PrefixCache, ScriptedModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_decode import B_, EOS, PAD, SRC, TABLE, A, PrefixCache, ScriptedModel
 
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.decode import DecodeConfig, OutputConstraint, SampleConfig, beam_search, score_ids

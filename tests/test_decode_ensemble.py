@@ -8,10 +8,22 @@ import math
 import shutil
 
 import pytest
+import torch
 from _cli import one_line_error, run_cli
-from test_decode import B_, EOS, SHORT, SRC, TABLE, A, ScriptedModel, random_src, tiny_model
+from _decode_helpers import (
+    B_,
+    BOS,
+    EOS,
+    SHORT,
+    SRC,
+    TABLE,
+    A,
+    ScriptedModel,
+    random_src,
+    tiny_model,
+)
 
-from aiayn.checkpoint import VOCAB, latest_checkpoint
+from aiayn.checkpoint import VOCAB, latest_checkpoint, load_transformer
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, Ensemble, beam_search, score_ids
 
@@ -86,7 +98,9 @@ def test_translate_with_one_checkpoint_twice_prints_its_outputs(tiny_run, inputs
         assert [h["score"] for h in hb] == pytest.approx([h["score"] for h in ha], abs=1e-5)
 
 
-def test_ensemble_of_two_checkpoints_scores_between_them(tiny_run, inputs, capsys, tmp_path):
+def test_ensemble_of_two_checkpoints_scores_the_renormalised_mean_of_theirs(
+    tiny_run, inputs, capsys
+):
     ckpts = sorted((tiny_run / "checkpoints").glob("update_*"))
     argv = ["score", "--src", inputs, "--ref", inputs, "--format", "jsonl"]
     logps = []
@@ -94,9 +108,21 @@ def test_ensemble_of_two_checkpoints_scores_between_them(tiny_run, inputs, capsy
         code, out, err = run_cli(capsys, *argv, *[a for c in chosen for a in ("--checkpoint", c)])
         assert code == 0, err
         logps.append([json.loads(line)["log_prob"] for line in out.splitlines()])
-    for first, last, both in zip(*logps):
-        assert both != first and both != last  # neither model alone
-        assert both >= min(first, last) - 1e-4  # renormalising only raises the mean
+    # by hand, teacher-forced: each model's log-softmax at every position, their mean
+    # renormalised over the vocabulary, at the reference's tokens
+    models = [load_transformer(c)[0] for c in (ckpts[0], ckpts[-1])]
+    vocab = Vocab.load(ckpts[0] / VOCAB)
+    lines = inputs.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(logps[2]) == 2
+    for line, first, last, both in zip(lines, *logps):
+        target = vocab.encode(line) + [EOS]
+        src, tgt_in = torch.tensor([vocab.encode_source(line)]), torch.tensor([[BOS, *target[:-1]]])
+        with torch.no_grad():
+            mean = torch.stack([torch.log_softmax(m(src, tgt_in)[0], -1) for m in models]).mean(0)
+        expected = torch.log_softmax(mean, -1).gather(1, torch.tensor(target)[:, None]).sum()
+        assert both == pytest.approx(float(expected), abs=1e-4)
+        assert abs(both - first) > 1e-3 and abs(both - last) > 1e-3  # neither model alone
+        assert both >= (first + last) / 2 - 1e-4  # renormalising only raises the mean
 
 
 def test_ensemble_refuses_checkpoints_with_other_vocabularies(tiny_run, inputs, capsys, tmp_path):

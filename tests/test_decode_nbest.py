@@ -7,7 +7,7 @@ import math
 
 import pytest
 from _cli import one_line_error, run_cli
-from test_decode import B_, EOS, TABLE, A, ScriptedModel
+from _decode_helpers import B_, EOS, TABLE, A, ScriptedModel
 
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.decode import DecodeConfig, Output, beam_search, jsonl_line, nbest_outputs
@@ -40,8 +40,8 @@ def test_nbest_outputs_carry_the_search_scores_and_token_log_probs():
     hyps = beam_search(ScriptedModel(TABLE), _src(), CONFIG)[0]
     for outputs in (lists[0], lists[2]):
         assert [o.text for o in outputs] == ["b a", "a"]
-        assert [o.score for o in outputs] == [h.score for h in hyps]
-        assert [o.log_prob for o in outputs] == [h.log_prob for h in hyps]
+        assert [o.score for o in outputs] == pytest.approx([h.score for h in hyps], abs=1e-6)
+        assert [o.log_prob for o in outputs] == pytest.approx([h.log_prob for h in hyps], abs=1e-6)
         assert [o.length for o in outputs] == [3, 2]
         first, second = outputs
         assert [p for p, _ in first.tokens] == ["▁b", "▁a", "</s>"]

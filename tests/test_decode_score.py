@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 from _cli import one_line_error, run_cli
-from test_decode import B_, EOS, PAD, SRC, TABLE, A, ScriptedModel, tiny_model
+from _decode_helpers import B_, EOS, PAD, SRC, TABLE, A, ScriptedModel, tiny_model
 
 from aiayn.checkpoint import VOCAB, latest_checkpoint
 from aiayn.data import Vocab

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from _cli import one_line_error, run_cli
+from _decode_helpers import hypotheses
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.data.binarize import read_meta
@@ -97,10 +98,6 @@ class _Masked:
         return logits.masked_fill(self.outside, float("-inf")), cache
 
 
-def _hyps(hyps):
-    return [(h.tokens, round(h.score, 4), h.length) for h in hyps]
-
-
 @pytest.mark.parametrize("frequent,best", [(300, 50), (5, 2), (0, 1)])
 def test_each_sentence_is_searched_over_its_own_shortlist(
     model_vocab, shortlist_file, frequent, best
@@ -116,13 +113,11 @@ def test_each_sentence_is_searched_over_its_own_shortlist(
             continue
         # alone and over the full vocabulary masked to its list: batch-mates change nothing
         alone = beam_search(_Masked(model, shortlist.ids(source)), torch.tensor([source]), config)
-        assert [(h.tokens, h.length) for h in hyps] == [(h.tokens, h.length) for h in alone[0]]
-        # scores up to float noise: rounded to 4 decimals, -2.76775 fell on either side
-        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone[0]], abs=1e-4)
+        assert hypotheses([hyps]) == hypotheses(alone)
         assert all(set(h.tokens) <= set(shortlist.ids(source)) for h in hyps)
     if frequent == 0:  # a short list must change something, or this test shows nothing
         full = decode_ids(model, sources, config, batch_size=2)
-        assert [_hyps(h) for h in found] != [_hyps(h) for h in full]
+        assert hypotheses(found) != hypotheses(full)
 
 
 def test_each_sentences_output_layer_is_its_rows_of_the_embedding(model_vocab):
@@ -274,7 +269,7 @@ def test_two_workers_with_a_shortlist_give_one_process_outputs(model_vocab, shor
     config = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=4)
     one = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist)
     two = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist, workers=2)
-    assert [_hyps(h) for h in two] == [_hyps(h) for h in one]
+    assert hypotheses(two) == hypotheses(one)
 
 
 def test_evaluate_says_which_shortlist_it_used(tiny_run, shortlist_file, tmp_path, capsys):

@@ -9,6 +9,7 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 import torch
 from _cli import run_cli
+from _decode_helpers import hypotheses
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.cli.common import corpus_options
@@ -37,10 +38,6 @@ def model_and_sources(tiny_run):
     return model, [vocab.encode_source(line) if line else [] for line in lines]
 
 
-def _as_lists(nbest):
-    return [[(h.tokens, round(h.score, 5), h.length) for h in hyps] for hyps in nbest]
-
-
 @pytest.mark.parametrize(
     "options",
     [
@@ -57,7 +54,7 @@ def test_two_workers_give_the_outputs_of_one_process(model_and_sources, options)
     config = options.pop("config")
     one = decode_ids(model, sources, config, batch_size=2, **options)
     two = decode_ids(model, sources, config, batch_size=2, workers=2, **options)
-    assert _as_lists(two) == _as_lists(one)
+    assert hypotheses(two) == hypotheses(one)
     assert two[4] == [] and all(two[i] for i in range(len(sources)) if sources[i])
 
 

@@ -4,10 +4,13 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import sacrebleu
+import torch
 from _cli import one_line_error, run_cli
+from _pictures import assert_picture
 
 from aiayn import checkpoint as ckpt
 from aiayn import demo as demo_module
@@ -43,24 +46,44 @@ def demo(tmp_path_factory):
 def test_demo_writes_every_artefact(demo):
     root, report = demo
     run = root / "run"
-    for name in (
-        "averaged/model.safetensors",
-        "averaged/spm.model",
-        "averaged/meta.json",
-        "test.hyp.es",
-        "training.png",
-        "report.json",
-        "log.jsonl",
-        "summary.json",
-    ):
-        assert (run / name).is_file(), name
+    # the report and the training summary, as returned
+    assert json.loads((run / "report.json").read_text()) == json.loads(json.dumps(report))
+    assert json.loads((run / "summary.json").read_text()) == report["training"]
+    # the averaged checkpoint: the mean of the checkpoints it names, with the corpus's vocabulary
+    model, _ = ckpt.load_transformer(run / "averaged")
+    meta = ckpt.read_meta(run / "averaged")
+    kept = {p.name: p for p in ckpt.list_checkpoints(run / "checkpoints")}
+    assert meta["averaged_from"] and set(meta["averaged_from"]) <= set(kept)
+    parts = [
+        dict(ckpt.load_transformer(kept[n])[0].named_parameters()) for n in meta["averaged_from"]
+    ]
+    for name, p in model.named_parameters():
+        mean = sum(part[name] for part in parts) / len(parts)
+        assert torch.allclose(p, mean, atol=1e-6), name
+    vocab = Vocab.load(run / "averaged/spm.model")
+    assert vocab.fingerprint == Vocab.load(root / "work/spm.model").fingerprint
+    assert vocab.fingerprint == meta["vocab_fingerprint"]
+    # the test hypotheses, one a sentence: the report's samples
+    hyps = read_lines(run / "test.hyp.es")
+    assert len(hyps) == 6 and hyps == [s["hypothesis"] for s in report["samples"]]
+    # the log: a validation at each checkpoint, as the checkpoint records it; the last one
+    # the summary's
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    validations = [r for r in records if "valid_ppl" in r]
+    assert len(validations) == len(report["bleu_per_checkpoint"]) >= 2
+    for r in validations:
+        name = ckpt.checkpoint_name(r["update"])
+        if name in kept:  # keep_last may have pruned the first ones
+            assert ckpt.read_meta(kept[name])["valid"]["valid_ppl"] == r["valid_ppl"]
+    assert validations[-1]["update"] == report["training"]["updates"] >= 1
+    assert validations[-1]["valid_ppl"] == report["training"]["valid_ppl"]
+    assert report["training"]["elapsed_s"] >= 6
+    # the pictures
+    assert_picture(run / "training.png")
     maps = sorted((run / "attention").glob("*.png"))
-    assert (
-        len(maps) == report["artefacts"]["n_attention_maps"] == 3 * 3 * 2
-    )  # 3 sentences, 3 kinds, 2 layers
-    assert len(json.loads((run / "report.json").read_text())["samples"]) == 6
-    assert len(report["bleu_per_checkpoint"]) >= 2
-    assert report["training"]["updates"] >= 1 and report["training"]["elapsed_s"] >= 6
+    assert len(maps) == report["artefacts"]["n_attention_maps"] == 3 * 3 * 2  # 3 sentences,
+    for path in maps:  # 3 kinds, 2 layers
+        assert_picture(path)
 
 
 def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
@@ -156,28 +179,35 @@ def test_demo_refuses_out_and_data_in_set_naming_the_flag(tmp_path, capsys, key,
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing prepared, trained or made
 
 
+def _translate_stdin(checkpoint, lines: list[str]) -> list[str]:
+    text = "".join(line + "\n" for line in lines)
+    argv = [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(checkpoint)]
+    result = subprocess.run(
+        [*argv, "--beam", "2"], input=text, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.endswith("\n")
+    return result.stdout.split("\n")[:-1]
+
+
 def test_translate_cli_keeps_lines_and_order(demo):
     root, _ = demo
-    text = "In the beginning God created the heavens and the earth.\n\nAnd God said.\n"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aiayn",
-            "translate",
-            "--checkpoint",
-            str(root / "run/averaged"),
-            "--beam",
-            "2",
-        ],
-        input=text,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    lines = result.stdout.split("\n")
-    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines in, 3 lines out
-    assert lines[0] and lines[2]
+    lines = [
+        "In the beginning God created the heavens and the earth.",
+        "",
+        "And God said.",
+        "And God saw the light, that it was good: and God divided the light from the darkness.",
+        "",
+        "Amen.",
+    ]
+    out = _translate_stdin(root / "run/averaged", lines)
+    assert len(out) == len(lines)  # a line out for every line in, blank for blank
+    assert [i for i, line in enumerate(out) if not line] == [1, 4]
+    texts = [out[i] for i in (0, 2, 3, 5)]
+    assert len(set(texts)) == 4  # each translation differs, so a swap would show
+    # the lines in another order (sorted by length for batching, as before): each output
+    # follows its input
+    backwards = _translate_stdin(root / "run/averaged", lines[::-1])
+    assert backwards == out[::-1]
 
 
 def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
@@ -186,6 +216,7 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
     src.write_text("And God said.\nLet there be light.\n")
     ref.write_text("Y dijo Dios.\nSea la luz.\n")
     out = tmp_path / "hyp.es"
+    start = time.monotonic()
     result = subprocess.run(
         [
             sys.executable,
@@ -207,11 +238,12 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
         text=True,
         check=True,
     )
+    wall = time.monotonic() - start
     scores = json.loads(result.stdout)
     assert scores["sentences"] == 2 and scores["signature"].startswith("nrefs:1")
-    assert scores["decode_s"] > 0 and scores["sentences_per_s"] == pytest.approx(
-        2 / scores["decode_s"]
-    )
+    # the search's own time: within the command's, which also starts Python and loads the model
+    assert 0 < scores["decode_s"] < wall
+    assert 2 / wall < scores["sentences_per_s"] == pytest.approx(2 / scores["decode_s"])
     hyps = read_lines(out)
     assert scores["sacrebleu"] == pytest.approx(
         sacrebleu.corpus_bleu(hyps, [read_lines(ref)]).score

@@ -13,6 +13,7 @@ import shlex
 import unicodedata
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,6 +22,9 @@ DOCS = ROOT / "docs"
 MAX_README_LINES = 150
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+# a repository lint: `make lint` runs it (pytest -m lint), the main run of `make test` does not
+pytestmark = pytest.mark.lint
 
 
 def fenced_blocks(text: str) -> list[tuple[int, list[str]]]:

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from _pictures import assert_picture, catch_figures
 
 from aiayn.config import ModelConfig
 from aiayn.data import TokenDataset
@@ -20,7 +21,7 @@ from aiayn.experiments import run_experiment, table1, table3, training
 from aiayn.experiments.heads import head_statistics, is_punctuation
 from aiayn.experiments.inputs import Corpus, valid_paths
 from aiayn.experiments.runner import Budget, Experiment, Row, read_budget, run_rows
-from aiayn.model import count_parameters
+from aiayn.model import Transformer
 from aiayn.train import trainer as trainer_module
 
 TINY = ["preset=tiny", "updates=2", "sentences=3", "max_tokens=400", "threads=1"]
@@ -330,6 +331,7 @@ def test_crossover_interpolates_log_log():
 
 
 def test_table1_smoke_and_rerun(tmp_path, monkeypatch):
+    figures = catch_figures(monkeypatch)
     budget = read_budget(["threads=1", "seconds=60"])
     result = run_rows(table1.plan(budget, tmp_path, lengths=[16, 32]), budget, tmp_path)
     assert [r["n"] for r in result["rows"]] == [16, 32]
@@ -339,7 +341,14 @@ def test_table1_smoke_and_rerun(tmp_path, monkeypatch):
         assert all(layer["ms"] > 0 and layer["peak_mb"] > 0 for layer in row["layers"].values())
     text = (tmp_path / "results.md").read_text()
     assert "| n | " + " | ".join(table1.KINDS) + " |" in text and "| 32 | " in text
-    assert (tmp_path / "table1.png").stat().st_size > 10_000
+    # the plot: each layer's time and memory against n, as measured
+    time_ax, memory_ax = figures["table1.png"].axes
+    for kind, times, memory in zip(table1.KINDS, time_ax.lines, memory_ax.lines):
+        assert list(times.get_xdata()) == [16, 32] and times.get_label() == kind
+        assert list(times.get_ydata()) == [r["layers"][kind]["ms"] for r in result["rows"]]
+        mb = [max(r["layers"][kind]["peak_mb"], 1e-3) for r in result["rows"]]
+        assert list(memory.get_ydata()) == mb
+    assert_picture(tmp_path / "table1.png")
     _forbid(monkeypatch, table1, "measure")
     again = run_rows(table1.plan(budget, tmp_path, lengths=[16, 32]), budget, tmp_path)
     assert again["rows"] == result["rows"]
@@ -415,6 +424,7 @@ def test_table3_report_judges_rows_against_the_seed_noise():
 
 @pytest.mark.slow
 def test_table3_smoke_and_rerun(corpus, tmp_path, monkeypatch):
+    figures = catch_figures(monkeypatch)
     budget = read_budget(TINY)
     result = run_experiment("table3", tmp_path, budget, corpus=corpus)
     rows = result["rows"]
@@ -423,17 +433,26 @@ def test_table3_smoke_and_rerun(corpus, tmp_path, monkeypatch):
     for r in rows:
         assert r["updates"] == 2 and _finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"]])
         model = {k: v for k, v in r["variant"].items() if k not in ("eps_ls", "seed")}
-        assert r["params"] == count_parameters(ModelConfig.preset("tiny", vocab_size=300, **model))
+        built = Transformer(ModelConfig.preset("tiny", vocab_size=300, **model))
+        assert r["params"] == sum(p.numel() for p in built.parameters())  # tied: counted once
     assert next(r for r in rows if r["name"] == "D-ls0.2")["eps_ls"] == 0.2
     table = (tmp_path / "results.md").read_text()
     assert "| row | paper change | our change | params (M) |" in table and table.count("\n| ") == 22
     assert "| A-h1 | h=1 d_k=512 d_v=512 | h=1 d_k=32 d_v=32 |" in table
-    assert (tmp_path / "table3.png").is_file()
+    # the plot: each change against base, ours (y) for the paper's (x), in percent
+    base = rows[0]
+    changed = [r for r in rows if r["name"] in table3.PAPER and r is not base]
+    for ax, key in zip(figures["table3.png"].axes, ("valid_ppl", "bleu")):
+        points = [tuple(c.get_offsets()[0]) for c in ax.collections]
+        ours = [100 * (r[key] / base[key] - 1) if base[key] else 0.0 for r in changed]
+        assert [y for _, y in points] == pytest.approx(ours)
+    assert_picture(tmp_path / "table3.png")
     _forbid(monkeypatch, training, "train_row")
     assert run_experiment("table3", tmp_path, budget, corpus=corpus)["rows"] == rows
 
 
-def test_scaling_smoke(corpus, tmp_path):
+def test_scaling_smoke(corpus, tmp_path, monkeypatch):
+    figures = catch_figures(monkeypatch)
     rows = run_experiment("scaling", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
     assert [r["name"] for r in rows] == [
         "d_k=8 scaled",
@@ -453,11 +472,14 @@ def test_scaling_smoke(corpus, tmp_path):
         f"| d_k=8 unscaled | 4 | {rows[1]['valid_ppl']:.3g} | {rows[1]['bleu']:.3g} | {ratio:.3g} |"
         in (tmp_path / "results.md").read_text()
     )
-    assert (tmp_path / "scaling.png").is_file()
+    for ax, key in zip(figures["scaling.png"].axes, ("valid_ppl", "bleu")):  # a bar a row
+        assert [bar.get_height() for bar in ax.patches] == [r[key] for r in rows]
+    assert_picture(tmp_path / "scaling.png")
 
 
 @pytest.mark.slow
-def test_restricted_smoke(corpus, tmp_path):
+def test_restricted_smoke(corpus, tmp_path, monkeypatch):
+    figures = catch_figures(monkeypatch)
     rows = run_experiment("restricted", tmp_path, read_budget(TINY), corpus=corpus)["rows"]
     assert [r["name"] for r in rows] == ["r=1", "r=2", "r=4", "r=8", "r=16", "full"]
     assert [r["model"]["attention_window"] for r in rows] == [1, 2, 4, 8, 16, None]
@@ -465,7 +487,9 @@ def test_restricted_smoke(corpus, tmp_path):
         _finite([r["valid_ppl"], r["bleu"], r["tokens_per_s"], r["decode_sent_per_s"]])
         for r in rows
     )
-    assert (tmp_path / "restricted.png").is_file()
+    for ax, key in zip(figures["restricted.png"].axes, ("valid_ppl", "bleu")):  # a point a row
+        assert list(ax.lines[0].get_ydata()) == [r[key] for r in rows]
+    assert_picture(tmp_path / "restricted.png")
 
 
 def test_low_resource_trains_on_nested_subsets(corpus, tmp_path):
@@ -564,4 +588,6 @@ def test_heads_smoke(corpus, tmp_path):
             assert 0 <= h["previous"] + h["next"] + h["itself"] <= 1 + 1e-5
             assert 0 <= h["entropy"] <= r["uniform"]["entropy"] + 1e-5  # at most log n per query
     assert result["plots"] == ["heads_shares.png", "heads_lines.png"]
+    for name in result["plots"]:
+        assert_picture(out / name)
     assert json.loads((out / "results.json").read_text())["inputs"]["checkpoint"] == checkpoint

@@ -1,5 +1,6 @@
 """The CTranslate2 export: its log-probabilities and beam-4 outputs equal ours."""
 
+import json
 import os
 import subprocess
 import sys
@@ -197,28 +198,58 @@ def test_cli_exports_a_checkpoint_and_replaces_its_own_export(vocab, tmp_path, c
     )  # int8: the first steps agree
 
 
-DEMO = os.environ.get("AIAYN_EXPORT_CHECKPOINT")
+@pytest.fixture(scope="module")
+def agreement_run(tmp_path_factory) -> tuple[str, str]:
+    """(checkpoint, prepared data) for the agreement oracle: AIAYN_EXPORT_CHECKPOINT and
+    AIAYN_EXPORT_DATA where set (e.g. runs/demo/averaged and work/bible, the measurement in
+    docs/export.md), else a model trained for it here: the tiny preset, fp32, 300 updates on
+    the first 2,000 pairs of the bundled corpus (1,000-piece vocabulary, pairs of <= 64
+    pieces). Trained so, it gave CTranslate2's outputs on 228 of 228 test sentences and 300 of
+    300 training ones (2026-12-01, 2 cores of an AMD EPYC, flags: avx512f avx512_bf16)."""
+    if os.environ.get("AIAYN_EXPORT_CHECKPOINT"):
+        return os.environ["AIAYN_EXPORT_CHECKPOINT"], os.environ["AIAYN_EXPORT_DATA"]
+    from aiayn.data import prepare_corpus
+    from aiayn.train import TrainConfig
+    from aiayn.train.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("agreement")
+    files = {}
+    for split, n in (("train", 2000), ("valid", 100), ("test", 300)):
+        for side, name in ((0, "en"), (1, "es")):
+            lines = corpus_lines(split, side, n)
+            (root / f"{split}.{name}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        files[split] = (root / f"{split}.en", root / f"{split}.es")
+    prepare_corpus(files, root / "data", vocab_size=1000, max_len=64)
+    cfg = TrainConfig(
+        data=str(root / "data"),
+        out=str(root / "run"),
+        preset="tiny",
+        model={"P_drop": 0.0},
+        max_src_tokens=1000,
+        max_tgt_tokens=1000,
+        warmup=100,
+        max_updates=300,
+        save_every_minutes=None,
+        validate=False,
+        amp="none",
+        compile=False,
+        num_threads=2,
+    )
+    return Trainer(cfg).run(resume=None)["checkpoint"], str(root / "data")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not DEMO, reason="set AIAYN_EXPORT_CHECKPOINT (e.g. runs/demo/averaged) and AIAYN_EXPORT_DATA"
-)
-def test_demo_test_split_agrees_on_99_percent():
-    """The full split: minutes, not seconds; hence slow and opt-in."""
+@pytest.mark.oracle
+def test_a_trained_model_translates_as_ctranslate2_on_99_percent_of_a_test_split(agreement_run):
+    """Our beam search against CTranslate2's on a model that has learnt something (a freshly
+    initialised one leaves near-ties everywhere): scripts/export_agreement.py on the test split."""
+    checkpoint, data = agreement_run
     script = Path(__file__).parents[1] / "scripts" / "export_agreement.py"
     run = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            "--checkpoint",
-            DEMO,
-            "--data",
-            os.environ["AIAYN_EXPORT_DATA"],
-            "--require-ct2",
-            "0.99",
-        ],
+        [sys.executable, str(script), "--checkpoint", checkpoint, "--data", data],
         capture_output=True,
         text=True,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["split"] == "test" and report["sentences"] >= 200
+    assert report["ct2"] >= 0.99, report

@@ -331,6 +331,7 @@ def test_a_leftover_holding_the_only_copy_of_its_destination_is_kept(tmp_path):
     assert (aside / "out").is_dir()
 
 
+@pytest.mark.lint  # a repository lint: `make lint` runs it
 def test_io_does_not_import_torch():
     code = "import sys, aiayn.files, aiayn.parsing; assert 'torch' not in sys.modules, 'torch imported'"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -11,6 +11,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "aiayn"
 LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 
+# a repository lint: `make lint` runs it (pytest -m lint), the main run of `make test` does not
+pytestmark = pytest.mark.lint
+
 # The layers, bottom up (as docs/layout.md draws them): a module may import its own layer and
 # those below it, never one above.
 LAYERS = [

@@ -72,16 +72,32 @@ def test_packing_replaces_every_linear_and_keeps_the_embedding():
     assert not any(k.startswith("generator") or ".W_" in k for k in fast.state_dict())
 
 
+def _modules_and_weights(model: nn.Module) -> tuple[list[type], dict[str, torch.Tensor]]:
+    return [type(m) for m in model.modules()], {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _unchanged(model: nn.Module, before) -> bool:
+    types, weights = _modules_and_weights(model)
+    return (
+        types == before[0]
+        and weights.keys() == before[1].keys()
+        and all(torch.equal(weights[k], before[1][k]) for k in weights)
+    )
+
+
 def test_no_onednn_leaves_the_model_as_it_is(monkeypatch):
     monkeypatch.setattr(packed, "available", lambda: False)
     torch.manual_seed(0)
     model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny"))
-    assert for_decoding(model) is model
-    assert sum(1 for m in model.modules() if type(m) is nn.Linear) > 0
+    before = _modules_and_weights(model)
+    assert nn.Linear in before[0]
+    assert for_decoding(model) is model and _unchanged(model, before)  # every Linear kept
 
 
 def test_a_model_not_in_fp32_is_left_alone():
     torch.manual_seed(0)
     model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny")).to(torch.float64)
+    before = _modules_and_weights(model)
+    assert nn.Linear in before[0]
     packed.pack_linears(model)
-    assert sum(1 for m in model.modules() if type(m) is nn.Linear) > 0
+    assert _unchanged(model, before)

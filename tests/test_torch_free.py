@@ -14,6 +14,9 @@ import sys
 
 import pytest
 
+# a repository lint: `make lint` runs it (pytest -m lint), the main run of `make test` does not
+pytestmark = pytest.mark.lint
+
 TORCH_FREE = [
     "aiayn",
     "aiayn.config",
