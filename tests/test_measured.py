@@ -131,9 +131,16 @@ def test_the_shipped_figures_say_what_measured_them_and_are_read_by_the_rules():
         for setting, figure in settings.items():
             assert set(figure) == KEYS[setting], (chip, setting)
             assert all(figure[k] for k in ("cpu", "torch", "date", "command")), (chip, setting)
-    # the Zen 4 figures behind today's defaults: bf16 trains 1.14x fp32, decodes 27% differently
-    zen4 = shipped["cpu-avx512_bf16"]
-    assert "Zen 4" in zen4["train_bf16"]["cpu"] and "avx512_bf16" in zen4["decode_bf16"]["cpu"]
+    # each figure was taken on a CPU of its class
+    for chip, settings in shipped.items():
+        for figure in settings.values():
+            flags = figure["cpu"].partition("flags: ")[2].split(", ")
+            assert {
+                "cpu-amx": "amx_bf16" in flags,
+                "cpu-avx512_bf16": "avx512_bf16" in flags and "amx_bf16" not in flags,
+                "cpu-no_bf16": "avx512_bf16" not in flags and "amx_bf16" not in flags,
+                "cuda": True,
+            }[chip], (chip, figure["cpu"])
 
 
 # --- what each auto resolves to, under both answers of the CPU --------------------------------
