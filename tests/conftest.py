@@ -26,25 +26,25 @@ def bf16_answer(request, monkeypatch) -> str:
     return request.param
 
 
-def _head(path: Path, n: int) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for _, line in zip(range(n), f)]
+def prepare_bundled_slice(root: Path, pairs: dict[str, int], vocab_size: int, max_len: int) -> Path:
+    """The first ``pairs[split]`` pairs of each split of the bundled corpus, written as text
+    under ``root`` and prepared into ``root/data`` (the training tests' and the learning gate's)."""
+    files = {}
+    for split, n in pairs.items():
+        for side, path in zip(("en", "es"), bundled_corpus_paths()[split]):
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                lines = [line for _, line in zip(range(n), f)]
+            (root / f"{split}.{side}").write_text("".join(lines), encoding="utf-8")
+        files[split] = (root / f"{split}.en", root / f"{split}.es")
+    prepare_corpus(files, root / "data", vocab_size=vocab_size, max_len=max_len)
+    return root / "data"
 
 
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:
     """400 training pairs (and 40 valid/test) of the Bible, 300-piece vocabulary, prepared."""
     root = tmp_path_factory.mktemp("tiny_corpus")
-    files = {}
-    for split, n in (("train", 400), ("valid", 40), ("test", 40)):
-        src_path, tgt_path = bundled_corpus_paths()[split]
-        for side, path in (("en", src_path), ("es", tgt_path)):
-            (root / f"{split}.{side}").write_text(
-                "\n".join(_head(path, n)) + "\n", encoding="utf-8"
-            )
-        files[split] = (root / f"{split}.en", root / f"{split}.es")
-    prepare_corpus(files, root / "data", vocab_size=300, max_len=48)
-    return root / "data"
+    return prepare_bundled_slice(root, {"train": 400, "valid": 40, "test": 40}, 300, 48)
 
 
 @pytest.fixture(scope="session")

@@ -39,14 +39,14 @@ Cost: 74 s of wall clock on a quiet machine (72 s of CPU; one thread), 3 minutes
 2 cores shared with 3 other training jobs (load average about 5.7).
 """
 
-import gzip
 from pathlib import Path
 
 import pytest
+from conftest import prepare_bundled_slice
 
 from aiayn.checkpoint import load_translator
-from aiayn.data import bundled_corpus_paths, prepare_corpus
 from aiayn.decode import DecodeConfig, translate
+from aiayn.files import read_lines
 from aiayn.metrics import sacre_bleu
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
@@ -62,25 +62,13 @@ PPL_BOUND = 22.0
 BLEU_BOUND = 6.0
 
 
-def _head(path: Path, n: int) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for _, line in zip(range(n), f)]
-
-
 @pytest.fixture(scope="module")
 def gate_corpus(tmp_path_factory) -> Path:
     """The slice of the bundled corpus, prepared (a few seconds)."""
     root = tmp_path_factory.mktemp("gate_corpus")
-    files = {}
-    for split, n in (("train", TRAIN_PAIRS), ("valid", VALID_PAIRS)):
-        src_path, tgt_path = bundled_corpus_paths()[split]
-        for side, path in (("en", src_path), ("es", tgt_path)):
-            (root / f"{split}.{side}").write_text(
-                "\n".join(_head(path, n)) + "\n", encoding="utf-8"
-            )
-        files[split] = (root / f"{split}.en", root / f"{split}.es")
-    prepare_corpus(files, root / "data", vocab_size=VOCAB_SIZE, max_len=MAX_LEN)
-    return root / "data"
+    return prepare_bundled_slice(
+        root, {"train": TRAIN_PAIRS, "valid": VALID_PAIRS}, VOCAB_SIZE, MAX_LEN
+    )
 
 
 def gate_config(data: Path, out: Path, seed: int = SEED) -> TrainConfig:
@@ -117,8 +105,9 @@ def train_and_score(data: Path, out: Path, seed: int = SEED) -> dict[str, float]
     untrained_ppl = trainer.validate()["valid_ppl"]
     summary = trainer.run(resume=None)
     model, vocab = load_translator(Path(summary["checkpoint"]))
-    src_path, ref_path = bundled_corpus_paths()["valid"]
-    sources, references = _head(src_path, BLEU_VERSES), _head(ref_path, BLEU_VERSES)
+    text = data.parent  # the slice's text beside the prepared data (prepare_bundled_slice)
+    sources = read_lines(text / "valid.en")[:BLEU_VERSES]
+    references = read_lines(text / "valid.es")[:BLEU_VERSES]
     hypotheses = translate(model, sources, vocab, DecodeConfig(beam=1, alpha=0.0))
     bleu, _ = sacre_bleu(hypotheses, [references])
     return {

@@ -1,6 +1,6 @@
 """What every ``auto`` decides from: figures measured on each class of chip, never a constant.
 
-    decision = train_bf16("cpu-avx512_bf16")   # Decision(on=False, reason="bf16 measured 1.14x ...")
+    decision = train_bf16("cpu-avx512_bf16")   # Decision(on=..., reason="bf16 measured ...x ...")
 
 ``amp: auto``, ``--precision auto`` and ``compile: auto`` each turn a speed-up on only where a
 measurement on that class of chip (``hardware.Bf16.chip``) has shown that it pays, by the rules

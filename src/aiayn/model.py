@@ -164,7 +164,7 @@ def fused_attention(
 def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     """What attention computes in for activations of ``dtype``: fp32 on a CPU whatever the
     model's dtype, because PyTorch's CPU attention kernels are slower in bf16 than in fp32 (its
-    flash backward several times over; docs/benchmarks.md), so two casts cost less than they
+    flash backward several times over; docs/training.md), so two casts cost less than they
     save; elsewhere the activations' own dtype."""
     if device.type == "cpu":
         return "fp32"
