@@ -15,13 +15,7 @@ def _experiment(args: argparse.Namespace) -> None:
     from ..files import check_not_input
 
     budget = read_budget(args.budget or [])
-    if args.seeds < 1:
-        raise UserError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.seeds > 1 and args.name not in TRAINING:
-        raise UserError(
-            f"--seeds repeats training rows; experiment {args.name} trains nothing "
-            f"(training experiments: {', '.join(TRAINING)})"
-        )
+    _check_seeds(args.seeds, args.name, TRAINING)
     out = Path(args.out or f"runs/exp/{args.name}")
     if args.report_only and not (out / "results.json").exists():  # before preparing any corpus
         raise UserError(
@@ -70,6 +64,17 @@ def _experiment(args: argparse.Namespace) -> None:
         f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
         + ", ".join(results["plots"])
     )
+
+
+def _check_seeds(seeds: int, name: str, training: tuple[str, ...]) -> None:
+    """Refuse ``--seeds`` before any corpus is prepared: below 1, or for rows that train nothing."""
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
+    if seeds > 1 and name not in training:
+        raise UserError(
+            f"--seeds repeats training rows; experiment {name} trains nothing "
+            f"(training experiments: {', '.join(training)})"
+        )
 
 
 def add_experiment(sub: argparse._SubParsersAction) -> None:
