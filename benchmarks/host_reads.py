@@ -18,6 +18,7 @@ Used by ``gpu_check.py`` and ``tests/test_gpu_check.py``.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections import Counter
 from pathlib import Path
@@ -110,8 +111,16 @@ def site() -> str:
     (``"elsewhere"`` when none is, e.g. a read in the test itself)."""
     frame = sys._getframe(1)
     while frame is not None:
-        path = Path(frame.f_code.co_filename)
-        if path.is_relative_to(PACKAGE):
-            return f"{path.relative_to(PACKAGE).as_posix()}:{frame.f_code.co_name}"
+        module = in_package(frame.f_code.co_filename)
+        if module is not None:
+            return f"{module}:{frame.f_code.co_name}"
         frame = frame.f_back
     return "elsewhere"
+
+
+@functools.cache
+def in_package(filename: str) -> str | None:
+    """``"decode/beam.py"`` for a file of the aiayn package, however its path was spelled
+    (``benchmarks/../src/aiayn/...``); None for any other file."""
+    path = Path(filename).resolve()
+    return path.relative_to(PACKAGE).as_posix() if path.is_relative_to(PACKAGE) else None
