@@ -112,7 +112,7 @@ ATTENTION_OPS = {
     "_scaled_dot_product_cudnn_attention": "cudnn",
     "_scaled_dot_product_attention_math": "math",
 }
-MAX_SKIPPED = 30  # fp16 updates the scaler may skip before a train row is timed
+MAX_SKIPPED = 30  # fp16 updates the scaler may skip in a train row's warm-up
 TINY = {"preset": "tiny", "model": {"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2}}
 
 
@@ -351,7 +351,7 @@ def only_backend(backend: SDPBackend, step: Callable[[], None]) -> str:
 def train(check: Check) -> dict[str, Any]:
     """tokens/s and MFU of Trainer.train_update, per shape and precision; each row records
     its own failure (fp16 on a CPU, say) and the others run."""
-    name = environment(check)["device"]
+    name = torch.cuda.get_device_name(check.device) if check.device.type == "cuda" else "cpu"
     peaks = {p: spec_peak(name, p) for p in AMP}
     measured = measured_peaks(check.device)
     rows = []
@@ -395,10 +395,8 @@ def train_row(check: Check, model: dict[str, Any], amp: str) -> dict[str, Any]:
     tokens = {"max_src_tokens": plan.tokens, "max_tgt_tokens": plan.tokens}
     trainer = check.trainer(amp, model, **tokens)
     batches = iter(trainer.sampler)
-    for _ in range(plan.warmup):
-        trainer.train_update(batches)
-    for _ in range(MAX_SKIPPED):  # fp16: the scaler lowers its scale until a step is taken
-        if trainer.train_update(batches).get("stepped"):
+    for i in range(plan.warmup + MAX_SKIPPED):  # fp16: until the scaler's scale lets a step
+        if trainer.train_update(batches).get("stepped") and i + 1 >= plan.warmup:
             break
     if check.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(check.device)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from aiayn.errors import UserError
 
@@ -65,6 +66,26 @@ def test_the_cpu_check_reports_what_ran(cpu_check):
     assert syncs["beam_step"]["host_reads"] == 2
     assert syncs["beam_step_constrained"]["host_reads"] == 4
     assert sections["demo"]["skipped"].startswith("--demo-minutes 0")
+
+
+@pytest.mark.parametrize(
+    "device, precision, matmuls, row",
+    [
+        ("NVIDIA H200", "bf16", "highest", ("bf16", 989.5e12)),
+        ("NVIDIA H200 NVL", "bf16", "highest", ("bf16", 835e12)),  # not the SXM part's
+        ("NVIDIA H100 80GB HBM3", "fp32", "highest", ("fp32", 67e12)),
+        ("NVIDIA H100 PCIe", "fp32", "high", ("tf32", 378e12)),  # tf32 matmuls allowed
+        ("NVIDIA A100-SXM4-80GB", "fp16", "highest", ("fp16", 312e12)),
+        ("Tesla T4", "fp16", "highest", None),
+    ],
+)
+def test_mfu_is_read_against_the_datasheet_row_of_the_device(device, precision, matmuls, row):
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(matmuls)
+    try:
+        assert gpu_check.spec_peak(device, precision) == row
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def test_a_failing_section_is_recorded_and_the_next_one_runs(tmp_path, monkeypatch):
