@@ -439,6 +439,17 @@ class Run:
             tail = self.log.read_text(encoding="utf-8")[-3000:]
             raise RuntimeError(f"{' '.join(self.process.args)} exited {code}:\n{tail}")
 
+    def stop(self) -> None:
+        """End it if it still runs (a section that failed half-way leaves nothing behind);
+        SIGTERM first, which torchrun passes on to its workers."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
 
 def train_process(check: Check, cfg: TrainConfig, name: str, *extra: str, torchrun: int = 0) -> Run:
     """``aiayn train`` (under torchrun with that many processes) in a process of its own, on
@@ -462,23 +473,20 @@ def resume(check: Check) -> dict[str, Any]:
     second straight run says whether two uninterrupted runs agree at all (kernels that are not
     deterministic on a GPU)."""
     n, small, runs = 3, check.plan.small, check.runs
-    straight = train_process(
-        check, check.config(small, runs / "straight", max_updates=2 * n), "straight"
-    )
+    straight_cfg = check.config(small, runs / "straight", max_updates=2 * n)
     killed_cfg = check.config(small, runs / "killed", max_updates=10_000, save_every_updates=n)
-    killed = train_process(check, killed_cfg, "killed")
     first = runs / "killed" / "checkpoints" / checkpoint_name(n)
-    deadline = time.monotonic() + 300
-    while not (first / "meta.json").exists():
-        if killed.process.poll() is not None or time.monotonic() > deadline:
-            killed.finish(timeout=0)
-            raise RuntimeError(f"the run to kill ended without writing {first}")
-        time.sleep(0.01)
-    killed.process.send_signal(signal.SIGKILL)
-    killed.process.wait()
-    straight.finish()
-    resumed_cfg = check.config(small, runs / "killed", max_updates=2 * n)
-    train_process(check, resumed_cfg, "resumed", "--resume", str(first)).finish()
+    started = [train_process(check, straight_cfg, "straight")]
+    try:
+        started.append(train_process(check, killed_cfg, "killed"))
+        kill_once_written(started[-1], first / "meta.json")
+        started[0].finish()
+        resumed_cfg = check.config(small, runs / "killed", max_updates=2 * n)
+        started.append(train_process(check, resumed_cfg, "resumed", "--resume", str(first)))
+        started[-1].finish()
+    finally:
+        for run in started:
+            run.stop()
     last = checkpoint_name(2 * n)
     straight_last = runs / "straight" / "checkpoints" / last
     same = compare(straight_last, runs / "killed" / "checkpoints" / last)
@@ -490,6 +498,18 @@ def resume(check: Check) -> dict[str, Any]:
         again = compare(straight_last, runs / "control" / "checkpoints" / last)
         result["two_straight_runs_bit_exact"] = again.bit_exact
     return result
+
+
+def kill_once_written(run: Run, path: Path, timeout: float = 300) -> None:
+    """SIGKILL ``run`` (no clean-up at all) as soon as ``path`` exists."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if run.process.poll() is not None or time.monotonic() > deadline:
+            run.finish(timeout=0)  # raises with its output unless it ended well
+            raise RuntimeError(f"{' '.join(run.process.args)} ended without writing {path}")
+        time.sleep(0.01)
+    run.process.send_signal(signal.SIGKILL)
+    run.process.wait()
 
 
 @dataclass(frozen=True)
@@ -531,10 +551,14 @@ def torchrun(check: Check) -> dict[str, Any]:
     runs = check.runs
     single_cfg = check.config(small, runs / "single", max_updates=3, tokens_per_update=per_update)
     ddp_cfg = check.config(small, runs / "ddp", max_updates=3, tokens_per_update=per_update)
-    single = train_process(check, single_cfg, "single")
-    ddp = train_process(check, ddp_cfg, "ddp", torchrun=procs)
-    single.finish()
-    ddp.finish()
+    started = [train_process(check, single_cfg, "single")]
+    try:
+        started.append(train_process(check, ddp_cfg, "ddp", torchrun=procs))
+        for run in started:
+            run.finish()
+    finally:
+        for run in started:
+            run.stop()
     last = checkpoint_name(3)
     metas = {name: read_meta(runs / name / "checkpoints" / last) for name in ("single", "ddp")}
     same = compare(
@@ -744,7 +768,9 @@ def run_section(check: Check, name: str, section: Callable[[], dict[str, Any]]) 
         result = {"ok": False, "error": traceback.format_exc()}
     result["seconds"] = round(time.perf_counter() - start, 1)
     check.sections[name] = result
-    write_text_atomic(check.out / "gpu_check.json", json.dumps(report(check), indent=2))
+    write_text_atomic(
+        check.out / "gpu_check.json", json.dumps(report(check), indent=2, default=str)
+    )
 
 
 def checks(sections: dict[str, dict[str, Any]]) -> dict[str, bool | None]:
@@ -823,7 +849,7 @@ def _torchrun(r: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "",
             f"{r['processes']} x {r['backend']} (update_freq {freq['ddp']}) against 1 process "
-            f"with update_freq {freq['single']}: max |diff| {r['max_abs_diff']:.1e}, "
+            f"with update_freq {freq['single']}: largest difference {r['max_abs_diff']:.1e}, "
             f"equal {r['equal']}",
         )
     ]
