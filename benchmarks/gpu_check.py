@@ -243,8 +243,15 @@ def environment(check: Check) -> dict[str, Any]:
         "gpus": torch.cuda.device_count(),
         "driver": nvidia_driver(),
         "cudnn": torch.backends.cudnn.version(),
-        "nccl": str(torch.cuda.nccl.version()),
+        "nccl": nccl_version(),
     }
+
+
+def nccl_version() -> str | None:
+    try:
+        return ".".join(map(str, torch.cuda.nccl.version()))
+    except (RuntimeError, AttributeError, TypeError):  # a build without NCCL
+        return None
 
 
 def nvidia_driver() -> str | None:

@@ -95,7 +95,11 @@ def test_a_failing_section_is_recorded_and_the_next_one_runs(tmp_path, monkeypat
     monkeypatch.setitem(gpu_check.SECTIONS, "environment", broken)
     out = tmp_path / "check"
     argv = ["--device", "cpu", "--out", str(out), "--sections", "environment,syncs"]
-    assert gpu_check.main(argv) == 1
+    threads = torch.get_num_threads()
+    try:
+        assert gpu_check.main(argv) == 1
+    finally:
+        torch.set_num_threads(threads)  # the trainer of the syncs section set its own
     report = json.loads((out / "gpu_check.json").read_text())
     environment, syncs = report["sections"]["environment"], report["sections"]["syncs"]
     assert not environment["ok"] and "Traceback" in environment["error"]
