@@ -198,9 +198,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             direction(r["bleu"], base["bleu"], PAPER[r["name"]][1], pb_bleu, False, bleu_noise),
         )
 
-    table = markdown_table(
-        COLUMNS, [[*_cells(r), *verdicts(r), r["tokens_per_s"]] for r in rows]
-    )
+    table = markdown_table(COLUMNS, [[*_cells(r), *verdicts(r), r["tokens_per_s"]] for r in rows])
     ppl = [verdicts(r)[0] for r in paper_rows if r is not base]
     agree, against = sum(v.endswith("✓") for v in ppl), sum(v.endswith("✗") for v in ppl)
     within = sum(v.startswith("same/") and not v.endswith("/same") for v in ppl)
