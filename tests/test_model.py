@@ -372,6 +372,25 @@ def test_bf16_attention_under_autocast_is_fp32_attention_of_the_bf16_inputs(monk
     assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
 
 
+def test_a_bf16_training_forward_runs_every_attention_in_fp32(monkeypatch):
+    # q, k and v come cast to fp32 once per projection (for_attention); autocast, which runs
+    # SDPA in bf16, must not take them back
+    dtypes = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        out = sdpa(*args, **kwargs)
+        dtypes.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", spy)
+    model = make(P_drop=0.1).train()
+    src, tgt = batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(src, tgt)
+    assert dtypes == [torch.float32] * (model.cfg.N_enc + 2 * model.cfg.N_dec)
+
+
 def test_a_bf16_forward_and_backward_stays_close_to_fp32_and_padding_stays_invisible():
     model = make(P_drop=0.0)
     src, tgt = batch()
