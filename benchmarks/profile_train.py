@@ -1,6 +1,7 @@
 """torch.profiler table of aiayn training steps (the step of train_throughput.py), CPU, and the
-casts autocast makes per step: their count beside the number of parameter tensors says whether
-each weight is cast once per forward (autocast's weight cache) or once per use.
+dtype casts per step (``aten::_to_copy`` of tensors; Python numbers made into 0-d tensors are
+counted apart, as fused Adam's step counters, the same in fp32): their count beside the number of
+parameter tensors says how often the weights and activations cross between fp32 and bf16.
 
 PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --config small [--variant lsloss]
 PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --variant lsloss+fusedadam+bf16
@@ -28,18 +29,20 @@ def main() -> None:
     batches = make_batches(args.steps + 2, 32, 30, 20, sh.vocab, 1234)
     r = Runner("ours", sh, args.adam, args.variant)
     r.run(batches[:2])
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         r.run(batches[2:])
     averages = prof.key_averages()
     print(averages.table(sort_by="self_cpu_time_total", row_limit=args.rows))
     total = sum(e.self_cpu_time_total for e in averages)
-    casts = [e for e in averages if e.key == "aten::_to_copy"]
-    n_casts = sum(e.count for e in casts) / args.steps
-    share = sum(e.cpu_time_total for e in casts) / max(total, 1)
+    casts = [e for e in prof.events() if e.name == "aten::_to_copy"]
+    tensors = [e for e in casts if e.input_shapes and e.input_shapes[0]]  # not 0-d
+    share = sum(e.cpu_time_total for e in tensors) / max(total, 1)
     params = len(list(r.model.parameters()))
     print(
-        f"aten::_to_copy (dtype casts) per step: {n_casts:.0f} calls, {share:.1%} of the self CPU "
-        f"time (inclusive); the model has {params} parameter tensors"
+        f"aten::_to_copy (dtype casts) per step: {len(tensors) / args.steps:.0f} of tensors "
+        f"({len(tensors) / args.steps / params:.2f} per parameter tensor; {share:.1%} of the "
+        f"self CPU time, inclusive) and {(len(casts) - len(tensors)) / args.steps:.0f} of Python "
+        f"numbers; the model has {params} parameter tensors"
     )
 
 

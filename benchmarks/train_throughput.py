@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -155,10 +156,16 @@ def model_config(sh: Shape) -> ModelConfig:
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
+    from aiayn.model import UniformDropout
+    from aiayn.train.mixed import WeightCopies
     from aiayn.train.trainer import compile_layers
 
     options = set(variant.split("+"))
     model = aiayn.Transformer(model_config(sh))
+    if "uniformdropout" in options:
+        for module in model.modules():
+            if isinstance(module, UniformDropout):
+                module.forward = partial(_uniform_dropout, module)
     fwd: Callable = model
     if "compile" in options:  # what the trainer's compile=true does
         compile_layers(model)
@@ -167,14 +174,27 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
     loss_fn = _ours_loss(variant)
     # bf16: CPU autocast as the trainer's amp=bf16 (emulated, slower, on a CPU without avx512_bf16)
     dtype = torch.bfloat16 if "bf16" in options else None
+    # the trainer's bf16 copies of the weights, one cast per update; nocopies: a cast per use
+    copies = WeightCopies(fwd, None if "nocopies" in options else dtype)
 
     def step_loss(b: Batch) -> Tensor:
         mask = b.tgt_out != PAD
+        copies.refresh()  # one step = one update here
         with _sdpa_backend(variant), torch.autocast("cpu", dtype, enabled=dtype is not None):
-            logits = fwd(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
+            logits = copies(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
         return loss_fn(logits.float(), b.tgt_out[mask]) / b.n_tgt
 
     return model, step_loss
+
+
+def _uniform_dropout(module: nn.Dropout, x: Tensor) -> Tensor:
+    """The CPU dropout before model.keep_mask, for comparison: a uniform_ draw per element,
+    compared and scaled in the input's dtype."""
+    if not module.training or module.p == 0.0:
+        return x
+    keep = 1.0 - module.p
+    noise = torch.empty_like(x).uniform_()
+    return x * (noise < keep).to(x.dtype).mul_(1.0 / keep)
 
 
 def _sdpa_backend(variant: str):
@@ -473,7 +493,9 @@ def main(argv: list[str] | None = None) -> None:
         default="ours,torch.nn,hf-marian,fairseq",
         help="comma list; variants of ours join options with '+': compile (the trainer's "
         "compile=true: each layer, dynamic), compilemodel (torch.compile of the whole model, "
-        "dynamic), bf16 (CPU autocast, as amp=bf16), lsloss (aiayn.train.loss), fusedadam / "
+        "dynamic), bf16 (CPU autocast with the weights' bf16 copies, as amp=bf16), nocopies (bf16 "
+        "autocast casting each weight at its use instead), uniformdropout (dropout's mask from a "
+        "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), fusedadam / "
         "foreach (Adam for this row only), math (SDPA math backend)",
     )
     p.add_argument("--batch", type=int, default=32)

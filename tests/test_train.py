@@ -306,11 +306,18 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------
 
 
-@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=COMPILED)])
-def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path, compile):
-    # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two
+@pytest.mark.parametrize(
+    "amp, compile", [("none", False), ("bf16", False), pytest.param("none", True, marks=COMPILED)]
+)
+def test_ddp_two_processes_equal_one_process(tiny_corpus, tmp_path, amp, compile):
+    # tokens_per_update: 2 micro-batches of 400 target tokens on one process, 1 on each of two;
+    # bf16: the weights' copies (train/mixed.py) under DDP's gradient hooks
     common = dict(
-        model={**TINY, "P_drop": 0.0}, max_updates=3, tokens_per_update=800, compile=compile
+        model={**TINY, "P_drop": 0.0},
+        max_updates=3,
+        tokens_per_update=800,
+        compile=compile,
+        amp=amp,
     )
     single = Trainer(config(tiny_corpus, tmp_path / "single", **common))
     assert single.update_freq == 2

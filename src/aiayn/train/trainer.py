@@ -47,6 +47,7 @@ from .config import RESOLVED, TrainConfig, resume_changes
 from .ema import EMA
 from .finetune import check_init_from, check_outside
 from .loss import label_smoothed_nll, perplexity, teacher_forced
+from .mixed import WeightCopies
 from .schedule import noam_rate
 from .validation import BleuSample, valid_bleu
 
@@ -171,6 +172,8 @@ class Trainer:
         )
         self.resolved = Resolved.of(cfg, self.device)
         self.amp_dtype = self.resolved.amp_dtype
+        # the step's forward: the linears' weights in amp_dtype, cast once per update (mixed.py)
+        self.step_model = WeightCopies(self.ddp, self.amp_dtype)
         self.scaler = torch.amp.GradScaler(
             self.device.type, enabled=self.amp_dtype == torch.float16
         )
@@ -250,6 +253,7 @@ class Trainer:
     def train_update(self, batches: Iterator[list[int]]) -> dict[str, float]:
         """Forward/backward ``self.update_freq`` micro-batches, then one optimizer step."""
         self.ddp.train()
+        self.step_model.refresh()
         pad = self.model_cfg.pad_id
         losses = torch.zeros(2, device=self.device)  # summed loss, summed nll: no sync per step
         tgt_tokens = src_tokens = 0
@@ -265,7 +269,7 @@ class Trainer:
             with sync:
                 mask = batch.tgt_out != pad
                 with self._autocast():
-                    logits = self.ddp(batch.src, batch.tgt_in, output_mask=mask)
+                    logits = self.step_model(batch.src, batch.tgt_in, output_mask=mask)
                 loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
                 self.scaler.scale(loss).backward()
             losses += torch.stack([loss.detach(), nll.detach()])
