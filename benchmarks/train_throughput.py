@@ -68,6 +68,7 @@ class Shape:
 
 
 SHAPES = {
+    "tiny": Shape("tiny", 32, 1, 2, 64, 300),  # a check of the commands, in seconds
     "small": Shape("small", 256, 3, 4, 1024, 8000),
     "base": Shape("base", 512, 6, 8, 2048, 37000),
 }
@@ -261,11 +262,18 @@ class TorchNNSeq2Seq(nn.Module):
         return h @ self.embed.weight.t()  # tied pre-softmax projection
 
 
+def _peer_autocast(variant: str) -> torch.autocast:
+    """A peer's forward in CPU bf16 autocast when its variant says bf16 (its logits fp32)."""
+    return torch.autocast("cpu", torch.bfloat16, enabled="bf16" in variant.split("+"))
+
+
 def build_torchnn(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     model = TorchNNSeq2Seq(sh)
 
     def step_loss(b: Batch) -> Tensor:
-        return ls_cross_entropy(model(b.src, b.tgt_in), b.tgt_out) / b.n_tgt
+        with _peer_autocast(variant):
+            logits = model(b.src, b.tgt_in)
+        return ls_cross_entropy(logits.float(), b.tgt_out) / b.n_tgt
 
     return model, step_loss
 
@@ -300,14 +308,15 @@ def build_hf(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch],
     model = MarianMTModel(cfg)
 
     def step_loss(b: Batch) -> Tensor:
-        logits = model(
-            input_ids=b.src,
-            attention_mask=b.src != PAD,
-            decoder_input_ids=b.tgt_in,
-            decoder_attention_mask=b.tgt_in != PAD,
-            use_cache=False,
-        ).logits
-        return ls_cross_entropy(logits, b.tgt_out) / b.n_tgt
+        with _peer_autocast(variant):
+            logits = model(
+                input_ids=b.src,
+                attention_mask=b.src != PAD,
+                decoder_input_ids=b.tgt_in,
+                decoder_attention_mask=b.tgt_in != PAD,
+                use_cache=False,
+            ).logits
+        return ls_cross_entropy(logits.float(), b.tgt_out) / b.n_tgt
 
     return model, step_loss
 
@@ -491,7 +500,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--peers",
         default="ours,torch.nn,hf-marian,fairseq",
-        help="comma list; variants of ours join options with '+': compile (the trainer's "
+        help="comma list; torch.nn and hf-marian take +bf16 (CPU autocast) and +fusedadam; "
+        "variants of ours join options with '+': compile (the trainer's "
         "compile=true: each layer, dynamic), compilemodel (torch.compile of the whole model, "
         "dynamic), bf16 (CPU autocast with the weights' bf16 copies, as amp=bf16), nocopies (bf16 "
         "autocast casting each weight at its use instead), uniformdropout (dropout's mask from a "

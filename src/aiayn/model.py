@@ -424,7 +424,7 @@ def keep_mask(shape: torch.Size, p: float) -> Tensor:
     dropped = min(round(p * levels), levels - 1)
     draws = torch.empty(-(-n // 4), dtype=torch.int64).random_(-(2**63), None)
     lanes = draws.view(torch.int16)[:n].view(shape)  # (ceil(n/4),) int64 -> (n,) int16 -> shape
-    return (lanes >= dropped - levels // 2).mul(levels / (levels - dropped))
+    return torch.where(lanes >= dropped - levels // 2, levels / (levels - dropped), 0.0)
 
 
 # --- The model -----------------------------------------------------------------------------

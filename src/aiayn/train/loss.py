@@ -24,19 +24,19 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         valid = target != ignore_index
         t = target.masked_fill(~valid, 0).unsqueeze(1)  # (N, 1), ignored rows read class 0
         logp = torch.log_softmax(logits, dim=-1)  # (N, V)
-        nll = -logp.gather(1, t).squeeze(1) * valid
-        smooth = -logp.mean(dim=-1) * valid  # -mean_j log p_j
-        ctx.save_for_backward(logp, t, valid)
+        w = valid.to(logp.dtype)  # 1 or 0 per row: cast once, not in every product with it
+        nll = -logp.gather(1, t).squeeze(1) * w
+        smooth = -logp.mean(dim=-1) * w  # -mean_j log p_j
+        ctx.save_for_backward(logp, t, w)
         ctx.eps = eps
         return ((1 - eps) * nll + eps * smooth).sum(), nll.sum()
 
     @staticmethod
     def backward(ctx, g_loss: Tensor, g_nll: Tensor):  # type: ignore[override]
-        logp, t, valid = ctx.saved_tensors
+        logp, t, w = ctx.saved_tensors
         eps, V = ctx.eps, logp.size(-1)
         g_loss = logp.new_zeros(()) if g_loss is None else g_loss
         g_nll = logp.new_zeros(()) if g_nll is None else g_nll
-        w = valid.to(logp.dtype)
         coef_p = (w * (g_loss + g_nll)).unsqueeze(1)  # on softmax
         coef_t = (w * ((1 - eps) * g_loss + g_nll)).unsqueeze(1)  # on the reference class
         coef_u = (w * (g_loss * eps / V)).unsqueeze(1)  # on every class

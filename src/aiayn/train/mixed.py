@@ -11,9 +11,10 @@ master, the weight gradient the same low-precision matmul result, converted to f
 accumulated into the master's gradient in the same order (tests/test_mixed.py compares the two).
 
 What changes is how often and in how many operations: the copies are written in one operation
-per update instead of one cast per weight per micro-batch, and each group of gradients is
-converted in one operation. Activations still cross the fp32/bf16 boundary where autocast's
-rules say (LayerNorm outputs into a linear, the residual adds).
+per update instead of one cast per weight per micro-batch, and the gradients converted in one
+operation per micro-batch. The bytes cast are the same with one micro-batch per update; with
+more, the forward casts are not repeated. Activations still cross the fp32/bf16 boundary where
+autocast's rules say (LayerNorm outputs into a linear, the residual adds).
 """
 
 from __future__ import annotations
