@@ -51,7 +51,9 @@ class _Copies(torch.autograd.Function):
 class WeightCopies:
     """``module`` called as in training, with its ``nn.Linear`` weights read from ``dtype`` copies
     (``dtype`` None: fp32 training, ``module`` itself). ``refresh()`` once per update, before the
-    first forward: the copies then hold the masters as the optimizer left them.
+    first forward: the copies then hold the masters as the optimizer, or a checkpoint loaded in
+    place, left them (fused Adam does not bump the weights' version counters, so nothing here
+    could tell that they changed).
 
     A weight that the model also uses outside a linear (the embedding matrix tied to the
     pre-softmax projection) is left to autocast, cast at its use: its fp32 gradient is the sum of
@@ -70,6 +72,7 @@ class WeightCopies:
             self.names.append(names)
             self.masters.append(p)
             self.copies.append(torch.empty_like(p, dtype=dtype))
+        self.refresh()
 
     @torch.no_grad()
     def refresh(self) -> None:
