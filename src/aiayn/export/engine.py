@@ -1,6 +1,6 @@
 """CTranslate2 as an engine behind ``translate``, ``evaluate`` and ``serve`` (``--engine
 ctranslate2``): the checkpoint exported once into a cache, then decoded by
-``ctranslate2.Translator`` with the paper's search (``search_pieces``: beam 4, GNMT alpha 0.6,
+``ctranslate2.Translator`` with the paper's search (``ct2_search.search_pieces``: beam 4, GNMT alpha 0.6,
 |Y| <= |X| + 50), so that its outputs are ours.
 
 The cache is ``CKPT.ctranslate2/`` beside the checkpoint directory, or, when that directory's
@@ -29,7 +29,8 @@ from ..data import Vocab
 from ..decode import DecodeConfig, Hypothesis, OutputConstraint, SampleConfig
 from ..decode.translate import Progress, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
-from .ctranslate2 import TARGET, export_ctranslate2, search_pieces
+from .ct2_search import search_pieces
+from .ctranslate2 import TARGET, export_ctranslate2
 
 FORMAT = 1  # the cache's layout: bump when the exporter writes something else
 CACHE_SUFFIX = ".ctranslate2"
