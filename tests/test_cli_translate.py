@@ -16,12 +16,12 @@ def test_an_overlong_line_is_reported_by_its_line_in_the_file(tiny_run, tmp_path
     ckpt = latest_checkpoint(tiny_run / "checkpoints")  # the tiny model: 256 positions
     src = tmp_path / "in.txt"
     lines = ["In the beginning"] * 6
-    lines[4] = " ".join(["and the earth"] * 120)  # line 5, the second of the third chunk of 2
+    lines[4] = " ".join(["and the earth"] * 120)  # line 5, the second of the third window of 2
     src.write_text("\n".join(lines) + "\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         code, out, err = run_cli(
-            capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--chunk", 2, "--input", src
+            capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--window", 2, "--input", src
         )
     assert code == 0 and len(out.splitlines()) == 6
     assert not [w for w in caught if "truncated" in str(w.message)]  # no Python warning
@@ -164,15 +164,3 @@ def test_the_help_states_the_librarys_corpus_defaults(capsys):
     help_text = " ".join(out.split())
     for default in (WINDOW, MAX_TOKENS, BATCH_SIZE):
         assert f"(default: {default})" in help_text
-
-
-def test_chunk_is_the_old_name_of_window_and_not_both(tiny_run, tmp_path, capsys):
-    ckpt = latest_checkpoint(tiny_run / "checkpoints")
-    src = tmp_path / "in.txt"
-    src.write_bytes(RAW.replace(b"\xff\xfe", b"no"))
-    code, windowed, _ = _translate_file(capsys, ckpt, src, "--window", 3)
-    code, chunked, err = _translate_file(capsys, ckpt, src, "--chunk", 3)
-    assert code == 0 and chunked == windowed, err
-    code, out, err = _translate_file(capsys, ckpt, src, "--chunk", 3, "--window", 3)
-    assert code == 2 and out == ""
-    one_line_error(err, "--chunk is the old name of --window: give one of them")

@@ -104,11 +104,11 @@ def test_translate_nbest_lines(tiny_run, inputs, capsys):
 
 def test_translate_jsonl_token_scores(tiny_run, inputs, capsys):
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
-    argv = ["translate", "--checkpoint", ckpt, "--input", inputs, "--beam", 2, "--chunk", 2]
+    argv = ["translate", "--checkpoint", ckpt, "--input", inputs, "--beam", 2, "--window", 2]
     code, out, err = run_cli(capsys, *argv, "--nbest", 2, "--token-scores")
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
-    assert [r["id"] for r in records] == [0, 1, 2, 3]  # ids run on across chunks
+    assert [r["id"] for r in records] == [0, 1, 2, 3]  # ids run on across windows
     assert records[1]["hypotheses"] == []
     for record in (records[0], records[2], records[3]):
         assert len(record["hypotheses"]) == 2

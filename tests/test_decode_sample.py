@@ -190,7 +190,7 @@ def test_translate_sample_nbest(tiny_run, tmp_path, capsys):
     assert code == 0, err
     ids = [line.split(" ||| ")[0] for line in out.splitlines()]
     assert ids == ["0"] * 4 + ["1"] * 4
-    code, again, _ = run_cli(capsys, *argv, "--nbest", 4, "--top-p", 0.9, "--chunk", 1)
+    code, again, _ = run_cli(capsys, *argv, "--nbest", 4, "--top-p", 0.9, "--window", 1)
     fields = [line.split(" ||| ") for line in out.splitlines()]
     fields_again = [line.split(" ||| ") for line in again.splitlines()]
     assert [f[:2] for f in fields_again] == [f[:2] for f in fields]  # ids and texts

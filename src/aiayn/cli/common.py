@@ -162,7 +162,6 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
             help="lines read, sorted by length, translated and written together; memory grows "
             "with it, not with the file (default: 100000)",
         )
-        p.add_argument("--chunk", type=int, help="the old name of --window")
     p.add_argument(
         "--max-tokens", type=int, help="padded source tokens in one batch at most (default: 8000)"
     )
@@ -259,7 +258,6 @@ def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
 
 _CORPUS = {
     "window": "--window",
-    "chunk": "--chunk",
     "max_tokens": "--max-tokens",
     "batch_size": "--batch-size",
     "workers": "--workers",
@@ -275,10 +273,6 @@ def corpus_options(args: argparse.Namespace) -> dict[str, int]:
             raise UserError(f"{_CORPUS[key]} must be at least 1, got {value}")
     if given.get("workers", 1) > 1 and getattr(args, "device", "cpu") != "cpu":
         raise UserError(f"--workers are CPU processes: --device {args.device} decodes in one")
-    if "chunk" in given:
-        if "window" in given:
-            raise UserError("--chunk is the old name of --window: give one of them")
-        given["window"] = given.pop("chunk")
     return given
 
 

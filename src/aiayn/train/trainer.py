@@ -456,7 +456,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        distributed.set_rng_states(_saved_rng(state), self.dist)
+        distributed.set_rng_states(state["rng"], self.dist)
         self.sampler.load_state_dict(meta["sampler"])
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
@@ -685,18 +685,6 @@ class Trainer:
         if best is None:
             return {}
         return {"best": {**self.best.state_dict(), "checkpoint": str(best.resolve())}}
-
-
-def _saved_rng(state: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
-    """A checkpoint's RNG states per rank; older checkpoints held CPU states per rank and
-    rank 0's CUDA state alone (as ``cuda_rng``)."""
-    rng = state["rng"]
-    if not rng or isinstance(rng[0], dict):
-        return rng
-    old = [{"cpu": cpu} for cpu in rng]
-    if state.get("cuda_rng") is not None:
-        old[0]["cuda"] = state["cuda_rng"]
-    return old
 
 
 class _Log:
