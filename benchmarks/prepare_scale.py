@@ -5,13 +5,15 @@ synthetic corpora, binarised by one worker and by several (``--workers``).
 
 Each corpus is the bundled training split (27,959 pairs) repeated, every copy shuffled
 (seed 0), and cut to the size; it is written to a temporary directory under ``--dir`` and
-removed after its runs. ``python -m aiayn prepare`` runs in a child process. The first worker
-count trains the vocabulary; the others binarise with that vocabulary (``--vocab``), so their
-rows time binarising alone, and their files are checked byte for byte against the first's.
-Peak memory is given twice: the largest single process (the ``ru_maxrss`` that ``os.wait4``
-reports for the child and its reaped workers) and the sum over the child and its workers,
-sampled from /proc every 0.2 s. The goals (issues 12 and 42): time linear in the number of
-pairs, peak memory flat, ``--workers 2`` binarising >= 1.7x faster than one on 2 quiet cores.
+removed after its runs. ``python -m aiayn prepare`` runs in a child process: once whole, the
+vocabulary trained and binarised by the first worker count, then once per worker count with
+that vocabulary given (``--vocab``), so that those rows time binarising alone; their files
+are checked byte for byte against the first run's. CPU seconds (user and system, of the
+child and its workers) say what the work costs where other jobs share the cores and wall
+times say little. Peak memory twice: of the largest single process (``os.wait4``'s
+``ru_maxrss``, which covers the reaped workers) and of all of them together, sampled from
+/proc every 0.2 s. The goals (issues 12 and 42): time linear in the number of pairs, peak
+memory flat, ``--workers 2`` binarising >= 1.7x faster than one on 2 quiet cores.
 Run it with another ``PYTHONPATH`` to measure another version of the code.
 """
 
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,6 +110,7 @@ def run_prepare(cmd: list[str]) -> dict[str, float]:
         summary = json.loads(stdout.read())
     return {
         "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,  # the workers' too: the pool reaps them
         "rss_mb": usage.ru_maxrss / 1024,  # Linux reports KiB
         "tree_mb": memory.peak_kib / 1024,
         "vocab": summary["seconds"]["vocab"],
@@ -120,29 +124,35 @@ def arrays(dataset: Path) -> dict[str, bytes]:
 
 
 def measure_size(base: list[tuple[str, str]], n: int, args: argparse.Namespace) -> None:
-    """One corpus of ``n`` pairs, prepared once per worker count; prints a row for each."""
+    """One corpus of ``n`` pairs: prepared whole once (the vocabulary trained), then binarised
+    once per worker count with that vocabulary; prints a row for each run."""
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         src, tgt = Path(tmp) / "train.en", Path(tmp) / "train.es"
         size = write_corpus(base, n, src, tgt)
         common = ["--train-src", str(src), "--train-tgt", str(tgt), "--max-len", str(args.max_len)]
-        first, one = Path(tmp) / "data1", None
-        for workers in args.workers:
-            out = Path(tmp) / f"data{workers}" if one else first
-            vocab = (
-                ["--vocab", str(first / "spm.model")]
-                if one
-                else ["--vocab-size", str(args.vocab_size)]
+        full, rows = Path(tmp) / "full", []
+        train = ["--vocab-size", str(args.vocab_size), "--out", str(full)]
+        rows.append(
+            (
+                "trained",
+                args.workers[0],
+                run_prepare([*common, *train, "--workers", str(args.workers[0])]),
+                "(reference)",
             )
-            r = run_prepare([*common, *vocab, "--out", str(out), "--workers", str(workers)])
-            if one is None:
-                one, same = r, "(reference)"
-            else:
-                same = "yes" if arrays(out) == arrays(first) else "NO"
+        )
+        for workers in args.workers:
+            out = Path(tmp) / f"given{workers}"
+            given = ["--vocab", str(full / "spm.model"), "--out", str(out)]
+            r = run_prepare([*common, *given, "--workers", str(workers)])
+            rows.append(("given", workers, r, "yes" if arrays(out) == arrays(full) else "NO"))
+            shutil.rmtree(out)
+        one = rows[1][2]["binarise"]  # the first worker count's, binarising alone
+        for vocab, workers, r, same in rows:
             print(
-                f"| {n:,} | {size / 1e6:,.0f} | {workers} | "
-                f"{r['vocab']:,.1f}{'' if r is one else ' (reused)'} | {r['binarise']:,.1f} | "
-                f"{n / r['binarise']:,.0f} | {one['binarise'] / r['binarise']:.2f}x | "
-                f"{r['wall']:,.1f} | {r['rss_mb']:,.0f} | {r['tree_mb']:,.0f} | {same} |",
+                f"| {n:,} | {size / 1e6:,.0f} | {vocab} | {workers} | {r['vocab']:,.1f} | "
+                f"{r['binarise']:,.1f} | {n / r['binarise']:,.0f} | {one / r['binarise']:.2f}x | "
+                f"{r['wall']:,.1f} | {r['cpu']:,.1f} | {r['rss_mb']:,.0f} | {r['tree_mb']:,.0f} | "
+                f"{same} |",
                 flush=True,
             )
 
@@ -171,11 +181,11 @@ def main() -> None:
         flush=True,
     )
     print(
-        "| pairs | text MB | workers | vocabulary s | binarise s | binarised pairs/s | "
-        "binarise speed-up | prepare s (wall) | peak RSS MB, largest process | "
-        "peak RSS MB, all processes | files as 1 worker's |"
+        "| pairs | text MB | vocabulary | workers | vocabulary s | binarise s | binarised pairs/s "
+        "| binarise speed-up | prepare s (wall) | CPU s, all processes | peak RSS MB, largest "
+        "process | peak RSS MB, all processes | files as the first's |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|", flush=True)
+    print("|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|", flush=True)
     for n in (parse_size(s) for s in args.sizes.split(",")):
         measure_size(base, n, args)
     print(f"load average {os.getloadavg()[0]:.1f} at the end (other jobs share the machine)")

@@ -177,7 +177,8 @@ def binarize_split(
     time, so memory is bounded by the chunk, not the corpus (WMT14 English-French: 36M pairs).
     ``workers`` processes encode the chunks (sentencepiece, and flattening the ids) while this
     one reads the text and writes the chunks in their order: the files are byte for byte one
-    worker's.
+    worker's. The workers are spawned, so a script that calls this with ``workers`` > 1 needs
+    multiprocessing's ``if __name__ == "__main__":`` guard (``aiayn`` has it).
     """
     dtype = token_dtype(len(vocab))
     writers = {side: _SideWriter(out_dir / f"{split}.{side}", dtype) for side in SIDES}
