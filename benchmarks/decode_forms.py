@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from aiayn.checkpoint import VOCAB, load_transformer  # noqa: E402
 from aiayn.data import Vocab, bundled_corpus_paths  # noqa: E402
-from aiayn.decode import DecodeConfig, for_decoding, translate  # noqa: E402
+from aiayn.decode import DecodeConfig, SearchRequest, for_decoding, translate  # noqa: E402
 from aiayn.files import read_lines  # noqa: E402
 from aiayn.hardware import cpu_description  # noqa: E402
 
@@ -87,9 +87,11 @@ def main() -> None:
     src, ref = bundled_corpus_paths()["test"]
     lines, refs = read_lines(src)[: args.limit], read_lines(ref)[: args.limit]
     models = forms(args.checkpoint, args.only)
-    config = DecodeConfig.preset("translation")
+    request = SearchRequest(DecodeConfig.preset("translation"))
     print(f"CPU: {cpu_description()}; torch {torch.__version__}; {args.threads} thread(s)")
-    print(f"{len(lines)} verses, beam {config.beam}, forms: {', '.join(models)}", flush=True)
+    print(
+        f"{len(lines)} verses, beam {request.decode.beam}, forms: {', '.join(models)}", flush=True
+    )
     names, rounds = list(models), []
     slices = [range(i, min(i + args.slice, len(lines))) for i in range(0, len(lines), args.slice)]
     for r in range(args.rounds):
@@ -99,7 +101,7 @@ def main() -> None:
             for name in names[k:] + names[:k]:
                 start = time.perf_counter()
                 with torch.inference_mode():
-                    out = translate(models[name], [lines[i] for i in part], vocab, config)
+                    out = translate(models[name], [lines[i] for i in part], vocab, request)
                 seconds[name] += time.perf_counter() - start
                 outputs[name] += out
         base = seconds.get("packed", next(iter(seconds.values())))
