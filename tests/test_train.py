@@ -687,6 +687,32 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path, monkeypatch):
     assert saved["train_config"]["max_updates"] == 4 and saved["model_config"]["d_model"] == 32
 
 
+def test_aiayn_train_reports_the_cost_against_the_peak_it_measures(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    import aiayn.flops
+
+    asked = []
+    monkeypatch.setattr(
+        aiayn.flops, "measure_matmul_peak", lambda *args: asked.append(args) or 1e11
+    )
+    cfg_path = _write(config(tiny_corpus, tmp_path / "run", max_updates=2), tmp_path / "c.json")
+    code, out, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
+    assert code == 0, err
+    printed = json.loads(out)
+    assert asked == [(torch.device("cpu"), None)]  # fp32: the device's own peak, once
+    assert printed["matmul_peak_flops"] == 1e11
+    assert printed["mfu"] == pytest.approx(
+        printed["counted_flops"] / (printed["elapsed_s"] * 1e11), rel=1e-9
+    )
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved == {
+        k: v
+        for k, v in printed.items()
+        if k not in ("matmul_peak_flops", "mfu", "paper_cost_flops")
+    }
+
+
 # --- validation BLEU -------------------------------------------------------------------------
 
 
