@@ -45,7 +45,14 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
-from aiayn.decode import DecodeConfig, beam_search, for_decoding, translate  # noqa: E402
+from aiayn.decode import (  # noqa: E402
+    Batching,
+    DecodeConfig,
+    SearchRequest,
+    beam_search,
+    for_decoding,
+    translate,
+)
 from aiayn.decode.workers import run_batches  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 from aiayn.export.hf import to_marian  # noqa: E402
@@ -103,11 +110,18 @@ def ct2_model(model: Transformer, out_dir: str) -> tuple[str, _Pieces]:
 class Ct2Process:
     """A CTranslate2 translator in its own process (``ct2_worker.py``), one request per call."""
 
-    def __init__(self, model_dir: str, compute_type: str, threads: int, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        compute_type: str,
+        threads: int,
+        replicas: int = 1,
+        device: str = "cpu",
+    ) -> None:
         worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.proc = subprocess.Popen(
-            [sys.executable, worker, model_dir, compute_type, str(threads), str(replicas)],
+            [sys.executable, worker, model_dir, compute_type, str(threads), str(replicas), device],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -229,9 +243,7 @@ def test_split_times(
     def ours(m) -> tuple[float, list[str]]:
         start = time.perf_counter()
         with torch.inference_mode():
-            out = translate(
-                m, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000
-            )
+            out = translate(m, lines, vocab, SearchRequest(batching=Batching(max_tokens=4000)))
         return time.perf_counter() - start, out
 
     def theirs() -> float:

@@ -1,6 +1,8 @@
 """Evaluation as the paper reports it: translate a test set with beam search and score it with
 SacreBLEU (detokenised, with its signature) and the paper's tokenised, compound-split BLEU,
-plus the perplexity per subword of the references."""
+plus the perplexity per subword of the references; beside them chrF and TER, and the 95%
+bootstrap interval of each SacreBLEU metric (``aiayn.metrics.significance``: a score without
+its interval cannot say whether another system's differs)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,9 @@ import torch
 from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, for_decoding, translate, translate_corpus
+from .decode import SearchRequest, for_decoding, translate, translate_corpus
 from .decode.engine import Engine, translate_with
-from .decode.shortlist import Shortlist
-from .decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
+from .decode.translate import eval_mode
 from .errors import UserError
 from .files import (
     check_not_input,
@@ -27,6 +28,7 @@ from .files import (
     write_lines_atomic,
 )
 from .metrics import paper_bleu, sacre_bleu
+from .metrics.significance import MetricScore, significance
 from .model import Transformer
 from .train.loss import perplexity, teacher_forced
 
@@ -41,6 +43,10 @@ class Evaluation:
     hypotheses: list[str] = field(repr=False)
     decode_s: float = 0.0  # wall time of the beam search over all n sentences
     engine: str = "torch"  # what decoded: ours, or another engine (``decode.engine``)
+    # sacrebleu's BLEU, chrF2 and TER (by those names) with their bootstrap intervals, and the
+    # signatures they were computed with (resamples and seed included)
+    metrics: dict[str, MetricScore] = field(default_factory=dict)
+    metric_signatures: dict[str, str] = field(default_factory=dict)
 
     @property
     def sentences_per_s(self) -> float:
@@ -56,6 +62,10 @@ class Evaluation:
             "decode_s": self.decode_s,
             "sentences_per_s": self.sentences_per_s,
             "engine": self.engine,
+            "chrf": self.metrics["chrF2"].score if "chrF2" in self.metrics else None,
+            "ter": self.metrics["TER"].score if "TER" in self.metrics else None,
+            "intervals": {name: m.as_dict() for name, m in self.metrics.items()},
+            "interval_signatures": self.metric_signatures,
         }
 
 
@@ -115,39 +125,26 @@ def evaluate_model(
     vocab: Vocab,
     sources: Sequence[str],
     references: Sequence[str],
-    decode: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     lang: str = "de",
-    max_tokens: int = MAX_TOKENS,
-    batch_size: int = BATCH_SIZE,
     progress: bool = False,
     engine: Engine | None = None,
-    workers: int = 1,
-    shortlist: Shortlist | None = None,
 ) -> Evaluation:
     """Translate ``sources`` as ``aiayn translate --input`` does (``translate_corpus``: the
     same batches, so the same outputs) and score them against ``references``.
 
-    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s.
-    ``shortlist``: our search's outputs restricted to it (``aiayn.decode.shortlist``)."""
+    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s."""
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
-    batching = dict(max_tokens=max_tokens, batch_size=batch_size, workers=workers)
     decoder, outputs = (model, translate) if engine is None else (engine, translate_with)
     windows = translate_corpus(
-        decoder,
-        sources,
-        vocab,
-        decode,
-        progress=progress,
-        total=len(sources),
-        outputs=outputs,
-        shortlist=shortlist,
-        **batching,
+        decoder, sources, vocab, request, progress=progress, total=len(sources), outputs=outputs
     )
     hyps = [hyp for window in windows for hyp in window]
     decode_s = time.perf_counter() - start
     score, signature = sacre_bleu(hyps, [list(references)])
+    scored = significance([("test", hyps)], references)  # one system: its intervals
     return Evaluation(
         sacrebleu=score,
         signature=signature,
@@ -157,6 +154,8 @@ def evaluate_model(
         hypotheses=hyps,
         decode_s=decode_s,
         engine="torch" if engine is None else engine.name,
+        metrics=scored.scores[0],
+        metric_signatures=scored.signatures,
     )
 
 
@@ -202,21 +201,19 @@ def evaluate_checkpoint(
     src_path: str | Path,
     ref_path: str | Path,
     hyp_path: str | Path | None,
-    decode: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     lang: str = "de",
     device: str = "cpu",
     progress: bool = True,
     quantize: str | None = None,
     engine: Engine | None = None,
     precision: str = "fp32",
-    **batching: Any,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
     ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``);
     perplexity uses them too. ``engine``: what decodes instead of our search (the command line
     builds it, e.g. CTranslate2's from ``aiayn.export.engine``); the perplexity stays ours.
-    ``batching``: max_tokens, batch_size, workers and shortlist of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
     after hours of beam search.
@@ -233,11 +230,10 @@ def evaluate_checkpoint(
         vocab,
         sources,
         references,
-        decode,
+        request,
         lang=lang,
         progress=progress,
         engine=engine,
-        **batching,
     )
     if hyp_path is not None:
         write_lines_atomic(hyp_path, result.hypotheses)
