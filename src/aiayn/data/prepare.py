@@ -32,6 +32,8 @@ from .vocab import Vocab
 
 PathPair = tuple[str | os.PathLike, str | os.PathLike]
 BIBLE_SPLITS = ("train", "valid", "test")
+# what meta.json records of the bundled corpus's languages (validation BLEU's tokeniser reads it)
+BIBLE_LANGS = {"src_lang": "en", "tgt_lang": "es"}
 
 
 BUNDLED_VOCAB_SIZE = 8000  # shared BPE pieces of the bundled corpus (the demo's and experiments')
@@ -41,7 +43,7 @@ def prepare_bundled(work: Path, vocab_size: int = BUNDLED_VOCAB_SIZE) -> dict[st
     """Prepare the bundled corpus into ``work`` once; later calls reuse it (same vocabulary size)."""
     if (work / META).exists() and read_meta(work).get("vocab_size") == vocab_size:
         return read_meta(work)
-    return prepare_corpus(bundled_corpus_paths(), work, vocab_size=vocab_size)
+    return prepare_corpus(bundled_corpus_paths(), work, vocab_size=vocab_size, record=BIBLE_LANGS)
 
 
 def bundled_corpus_paths(src: str = "en", tgt: str = "es") -> dict[str, tuple[Path, Path]]:
