@@ -32,7 +32,7 @@ from decode_throughput import Ct2Process  # noqa: E402
 from aiayn.checkpoint import load_translator  # noqa: E402
 from aiayn.data import bundled_corpus_paths  # noqa: E402
 from aiayn.decode import Batching, DecodeConfig, SearchRequest, translate  # noqa: E402
-from aiayn.export.ctranslate2 import PATIENCE  # noqa: E402
+from aiayn.export.ct2_search import PATIENCE  # noqa: E402
 from aiayn.export.engine import CTranslate2Engine, cached_export  # noqa: E402
 from aiayn.files import read_lines  # noqa: E402
 from aiayn.hardware import cpu_description  # noqa: E402

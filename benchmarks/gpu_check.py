@@ -394,7 +394,7 @@ def spec_peak(device_name: str, precision: str) -> tuple[str, float] | None:
 
 def measured_peaks(device: torch.device) -> dict[str, float]:
     """aiayn.flops's matmul peak per precision; on a CPU the fp32 one for all (reduced
-    precision there may be emulated, minutes a probe, as the trainer's summary says)."""
+    precision there may be emulated, minutes a probe, as Trainer.peak_dtype says)."""
     if device.type == "cpu":
         fp32 = measure_matmul_peak(device, torch.float32, seconds=0.5)
         return dict.fromkeys(AMP, fp32)
@@ -742,7 +742,9 @@ def demo(check: Check) -> dict[str, Any]:
     assert check.data is not None
     out = check.runs / "demo"
     cfg = demo_train_config(check.data, out, plan.demo_minutes, list(plan.demo_sets))
-    summary = Trainer(cfg, device=str(check.device)).run()
+    trainer = Trainer(cfg, device=str(check.device))
+    summary = trainer.run()
+    cost = trainer.cost(measure_matmul_peak(trainer.device, trainer.peak_dtype))
     model, vocab = load_translator(latest_checkpoint(out / "checkpoints"), check.device)
     sources, references = (
         read_lines(p)[: plan.demo_test_limit] for p in bundled_corpus_paths()["test"]
@@ -753,7 +755,7 @@ def demo(check: Check) -> dict[str, Any]:
         "sets": list(plan.demo_sets),
         "updates": summary["updates"],
         "tokens_per_s": summary["tokens_per_s"],
-        "mfu": summary["mfu"],
+        "mfu": cost["mfu"],
         "resolved": summary["resolved"],
         "test": test.as_dict(),
     }

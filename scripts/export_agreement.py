@@ -55,7 +55,8 @@ def ct2(
 ):
     import ctranslate2
 
-    from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces
+    from aiayn.export.ct2_search import translate_pieces
+    from aiayn.export.ctranslate2 import export_ctranslate2
 
     translator = ctranslate2.Translator(
         str(export_ctranslate2(model, vocab, tmp / "ct2")),
@@ -154,7 +155,7 @@ def main() -> None:
         "ours_seconds": round(time.perf_counter() - start, 1),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        from aiayn.export.ctranslate2 import PATIENCE
+        from aiayn.export.ct2_search import PATIENCE
 
         patiences = args.ct2_patience or [PATIENCE]
         gnmt, plain, seconds = ct2(

@@ -10,6 +10,7 @@ import torch
 
 from aiayn import hardware
 from aiayn.data import bundled_corpus_paths, prepare_corpus
+from aiayn.data.prepare import BIBLE_LANGS
 
 # Every test sees a CPU without native bf16 (so every `auto` is fp32 and eager) unless it asks for
 # `bf16_answer`, which runs it under both answers; `AIAYN_ASSUME_BF16=native make test` runs the
@@ -28,7 +29,8 @@ def bf16_answer(request, monkeypatch) -> str:
 
 def prepare_bundled_slice(root: Path, pairs: dict[str, int], vocab_size: int, max_len: int) -> Path:
     """The first ``pairs[split]`` pairs of each split of the bundled corpus, written as text
-    under ``root`` and prepared into ``root/data`` (the training tests' and the learning gate's)."""
+    under ``root`` and prepared into ``root/data`` (the training tests' and the learning gate's),
+    its languages recorded as ``aiayn prepare --bundled`` records them."""
     files = {}
     for split, n in pairs.items():
         for side, path in zip(("en", "es"), bundled_corpus_paths()[split]):
@@ -36,7 +38,7 @@ def prepare_bundled_slice(root: Path, pairs: dict[str, int], vocab_size: int, ma
                 lines = [line for _, line in zip(range(n), f)]
             (root / f"{split}.{side}").write_text("".join(lines), encoding="utf-8")
         files[split] = (root / f"{split}.en", root / f"{split}.es")
-    prepare_corpus(files, root / "data", vocab_size=vocab_size, max_len=max_len)
+    prepare_corpus(files, root / "data", vocab_size=vocab_size, max_len=max_len, record=BIBLE_LANGS)
     return root / "data"
 
 

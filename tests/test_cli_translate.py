@@ -16,7 +16,7 @@ def test_an_overlong_line_is_reported_by_its_line_in_the_file(tiny_run, tmp_path
     ckpt = latest_checkpoint(tiny_run / "checkpoints")  # the tiny model: 256 positions
     src = tmp_path / "in.txt"
     lines = ["In the beginning"] * 6
-    lines[4] = " ".join(["and the earth"] * 120)  # line 5, the second of the third chunk of 2
+    lines[4] = " ".join(["and the earth"] * 120)  # line 5, the second of the third window of 2
     src.write_text("\n".join(lines) + "\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

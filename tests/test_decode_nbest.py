@@ -119,7 +119,7 @@ def test_translate_jsonl_token_scores(tiny_run, inputs, capsys):
     code, out, err = run_cli(capsys, *argv, "--nbest", 2, "--token-scores")
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
-    assert [r["id"] for r in records] == [0, 1, 2, 3]  # ids run on across chunks
+    assert [r["id"] for r in records] == [0, 1, 2, 3]  # ids run on across windows
     assert records[1]["hypotheses"] == []
     for record in (records[0], records[2], records[3]):
         assert len(record["hypotheses"]) == 2

@@ -22,7 +22,6 @@ from aiayn.experiments.heads import head_statistics, is_punctuation
 from aiayn.experiments.inputs import Corpus, valid_paths
 from aiayn.experiments.runner import Budget, Experiment, Row, read_budget, run_rows
 from aiayn.model import Transformer
-from aiayn.train import trainer as trainer_module
 
 TINY = ["preset=tiny", "updates=2", "sentences=3", "max_tokens=400", "threads=1"]
 
@@ -30,9 +29,7 @@ TINY = ["preset=tiny", "updates=2", "sentences=3", "max_tokens=400", "threads=1"
 @pytest.fixture(autouse=True)
 def quick_rows(monkeypatch):
     """Two thirds of a tiny row went to beam search running to input + 50 tokens (an untrained
-    model never says eos), and a second to the trainer's matmul-peak measurement: a smoke
-    run decodes 3 tokens and skips the peak, which no figure here uses."""
-    monkeypatch.setattr(trainer_module, "measure_matmul_peak", lambda *args, **kwargs: 1e9)
+    model never says eos): a smoke run decodes 3 tokens."""
     monkeypatch.setattr(
         training,
         "SearchRequest",

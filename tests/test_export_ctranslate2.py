@@ -23,7 +23,8 @@ from aiayn.config import to_dict  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
 from aiayn.decode import DecodeConfig, SearchRequest, decode_ids  # noqa: E402
 from aiayn.export import MARKER, ExportError  # noqa: E402
-from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces  # noqa: E402
+from aiayn.export.ct2_search import translate_pieces  # noqa: E402
+from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 VARIANTS = [
     ("tiny", {}),

@@ -90,3 +90,26 @@ def test_the_layout_page_names_every_module():
         assert path.name in named, f"docs/layout.md does not name {path.relative_to(PACKAGE)}"
     for folder in {p.parent for p in _modules()} - {PACKAGE}:
         assert f"{folder.name}/" in named, f"docs/layout.md does not name {folder.name}/"
+
+
+# The training library, and the command that runs it: no function past a screen (the other
+# parts of src/ are held to the same rule as they are split)
+SHORT = [*sorted((PACKAGE / "train").glob("*.py")), PACKAGE / "cli" / "train.py"]
+
+
+@pytest.mark.parametrize("path", SHORT, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_function_of_the_training_library_is_over_60_lines(path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    long = [
+        f"{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno - node.lineno + 1 > 60
+    ]
+    assert not long, long
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "train").glob("*.py")), ids=lambda p: p.name)
+def test_the_training_library_does_not_import_evaluate(path):
+    """evaluate is built on train and decode (eval_mode lives in decode): not the other way."""
+    assert "evaluate" not in _imported_parts(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import warnings
 
 import pytest
 import torch
@@ -60,6 +61,18 @@ def test_int8_outputs_mostly_equal_fp32(copy_model):
     int8 = [h[0].tokens for h in beam_search(int8_model, src, config)]
     same = sum(a == b for a, b in zip(fp32, int8))
     assert same >= 95, f"{same}/100 int8 outputs equal fp32"
+
+
+def test_int8_says_pytorchs_deprecation_of_it_once_and_visibly(copy_model):
+    """torch.ao's eager quantization is deprecated: int8 passes that on as one FutureWarning
+    (shown by default, where a DeprecationWarning is not) naming PyTorch's words, not hidden."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for_decoding(_clone(copy_model), "int8")
+    assert [w.category for w in caught] == [FutureWarning], [str(w.message) for w in caught]
+    said = str(caught[0].message)
+    assert "--quantize int8" in said and "torch.ao.quantization is deprecated" in said
+    assert len(said.splitlines()) == 1 and caught[0].filename == __file__
 
 
 def _clone(model: aiayn.Transformer) -> aiayn.Transformer:

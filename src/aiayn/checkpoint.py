@@ -295,34 +295,11 @@ def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-# Norm names before they were named by role: (stack, sub-layer index) -> name
-_LEGACY_NORMS = {
-    ("encoder", "0"): "self_attn_norm",
-    ("encoder", "1"): "ffn_norm",
-    ("decoder", "0"): "self_attn_norm",
-    ("decoder", "1"): "src_attn_norm",
-    ("decoder", "2"): "ffn_norm",
-}
-_LEGACY_NORM_KEY = re.compile(r"^(encoder|decoder)\.(\d+)\.sublayer\.(\d)\.norm\.(weight|bias)$")
-
-
-def _rename_legacy_norms(module, state_dict, prefix, *_) -> None:
-    """A load_state_dict pre-hook: checkpoints written before the norms were named by role
-    (``encoder.0.sublayer.1.norm.weight``) load under today's names (``encoder.0.ffn_norm.weight``)."""
-    for key in [k for k in state_dict if k.startswith(prefix)]:
-        m = _LEGACY_NORM_KEY.match(key[len(prefix) :])
-        if m:
-            stack, layer, sub, kind = m.groups()
-            new = f"{prefix}{stack}.{layer}.{_LEGACY_NORMS[stack, sub]}.{kind}"
-            state_dict[new] = state_dict.pop(key)
-
-
 def load_weights(model: nn.Module, ckpt: Path) -> None:
     """Load ``model.safetensors`` into ``model`` (tied parameters are filled once, stay tied)."""
     path = Path(ckpt) / WEIGHTS
     if not path.is_file():
         raise FileNotFoundError(f"{ckpt} is not a checkpoint: {WEIGHTS} is missing")
-    hook = model.register_load_state_dict_pre_hook(_rename_legacy_norms)
     try:
         missing, unexpected = load_model(model, str(path), strict=True)
     except SafetensorError as e:
@@ -333,8 +310,6 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
         raise UserError(
             f"{path}: weights do not fit the model of {META}: {str(e).splitlines()[-1].strip()}"
         ) from None
-    finally:
-        hook.remove()
     if missing or unexpected:
         raise UserError(
             f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}"

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 
@@ -469,8 +471,15 @@ def add_train_args(
 
 def run_training(args: argparse.Namespace, command: str, **defaults: str) -> None:
     """Train as ``add_train_args`` parsed (``defaults``: TrainConfig keys, e.g. the preset, that
-    a config and ``--set`` override); the main process prints the summary and where it wrote."""
+    a config and ``--set`` override); the main process prints the summary, the run's cost
+    against the matmul peak measured here, and where it wrote.
+
+    SIGTERM or Ctrl-C stops the run after the update in progress with a checkpoint, one line
+    saying where and how to resume, and the exit status a shell gives the signal (143, 130).
+    """
+    from ..flops import measure_matmul_peak
     from ..train import distributed, load_train_config
+    from ..train.preemption import exit_code, stop_on_signals
     from ..train.trainer import Trainer
 
     sets = list(args.set or [])
@@ -480,11 +489,48 @@ def run_training(args: argparse.Namespace, command: str, **defaults: str) -> Non
         sets.append(f"init_from_keep={args.init_from_keep}")
     cfg = load_train_config(args.config, sets, **defaults)
     trainer = Trainer(cfg, device=args.device)
-    summary = trainer.run(resume=args.resume)
+    with stop_on_signals(trainer.request_stop):  # kept while the line is printed: whole
+        summary = trainer.run(resume=args.resume)
+        if trainer.preempted:
+            if trainer.dist.is_main:
+                print(_stopped_line(args, command, summary), file=sys.stderr)
+            distributed.teardown()
+            raise SystemExit(exit_code(trainer.stopped))
     if trainer.dist.is_main:
-        print(json.dumps(summary, indent=2))
+        peak = measure_matmul_peak(trainer.device, trainer.peak_dtype)
+        print(json.dumps({**summary, **trainer.cost(peak)}, indent=2))
         say_wrote(command, cfg.out)
     distributed.teardown()
+
+
+def _stopped_line(args: argparse.Namespace, command: str, summary: dict[str, Any]) -> str:
+    """``aiayn train: stopped by SIGTERM at update N, checkpoint PATH; resume: COMMAND``."""
+    saved = summary["checkpoint"] or "nothing saved (no update yet)"
+    return (
+        f"aiayn {command}: stopped by {summary['stopped']} at update {summary['updates']}, "
+        f"checkpoint {saved}; resume: {resume_command(args, command)}"
+    )
+
+
+def resume_command(args: argparse.Namespace, command: str) -> str:
+    """The command line that carries on a training run: its own options without ``--resume``,
+    so that it takes OUT's latest checkpoint; under torchrun, launched as it was (on several
+    nodes, the rendezvous endpoint is left for the user to fill in: HOST:PORT)."""
+    argv = ["aiayn", *command.split(), *([args.config] if args.config else [])]
+    for item in args.set or []:
+        argv += ["--set", item]
+    for option in ("init_from", "init_from_keep"):
+        if getattr(args, option) is not None:
+            argv += ["--" + option.replace("_", "-"), getattr(args, option)]
+    argv += ["--device", args.device]
+    world, local = int(os.environ.get("WORLD_SIZE", "1")), os.environ.get("LOCAL_WORLD_SIZE")
+    if world == 1:
+        return shlex.join(argv)
+    launch = ["torchrun", "--nproc_per_node", local or str(world)]
+    if local is not None and int(local) != world:  # several nodes: on each, with its rendezvous
+        nodes = str(world // int(local))
+        launch += ["--nnodes", nodes, "--rdzv_backend", "c10d", "--rdzv_endpoint", "HOST:PORT"]
+    return shlex.join([*launch, "-m", *argv])
 
 
 ENGINES = ("torch", "ctranslate2")

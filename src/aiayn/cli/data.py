@@ -21,9 +21,11 @@ def _info(args: argparse.Namespace) -> None:
 
 def _prepare(args: argparse.Namespace) -> None:
     from ..data import bundled_corpus_paths, prepare_corpus
+    from ..data.prepare import BIBLE_LANGS
 
+    record = None  # the languages, where this command knows them (validation BLEU reads them)
     if args.bundled:
-        splits = bundled_corpus_paths()
+        splits, record = bundled_corpus_paths(), BIBLE_LANGS
     elif args.wmt14:
         from ..data.prepare import check_target
         from ..data.wmt import download_wmt14
@@ -31,6 +33,7 @@ def _prepare(args: argparse.Namespace) -> None:
         check_target(Path(args.out))  # before hours of downloading
         src, tgt = args.wmt14.split("-")[1], args.wmt14.split("-")[0]  # "de-en" -> en->de
         splits = download_wmt14(args.wmt14, src, tgt, Path(args.out) / "raw")
+        record = {"src_lang": src, "tgt_lang": tgt}
     else:
         if not (args.train_src and args.train_tgt):
             raise UserError("no input: give --bundled, --wmt14, or --train-src and --train-tgt")
@@ -47,6 +50,8 @@ def _prepare(args: argparse.Namespace) -> None:
         vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
         max_len=args.max_len,
         vocab=args.vocab,
+        workers=args.workers,
+        record=record,
     )
     print(json.dumps(summary, indent=2))
     say_wrote("prepare", args.out)
@@ -79,6 +84,12 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-len", type=int, default=256, help="skip pairs longer than this (subwords)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that binarise (the files are the same whatever the number; default: 1)",
     )
     p.set_defaults(func=_prepare)
 

@@ -31,8 +31,8 @@ from .vocab import Vocab
 
 NULL = -1  # the empty source word of Model 1 (index vocab_size in the packed keys)
 FORMAT = "aiayn-shortlist"  # the shortlist file's marker (``aiayn.decode.shortlist`` reads it)
-# What a file keeps at most, for decoders to cut; EM holds ~90 bytes per (source, target)
-# position pair of a sentence (2.4 GB for the Bible's 28k pairs), which MAX_PAIRS bounds.
+# What a file keeps at most, for decoders to cut; EM's memory grows with every (source, target)
+# position pair of its sentences, which MAX_PAIRS bounds (docs/decoding.md has the figures).
 KEEP_FREQUENT, KEEP_BEST, THRESHOLD, ITERATIONS, MAX_PAIRS = 2000, 50, 1e-3, 5, 50_000
 
 

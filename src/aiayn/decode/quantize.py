@@ -9,11 +9,13 @@ or bf16 (``--precision bf16``, see ``precision``).
 Every ``nn.Linear`` (attention projections, feed-forward, and the output projection, which
 gets its own int8 copy of the tied embedding matrix) becomes a dynamically quantized linear:
 int8 weights with one scale per output row, activations quantized per call from their
-observed range, int32 accumulation. These are PyTorch's own fbgemm/x86 kernels
-(``torch.ao.quantization.quantize_dynamic``): on this AVX2 CPU no other well-kept library
-offers an int8 GEMM callable from an eager PyTorch model (torchao's int8 path relies on
-``torch.compile`` to be fast on the CPU). Quantizing happens after the weights are loaded,
-so an int8 model is never stored or unpickled.
+observed range, int32 accumulation. These are PyTorch's own fbgemm/x86 kernels, reached through
+``torch.ao.quantization.quantize_dynamic``, which PyTorch deprecates in favour of torchao. It
+stays because torchao's eager int8 (``quantize_``) runs a whole-split decode at about half its
+speed, slower than fp32, on the CPU (measured with ``benchmarks/decode_forms.py``: docs/
+decoding.md#int8); its deprecation is passed on to the user as a ``FutureWarning`` rather than
+hidden. Quantizing happens after the weights are loaded, so an int8 model is never stored or
+unpickled.
 
 Because activations are quantized per call, a sentence's int8 output can depend slightly on
 the other sentences of its batch (fp32 output does not).
@@ -51,12 +53,29 @@ def for_decoding(
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise UserError(f"--quantize {quantize} runs on the CPU only, the model is on {device}")
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     model.eval()
-    with warnings.catch_warnings():
-        # torch.ao marks its eager quantization as deprecated in favour of torchao; it is
-        # still PyTorch's fast eager int8 path on the CPU.
-        warnings.simplefilter("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message=".*deprecated.*")
-        return quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        model = quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    _pass_on_deprecation(caught)
+    return model
+
+
+def _pass_on_deprecation(caught: list[warnings.WarningMessage]) -> None:
+    """PyTorch's deprecation of its eager quantization, said once to whoever decodes: a
+    ``FutureWarning`` (shown by default, unlike ``DeprecationWarning``) with PyTorch's first
+    line and why int8 still uses it; any other warning is re-issued as it was."""
+    deprecated = [w for w in caught if "deprecated" in str(w.message)]
+    for w in caught:
+        if w not in deprecated:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if deprecated:
+        said = str(deprecated[0].message).strip().splitlines()[0].strip()
+        warnings.warn(
+            f"--quantize int8 runs on PyTorch's eager int8 kernels, which it deprecates "
+            f"({said}); torchao's eager int8 is slower on the CPU (docs/decoding.md#int8)",
+            FutureWarning,
+            stacklevel=3,
+        )

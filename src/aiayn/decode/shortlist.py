@@ -6,8 +6,8 @@ specials, as Marian's ``--shortlist`` and CTranslate2's vocabulary map do.
 Marian and CTranslate2 take the union over a batch, so a sentence's output depends on its
 batch-mates; here every sentence has its own list (one batched matmul over the rows of each),
 so its output is the same in any batch. The output projection, its softmax and the top-k over
-8,000 pieces are about a fifth of a decode step on the demo model; over ~180 they nearly
-vanish. The search is the paper's over the smaller vocabulary, its softmax normalised over the
+the whole vocabulary are a share of every decode step that shrinks with the list (measured in
+docs/decoding.md). The search is the paper's over the smaller vocabulary, its softmax normalised over the
 list, so outputs change where the best one needs a piece outside it and where the scores'
 shift reorders hypotheses: the speed and BLEU are measured in docs/decoding.md.
 

@@ -1,6 +1,6 @@
 """The paper's experiments, and the ones it left open, as commands (``aiayn experiment NAME``).
 
-    aiayn experiment table1                      # Table 1 measured on this CPU (~3 minutes)
+    aiayn experiment table1                      # Table 1 measured on this CPU (a 3-minute budget)
     aiayn experiment table3                      # Table 3 in miniature around the demo preset
     aiayn experiment heads --checkpoint runs/demo/averaged
     aiayn experiment scaling | restricted | extrapolation | low-resource

@@ -39,9 +39,7 @@ class Budget:
     ``--budget key=value`` changes any field (the tests use ``preset=tiny updates=2``)."""
 
     preset: str = "demo"  # the base model every training row changes (config.PRESETS)
-    updates: int = (
-        1000  # per row, the same for every row (as Table 3): 5-10 min of the demo preset on 2 cores
-    )
+    updates: int = 1000  # per row, the same for every row (as Table 3); cost: docs/experiments.md
     sentences: int = 200  # validation sentences decoded for BLEU per row (beam 4)
     max_tokens: int = 1024  # source (and target) tokens per batch: the demo's batches
     seconds: float = 180.0  # table1: wall-clock budget for all sequence lengths

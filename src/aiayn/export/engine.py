@@ -1,7 +1,7 @@
 """CTranslate2 as an engine behind ``translate``, ``evaluate`` and ``serve`` (``--engine
 ctranslate2``): the checkpoint exported once into a cache, then decoded by
-``ctranslate2.Translator`` with the paper's search (``search_pieces``: beam 4, GNMT alpha 0.6,
-|Y| <= |X| + 50), so that its outputs are ours.
+``ctranslate2.Translator`` with the paper's search (``ct2_search.search_pieces``: beam 4,
+GNMT alpha 0.6, |Y| <= |X| + 50), so that its outputs are ours.
 
 The cache is ``CKPT.ctranslate2/`` beside the checkpoint directory, or, when that directory's
 parent is read-only, ``$XDG_CACHE_HOME/aiayn/ctranslate2/FINGERPRINT/`` (default ``~/.cache``).
@@ -30,7 +30,8 @@ from ..decode import Hypothesis
 from ..decode.request import Feature, SearchRequest, SpecialIds, check_supported
 from ..decode.translate import OnTruncate, Progress, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
-from .ctranslate2 import TARGET, export_ctranslate2, search_pieces
+from .ct2_search import search_pieces
+from .ctranslate2 import TARGET, export_ctranslate2
 
 FORMAT = 1  # the cache's layout: bump when the exporter writes something else
 CACHE_SUFFIX = ".ctranslate2"

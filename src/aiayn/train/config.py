@@ -24,6 +24,22 @@ from ..config import PRESETS, Init, ModelConfig, from_dict, parse_assignments
 from ..errors import UserError
 
 RESOLVED = "resolved"  # config.json's block of what the run made of amp and compile
+# TrainConfig's keys that count something: None (where allowed) or at least 1
+_AT_LEAST_ONE = (
+    "max_src_tokens",
+    "max_tgt_tokens",
+    "update_freq",
+    "warmup",
+    "keep_last",
+    "max_nonfinite",
+    "log_every",
+    "max_updates",
+    "save_every_updates",
+    "num_threads",
+    "patience",
+    "valid_beam",
+    "tokens_per_update",
+)
 
 
 @dataclass
@@ -76,9 +92,10 @@ class TrainConfig:
     validate: bool = True  # validation loss/perplexity at every checkpoint
     # ... and BLEU of beam search on the first N valid pairs (0: none); beam None: the
     # translation preset's; lang: the target language of the paper BLEU's Moses tokeniser
+    # (None: the one the dataset's meta.json records; a dataset without one needs it)
     valid_bleu_sentences: int = 0
     valid_beam: int | None = None
-    valid_bleu_lang: str = "de"
+    valid_bleu_lang: str | None = None
     # checkpoints/best names the checkpoint with the best validation by this metric so far
     best_metric: Literal["valid_ppl", "valid_bleu"] = "valid_ppl"
     patience: int | None = None  # stop after this many validations without a better one
@@ -88,24 +105,18 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Every numeric key is range-checked: a negative, nan or infinite learning rate
-        would otherwise train on garbage for the whole run and exit 0."""
+        would otherwise train on garbage for the whole run and exit 0. Then the keys that
+        need another key are checked, and the model overrides are type-checked."""
         if self.preset not in PRESETS:
             raise UserError(f"unknown preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
-        for name in (
-            "max_src_tokens",
-            "max_tgt_tokens",
-            "update_freq",
-            "warmup",
-            "keep_last",
-            "max_nonfinite",
-            "log_every",
-            "max_updates",
-            "save_every_updates",
-            "num_threads",
-            "patience",
-            "valid_beam",
-            "tokens_per_update",
-        ):
+        self._check_ranges()
+        self._check_choices()
+        self._check_pairs()
+        self.model_config(vocab_size=None)  # type-checks the model overrides early
+
+    def _check_ranges(self) -> None:
+        """Counts at least 1, probabilities in [0, 1), rates and times positive and finite."""
+        for name in _AT_LEAST_ONE:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UserError(f"TrainConfig.{name} must be >= 1, got {value}")
@@ -120,6 +131,15 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UserError(f"TrainConfig.{name} must be a positive finite number, got {value}")
+        if self.valid_bleu_sentences < 0:
+            raise UserError(
+                f"TrainConfig.valid_bleu_sentences must be >= 0, got {self.valid_bleu_sentences}"
+            )
+        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
+            raise UserError(f"TrainConfig.ema_decay must be in (0, 1), got {self.ema_decay}")
+
+    def _check_choices(self) -> None:
+        """The keys of a few allowed values, and init_from_keep's parts."""
         for name, allowed in (
             ("amp", ("auto", "bf16", "fp16", "none")),
             ("compile", (True, False, "auto")),
@@ -128,14 +148,17 @@ class TrainConfig:
                 raise UserError(
                     f"TrainConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
                 )
-        if self.max_updates is None and self.max_minutes is None:
-            raise UserError("set max_updates or max_minutes (or both): training must stop")
         unknown = set(self.init_from_parts()) - {"optimizer", "schedule"}
         if unknown:
             raise UserError(
                 f"TrainConfig.init_from_keep: unknown {', '.join(sorted(unknown))}; "
                 "keep optimizer, schedule or both (optimizer,schedule)"
             )
+
+    def _check_pairs(self) -> None:
+        """A key that means nothing without another is refused, not ignored in silence."""
+        if self.max_updates is None and self.max_minutes is None:
+            raise UserError("set max_updates or max_minutes (or both): training must stop")
         if self.init_from_keep and self.init_from is None:
             raise UserError(
                 "TrainConfig.init_from_keep needs init_from: the checkpoint to keep from"
@@ -145,12 +168,6 @@ class TrainConfig:
                 "TrainConfig.tokens_per_update derives update_freq: set one of them, not both "
                 "(tokens_per_update=none to give update_freq)"
             )
-        if self.valid_bleu_sentences < 0:
-            raise UserError(
-                f"TrainConfig.valid_bleu_sentences must be >= 0, got {self.valid_bleu_sentences}"
-            )
-        if self.ema_decay is not None and not 0.0 < self.ema_decay < 1.0:
-            raise UserError(f"TrainConfig.ema_decay must be in (0, 1), got {self.ema_decay}")
         if self.ema_warmup and self.ema_decay is None:
             raise UserError("TrainConfig.ema_warmup warms up the moving average: set ema_decay too")
         if self.patience is not None and not self.validate:
@@ -159,7 +176,6 @@ class TrainConfig:
             raise UserError(
                 "TrainConfig.best_metric=valid_bleu needs validation BLEU: set valid_bleu_sentences"
             )
-        self.model_config(vocab_size=None)  # type-checks the model overrides early
 
     def init_from_parts(self) -> list[str]:
         """What ``init_from_keep`` names: ["optimizer"], ["schedule"], both, or []."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import signal
 import sys
 import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,12 @@ from tqdm import tqdm
 from .. import checkpoint as ckpt
 from .. import measured
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..data.binarize import META
 from ..decode import DecodeConfig
 from ..decode.translate import eval_mode
 from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
-from ..flops import measure_matmul_peak, mfu, paper_cost, real_lengths, training_flops
+from ..flops import mfu, paper_cost, real_lengths, training_flops
 from ..hardware import bf16_support
 from ..model import Transformer, attention_precision
 from . import distributed
@@ -60,6 +62,8 @@ class NonFiniteLossError(RuntimeError):
 # 2**-34, where gradients that still overflow are not finite whatever the scale.
 MAX_SKIPPED_STEPS = 50
 LOCK = ".lock"  # in OUT: held by the run writing there
+_BUDGETS = ("max_updates", "max_minutes")  # what ends a run by TrainConfig, as _done names them
+_SIGNAL_NAMES = frozenset(s.name for s in signal.Signals)
 
 
 @dataclass(frozen=True)
@@ -147,29 +151,8 @@ class Trainer:
         self.vocab = Vocab.load(self.vocab_file)
         check_vocab(cfg.data, self.vocab)  # ids binarised with another vocabulary are garbage
         self.model_cfg = cfg.model_config(vocab_size=len(self.vocab))
-        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = Transformer(self.model_cfg, init=self.cfg.init).to(self.device)
-        torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
-        self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
-        # kept by rank 0 only, which validates and saves; the weights are the same on every rank
-        self.ema = (
-            EMA(self.model, cfg.ema_decay, warmup=cfg.ema_warmup)
-            if cfg.ema_decay and self.dist.is_main
-            else None
-        )
-        # fused=True: one kernel for all parameters (5x faster than the default per-parameter
-        # loop on CPU, measured in benchmarks/train_throughput.py); the same Adam arithmetic.
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(),
-            lr=1.0,
-            betas=(cfg.adam_beta1, cfg.adam_beta2),
-            eps=cfg.adam_eps,
-            fused=self.device.type in ("cpu", "cuda"),
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale),
-        )
+        self._build_model()
+        self._build_optimizer()
         self.resolved = Resolved.of(cfg, self.device)
         self.amp_dtype = self.resolved.amp_dtype
         # the step's forward: the linears' weights in amp_dtype, cast once per update (mixed.py)
@@ -188,11 +171,11 @@ class Trainer:
             world_size=self.dist.world_size,
         )
         self._check_data()
-        self.bleu_sample = (
-            BleuSample.first(TokenDataset(cfg.data, "valid"), self.vocab, cfg.valid_bleu_sentences)
-            if cfg.validate and cfg.valid_bleu_sentences
-            else None
-        )
+        self.bleu_sample, self.bleu_lang = None, ""
+        if cfg.validate and cfg.valid_bleu_sentences:
+            self.bleu_lang = self._valid_bleu_lang()
+            valid = TokenDataset(cfg.data, "valid")
+            self.bleu_sample = BleuSample.first(valid, self.vocab, cfg.valid_bleu_sentences)
         self.update = 0
         self.elapsed = 0.0  # training seconds, carried across resumes
         self.tokens = {"src": 0, "tgt": 0}
@@ -200,8 +183,41 @@ class Trainer:
         self.valid: dict[str, float] = {}
         self.best = BestSoFar(cfg.best_metric)  # rank 0's; the others learn its decisions
         self.stopped: str | None = None  # why the run ended
+        self.stop_signal = 0  # a signal that asked this process to stop (request_stop)
         if self.resolved.compile:
             compile_layers(self.model)  # after EMA's copy: the average is only validated
+
+    def _build_model(self) -> None:
+        """The model (the same initial weights on every rank), its DDP wrapper and the moving
+        average; then each rank's own dropout seed."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.model = Transformer(self.model_cfg, init=cfg.init).to(self.device)
+        torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
+        self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
+        # kept by rank 0 only, which validates and saves; the weights are the same on every rank
+        self.ema = (
+            EMA(self.model, cfg.ema_decay, warmup=cfg.ema_warmup)
+            if cfg.ema_decay and self.dist.is_main
+            else None
+        )
+
+    def _build_optimizer(self) -> None:
+        """Adam (section 5.3) under the warm-up schedule, which sets its learning rate."""
+        cfg = self.cfg
+        # fused=True: one kernel for all parameters instead of a loop over them (the trainer's
+        # row against default Adam: docs/benchmarks.md, training); the same Adam arithmetic.
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(),
+            lr=1.0,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
+            fused=self.device.type in ("cpu", "cuda"),
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale),
+        )
 
     # --- start-up checks ----------------------------------------------------------------
 
@@ -243,6 +259,25 @@ class Trainer:
                 f"or prepare the data with --max-len {limit - 1}"
             )
 
+    def _valid_bleu_lang(self) -> str:
+        """The target language for the paper BLEU's Moses tokeniser: ``valid_bleu_lang``, else
+        the one the dataset's meta.json records (``aiayn prepare`` records the corpora it
+        knows). Never a guess: another language's tokeniser changes the score."""
+        given, where = self.cfg.valid_bleu_lang, Path(self.cfg.data) / META
+        recorded = self.data_meta.get("record", {}).get("tgt_lang")
+        if given and recorded and given != recorded:
+            raise UserError(
+                f"valid_bleu_lang={given}, but {where} records the target language {recorded}: "
+                "leave valid_bleu_lang out to use it, or give the dataset's language"
+            )
+        if not (given or recorded):
+            raise UserError(
+                f"valid_bleu_sentences={self.cfg.valid_bleu_sentences} scores BLEU with the "
+                f"target language's tokeniser, and {where} records no language: set "
+                "valid_bleu_lang (e.g. --set valid_bleu_lang=de), or valid_bleu_sentences=0"
+            )
+        return given or recorded
+
     # --- one update ---------------------------------------------------------------------
 
     def _autocast(self):
@@ -254,6 +289,35 @@ class Trainer:
         """Forward/backward ``self.update_freq`` micro-batches, then one optimizer step."""
         self.ddp.train()
         self.step_model.refresh()
+        sums = self._accumulate(batches)
+        if self.dist.enabled:  # on the device: nccl reduces CUDA tensors only
+            sums = sums.to(self.device)
+            dist.all_reduce(sums)
+            sums = sums.cpu()
+        loss_sum, nll_sum, tgt_tokens, src_tokens, flops = sums.tolist()
+        if not math.isfinite(loss_sum):
+            self.optimizer.zero_grad(set_to_none=True)
+            return {"finite": 0.0}
+        if not self._step(tgt_tokens):
+            return {"finite": 1.0, "stepped": 0.0}
+        self.update += 1
+        if self.ema is not None:
+            self.ema.update(self.model, self.update)
+        self.tokens["src"] += int(src_tokens)
+        self.tokens["tgt"] += int(tgt_tokens)
+        self.flops += flops  # summed over the ranks, like the tokens
+        return {
+            "finite": 1.0,
+            "stepped": 1.0,
+            "loss": loss_sum / tgt_tokens,
+            "nll": nll_sum / tgt_tokens,
+            "tokens": src_tokens + tgt_tokens,
+        }
+
+    def _accumulate(self, batches: Iterator[list[int]]) -> torch.Tensor:
+        """Back-propagate the summed loss of each micro-batch (gradients synchronised across
+        processes on the last one only); returns this process's (summed loss, summed nll,
+        target tokens, source tokens, FLOPs), float64, on the CPU."""
         pad = self.model_cfg.pad_id
         losses = torch.zeros(2, device=self.device)  # summed loss, summed nll: no sync per step
         tgt_tokens = src_tokens = 0
@@ -275,46 +339,25 @@ class Trainer:
             losses += torch.stack([loss.detach(), nll.detach()])
             tgt_tokens += batch.n_tgt_tokens
             src_tokens += batch.n_src_tokens
-        sums = torch.cat(
-            [
-                losses.double().cpu(),
-                torch.tensor([tgt_tokens, src_tokens, flops], dtype=torch.float64),
-            ]
-        )
-        if self.dist.enabled:  # on the device: nccl reduces CUDA tensors only
-            sums = sums.to(self.device)
-            dist.all_reduce(sums)
-            sums = sums.cpu()
-        loss_sum, nll_sum, tgt_tokens, src_tokens, flops = sums.tolist()
-        if not math.isfinite(loss_sum):
-            self.optimizer.zero_grad(set_to_none=True)
-            return {"finite": 0.0}
+        counts = torch.tensor([tgt_tokens, src_tokens, flops], dtype=torch.float64)
+        return torch.cat([losses.double().cpu(), counts])
+
+    def _step(self, tgt_tokens: float) -> bool:
+        """The optimizer step on the gradients of the update's ``tgt_tokens`` target tokens
+        (summed over processes); False when the fp16 scaler skipped it."""
         self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         torch._foreach_mul_(grads, self.dist.world_size / tgt_tokens)
         scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        if self.scaler.get_scale() < scale:
-            # fp16: the scaler found inf/nan gradients, skipped the optimizer step and lowered
-            # its scale. No update happened, so neither the schedule nor the count advances.
-            self.optimizer.zero_grad(set_to_none=True)
-            return {"finite": 1.0, "stepped": 0.0}
-        self.scheduler.step()
+        stepped = self.scaler.get_scale() >= scale
+        # fp16: a lowered scale means the scaler found inf/nan gradients and skipped the
+        # optimizer step. No update happened, so neither the schedule nor the count advances.
+        if stepped:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.update += 1
-        if self.ema is not None:
-            self.ema.update(self.model, self.update)
-        self.tokens["src"] += int(src_tokens)
-        self.tokens["tgt"] += int(tgt_tokens)
-        self.flops += flops  # summed over the ranks, like the tokens
-        return {
-            "finite": 1.0,
-            "stepped": 1.0,
-            "loss": loss_sum / tgt_tokens,
-            "nll": nll_sum / tgt_tokens,
-            "tokens": src_tokens + tgt_tokens,
-        }
+        return stepped
 
     # --- validation -----------------------------------------------------------------------
 
@@ -331,9 +374,7 @@ class Trainer:
         if self.bleu_sample is not None:
             beam = {"beam": self.cfg.valid_beam} if self.cfg.valid_beam else {}
             decode = DecodeConfig.preset("translation", **beam)
-            scores |= valid_bleu(
-                model, self.vocab, self.bleu_sample, decode, lang=self.cfg.valid_bleu_lang
-            )
+            scores |= valid_bleu(model, self.vocab, self.bleu_sample, decode, lang=self.bleu_lang)
         return scores
 
     @torch.no_grad()
@@ -372,35 +413,20 @@ class Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------
 
-    def save(self) -> Path | None:
-        """Validate (when configured), then write a checkpoint. A validation failure is
-        reported only after the trained weights are saved: it must never cost the updates."""
+    def save(self, validate: bool = True) -> Path | None:
+        """Validate (when configured and ``validate``), then write a checkpoint. A validation
+        failure is reported only after the trained weights are saved: it must never cost the
+        updates. A collective: every rank calls it."""
         rng = distributed.rng_states(self.dist)  # collective: every rank takes part
         path, failure = None, None
         if self.dist.is_main:
             if self.cfg.validate:
                 self.valid = {}
                 try:
-                    self.valid = self.validate()
+                    self.valid = self.validate() if validate else {}
                 except Exception as err:  # re-raised below, once the weights are safe
                     failure = err
             improved = self.best.observe(self.valid, self.update)
-            meta = {
-                "update": self.update,
-                "sampler": self.sampler.state_dict(),
-                "elapsed_s": self.elapsed,
-                "tokens": self.tokens,
-                "flops": self.flops,
-                "valid": self.valid,
-                "best": self.best.state_dict(),
-                "world_size": self.dist.world_size,
-                "update_freq": self.update_freq,
-                "model_config": dataclasses.asdict(self.model_cfg),
-                "train_config": dataclasses.asdict(self.cfg),
-                "vocab_fingerprint": self.vocab.fingerprint,
-                "dataset": self.data_meta,  # its record says how the text was made
-                RESOLVED: dataclasses.asdict(self.resolved),
-            }
             state = {
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
@@ -411,7 +437,7 @@ class Trainer:
                 self.ckpt_root,
                 self.update,
                 self.model,
-                meta,
+                self._checkpoint_meta(),
                 state,
                 self.vocab_file,
                 keep_last=self.cfg.keep_last,
@@ -428,6 +454,26 @@ class Trainer:
             raise failure
         return path
 
+    def _checkpoint_meta(self) -> dict[str, Any]:
+        """A checkpoint's meta.json: where the run is (update, data position, time), its
+        validation, and what it was trained with."""
+        return {
+            "update": self.update,
+            "sampler": self.sampler.state_dict(),
+            "elapsed_s": self.elapsed,
+            "tokens": self.tokens,
+            "flops": self.flops,
+            "valid": self.valid,
+            "best": self.best.state_dict(),
+            "world_size": self.dist.world_size,
+            "update_freq": self.update_freq,
+            "model_config": dataclasses.asdict(self.model_cfg),
+            "train_config": dataclasses.asdict(self.cfg),
+            "vocab_fingerprint": self.vocab.fingerprint,
+            "dataset": self.data_meta,  # its record says how the text was made
+            RESOLVED: dataclasses.asdict(self.resolved),
+        }
+
     def resume(self, path: Path) -> None:
         """Restore weights, optimizer, schedule, RNG and data position from checkpoint ``path``."""
         meta = ckpt.read_meta(path)
@@ -442,11 +488,7 @@ class Trainer:
                 f"{path} was trained with a different vocabulary than {self.vocab_file}; "
                 "resume with the dataset it was trained on, or start a new run directory"
             )
-        if meta["model_config"] != dataclasses.asdict(self.model_cfg):
-            raise UserError(
-                f"{path}: the model config differs from the current one; "
-                f"saved {meta['model_config']}, now {dataclasses.asdict(self.model_cfg)}"
-            )
+        _check_same_model(path, meta["model_config"], dataclasses.asdict(self.model_cfg))
         self._resume_config(path, meta)
         if meta["world_size"] != self.dist.world_size:
             warnings.warn(
@@ -460,7 +502,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        distributed.set_rng_states(_saved_rng(state), self.dist)
+        distributed.set_rng_states(state["rng"], self.dist)
         self.sampler.load_state_dict(meta["sampler"])
         self.update, self.elapsed = meta["update"], meta["elapsed_s"]
         self.tokens, self.flops, self.valid = meta["tokens"], meta["flops"], meta.get("valid", {})
@@ -528,6 +570,31 @@ class Trainer:
             return "max_minutes"
         return None
 
+    def request_stop(self, signum: int) -> None:
+        """Stop after the update in progress, save and return (``preemption.stop_on_signals``
+        calls it from a signal handler: it only records the signal; the first one counts)."""
+        self.stop_signal = self.stop_signal or int(signum)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether a signal stopped the run (``stopped`` then names it: "SIGTERM")."""
+        return self.stopped in _SIGNAL_NAMES
+
+    def _stop_reason(self) -> str | None:
+        """Why the run stops at this update boundary, if it does, the same on every rank: a
+        spent budget by rank 0's clock, else a stop signal any rank received. One all_reduce
+        (MAX) of two numbers, so that every rank stops, and saves, after the same update."""
+        budget = self._done() if self.dist.is_main else None
+        flags = torch.tensor([_BUDGETS.index(budget) + 1 if budget else 0, self.stop_signal])
+        if self.dist.enabled:  # on the device: nccl reduces CUDA tensors only
+            flags = flags.to(self.device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+            flags = flags.cpu()
+        spent, signum = flags.tolist()
+        if spent:
+            return _BUDGETS[spent - 1]
+        return signal.Signals(signum).name if signum else None
+
     @contextmanager
     def _lock_out(self) -> Iterator[None]:
         """One run per OUT: two would prune each other's checkpoints and interleave the log.
@@ -546,102 +613,128 @@ class Trainer:
             yield
 
     def run(self, resume: str | Path | None = "auto") -> dict[str, Any]:
-        """Train until max_updates or max_minutes; returns the summary (also in summary.json)."""
+        """Train until max_updates or max_minutes, patience, or a stop asked for by
+        ``request_stop``; returns the summary (also in summary.json)."""
         with self._lock_out():
             return self._run(resume)
 
     def _run(self, resume: str | Path | None) -> dict[str, Any]:
-        cfg = self.cfg
-        if cfg.init_from:
-            check_outside(Path(cfg.init_from), self.out)  # before resuming what is there
-        start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
-        if start_path:
-            self.resume(Path(start_path))
-            cfg = self.cfg  # the run's own init_from, when resuming without one
-        elif cfg.init_from:
-            self.init_from(Path(cfg.init_from))
-        main = self.dist.is_main
-        if main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            saved = {**dataclasses.asdict(cfg), RESOLVED: dataclasses.asdict(self.resolved)}
-            write_text_atomic(self.out / "config.json", json.dumps(saved, indent=2))
-            tqdm.write(f"train: {self.resolved.line()}", file=sys.stderr)
-        log = _Log(self.out, enabled=main)
+        self._start(resume)
+        log = _Log(self.out, enabled=self.dist.is_main)
         log.write({"update": self.update, RESOLVED: dataclasses.asdict(self.resolved)})
-        bar = _progress(cfg, self.update, self.elapsed, enabled=main)
-        batches = iter(self.sampler)
-        last_save, nonfinite, skipped = time.monotonic(), 0, 0
-        t0 = time.monotonic() - self.elapsed
-        window_tokens, window_t = 0.0, time.monotonic()
-        shown: dict[str, str] = {}  # the progress bar's postfix
-        while not self._agree(self._done() is not None):
-            stats = self.train_update(batches)
-            self.elapsed = time.monotonic() - t0
-            if not stats["finite"]:
-                nonfinite += 1
-                warnings.warn(
-                    f"non-finite loss at update {self.update + 1}: update skipped "
-                    f"({nonfinite} in a row, limit {cfg.max_nonfinite})",
-                    stacklevel=2,
-                )
-                if nonfinite >= cfg.max_nonfinite:
-                    raise NonFiniteLossError(
-                        f"{nonfinite} non-finite losses in a row at update {self.update + 1}: "
-                        "lower lr_scale, raise warmup, or use amp=bf16/none"
-                    )
-                continue
-            nonfinite = 0
-            skipped = 0 if stats["stepped"] else skipped + 1
-            if skipped >= MAX_SKIPPED_STEPS:
-                raise NonFiniteLossError(
-                    f"the fp16 gradient scaler skipped {skipped} steps in a row at update "
-                    f"{self.update + 1}: the gradients are not finite; use amp=bf16/none"
-                )
-            if skipped:
-                continue
-            window_tokens += stats["tokens"]
-            if self.update % cfg.log_every == 0:
-                now = time.monotonic()
-                record = {
-                    "update": self.update,
-                    "loss": stats["loss"],
-                    "nll": stats["nll"],
-                    "lr": self.scheduler.get_last_lr()[0],
-                    "tok_s": window_tokens / (now - window_t),
-                    "elapsed_s": self.elapsed,
-                }
-                window_tokens, window_t = 0.0, now
-                log.write(record)
-                shown |= {
-                    "loss": f"{record['loss']:.3f}",
-                    "lr": f"{record['lr']:.2e}",
-                    "tok_s": f"{record['tok_s']:.0f}",
-                }
-                bar.set_postfix(shown, refresh=False)
-            _advance(bar, self.update, self.elapsed, cfg)
-            due = (cfg.save_every_updates and self.update % cfg.save_every_updates == 0) or (
-                cfg.save_every_minutes
-                and time.monotonic() - last_save >= cfg.save_every_minutes * 60
-            )
-            if self._agree(bool(due)):
-                paused = time.monotonic()
-                self._save_and_log(log)
-                last_save = time.monotonic()
-                t0 += last_save - paused  # validation and I/O do not count as training time
-                shown |= _shown_validation(self.valid)
-                bar.set_postfix(shown, refresh=False)
-                if self._out_of_patience(bar):
-                    break
+        bar = _progress(self.cfg, self.update, self.elapsed, enabled=self.dist.is_main)
+        self._loop(iter(self.sampler), log, bar)
         bar.close()
-        self.stopped = self.stopped or self._done()
-        latest = ckpt.latest_checkpoint(self.ckpt_root)
-        if latest is None or ckpt.read_meta(latest)["update"] != self.update:
-            self._save_and_log(log)
-        summary = self.summary() if main else {}
-        if main:
+        self._save_last(log)
+        summary = self.summary() if self.dist.is_main else {}
+        if self.dist.is_main:
             write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=2))
         log.close()
         return summary
+
+    def _start(self, resume: str | Path | None) -> None:
+        """Resume (``resume``: a checkpoint, "auto" for OUT's latest, None for none) or start
+        from ``init_from``; then record the config and say what precision the run uses."""
+        if self.cfg.init_from:
+            check_outside(Path(self.cfg.init_from), self.out)  # before resuming what is there
+        start_path = ckpt.latest_checkpoint(self.ckpt_root) if resume == "auto" else resume
+        if start_path:
+            self.resume(Path(start_path))  # may take the run's own init_from into self.cfg
+        elif self.cfg.init_from:
+            self.init_from(Path(self.cfg.init_from))
+        if self.dist.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            saved = {**dataclasses.asdict(self.cfg), RESOLVED: dataclasses.asdict(self.resolved)}
+            write_text_atomic(self.out / "config.json", json.dumps(saved, indent=2))
+            tqdm.write(f"train: {self.resolved.line()}", file=sys.stderr)
+
+    def _loop(self, batches: Iterator[list[int]], log: _Log, bar: tqdm) -> None:
+        """Update until a budget, patience or a stop signal ends the run (``self.stopped``
+        says which), logging every ``log_every`` updates and saving when due."""
+        now = time.monotonic()
+        loop = _LoopState(t0=now - self.elapsed, last_save=now, window_start=now)
+        while (reason := self._stop_reason()) is None:
+            stats = self.train_update(batches)
+            self.elapsed = time.monotonic() - loop.t0
+            if not self._stepped(stats, loop):
+                continue
+            loop.window_tokens += stats["tokens"]
+            if self.update % self.cfg.log_every == 0:
+                self._log_update(stats, loop, log, bar)
+            _advance(bar, self.update, self.elapsed, self.cfg)
+            if self._agree(self._save_due(loop)):
+                self._save_on_schedule(loop, log, bar)
+                if self._out_of_patience(bar):
+                    return
+        self.stopped = reason
+
+    def _stepped(self, stats: dict[str, float], loop: _LoopState) -> bool:
+        """Whether the update just tried moved the weights. A non-finite loss skips it with a
+        warning, and ``max_nonfinite`` in a row abort; ``MAX_SKIPPED_STEPS`` steps in a row
+        that the fp16 scaler skipped (overflowing gradients) abort too."""
+        cfg = self.cfg
+        if not stats["finite"]:
+            loop.nonfinite += 1
+            warnings.warn(
+                f"non-finite loss at update {self.update + 1}: update skipped "
+                f"({loop.nonfinite} in a row, limit {cfg.max_nonfinite})",
+                stacklevel=2,
+            )
+            if loop.nonfinite >= cfg.max_nonfinite:
+                raise NonFiniteLossError(
+                    f"{loop.nonfinite} non-finite losses in a row at update {self.update + 1}: "
+                    "lower lr_scale, raise warmup, or use amp=bf16/none"
+                )
+            return False
+        loop.nonfinite = 0
+        loop.skipped = 0 if stats["stepped"] else loop.skipped + 1
+        if loop.skipped >= MAX_SKIPPED_STEPS:
+            raise NonFiniteLossError(
+                f"the fp16 gradient scaler skipped {loop.skipped} steps in a row at update "
+                f"{self.update + 1}: the gradients are not finite; use amp=bf16/none"
+            )
+        return not loop.skipped
+
+    def _log_update(self, stats: dict[str, float], loop: _LoopState, log: _Log, bar: tqdm) -> None:
+        """One line of log.jsonl (and TensorBoard) and the progress bar's loss, rate and speed."""
+        now = time.monotonic()
+        record = {
+            "update": self.update,
+            "loss": stats["loss"],
+            "nll": stats["nll"],
+            "lr": self.scheduler.get_last_lr()[0],
+            "tok_s": loop.window_tokens / (now - loop.window_start),
+            "elapsed_s": self.elapsed,
+        }
+        loop.window_tokens, loop.window_start = 0.0, now
+        log.write(record)
+        loop.shown |= {
+            "loss": f"{record['loss']:.3f}",
+            "lr": f"{record['lr']:.2e}",
+            "tok_s": f"{record['tok_s']:.0f}",
+        }
+        bar.set_postfix(loop.shown, refresh=False)
+
+    def _save_due(self, loop: _LoopState) -> bool:
+        """Whether a checkpoint is due: every ``save_every_updates`` updates or
+        ``save_every_minutes`` minutes (rank 0's clock decides, through ``_agree``)."""
+        cfg = self.cfg
+        every_updates = cfg.save_every_updates and self.update % cfg.save_every_updates == 0
+        every_minutes = (
+            cfg.save_every_minutes
+            and time.monotonic() - loop.last_save >= cfg.save_every_minutes * 60
+        )
+        return bool(every_updates or every_minutes)
+
+    def _save_on_schedule(self, loop: _LoopState, log: _Log, bar: tqdm) -> None:
+        """A checkpoint (validated), off the training clock: validation and I/O do not count
+        against ``max_minutes``."""
+        paused = time.monotonic()
+        self._save_and_log(log)
+        loop.last_save = time.monotonic()
+        loop.t0 += loop.last_save - paused
+        loop.shown |= _shown_validation(self.valid)
+        bar.set_postfix(loop.shown, refresh=False)
 
     def _out_of_patience(self, bar: tqdm) -> bool:
         """Rank 0's decision (it alone validates), shared so that every rank stops."""
@@ -653,16 +746,29 @@ class Trainer:
         )
         return True
 
-    def _save_and_log(self, log: _Log) -> None:
-        self.save()
+    def _save_last(self, log: _Log) -> None:
+        """The checkpoint of the last update, unless the newest one is of it already. After a
+        stop signal it is saved without validating, which can take longer than a scheduler
+        waits before SIGKILL, and it is not counted by ``patience``; nothing is saved before
+        the first update."""
+        latest = ckpt.latest_checkpoint(self.ckpt_root)
+        if latest is not None and ckpt.read_meta(latest)["update"] == self.update:
+            return
+        if not self.preempted:
+            self._save_and_log(log)
+        elif self.update:
+            self._save_and_log(log, validate=False)
+
+    def _save_and_log(self, log: _Log, validate: bool = True) -> None:
+        self.save(validate)
         log.write({"update": self.update, "elapsed_s": self.elapsed, **self.valid})
 
     def summary(self) -> dict[str, Any]:
-        # emulated reduced precision runs through fp32 (a 2048 matmul in emulated bf16 takes
-        # minutes on an AVX2 CPU): there the chip's peak is its fp32 one
-        native = self.device.type == "cuda" or bf16_support(self.device).native
-        peak = measure_matmul_peak(self.device, self.amp_dtype if native else None)
+        """The run in numbers (summary.json). The chip's matmul peak, and with it MFU and
+        the paper's cost estimate (``cost``), is measured where a report is made: a benchmark
+        of the machine is no part of training."""
         attention = attention_precision(self.device, self.amp_dtype or torch.float32)
+        latest = ckpt.latest_checkpoint(self.ckpt_root)
         return {
             "updates": self.update,
             "elapsed_s": self.elapsed,
@@ -674,14 +780,30 @@ class Trainer:
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
             "counted_flops": self.flops,
-            "paper_cost_flops": paper_cost(self.elapsed, self.dist.world_size, peak),
-            "matmul_peak_flops": peak,
-            "mfu": mfu(self.flops, max(self.elapsed, 1e-9), peak, self.dist.world_size),
             **self.valid,
             "stopped": self.stopped,
-            # absolute: any cwd
-            "checkpoint": str(ckpt.latest_checkpoint(self.ckpt_root).resolve()),
+            # absolute: any cwd; None when a stop signal came before the first update
+            "checkpoint": str(latest.resolve()) if latest is not None else None,
             **self._best_summary(),
+        }
+
+    @property
+    def peak_dtype(self) -> torch.dtype | None:
+        """The dtype to measure the matmul peak in, for ``cost``: autocast's where the chip
+        computes in it natively; emulated reduced precision runs through fp32, so there the
+        chip's peak is its fp32 one (None: ``measure_matmul_peak``'s default)."""
+        native = self.device.type == "cuda" or bf16_support(self.device).native
+        return self.amp_dtype if native else None
+
+    def cost(self, peak: float) -> dict[str, float]:
+        """The run's cost in the paper's terms against a matmul peak of ``peak`` FLOP/s
+        (``flops.measure_matmul_peak(trainer.device, trainer.peak_dtype)``): Table 2's
+        estimate (time x devices x peak) and the model FLOPs utilisation."""
+        devices, seconds = self.dist.world_size, max(self.elapsed, 1e-9)
+        return {
+            "paper_cost_flops": paper_cost(self.elapsed, devices, peak),
+            "matmul_peak_flops": peak,
+            "mfu": mfu(self.flops, seconds, peak, devices),
         }
 
     def _best_summary(self) -> dict[str, Any]:
@@ -691,16 +813,29 @@ class Trainer:
         return {"best": {**self.best.state_dict(), "checkpoint": str(best.resolve())}}
 
 
-def _saved_rng(state: dict[str, Any]) -> list[dict[str, torch.Tensor]]:
-    """A checkpoint's RNG states per rank; older checkpoints held CPU states per rank and
-    rank 0's CUDA state alone (as ``cuda_rng``)."""
-    rng = state["rng"]
-    if not rng or isinstance(rng[0], dict):
-        return rng
-    old = [{"cpu": cpu} for cpu in rng]
-    if state.get("cuda_rng") is not None:
-        old[0]["cuda"] = state["cuda_rng"]
-    return old
+def _check_same_model(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse to resume ``path`` into another model, naming in one line only the keys that
+    differ, with both values (a whole ModelConfig twice hides the one that changed)."""
+    differ = [k for k in sorted(saved.keys() | now.keys()) if saved.get(k) != now.get(k)]
+    if differ:
+        shown = ", ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in differ)
+        raise UserError(
+            f"{path}: resuming would change the model: {shown}; give the run's values back "
+            "(model.KEY / preset), or start a new out"
+        )
+
+
+@dataclass
+class _LoopState:
+    """What the loop carries from update to update."""
+
+    t0: float  # when training began on the monotonic clock, less its pauses (validation, I/O)
+    last_save: float
+    window_start: float  # of the throughput window that the next log line reports
+    window_tokens: float = 0.0
+    nonfinite: int = 0  # non-finite losses in a row
+    skipped: int = 0  # fp16 steps skipped in a row
+    shown: dict[str, str] = field(default_factory=dict)  # the progress bar's postfix
 
 
 class _Log:
