@@ -150,10 +150,10 @@ def fused_attention(
 ) -> Tensor:
     """``F.scaled_dot_product_attention``, the same function as ``reference_attention``; bf16 on
     a CPU is computed in fp32 (``attention_precision``), autocast or not, and returned in bf16."""
-    if attention_precision(q.device, q.dtype) == "fp32" and (
-        q.dtype != torch.float32 or torch.is_autocast_enabled(q.device.type)
-    ):
-        with torch.autocast(q.device.type, enabled=False):
+    # fp32 inputs too under CPU autocast, which would run SDPA in bf16
+    autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+    if attention_precision(q.device, q.dtype) == "fp32" and (q.dtype != torch.float32 or autocast):
+        with torch.autocast("cpu", enabled=False):
             out = fused_attention(
                 q.float(), k.float(), v.float(), mask, scale, dropout_p, is_causal
             )
