@@ -6,9 +6,9 @@ in fp32 and bf16 for the same updates, A-B-B-A: tokens/s and the validation perp
 It stops on a CPU without native bf16 (no avx512_bf16 or AMX), where PyTorch emulates bf16
 through fp32 and every bf16 row would be slower than fp32.
 
-Cost on 2 quiet Zen 4 cores: about 15 minutes; --quick about 4 (3 repetitions, 20 updates a
-run, A-B: a check of the command and a first look, not figures to quote). Run it with nothing
-else on the machine: a second job changes the ratios.
+Cost on 2 cores: about 20 minutes; --quick about 5 (3 repetitions, 20 updates a run, A-B: a
+check of the command and a first look, not figures to quote). Run it with nothing else on the
+machine: a second job changes the ratios.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bf16_training.py
     PYTHONPATH=src .venv/bin/python benchmarks/bf16_training.py --quick
