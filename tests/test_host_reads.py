@@ -81,9 +81,10 @@ def test_a_training_update_reads_the_host_at_these_sites(tiny_corpus, tmp_path):
             # the CPU's no-padding check; on a device the mask is always given (test above)
             "model.py:key_padding": 2,
             "model.py:forward": 1,  # states[output_mask]: padding is never projected
-            # the targets' select, its gradient's in backward, the update's one copy of the
-            # summed losses and token counts (and its tolist, of that host copy)
-            "train/trainer.py:train_update": 4,
+            # a micro-batch's targets' select, its gradient's in backward and the one copy of
+            # its summed losses and token counts; the update's tolist of that host copy
+            "train/trainer.py:_accumulate": 3,
+            "train/trainer.py:train_update": 1,
         }
     )
 
