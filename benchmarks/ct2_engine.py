@@ -31,7 +31,7 @@ from decode_throughput import Ct2Process  # noqa: E402
 
 from aiayn.checkpoint import load_translator  # noqa: E402
 from aiayn.data import bundled_corpus_paths  # noqa: E402
-from aiayn.decode import DecodeConfig, translate  # noqa: E402
+from aiayn.decode import Batching, DecodeConfig, SearchRequest, translate  # noqa: E402
 from aiayn.export.ctranslate2 import PATIENCE  # noqa: E402
 from aiayn.export.engine import CTranslate2Engine, cached_export  # noqa: E402
 from aiayn.files import read_lines  # noqa: E402
@@ -51,7 +51,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, vocab = load_translator(args.checkpoint)
     lines = read_lines(bundled_corpus_paths()["test"][0])[: args.limit]
-    translate(model, lines[:1], vocab, DecodeConfig())  # PyTorch's thread pool is up
+    translate(model, lines[:1], vocab)  # PyTorch's thread pool is up
     engine = CTranslate2Engine.open(args.checkpoint, threads=args.threads, workers=args.workers)
     raw = Ct2Process(str(cached_export(args.checkpoint)), "float32", args.threads, args.workers)
     ids = [vocab.encode_source(line, model.cfg.max_len) for line in lines]
@@ -60,7 +60,9 @@ def main() -> None:
     seconds: dict[str, list[float]] = {"engine": [], "raw": [], "raw_same_patience": []}
     for _ in range(args.rounds):
         start = time.perf_counter()
-        engine.decode_ids(ids, DecodeConfig(), workers=args.workers)
+        engine.decode_ids(
+            ids, SearchRequest(batching=Batching(workers=args.workers)).with_ids(vocab)
+        )
         seconds["engine"].append(time.perf_counter() - start)
         for side, patience in (("raw", 1.0), ("raw_same_patience", PATIENCE)):
             answer = raw(

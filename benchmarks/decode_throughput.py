@@ -45,7 +45,14 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
-from aiayn.decode import DecodeConfig, beam_search, for_decoding, translate  # noqa: E402
+from aiayn.decode import (  # noqa: E402
+    Batching,
+    DecodeConfig,
+    SearchRequest,
+    beam_search,
+    for_decoding,
+    translate,
+)
 from aiayn.decode.workers import run_batches  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 from aiayn.export.hf import to_marian  # noqa: E402
@@ -229,9 +236,7 @@ def test_split_times(
     def ours(m) -> tuple[float, list[str]]:
         start = time.perf_counter()
         with torch.inference_mode():
-            out = translate(
-                m, lines, vocab, DecodeConfig.preset("translation"), batch_size=64, max_tokens=4000
-            )
+            out = translate(m, lines, vocab, SearchRequest(batching=Batching(max_tokens=4000)))
         return time.perf_counter() - start, out
 
     def theirs() -> float:

@@ -38,7 +38,7 @@ import torch
 from aiayn import hardware, measured
 from aiayn.checkpoint import load_translator
 from aiayn.data import bundled_corpus_paths, prepare_bundled
-from aiayn.decode import DecodeConfig, for_decoding
+from aiayn.decode import SearchRequest, for_decoding
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
@@ -93,7 +93,9 @@ def decode_bf16(args: argparse.Namespace) -> dict[str, Any]:
     for precision in ("fp32", "bf16"):
         model, vocab = load_translator(args.checkpoint)
         model = for_decoding(model, precision=precision)
-        results[precision] = evaluate_model(model, vocab, sources, references, DecodeConfig(), "es")
+        results[precision] = evaluate_model(
+            model, vocab, sources, references, SearchRequest(), "es"
+        )
         print(
             f"  {precision}: {results[precision].decode_s:.1f} s, {results[precision].sacrebleu:.2f}"
         )

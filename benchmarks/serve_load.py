@@ -36,7 +36,7 @@ sys.path.insert(0, str(SRC))
 from aiayn.checkpoint import VOCAB, load_transformer  # noqa: E402
 from aiayn.data import Vocab, bundled_corpus_paths  # noqa: E402
 from aiayn.data.readers import iter_lines  # noqa: E402
-from aiayn.decode import DecodeConfig, translate  # noqa: E402
+from aiayn.decode import DecodeConfig, SearchRequest, translate  # noqa: E402
 
 MODES = {"batching on": [], "batching off": ["--max-batch-tokens", "0"]}
 
@@ -54,9 +54,7 @@ def expected_translations(
     torch.set_num_threads(threads)
     model, _ = load_transformer(checkpoint)
     vocab = Vocab.load(Path(checkpoint) / VOCAB)
-    outputs = translate(
-        model, lines, vocab, DecodeConfig(beam=beam, alpha=alpha), batch_size=64, max_tokens=8000
-    )
+    outputs = translate(model, lines, vocab, SearchRequest(DecodeConfig(beam=beam, alpha=alpha)))
     return dict(zip(lines, outputs))
 
 

@@ -33,13 +33,14 @@ from pathlib import Path
 import torch
 
 from aiayn.data import TokenDataset
-from aiayn.decode import DecodeConfig, decode_ids
+from aiayn.decode import DecodeConfig, SearchRequest, decode_ids
 from aiayn.export.common import load_for_export
 
 
 def ours(model, sources: list[list[int]], config: DecodeConfig, eos: int) -> list[list[int]]:
     return [
-        h[0].tokens if h else [] for h in decode_ids(model, [s + [eos] for s in sources], config)
+        h[0].tokens if h else []
+        for h in decode_ids(model, [s + [eos] for s in sources], SearchRequest(config))
     ]
 
 

@@ -9,7 +9,7 @@ import pytest
 from _cli import one_line_error, run_cli
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
-from aiayn.decode import DecodeConfig, translate
+from aiayn.decode import DecodeConfig, SearchRequest, translate
 
 
 def test_an_overlong_line_is_reported_by_its_line_in_the_file(tiny_run, tmp_path, capsys):
@@ -21,7 +21,7 @@ def test_an_overlong_line_is_reported_by_its_line_in_the_file(tiny_run, tmp_path
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         code, out, err = run_cli(
-            capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--chunk", 2, "--input", src
+            capsys, "translate", "--checkpoint", ckpt, "--beam", 1, "--window", 2, "--input", src
         )
     assert code == 0 and len(out.splitlines()) == 6
     assert not [w for w in caught if "truncated" in str(w.message)]  # no Python warning
@@ -76,7 +76,7 @@ def test_a_window_keeps_the_input_order_and_line_count(tiny_run, tmp_path, capsy
     one_line_error(err, str(src), "1 line(s) not valid UTF-8 (line 4)", "the other 9")
     model, vocab = load_translator(ckpt)
     config = DecodeConfig.preset("translation", beam=1)
-    alone = [translate(model, [t], vocab, config)[0] if t else "" for t in TEXTS]
+    alone = [translate(model, [t], vocab, SearchRequest(config))[0] if t else "" for t in TEXTS]
     assert out.split("\n") == [*alone, ""]  # one line per input line, each its own translation
     assert len({alone[i] for i in (0, 2, 6, 7)}) == 4  # all different: any swap would show
 
@@ -151,28 +151,20 @@ def test_interactive_answers_each_line_before_reading_the_next(tiny_run, capsys,
     code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--beam", 1,
                              "--interactive")  # fmt: skip
     assert code == 0, err
-    first, second = translate(model, lines, vocab, DecodeConfig.preset("translation", beam=1))
+    first, second = translate(
+        model, lines, vocab, SearchRequest(DecodeConfig.preset("translation", beam=1))
+    )
     assert answered == ["> ", f"{first}\n> "] and out == f"{second}\n> "
 
 
 @pytest.mark.lint  # a repository lint: `make lint` runs it
 def test_the_help_states_the_librarys_corpus_defaults(capsys):
-    from aiayn.decode.translate import BATCH_SIZE, MAX_TOKENS, WINDOW
+    from aiayn.decode.request import BATCH_SIZE, BEAM_ROWS, MAX_TOKENS
+    from aiayn.decode.translate import WINDOW
 
     code, out, _ = run_cli(capsys, "translate", "--help")
     assert code == 0
     help_text = " ".join(out.split())
-    for default in (WINDOW, MAX_TOKENS, BATCH_SIZE):
+    for default in (WINDOW, BATCH_SIZE):
         assert f"(default: {default})" in help_text
-
-
-def test_chunk_is_the_old_name_of_window_and_not_both(tiny_run, tmp_path, capsys):
-    ckpt = latest_checkpoint(tiny_run / "checkpoints")
-    src = tmp_path / "in.txt"
-    src.write_bytes(RAW.replace(b"\xff\xfe", b"no"))
-    code, windowed, _ = _translate_file(capsys, ckpt, src, "--window", 3)
-    code, chunked, err = _translate_file(capsys, ckpt, src, "--chunk", 3)
-    assert code == 0 and chunked == windowed, err
-    code, out, err = _translate_file(capsys, ckpt, src, "--chunk", 3, "--window", 3)
-    assert code == 2 and out == ""
-    one_line_error(err, "--chunk is the old name of --window: give one of them")
+    assert f"(default: {MAX_TOKENS}; a beam over {BEAM_ROWS} gets" in help_text

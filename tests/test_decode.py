@@ -23,7 +23,15 @@ from _decode_helpers import (
     tiny_model,
 )
 
-from aiayn.decode import DecodeConfig, beam_search, decode_ids, gnmt_length_penalty, translate
+from aiayn.decode import (
+    Batching,
+    DecodeConfig,
+    SearchRequest,
+    beam_search,
+    decode_ids,
+    gnmt_length_penalty,
+    translate,
+)
 from aiayn.decode.translate import length_batches
 
 # the scripted model (_decode_helpers.TABLE) against hand-computed answers
@@ -80,9 +88,8 @@ def test_scripted_min_len_forbids_early_eos():
 def test_scripted_beam1():
     # Beam 1: a (.6), then eos (.7): log .42; lp(2) with alpha .6 = (7/6)^.6. The live "aa"
     # (.12) cannot beat it: .12 < .42 and longer outputs are penalised at most lp(max) times.
-    hyp = decode_ids(
-        ScriptedModel(TABLE), SRC.tolist(), DecodeConfig(beam=1, alpha=0.6), max_src_len=None
-    )[0][0]
+    request = SearchRequest(DecodeConfig(beam=1, alpha=0.6))
+    hyp = decode_ids(ScriptedModel(TABLE), SRC.tolist(), request)[0][0]
     assert (hyp.tokens, hyp.length) == ([A], 2)
     assert hyp.score == pytest.approx(math.log(0.42) / (7 / 6) ** 0.6, abs=1e-6)
 
@@ -134,7 +141,9 @@ def test_beam1_alpha0_is_greedy():
     lengths = (src != PAD).sum(1).tolist()
     got = [
         h[0].tokens
-        for h in decode_ids(model, [r[:n] for r, n in zip(src.tolist(), lengths)], config)
+        for h in decode_ids(
+            model, [r[:n] for r, n in zip(src.tolist(), lengths)], SearchRequest(config)
+        )
     ]
     assert got == [e[: int(config.max_len(torch.tensor([n])))] for e, n in zip(expected, lengths)]
 
@@ -231,8 +240,11 @@ def test_translate_restores_order_and_empty_lines():
     model = tiny_model()
     lines = ["abc", "", "hello world", "   ", "xy", "abcdefghij"]
     config = DecodeConfig(beam=2, max_len_a=0, max_len_b=5)
-    out = translate(model, lines, CharTokenizer(), config, max_tokens=12)
-    singles = [translate(model, [line], CharTokenizer(), config, batch_size=1)[0] for line in lines]
+    out = translate(
+        model, lines, CharTokenizer(), SearchRequest(config, batching=Batching(max_tokens=12))
+    )
+    alone = SearchRequest(config, batching=Batching(batch_size=1))
+    singles = [translate(model, [line], CharTokenizer(), alone)[0] for line in lines]
     assert out == singles
     assert out[1] == "" and out[3] == ""
     assert all(out[i] for i in (0, 2, 4, 5))
@@ -242,7 +254,9 @@ def test_overlong_source_truncated_with_warning():
     model = tiny_model()  # tiny: max_len 256 positions
     with pytest.warns(UserWarning, match="truncated"):
         hyps = decode_ids(
-            model, [[5] * 300 + [EOS]], DecodeConfig(beam=2, max_len_a=0, max_len_b=3)
+            model,
+            [[5] * 300 + [EOS]],
+            SearchRequest(DecodeConfig(beam=2, max_len_a=0, max_len_b=3)),
         )
     assert len(hyps[0]) == 1
 
@@ -252,7 +266,7 @@ def test_overlong_sources_go_to_on_truncate_instead_of_a_warning(recwarn):
     told = []
     sources = [[5, EOS], [5] * 300 + [EOS], [6] * 257]
     config = DecodeConfig(beam=1, max_len_a=0, max_len_b=2)
-    hyps = decode_ids(model, sources, config, on_truncate=lambda *a: told.append(a))
+    hyps = decode_ids(model, sources, SearchRequest(config), on_truncate=lambda *a: told.append(a))
     assert told == [(1, 301, 256), (2, 257, 256)] and not recwarn.list
     assert len(hyps) == 3 and all(len(h) == 1 for h in hyps)
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decode import DecodeConfig, decode_ids, for_decoding, packed
+from aiayn.decode import Batching, DecodeConfig, SearchRequest, decode_ids, for_decoding, packed
 
 PAD, EOS = 0, 3
 FIXTURE = Path(__file__).with_name("decode_golden.json")
@@ -89,14 +89,17 @@ def golden_sources(n: int = 11, seed: int = 1) -> list[list[int]]:
 
 
 def run_case(case: dict, pack: bool = False) -> list[list[dict]]:
-    kwargs = dict(min_len=case.get("min_len", 0), batch_size=4)
-    if case.get("constraint"):
-        kwargs["constraint"] = EvenAfterThree()
+    request = SearchRequest(
+        DecodeConfig(**case["decode"]),
+        min_len=case.get("min_len", 0),
+        constraints=EvenAfterThree() if case.get("constraint") else None,
+        batching=Batching(batch_size=4),
+    )
     model = golden_model(case["model"])
     if pack:
         model = for_decoding(model)
         assert any(isinstance(m, packed.PackedLinear) for m in model.modules())
-    nbest = decode_ids(model, golden_sources(), DecodeConfig(**case["decode"]), **kwargs)
+    nbest = decode_ids(model, golden_sources(), request)
     return [
         [{"tokens": h.tokens, "score": h.score, "length": h.length} for h in hyps] for hyps in nbest
     ]

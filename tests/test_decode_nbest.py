@@ -10,7 +10,14 @@ from _cli import one_line_error, run_cli
 from _decode_helpers import B_, EOS, TABLE, A, ScriptedModel
 
 from aiayn.checkpoint import latest_checkpoint
-from aiayn.decode import DecodeConfig, Output, beam_search, jsonl_line, nbest_outputs
+from aiayn.decode import (
+    DecodeConfig,
+    Output,
+    SearchRequest,
+    beam_search,
+    jsonl_line,
+    nbest_outputs,
+)
 
 
 class ScriptedTokenizer:
@@ -34,7 +41,11 @@ CONFIG = DecodeConfig(beam=2, alpha=2.0, max_len_a=0, max_len_b=3, nbest=2)
 def test_nbest_outputs_carry_the_search_scores_and_token_log_probs():
     # test_decode.test_scripted_alpha2_prefers_longer: "b a" (log .36), then "a" (log .42).
     lists = nbest_outputs(
-        ScriptedModel(TABLE), ["x", "", "y"], ScriptedTokenizer(), CONFIG, token_scores=True
+        ScriptedModel(TABLE),
+        ["x", "", "y"],
+        ScriptedTokenizer(),
+        SearchRequest(CONFIG),
+        token_scores=True,
     )
     assert lists[1] == []
     hyps = beam_search(ScriptedModel(TABLE), _src(), CONFIG)[0]
@@ -104,7 +115,7 @@ def test_translate_nbest_lines(tiny_run, inputs, capsys):
 
 def test_translate_jsonl_token_scores(tiny_run, inputs, capsys):
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
-    argv = ["translate", "--checkpoint", ckpt, "--input", inputs, "--beam", 2, "--chunk", 2]
+    argv = ["translate", "--checkpoint", ckpt, "--input", inputs, "--beam", 2, "--window", 2]
     code, out, err = run_cli(capsys, *argv, "--nbest", 2, "--token-scores")
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]

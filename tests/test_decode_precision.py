@@ -14,9 +14,15 @@ from _cli import one_line_error, run_cli
 
 from aiayn import ModelConfig, Transformer, hardware
 from aiayn.checkpoint import latest_checkpoint, load_translator
-from aiayn.decode import DecodeConfig, decode_ids, for_decoding, gnmt_length_penalty, score_ids
+from aiayn.decode import (
+    DecodeConfig,
+    SearchRequest,
+    decode_ids,
+    for_decoding,
+    gnmt_length_penalty,
+    score_ids,
+)
 from aiayn.decode.precision import choose_precision
-from aiayn.decode.translate import special_ids
 from aiayn.files import read_lines
 
 # bf16 keeps 8 significant bits: each weight, activation and logit is rounded by up to 2^-8 of
@@ -56,7 +62,7 @@ def with_eos(hyp, eos_id: int) -> list[int]:
 
 def test_bf16_token_log_probs_stay_within_bf16_rounding_of_fp32(models, sources):
     fp32, bf16, vocab = models
-    nbest = decode_ids(fp32, sources, CONFIG, **special_ids(vocab))
+    nbest = decode_ids(fp32, sources, SearchRequest(CONFIG).with_ids(vocab))
     targets = [with_eos(h, vocab.eos_id) for hyps in nbest for h in hyps]
     repeated = [s for s, hyps in zip(sources, nbest) for _ in hyps]
     exact = score_ids(fp32, repeated, targets, alpha=CONFIG.alpha)
@@ -71,7 +77,7 @@ def test_bf16_keeps_the_order_of_clearly_separated_hypotheses(models, sources, t
     # Per source: its 4 best, its reference and another sentence's reference, ranked by fp32;
     # any two whose fp32 scores differ by more than both tolerances must rank alike in bf16.
     fp32, bf16, vocab = models
-    nbest = decode_ids(fp32, sources, CONFIG, **special_ids(vocab))
+    nbest = decode_ids(fp32, sources, SearchRequest(CONFIG).with_ids(vocab))
     references = read_lines(tiny_corpus.parent / "test.es")[:SENTENCES]
     refs = [vocab.encode(r) + [vocab.eos_id] for r in references]
     separated = 0
@@ -90,10 +96,9 @@ def test_bf16_keeps_the_order_of_clearly_separated_hypotheses(models, sources, t
 
 def test_bf16_best_outputs_equal_fp32_but_for_near_ties(models, sources):
     fp32, bf16, vocab = models
-    ids = special_ids(vocab)
-    config = DecodeConfig(beam=4, alpha=0.6)
-    exact = [h[0] for h in decode_ids(fp32, sources, config, **ids)]
-    rounded = [h[0] for h in decode_ids(bf16, sources, config, **ids)]
+    request = SearchRequest(DecodeConfig(beam=4, alpha=0.6)).with_ids(vocab)
+    exact = [h[0] for h in decode_ids(fp32, sources, request)]
+    rounded = [h[0] for h in decode_ids(bf16, sources, request)]
     changed = [i for i, (a, b) in enumerate(zip(exact, rounded)) if a.tokens != b.tokens]
     assert len(changed) <= SENTENCES // 10, f"{len(changed)} of {SENTENCES} changed (measured: 0)"
     for i in changed:  # bf16's choice must score within the tolerance of fp32's best, in fp32

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -24,7 +25,15 @@ from _decode_helpers import (
 )
 
 from aiayn.checkpoint import latest_checkpoint
-from aiayn.decode import DecodeConfig, SampleConfig, decode_ids, sample, score_ids
+from aiayn.decode import (
+    Batching,
+    DecodeConfig,
+    SampleConfig,
+    SearchRequest,
+    decode_ids,
+    sample,
+    score_ids,
+)
 from aiayn.decode.sample import sampling_log_weights
 
 LONG = DecodeConfig(beam=1, alpha=0.6, max_len_a=0, max_len_b=3)
@@ -94,10 +103,11 @@ def test_top_k_keeps_ties_and_top_p_the_most_probable():
 def sampled(batch_size: int, seed: int = 7, first_index: int = 0, sources=None):
     sources = sources if sources is not None else _sources()
     config = DecodeConfig(beam=1, alpha=0.6, max_len_a=1.0, max_len_b=6)
-    nbest = decode_ids(
-        tiny_model(), sources, config, batch_size=batch_size, first_index=first_index,
+    request = SearchRequest(
+        config, batching=Batching(batch_size=batch_size), first_index=first_index,
         sampling=SampleConfig(samples=3, top_k=20, seed=seed),
     )  # fmt: skip
+    nbest = decode_ids(tiny_model(), sources, request)
     return [[(tuple(h.tokens), Close(h.log_prob)) for h in hyps] for hyps in nbest]
 
 
@@ -154,10 +164,11 @@ def test_a_sentences_draws_do_not_depend_on_its_batch_mates():
     sampling = SampleConfig(samples=3, seed=9, top_p=0.9)
 
     def drawn(batch_size, srcs=sources, first_index=0):
-        nbest = decode_ids(
-            SourceHashedModel(), srcs, config, batch_size=batch_size, sampling=sampling,
+        request = SearchRequest(
+            config, batching=Batching(batch_size=batch_size), sampling=sampling,
             first_index=first_index,
         )  # fmt: skip
+        nbest = decode_ids(SourceHashedModel(), srcs, request)
         return [[(h.tokens, h.log_prob, h.score) for h in hyps] for hyps in nbest]
 
     alone = [drawn(1, [s], first_index=i)[0] for i, s in enumerate(sources)]
@@ -173,9 +184,10 @@ def test_with_batch_size_1_a_sentences_samples_are_its_own_bit_for_bit():
     config = DecodeConfig(beam=1, alpha=0.6, max_len_a=1.0, max_len_b=6)
     sampling = SampleConfig(samples=3, top_k=20, seed=7)
     model = tiny_model()
-    whole = decode_ids(model, sources, config, batch_size=1, sampling=sampling)
+    request = SearchRequest(config, sampling=sampling)
+    whole = decode_ids(model, sources, replace(request, batching=Batching(batch_size=1)))
     for i in (0, 3, 5):
-        (alone,) = decode_ids(model, [sources[i]], config, sampling=sampling, first_index=i)
+        (alone,) = decode_ids(model, [sources[i]], replace(request, first_index=i))
         assert [(h.tokens, h.log_prob) for h in alone] == [(h.tokens, h.log_prob) for h in whole[i]]
 
 
@@ -191,7 +203,7 @@ def test_translate_sample_nbest(tiny_run, tmp_path, capsys):
     assert code == 0, err
     ids = [line.split(" ||| ")[0] for line in out.splitlines()]
     assert ids == ["0"] * 4 + ["1"] * 4
-    code, again, _ = run_cli(capsys, *argv, "--nbest", 4, "--top-p", 0.9, "--chunk", 1)
+    code, again, _ = run_cli(capsys, *argv, "--nbest", 4, "--top-p", 0.9, "--window", 1)
     fields = [line.split(" ||| ") for line in out.splitlines()]
     fields_again = [line.split(" ||| ") for line in again.splitlines()]
     assert [f[:2] for f in fields_again] == [f[:2] for f in fields]  # ids and texts

@@ -14,7 +14,7 @@ from _decode_helpers import B_, EOS, PAD, SRC, TABLE, A, ScriptedModel, tiny_mod
 from aiayn.checkpoint import VOCAB, latest_checkpoint
 from aiayn.data import Vocab
 from aiayn.data.collate import pad_rows
-from aiayn.decode import DecodeConfig, beam_search, score_ids
+from aiayn.decode import Batching, DecodeConfig, beam_search, score_ids
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
 from aiayn.train.loss import label_smoothed_nll
@@ -55,7 +55,7 @@ def random_pairs(n: int = 7, seed: int = 2) -> tuple[list[list[int]], list[list[
 def test_forced_scores_equal_the_training_loss_without_smoothing(batch_size):
     model = tiny_model()
     sources, targets = random_pairs()
-    scores = score_ids(model, sources, targets, batch_size=batch_size)
+    scores = score_ids(model, sources, targets, batching=Batching(batch_size=batch_size))
     for src, tgt, score in zip(sources, targets, scores):
         tgt_in = torch.tensor([[2] + tgt[:-1]])
         with torch.no_grad():

@@ -3,6 +3,7 @@ that is exactly the paper's search over the smaller vocabulary."""
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,15 @@ from _decode_helpers import hypotheses
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.data.binarize import read_meta
 from aiayn.data.lexical import NULL, build_shortlist, ibm1, shortlist_text, target_counts
-from aiayn.decode import DecodeConfig, SampleConfig, beam_search, decode_ids, load_models
+from aiayn.decode import (
+    Batching,
+    DecodeConfig,
+    SampleConfig,
+    SearchRequest,
+    beam_search,
+    decode_ids,
+    load_models,
+)
 from aiayn.decode.shortlist import Shortlist, Shortlisted, load_shortlist
 from aiayn.errors import UserError
 
@@ -108,7 +117,8 @@ def test_each_sentence_is_searched_over_its_own_shortlist(
     sources = [vocab.encode_source(line) if line else [] for line in LINES]
     shortlist = load_shortlist(shortlist_file, vocab, frequent=frequent, best=best)
     config = DecodeConfig(beam=3, nbest=2, max_len_a=1.0, max_len_b=4)
-    found = decode_ids(model, sources, config, batch_size=2, shortlist=shortlist)
+    request = SearchRequest(config, batching=Batching(batch_size=2))
+    found = decode_ids(model, sources, replace(request, shortlist=shortlist))
     assert found[3] == []
     for source, hyps in zip(sources, found):
         if not source:
@@ -118,7 +128,7 @@ def test_each_sentence_is_searched_over_its_own_shortlist(
         assert hypotheses([hyps]) == hypotheses(alone)
         assert all(set(h.tokens) <= set(shortlist.ids(source)) for h in hyps)
     if frequent == 0:  # a short list must change something, or this test shows nothing
-        full = decode_ids(model, sources, config, batch_size=2)
+        full = decode_ids(model, sources, request)
         assert hypotheses(found) != hypotheses(full)
 
 
@@ -146,13 +156,13 @@ def test_a_shortlist_refuses_what_it_cannot_restrict(model_vocab, shortlist_file
     shortlist = load_shortlist(shortlist_file, vocab)
     sources = [vocab.encode_source("light")]
     with pytest.raises(UserError, match="sampling draws from every piece"):
-        decode_ids(model, sources, shortlist=shortlist, sampling=SampleConfig(samples=2))
+        decode_ids(model, sources, SearchRequest(shortlist=shortlist, sampling=SampleConfig(2)))
     with pytest.raises(UserError, match="constraints cannot be combined"):
-        decode_ids(model, sources, shortlist=shortlist, constraint=[object()])
+        decode_ids(model, sources, SearchRequest(shortlist=shortlist, constraints=[object()]))
     checkpoints = sorted((tiny_run / "checkpoints").glob("update_*"))[:2]
     ensemble, _ = load_models(checkpoints)
     with pytest.raises(UserError, match=r"one model's output layer \(given: Ensemble\)"):
-        decode_ids(ensemble, sources, shortlist=shortlist)
+        decode_ids(ensemble, sources, SearchRequest(shortlist=shortlist))
 
 
 def test_the_file_names_its_vocabulary_and_lists_a_piece_a_line(
@@ -270,8 +280,12 @@ def test_two_workers_with_a_shortlist_give_one_process_outputs(model_vocab, shor
     sources = [vocab.encode_source(line) if line else [] for line in LINES]
     shortlist = load_shortlist(shortlist_file, vocab, frequent=5, best=2)
     config = DecodeConfig(beam=3, max_len_a=1.0, max_len_b=4)
-    one = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist)
-    two = decode_ids(model, sources, config, batch_size=1, shortlist=shortlist, workers=2)
+    one = decode_ids(
+        model, sources, SearchRequest(config, shortlist=shortlist, batching=Batching(1))
+    )
+    two = decode_ids(
+        model, sources, SearchRequest(config, shortlist=shortlist, batching=Batching(1, workers=2))
+    )
     assert hypotheses(two) == hypotheses(one)
 
 

@@ -12,8 +12,8 @@ from _cli import run_cli
 from _decode_helpers import hypotheses
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
-from aiayn.cli.common import corpus_options
-from aiayn.decode import DecodeConfig, SampleConfig, decode_ids
+from aiayn.cli.common import batching_option
+from aiayn.decode import Batching, DecodeConfig, SampleConfig, SearchRequest, decode_ids
 from aiayn.decode import workers as workers_module
 from aiayn.decode.workers import run_batches
 from aiayn.errors import UserError
@@ -52,8 +52,10 @@ def model_and_sources(tiny_run):
 def test_two_workers_give_the_outputs_of_one_process(model_and_sources, options):
     model, sources = model_and_sources
     config = options.pop("config")
-    one = decode_ids(model, sources, config, batch_size=2, **options)
-    two = decode_ids(model, sources, config, batch_size=2, workers=2, **options)
+    one = decode_ids(model, sources, SearchRequest(config, batching=Batching(2), **options))
+    two = decode_ids(
+        model, sources, SearchRequest(config, batching=Batching(2, workers=2), **options)
+    )
     assert hypotheses(two) == hypotheses(one)
     assert two[4] == [] and all(two[i] for i in range(len(sources)) if sources[i])
 
@@ -95,7 +97,7 @@ def test_a_worker_that_dies_is_an_error_not_a_hang():
 def test_workers_are_cpu_processes(model_and_sources):
     model, sources = model_and_sources
     with pytest.raises(ValueError, match="workers are CPU processes"):
-        decode_ids(model, sources, DecodeConfig(), workers=2, device="cuda")
+        decode_ids(model, sources, SearchRequest(batching=Batching(workers=2), device="cuda"))
     with pytest.raises(ValueError, match="workers must be at least 1"):
         list(run_batches(lambda i: i, 3, workers=0))
 
@@ -114,8 +116,8 @@ def test_translate_with_two_workers_prints_what_one_prints(tiny_run, tmp_path, c
 def test_workers_on_a_gpu_are_refused_by_name():
     args = argparse.Namespace(workers=2, device="cuda:0", batch_size=None)
     with pytest.raises(UserError, match="--workers are CPU processes: --device cuda:0 decodes"):
-        corpus_options(args)
-    assert corpus_options(argparse.Namespace(workers=1, device="cuda:0")) == {"workers": 1}
+        batching_option(args)
+    assert batching_option(argparse.Namespace(workers=1, device="cuda:0")) == Batching(workers=1)
 
 
 def test_evaluate_with_two_workers_writes_what_one_writes(tiny_run, tmp_path, capsys, monkeypatch):

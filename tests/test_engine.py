@@ -17,9 +17,15 @@ from _export_models import corpus_lines, trained_like_model  # noqa: E402
 from aiayn.checkpoint import save_checkpoint  # noqa: E402
 from aiayn.config import to_dict  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
-from aiayn.decode import DecodeConfig, OutputConstraint, SampleConfig  # noqa: E402
+from aiayn.decode import (  # noqa: E402
+    Batching,
+    OutputConstraint,
+    SampleConfig,
+    SearchRequest,
+)
 from aiayn.decode.engine import TorchEngine  # noqa: E402
-from aiayn.export import MARKER, ExportError  # noqa: E402
+from aiayn.errors import UserError  # noqa: E402
+from aiayn.export import MARKER  # noqa: E402
 from aiayn.export import engine as ct2_engine  # noqa: E402
 from aiayn.export.engine import CACHE_SUFFIX, CTranslate2Engine  # noqa: E402
 
@@ -101,9 +107,9 @@ def test_workers_are_ctranslate2_replicas_with_the_same_outputs(capsys, ckpt, so
     engine = CTranslate2Engine.open(ckpt, threads=2, workers=2)
     assert engine.workers == 2 and engine.translator.num_translators == 2
     with pytest.raises(ValueError, match="opened with 2; give workers to open"):
-        engine.decode_ids([[5, 3]], DecodeConfig(), workers=3)
-    with pytest.raises(ValueError, match="a shortlist restricts our search only"):
-        engine.decode_ids([[5, 3]], DecodeConfig(), shortlist=object())
+        engine.decode_ids([[5, 3]], SearchRequest(batching=Batching(workers=3)))
+    with pytest.raises(UserError, match="the ctranslate2 engine cannot do: shortlist"):
+        engine.decode_ids([[5, 3]], SearchRequest(shortlist=object()))
 
 
 def test_prefixes_and_sampling_map_to_ctranslate2(ckpt, vocab):
@@ -112,29 +118,30 @@ def test_prefixes_and_sampling_map_to_ctranslate2(ckpt, vocab):
     sources = [vocab.encode_source(line) for line in SHORT]
     wanted = vocab.encode("Y dijo")
     prefix = [OutputConstraint(wanted, [], eos_id=vocab.eos_id)] * len(sources)
-    config = DecodeConfig()
-    ours, theirs = (
-        e.decode_ids(sources, config, constraint=prefix) for e in (torch_engine, engine)
-    )
+    request = SearchRequest(constraints=prefix).with_ids(vocab)
+    ours, theirs = (e.decode_ids(sources, request) for e in (torch_engine, engine))
     assert [h[0].tokens for h in theirs] == [h[0].tokens for h in ours]
     assert len(theirs) >= 3 and all(h[0].tokens[: len(wanted)] == wanted for h in theirs)
     # the prefix's log-probabilities are counted, as ours counts them
     assert [h[0].score for h in theirs] == pytest.approx([h[0].score for h in ours], abs=1e-3)
-    draws = engine.decode_ids(sources, config, sampling=SampleConfig(samples=3, top_k=5))
+    sampling = SampleConfig(samples=3, top_k=5)
+    draws = engine.decode_ids(sources, SearchRequest(sampling=sampling).with_ids(vocab))
     assert all(len(hyps) == 3 for hyps in draws)
     assert len({tuple(h.tokens) for hyps in draws for h in hyps}) > 4  # drawn, not searched
     for hyps in draws:
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     phrases = [OutputConstraint((), [vocab.encode("Dios")], where="line 1")] * len(sources)
-    with pytest.raises(ExportError, match="line 1: --engine ctranslate2 takes target prefixes"):
-        engine.decode_ids(sources, config, constraint=phrases)
+    with pytest.raises(UserError, match="line 1: the ctranslate2 engine cannot do: lexical_"):
+        engine.decode_ids(sources, SearchRequest(constraints=phrases).with_ids(vocab))
 
 
 def test_the_export_is_cached_and_rebuilt_when_the_checkpoint_changes(vocab, tmp_path, capsys):
     ckpt = _checkpoint(vocab, tmp_path / "ckpts")
     cache = ckpt.parent / (ckpt.name + CACHE_SUFFIX)
     line = [vocab.encode_source(corpus_lines("test", 0, 1)[0])]
-    first = CTranslate2Engine.open(ckpt, threads=1).decode_ids(line, DecodeConfig())
+    first = CTranslate2Engine.open(ckpt, threads=1).decode_ids(
+        line, SearchRequest().with_ids(vocab)
+    )
     assert "exporting" in capsys.readouterr().err
     marker = json.loads((cache / MARKER).read_text())
     built = (cache / "model.bin").stat().st_mtime_ns
@@ -142,11 +149,13 @@ def test_the_export_is_cached_and_rebuilt_when_the_checkpoint_changes(vocab, tmp
     assert "exporting" not in capsys.readouterr().err
     assert (cache / "model.bin").stat().st_mtime_ns == built
     _checkpoint(vocab, tmp_path / "ckpts", eos_scale=0.5)  # new weights, same directory
-    second = CTranslate2Engine.open(ckpt, threads=1).decode_ids(line, DecodeConfig())
+    second = CTranslate2Engine.open(ckpt, threads=1).decode_ids(
+        line, SearchRequest().with_ids(vocab)
+    )
     assert "exporting" in capsys.readouterr().err
     assert json.loads((cache / MARKER).read_text())["fingerprint"] != marker["fingerprint"]
     ours = TorchEngine(trained_like_model(len(vocab), eos_scale=0.5, max_len=64)).decode_ids(
-        line, DecodeConfig()
+        line, SearchRequest().with_ids(vocab)
     )
     assert second[0][0].tokens == ours[0][0].tokens != first[0][0].tokens
 

@@ -15,7 +15,7 @@ from _pictures import assert_picture, catch_figures
 
 from aiayn.config import ModelConfig
 from aiayn.data import TokenDataset
-from aiayn.decode import DecodeConfig
+from aiayn.decode import DecodeConfig, SearchRequest
 from aiayn.errors import UserError
 from aiayn.experiments import run_experiment, table1, table3, training
 from aiayn.experiments.heads import head_statistics, is_punctuation
@@ -34,7 +34,9 @@ def quick_rows(monkeypatch):
     run decodes 3 tokens and skips the peak, which no figure here uses."""
     monkeypatch.setattr(trainer_module, "measure_matmul_peak", lambda *args, **kwargs: 1e9)
     monkeypatch.setattr(
-        training, "DecodeConfig", functools.partial(DecodeConfig, max_len_a=0.0, max_len_b=3)
+        training,
+        "SearchRequest",
+        functools.partial(SearchRequest, DecodeConfig(max_len_a=0.0, max_len_b=3)),
     )
 
 

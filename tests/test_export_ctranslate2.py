@@ -21,7 +21,7 @@ from aiayn.checkpoint import save_checkpoint  # noqa: E402
 from aiayn.cli.main import main  # noqa: E402
 from aiayn.config import to_dict  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
-from aiayn.decode import DecodeConfig, decode_ids  # noqa: E402
+from aiayn.decode import DecodeConfig, SearchRequest, decode_ids  # noqa: E402
 from aiayn.export import MARKER, ExportError  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2, translate_pieces  # noqa: E402
 
@@ -74,7 +74,9 @@ def test_beam_outputs_equal_ours(vocab, tmp_path, preset, overrides):
     config = DecodeConfig(max_len_a=0.5, max_len_b=8)
     ours = [
         h[0].tokens if h else []
-        for h in decode_ids(model, [s + [vocab.eos_id] if s else [] for s in sources], config)
+        for h in decode_ids(
+            model, [s + [vocab.eos_id] if s else [] for s in sources], SearchRequest(config)
+        )
     ]
     # These models' many near-tied short outputs need more patience than PATIENCE, a trained
     # model's: CTranslate2 keeps the finished outputs its own ranking puts first.
@@ -92,7 +94,8 @@ def test_outputs_equal_ours_where_ctranslate2_would_stop_before_our_search(vocab
     lines = corpus_lines("test", 0, 120)
     sources = [vocab.encode(lines[i]) for i in (71, 90, 119)]
     config = DecodeConfig()  # the paper's limit, |Y| <= |X| + 50
-    ours = [h[0].tokens for h in decode_ids(model, [s + [vocab.eos_id] for s in sources], config)]
+    sources_eos = [s + [vocab.eos_id] for s in sources]
+    ours = [h[0].tokens for h in decode_ids(model, sources_eos, SearchRequest(config))]
     given = [pieces(vocab, s) for s in sources]
     assert translate_pieces(tr, given, config) == [pieces(vocab, o) for o in ours]
     assert translate_pieces(tr, given, config, patience=1.0) != [pieces(vocab, o) for o in ours]
@@ -119,7 +122,8 @@ def test_sources_of_many_lengths_share_a_batch(vocab, tmp_path, eos_scale):
         zip(map(tuple, given), config.max_len(torch.tensor([len(s) + 1 for s in sources])).tolist())
     )
     assert len(set(limit_of.values())) >= 8
-    ours = [h[0].tokens for h in decode_ids(model, [s + [vocab.eos_id] for s in sources], config)]
+    sources_eos = [s + [vocab.eos_id] for s in sources]
+    ours = [h[0].tokens for h in decode_ids(model, sources_eos, SearchRequest(config))]
     assert translate_pieces(Counting(), given, config, patience=8.0) == [
         pieces(vocab, o) for o in ours
     ]
@@ -191,7 +195,7 @@ def test_cli_exports_a_checkpoint_and_replaces_its_own_export(vocab, tmp_path, c
     ours = decode_ids(
         model,
         [vocab.encode(line) + [vocab.eos_id]],
-        DecodeConfig(beam=1, max_len_a=0, max_len_b=256),
+        SearchRequest(DecodeConfig(beam=1, max_len_a=0, max_len_b=256)),
     )
     assert (
         result.hypotheses[0][:3] == pieces(vocab, ours[0][0].tokens)[:3]

@@ -11,7 +11,7 @@ from _export_models import corpus_lines, seeded_model, trained_like_model  # noq
 
 from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
-from aiayn.decode import DecodeConfig, decode_ids  # noqa: E402
+from aiayn.decode import DecodeConfig, SearchRequest, decode_ids  # noqa: E402
 from aiayn.export import ExportError  # noqa: E402
 from aiayn.export.hf import export_hf, marian_permutation  # noqa: E402
 from aiayn.model import sinusoidal_encoding  # noqa: E402
@@ -85,7 +85,7 @@ def test_greedy_generate_equals_our_greedy_search(vocab, tmp_path):
     ours = decode_ids(
         model,
         [vocab.encode(line) + [vocab.eos_id] for line in lines],
-        DecodeConfig(beam=1, max_len_a=0, max_len_b=12),
+        SearchRequest(DecodeConfig(beam=1, max_len_a=0, max_len_b=12)),
     )
     ours = [h[0].tokens + ([vocab.eos_id] if h[0].length > len(h[0].tokens) else []) for h in ours]
     assert any(vocab.eos_id in row for row in ours) and any(len(row) == 12 for row in ours)

@@ -45,7 +45,7 @@ import pytest
 from conftest import prepare_bundled_slice
 
 from aiayn.checkpoint import load_translator
-from aiayn.decode import DecodeConfig, translate
+from aiayn.decode import DecodeConfig, SearchRequest, translate
 from aiayn.files import read_lines
 from aiayn.metrics import sacre_bleu
 from aiayn.train import TrainConfig
@@ -108,7 +108,7 @@ def train_and_score(data: Path, out: Path, seed: int = SEED) -> dict[str, float]
     text = data.parent  # the slice's text beside the prepared data (prepare_bundled_slice)
     sources = read_lines(text / "valid.en")[:BLEU_VERSES]
     references = read_lines(text / "valid.es")[:BLEU_VERSES]
-    hypotheses = translate(model, sources, vocab, DecodeConfig(beam=1, alpha=0.0))
+    hypotheses = translate(model, sources, vocab, SearchRequest(DecodeConfig(beam=1, alpha=0.0)))
     bleu, _ = sacre_bleu(hypotheses, [references])
     return {
         "updates": summary["updates"],

@@ -252,11 +252,11 @@ def test_evaluate_and_prepare_readers_follow_the_same_rule(tmp_path):
     assert list(corpus_lines(path)) == expected
 
 
-# --- 4. translate --chunk ----------------------------------------------------------------------
+# --- 4. translate --window ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunk", [0, -1])
-def test_translate_rejects_a_chunk_below_one(tiny_run, tmp_path, capsys, chunk):
+@pytest.mark.parametrize("window", [0, -1])
+def test_translate_rejects_a_window_below_one(tiny_run, tmp_path, capsys, window):
     src = tmp_path / "in.txt"
     src.write_text("one\n")
     code, out, err = run_cli(
@@ -266,11 +266,11 @@ def test_translate_rejects_a_chunk_below_one(tiny_run, tmp_path, capsys, chunk):
         latest_checkpoint(tiny_run / "checkpoints"),
         "--input",
         src,
-        "--chunk",
-        chunk,
+        "--window",
+        window,
     )
     assert code == 2 and out == ""
-    one_line_error(err, "--chunk must be at least 1", str(chunk))
+    one_line_error(err, "--window must be at least 1", str(window))
 
 
 # --- 5. every numeric key range-checked ---------------------------------------------------------

@@ -8,7 +8,7 @@ import torch
 from _decode_helpers import hypotheses
 
 import aiayn
-from aiayn.decode import DecodeConfig, beam_search, decode_ids
+from aiayn.decode import DecodeConfig, SearchRequest, beam_search, decode_ids
 from aiayn.parsing import delinearize
 from aiayn.parsing.constraint import TreeConstraint
 
@@ -198,9 +198,8 @@ def _model(seed):
 def test_constrained_search_of_an_untrained_model_returns_well_formed_trees(beam):
     c = TreeConstraint(PIECES, EOS)
     for seed in range(5):
-        ((hyp,),) = decode_ids(
-            _model(seed), [SOURCE], DecodeConfig(beam=beam, alpha=0.3, max_len_b=40), constraint=c
-        )
+        request = SearchRequest(DecodeConfig(beam=beam, alpha=0.3, max_len_b=40), constraints=c)
+        ((hyp,),) = decode_ids(_model(seed), [SOURCE], request)
         tree, repaired = delinearize(tokens(hyp.tokens), WORDS)
         assert not repaired, tokens(hyp.tokens)
 

@@ -12,7 +12,7 @@ import aiayn
 from aiayn.checkpoint import save_checkpoint
 from aiayn.cli.main import main
 from aiayn.data import Vocab
-from aiayn.decode import DecodeConfig, beam_search, for_decoding, translate
+from aiayn.decode import DecodeConfig, SearchRequest, beam_search, for_decoding, translate
 
 BOS, EOS, VOCAB, LENGTH = 2, 3, 24, 6
 
@@ -116,5 +116,5 @@ def test_int8_translate_loads_without_pickle(tiny_corpus, tmp_path, monkeypatch,
     # the int8 library's translations, the blank line blank
     int8 = for_decoding(_clone(model), "int8")
     text = ["In the beginning.", "", "And God said."]
-    assert lines == [*translate(int8, text, vocab, DecodeConfig(beam=2)), ""]
+    assert lines == [*translate(int8, text, vocab, SearchRequest(DecodeConfig(beam=2))), ""]
     assert lines[0] and lines[1] == "" and lines[2]

@@ -32,6 +32,7 @@ from aiayn.decode import (
     DecodeConfig,
     OutputConstraint,
     SampleConfig,
+    SearchRequest,
     decode_ids,
     nbest_outputs,
     translate,
@@ -315,12 +316,12 @@ def test_translations_are_the_librarys(translator):
         r = c.post("/translate", json={"text": lines, "beam": 3, "alpha": 1.0})
     assert r.status_code == 200
     answers = r.json()["translations"]
-    config = DecodeConfig(beam=3, alpha=1.0)
+    request = SearchRequest(DecodeConfig(beam=3, alpha=1.0))
     assert [a["text"] for a in answers] == translate(
-        translator.model, lines, translator.vocab, config
+        translator.model, lines, translator.vocab, request
     )
     assert answers[1] == {"text": "", "score": None, "nbest": []}  # a blank line touches no model
-    hyps = decode_ids(translator.model, translator.encode(lines), config)
+    hyps = decode_ids(translator.model, translator.encode(lines), request)
     assert answers[0]["score"] == pytest.approx(hyps[0][0].score, abs=1e-5)
     assert "attention" not in answers[0]
 
@@ -339,7 +340,7 @@ def test_int8_server_answers_as_the_int8_library(checkpoint):
     assert r.status_code == 200 and info["quantized"] == "int8"
     # one request: batched exactly as the library call below, so even int8 output matches
     assert [a["text"] for a in r.json()["translations"]] == translate(
-        quantized.model, lines, quantized.vocab, DecodeConfig(beam=2)
+        quantized.model, lines, quantized.vocab, SearchRequest(DecodeConfig(beam=2))
     )
 
 
@@ -365,7 +366,7 @@ def test_attention_is_the_best_hypothesis_against_its_source(translator):
     att, cfg, vocab = answer["attention"], translator.model.cfg, translator.vocab
     source_ids = vocab.encode(SENTENCES[3]) + [vocab.eos_id]
     assert att["source"] == [vocab.id_to_piece(i) for i in source_ids]
-    best = decode_ids(translator.model, [source_ids], DecodeConfig())[0][0]
+    best = decode_ids(translator.model, [source_ids], SearchRequest())[0][0]
     ended = (
         ["</s>"] if best.length > len(best.tokens) else []
     )  # stopped by eos, not by the length limit
@@ -520,9 +521,9 @@ def test_prefixes_and_constraints_are_the_librarys(translator):
         OutputConstraint((), [vocab.encode("Dios")], eos_id=vocab.eos_id),
         None,
     ]
-    library = translate(translator.model, lines, vocab, DecodeConfig(), constraint=wanted)
+    library = translate(translator.model, lines, vocab, SearchRequest(constraints=wanted))
     assert [a["text"] for a in answers] == library
-    assert answers[2]["text"] == translate(translator.model, lines[2:], vocab, DecodeConfig())[0]
+    assert answers[2]["text"] == translate(translator.model, lines[2:], vocab)[0]
 
 
 def test_samples_are_the_librarys_and_do_not_depend_on_the_batch(translator):
@@ -533,7 +534,9 @@ def test_samples_are_the_librarys_and_do_not_depend_on_the_batch(translator):
         again = c.post("/translate", json=body).json()["translations"]
         other = c.post("/translate", json={**body, "seed": 6}).json()["translations"]
     sampling = SampleConfig(samples=3, seed=5, top_k=20)
-    library = nbest_outputs(translator.model, lines, translator.vocab, sampling=sampling)
+    library = nbest_outputs(
+        translator.model, lines, translator.vocab, SearchRequest(sampling=sampling)
+    )
     assert [_texts(a) for a in answers] == [[o.text for o in outs] for outs in library]
     assert answers == again and [_texts(a) for a in other] != [_texts(a) for a in answers]
     assert answers[1]["nbest"] == [] and len(answers[0]["nbest"]) == 3
@@ -565,7 +568,9 @@ def test_alignments_are_the_librarys(translator):
     with client(translator) as c:
         answers = c.post("/translate", json=body).json()["translations"]
     config = DecodeConfig(beam=2, nbest=2)
-    library = nbest_outputs(translator.model, lines, translator.vocab, config, alignment_layer=0)
+    library = nbest_outputs(
+        translator.model, lines, translator.vocab, SearchRequest(config), alignment_layer=0
+    )
     assert [h["alignment"] for h in answers[0]["nbest"]] == [o.alignment for o in library[0]]
     assert answers[0]["alignment"] == library[0][0].alignment != ""
     assert answers[1] == {"text": "", "score": None, "nbest": [], "alignment": None}

@@ -33,7 +33,7 @@ from aiayn.checkpoint import (
 )
 from aiayn.config import PRESETS
 from aiayn.data import TokenDataset, Vocab
-from aiayn.decode import DecodeConfig
+from aiayn.decode import DecodeConfig, SearchRequest
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import temp_dir_beside
@@ -544,7 +544,12 @@ def test_validation_bleu_is_what_evaluate_gives_the_checkpoint(tiny_corpus, tmp_
     assert [vocab.encode_source(s) for s in sources] == [[*valid.src(i), 3] for i in range(n)]
     model, _ = load_transformer(ckpt)
     expected = evaluate_model(
-        model, vocab, sources, references, DecodeConfig.preset("translation", beam=beam), lang="es"
+        model,
+        vocab,
+        sources,
+        references,
+        SearchRequest(DecodeConfig.preset("translation", beam=beam)),
+        lang="es",
     )
     recorded = json.loads((ckpt / "meta.json").read_text())["valid"]
     logged = json.loads((tmp_path / "run/log.jsonl").read_text().splitlines()[-1])

@@ -23,7 +23,7 @@ import torch
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
 from .data import bundled_corpus_paths, prepare_bundled
-from .decode import DecodeConfig, for_decoding
+from .decode import SearchRequest, for_decoding
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .files import check_not_input, read_lines, write_lines_atomic, write_text_atomic
@@ -157,7 +157,7 @@ def run_demo(
     if test_limit is not None:
         sources, references = sources[:test_limit], references[:test_limit]
     test: Evaluation = evaluate_model(
-        model, vocab, sources, references, DecodeConfig(), lang="es", progress=True
+        model, vocab, sources, references, SearchRequest(), lang="es", progress=True
     )
     write_lines_atomic(out / "test.hyp.es", test.hypotheses)
 

@@ -15,10 +15,9 @@ import torch
 from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import DecodeConfig, for_decoding, translate, translate_corpus
+from .decode import SearchRequest, for_decoding, translate, translate_corpus
 from .decode.engine import Engine, translate_with
-from .decode.shortlist import Shortlist
-from .decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
+from .decode.translate import eval_mode
 from .errors import UserError
 from .files import (
     check_not_input,
@@ -115,35 +114,21 @@ def evaluate_model(
     vocab: Vocab,
     sources: Sequence[str],
     references: Sequence[str],
-    decode: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     lang: str = "de",
-    max_tokens: int = MAX_TOKENS,
-    batch_size: int = BATCH_SIZE,
     progress: bool = False,
     engine: Engine | None = None,
-    workers: int = 1,
-    shortlist: Shortlist | None = None,
 ) -> Evaluation:
     """Translate ``sources`` as ``aiayn translate --input`` does (``translate_corpus``: the
     same batches, so the same outputs) and score them against ``references``.
 
-    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s.
-    ``shortlist``: our search's outputs restricted to it (``aiayn.decode.shortlist``)."""
+    ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s."""
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
-    batching = dict(max_tokens=max_tokens, batch_size=batch_size, workers=workers)
     decoder, outputs = (model, translate) if engine is None else (engine, translate_with)
     windows = translate_corpus(
-        decoder,
-        sources,
-        vocab,
-        decode,
-        progress=progress,
-        total=len(sources),
-        outputs=outputs,
-        shortlist=shortlist,
-        **batching,
+        decoder, sources, vocab, request, progress=progress, total=len(sources), outputs=outputs
     )
     hyps = [hyp for window in windows for hyp in window]
     decode_s = time.perf_counter() - start
@@ -202,21 +187,19 @@ def evaluate_checkpoint(
     src_path: str | Path,
     ref_path: str | Path,
     hyp_path: str | Path | None,
-    decode: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     lang: str = "de",
     device: str = "cpu",
     progress: bool = True,
     quantize: str | None = None,
     engine: Engine | None = None,
     precision: str = "fp32",
-    **batching: Any,
 ) -> Evaluation:
     """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
 
     ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``);
     perplexity uses them too. ``engine``: what decodes instead of our search (the command line
     builds it, e.g. CTranslate2's from ``aiayn.export.engine``); the perplexity stays ours.
-    ``batching``: max_tokens, batch_size, workers and shortlist of ``evaluate_model``.
     Every input is checked before the model decodes anything: an output path that cannot be
     written or that is one of the inputs, empty files and misaligned files fail at once, not
     after hours of beam search.
@@ -233,11 +216,10 @@ def evaluate_checkpoint(
         vocab,
         sources,
         references,
-        decode,
+        request,
         lang=lang,
         progress=progress,
         engine=engine,
-        **batching,
     )
     if hyp_path is not None:
         write_lines_atomic(hyp_path, result.hypotheses)

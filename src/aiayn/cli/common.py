@@ -9,13 +9,14 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig, SampleConfig
+    from ..decode import Batching, DecodeConfig, SampleConfig, SearchRequest
     from ..decode.precision import Precision
+    from ..decode.shortlist import Shortlist
 
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
@@ -162,9 +163,11 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
             help="lines read, sorted by length, translated and written together; memory grows "
             "with it, not with the file (default: 100000)",
         )
-        p.add_argument("--chunk", type=int, help="the old name of --window")
     p.add_argument(
-        "--max-tokens", type=int, help="padded source tokens in one batch at most (default: 8000)"
+        "--max-tokens",
+        type=int,
+        help="padded source tokens in one batch at most (default: 8000; a beam over 4 gets "
+        "8000 x 4 / beam, as its rows grow)",
     )
     p.add_argument("--batch-size", type=int, help="sentences in one batch at most (default: 64)")
     p.add_argument(
@@ -224,15 +227,15 @@ def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
         setattr(args, name, followed if followed is not None else str(follow_pointer(value)))
 
 
-def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
-    """``{"shortlist": Shortlist}`` for the corpus options when ``--shortlist`` is given, read
-    for the checkpoint's vocabulary; ``{}`` otherwise."""
+def shortlist_option(args: argparse.Namespace) -> Shortlist | None:
+    """The ``--shortlist`` given (``add_shortlist_args``), read for the checkpoint's
+    vocabulary; None without one."""
     sizes = {"frequent": args.shortlist_frequent, "best": args.shortlist_best}
     if args.shortlist is None:
         given = [f"--shortlist-{k}" for k, v in sizes.items() if v is not None]
         if given:
             raise UserError(f"{given[0]} sizes a shortlist: give --shortlist FILE too")
-        return {}
+        return None
     from ..checkpoint import load_vocab
     from ..decode.shortlist import load_shortlist
 
@@ -254,32 +257,46 @@ def shortlist_option(args: argparse.Namespace) -> dict[str, Any]:
             "output would be empty; give either at least 1"
         )
     vocab = load_vocab(first_checkpoint(args.checkpoint))
-    return {"shortlist": load_shortlist(args.shortlist, vocab, **chosen)}
+    return load_shortlist(args.shortlist, vocab, **chosen)
 
 
-_CORPUS = {
-    "window": "--window",
-    "chunk": "--chunk",
-    "max_tokens": "--max-tokens",
-    "batch_size": "--batch-size",
-    "workers": "--workers",
-}
+_BATCHING = {"max_tokens": "--max-tokens", "batch_size": "--batch-size", "workers": "--workers"}
 
 
-def corpus_options(args: argparse.Namespace) -> dict[str, int]:
-    """The ``add_corpus_args`` options given, as keyword arguments of ``translate_corpus``
-    (the others keep its defaults), each checked to be at least 1."""
-    given = {key: getattr(args, key) for key in _CORPUS if getattr(args, key, None) is not None}
+def search_request(args: argparse.Namespace, *, sampling: bool = False) -> SearchRequest:
+    """The one search the options ask for (``aiayn.decode.request``): the decoding preset and
+    its overrides, batching, the shortlist and, given ``sampling``, ``--sample``'s draw."""
+    from ..decode import SearchRequest
+
+    return SearchRequest(
+        decode_config(args),
+        sampling=sample_config(args) if sampling else None,
+        shortlist=shortlist_option(args) if hasattr(args, "shortlist") else None,
+        batching=batching_option(args),
+    )
+
+
+def batching_option(args: argparse.Namespace) -> Batching:
+    """``--max-tokens``, ``--batch-size`` and ``--workers`` (``add_corpus_args``), each at
+    least 1; those not given keep the one policy's defaults."""
+    from ..decode import Batching
+
+    given = {k: getattr(args, k) for k in _BATCHING if getattr(args, k, None) is not None}
     for key, value in given.items():
         if value < 1:
-            raise UserError(f"{_CORPUS[key]} must be at least 1, got {value}")
+            raise UserError(f"{_BATCHING[key]} must be at least 1, got {value}")
     if given.get("workers", 1) > 1 and getattr(args, "device", "cpu") != "cpu":
         raise UserError(f"--workers are CPU processes: --device {args.device} decodes in one")
-    if "chunk" in given:
-        if "window" in given:
-            raise UserError("--chunk is the old name of --window: give one of them")
-        given["window"] = given.pop("chunk")
-    return given
+    return Batching(**given)
+
+
+def window_option(args: argparse.Namespace) -> dict[str, int]:
+    """``--window`` as ``translate_corpus``'s keyword (none: its default), at least 1."""
+    if args.window is None:
+        return {}
+    if args.window < 1:
+        raise UserError(f"--window must be at least 1, got {args.window}")
+    return {"window": args.window}
 
 
 def show_progress(args: argparse.Namespace) -> bool:

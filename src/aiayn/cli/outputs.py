@@ -5,14 +5,13 @@ lines or JSON lines with token scores (``aiayn.decode.nbest``), samples
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from .common import sample_config
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig, Output, OutputConstraint, SampleConfig
+    from ..decode import Output, OutputConstraint, SearchRequest
     from ..decode.engine import Engine
 
 
@@ -57,7 +56,7 @@ class Outputs:
 
     fmt: str  # "plain", "moses" or "jsonl"
     token_scores: bool = False
-    sampling: SampleConfig | None = None
+    sampling: bool = False  # --sample: its settings are the request's
     prefix: PerLine | None = None
     constraints: PerLine | None = None
     alignment_layer: int | None = None  # None: no alignments
@@ -70,7 +69,7 @@ class Outputs:
             raise UserError("--token-scores prints JSON lines: drop --format text")
         if fmt == "text":
             fmt = "plain" if args.nbest is None else "moses"
-        sampling = sample_config(args)
+        sampling = bool(args.sample)
         prefix = PerLine.read("--prefix", args.prefix)
         constraints = PerLine.read("--constraints", args.constraints)
         if args.alignment_layer is not None and not args.alignments:
@@ -80,7 +79,7 @@ class Outputs:
         layer = None
         if args.alignments:
             layer = -1 if args.alignment_layer is None else args.alignment_layer
-        if fmt == "plain" and (sampling, prefix, constraints, layer) == (None,) * 4:
+        if fmt == "plain" and not sampling and (prefix, constraints, layer) == (None,) * 3:
             return None
         return cls(fmt, args.token_scores, sampling, prefix, constraints, layer)
 
@@ -105,57 +104,51 @@ class Outputs:
         model: Any,
         texts: list[str],
         vocab: Any,
-        decode: DecodeConfig,
-        *,
-        first_index: int,
+        request: SearchRequest,
         **kwargs: Any,
     ) -> list[str]:
-        """The lines printed for ``texts``, input lines ``first_index``, ``first_index`` + 1,
-        ...: a window of ``translate_corpus`` (``kwargs``: those of ``decode_ids``)."""
+        """The lines printed for ``texts``, input lines ``request.first_index``, + 1, ...: a
+        window of ``translate_corpus`` (``kwargs``: its progress and on_truncate)."""
         from ..decode import nbest_outputs
 
-        first = first_index
+        request = self.constrained(request, vocab, len(texts))
         nbest = nbest_outputs(
             model,
             texts,
             vocab,
-            decode,
+            request,
             token_scores=self.token_scores,
             alignment_layer=self.alignment_layer,
-            sampling=self.sampling,
-            first_index=first,
-            constraint=[self.constraint(vocab, first + i) for i in range(len(texts))],
             **kwargs,
         )
-        return self.format(nbest, first)
+        return self.format(nbest, request.first_index)
 
     def engine_lines(
         self,
         engine: Engine,
         texts: list[str],
         vocab: Any,
-        decode: DecodeConfig,
-        *,
-        first_index: int,
+        request: SearchRequest,
         **kwargs: Any,
     ) -> list[str]:
         """``lines`` decoded by another engine (``aiayn.decode.engine``): its hypotheses' text
         and scores; token scores and alignments need our model (the CLI refuses them)."""
         from ..decode import Output
 
-        nbest = engine.decode_ids(
-            [vocab.encode_source(text) for text in texts],
-            decode,
-            sampling=self.sampling,
-            first_index=first_index,
-            constraint=[self.constraint(vocab, first_index + i) for i in range(len(texts))],
-            **kwargs,
-        )
+        request = self.constrained(request, vocab, len(texts)).with_ids(vocab)
+        nbest = engine.decode_ids([vocab.encode_source(text) for text in texts], request, **kwargs)
         outputs = [
             [Output(vocab.decode(h.tokens), h.score, h.log_prob, h.length) for h in hyps]
             for hyps in nbest
         ]
-        return self.format(outputs, first_index)
+        return self.format(outputs, request.first_index)
+
+    def constrained(self, request: SearchRequest, vocab: Any, n: int) -> SearchRequest:
+        """``request`` for a window of ``n`` lines, each with its prefix and phrases."""
+        first = request.first_index
+        assert isinstance(first, int)  # translate_corpus numbers a window by its first line
+        constraints = tuple(self.constraint(vocab, first + i) for i in range(n))
+        return replace(request, constraints=constraints)
 
     def format(self, nbest: list[list[Output]], first: int) -> list[str]:
         """The lines printed for input lines ``first``, ``first`` + 1, ... and their outputs."""

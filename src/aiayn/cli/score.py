@@ -56,7 +56,6 @@ def _score(args: argparse.Namespace) -> None:
         [vocab.encode_source(s) for s in sources],
         targets,
         alpha=decode_config(args).alpha,
-        max_tokens=8000,
         name=name,
     )
     for score, target, sentence_id in zip(scores, targets, range(len(scores))):

@@ -19,19 +19,18 @@ from .common import (
     add_decode_args,
     add_engine_arg,
     add_shortlist_args,
-    corpus_options,
-    decode_config,
     decode_precision,
     first_checkpoint,
     load_engine,
     say_wrote,
-    shortlist_option,
+    search_request,
     show_progress,
+    window_option,
 )
 from .outputs import Outputs
 
 if TYPE_CHECKING:
-    from ..decode import DecodeConfig
+    from ..decode import SearchRequest
     from ..decode.engine import Engine
 
 
@@ -39,7 +38,7 @@ def translate_stream(
     checkpoint: str | Path | Sequence[str | Path],
     source: IO[bytes],
     sink: TextIO,
-    decode: DecodeConfig,
+    request: SearchRequest,
     *,
     device: str = "cpu",
     name: str = "<stdin>",
@@ -53,8 +52,8 @@ def translate_stream(
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
     kept; returns the number of lines. Lines are read a window at a time, sorted by length
     within it and written (and flushed) in the input's order when the window is done
-    (``aiayn.decode.translate_corpus``, whose options ``corpus`` holds: window, max_tokens,
-    batch_size, progress, total), so memory stays flat however long the input.
+    (``aiayn.decode.translate_corpus``, whose options ``corpus`` holds: window, progress,
+    total), so memory stays flat however long the input; ``request`` is the search.
 
     Lines are split by the rule of ``aiayn.files``. A line that is not valid UTF-8 gets an empty
     output line (so outputs stay aligned with inputs) and the rest is translated; then
@@ -62,8 +61,8 @@ def translate_stream(
     the model's positions is truncated and named on stderr by its line in the input.
     ``prompt``: write "> " before reading each line (interactive: give window 1).
     ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``).
-    ``output``: what to print besides the best line (n-best lists, JSON lines), samples,
-    prefixes and constraints (default: the beam search's best translation only). ``engine``:
+    ``output``: what to print besides the best line (n-best lists, JSON lines, token scores,
+    alignments) and the prefixes and constraints (default: the best line only). ``engine``:
     what decodes instead of our search (``aiayn.decode.engine``; ``checkpoint`` is then not
     loaded).
     """
@@ -78,7 +77,7 @@ def translate_stream(
         decoder,
         texts,
         vocab,
-        decode,
+        request,
         outputs=outputs,
         on_truncate=partial(_say_truncated, name=name),
         **corpus,
@@ -168,7 +167,7 @@ def _say_truncated(index: int, tokens: int, cap: int, *, name: str) -> None:
 def _translate(args: argparse.Namespace) -> None:
     from ..files import count_lines, open_binary
 
-    corpus = corpus_options(args)
+    corpus = window_option(args)
     precision = decode_precision(args, "translate")
     source = (
         open_binary(args.input) if args.input else sys.stdin.buffer
@@ -181,22 +180,22 @@ def _translate(args: argparse.Namespace) -> None:
     count = count_lines(args.input) if args.input and (progress or output is not None) else None
     if output is not None and count is not None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
+    engine = load_engine(args)  # refuses the options it cannot honour first
     translate_stream(
         args.checkpoint,
         source,
         sys.stdout,
-        decode_config(args),
+        search_request(args, sampling=True),
         device=args.device,
         name=args.input or "<stdin>",
         prompt=interactive,
         quantize=args.quantize,
         precision=precision.name,
         output=output,
-        engine=load_engine(args),
+        engine=engine,
         progress=progress,
         total=count if progress else None,
         **corpus,
-        **shortlist_option(args),
     )
 
 
@@ -205,23 +204,21 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     precision = decode_precision(args, "evaluate")
     engine = load_engine(args)
-    shortlist = shortlist_option(args)
+    request = search_request(args)
     result = evaluate_checkpoint(
         args.checkpoint,
         args.src,
         args.ref,
         args.output,
-        decode_config(args),
+        request,
         lang=args.lang,
         device=args.device,
         quantize=args.quantize,
         engine=engine,
         precision=precision.name,
         progress=show_progress(args),
-        **corpus_options(args),
-        **shortlist,
     )
-    used = {"shortlist": shortlist["shortlist"].origin if shortlist else None}
+    used = {"shortlist": request.shortlist.origin if request.shortlist else None}
     print(json.dumps({**result.as_dict(), **precision.as_dict(), **used}, indent=2))
     if args.output:
         say_wrote("evaluate", args.output)

@@ -11,12 +11,14 @@ from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
 from .quantize import QUANTIZE_MODES, for_decoding
+from .request import Batching, SearchRequest, SpecialIds
 from .sample import SampleConfig, sample
 from .score import Score, force_decode, score_ids
 from .translate import decode_ids, length_batches, translate, translate_corpus
 
 __all__ = [
     "DECODE_PRESETS",
+    "Batching",
     "Constraint",
     "DecodeConfig",
     "Ensemble",
@@ -26,6 +28,8 @@ __all__ = [
     "QUANTIZE_MODES",
     "SampleConfig",
     "Score",
+    "SearchRequest",
+    "SpecialIds",
     "beam_search",
     "decode_ids",
     "for_decoding",

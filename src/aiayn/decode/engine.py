@@ -6,7 +6,7 @@
 and hands it to ``evaluate_checkpoint`` or the server, so that imports keep flowing one way.
 
     engine = TorchEngine(model)
-    for window in translate_corpus(engine, lines, vocab, config, outputs=translate_with):
+    for window in translate_corpus(engine, lines, vocab, request, outputs=translate_with):
         ...
 """
 
@@ -17,24 +17,29 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .beam import Hypothesis
-from .config import DecodeConfig
-from .translate import decode_ids, eval_mode, positions, special_ids
+from .request import ALL_FEATURES, Feature, SearchRequest, check_supported
+from .translate import OnTruncate, Progress, decode_ids, eval_mode, positions
 
 
 class Engine(Protocol):
     """Source ids (subwords + eos) -> n-best ``Hypothesis`` lists in input order, ``[]`` for an
-    empty source; keyword arguments are ``decode_ids``'s (batch_size, max_tokens, sampling,
-    constraint, first_index, progress, on_truncate, workers, shortlist, the special ids)."""
+    empty source, as ``request`` asks; what it ``supports`` beyond the paper's beam search is
+    declared, and ``check_supported`` refuses the rest before anything is decoded."""
 
     name: str
-    lexical_constraints: bool  # whether ``constraint`` may hold phrases, not only prefixes
+    supports: frozenset[Feature]
     seeded_samples: bool  # whether SampleConfig.seed makes samples reproducible
 
     @property
     def max_positions(self) -> int | None: ...
 
     def decode_ids(
-        self, sources: Sequence[Sequence[int]], config: DecodeConfig, **kwargs: Any
+        self,
+        sources: Sequence[Sequence[int]],
+        request: SearchRequest,
+        *,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
     ) -> list[list[Hypothesis]]: ...
 
 
@@ -44,7 +49,7 @@ class TorchEngine:
 
     model: Any
     name: str = "torch"
-    lexical_constraints: bool = True
+    supports: frozenset[Feature] = ALL_FEATURES
     seeded_samples: bool = True
 
     @property
@@ -52,17 +57,33 @@ class TorchEngine:
         return positions(self.model)
 
     def decode_ids(
-        self, sources: Sequence[Sequence[int]], config: DecodeConfig, **kwargs: Any
+        self,
+        sources: Sequence[Sequence[int]],
+        request: SearchRequest,
+        *,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
     ) -> list[list[Hypothesis]]:
+        check_supported(request, self.name, self.supports)
         with eval_mode(self.model):
-            return decode_ids(self.model, sources, config, **kwargs)
+            return decode_ids(
+                self.model, sources, request, progress=progress, on_truncate=on_truncate
+            )
 
 
 def translate_with(
-    engine: Engine, lines: Sequence[str], tokenizer: Any, config: DecodeConfig, **kwargs: Any
+    engine: Engine,
+    lines: Sequence[str],
+    tokenizer: Any,
+    request: SearchRequest,
+    *,
+    progress: bool | Progress = False,
+    on_truncate: OnTruncate | None = None,
 ) -> list[str]:
     """``translate`` by any engine: sentences -> best translations ("" for a blank line). It
     is a ``WindowOutputs``, so ``translate_corpus(engine, ..., outputs=translate_with)``."""
     sources = [tokenizer.encode_source(line) for line in lines]
-    nbest = engine.decode_ids(sources, config, **{**special_ids(tokenizer), **kwargs})
+    nbest = engine.decode_ids(
+        sources, request.with_ids(tokenizer), progress=progress, on_truncate=on_truncate
+    )
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]

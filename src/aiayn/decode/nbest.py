@@ -19,12 +19,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.vocab import EOS_ID
 from .align import output_alignment
 from .beam import Hypothesis
-from .config import DecodeConfig
+from .request import SearchRequest
 from .score import score_ids
-from .translate import Tokenizer, decode_ids, eval_mode, fit_sources, positions, special_ids
+from .translate import (
+    OnTruncate,
+    Progress,
+    Tokenizer,
+    decode_ids,
+    eval_mode,
+    fit_sources,
+    positions,
+)
 
 
 @dataclass
@@ -67,29 +74,27 @@ def nbest_outputs(
     model: Any,
     lines: Sequence[str],
     tokenizer: Tokenizer,
-    config: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     *,
     token_scores: bool = False,
     alignment_layer: int | None = None,
-    **kwargs: Any,
+    progress: bool | Progress = False,
+    on_truncate: OnTruncate | None = None,
 ) -> list[list[Output]]:
     """Sentences -> their n-best ``Output`` lists, in input order (``[]`` for a blank line).
 
     ``alignment_layer``: word alignments from that decoder layer's attention (``align``; a
     Transformer or an Ensemble of them); None: none. ``token_scores`` and alignments need
-    ``tokenizer.id_to_piece``. Keyword arguments are those of ``decode_ids``.
+    ``tokenizer.id_to_piece``. ``progress`` and ``on_truncate`` are ``decode_ids``'s.
     """
-    ids = special_ids(tokenizer)
-    cap = positions(model, kwargs.get("max_src_len"))  # cut once: forced decoding reads them too
+    request = request.with_ids(tokenizer)
+    cap = positions(model, request.max_src_len)  # cut once: forced decoding reads them too
     sources = fit_sources(
-        [tokenizer.encode_source(s) for s in lines],
-        cap,
-        ids.get("eos_id", EOS_ID),
-        kwargs.pop("on_truncate", None),
+        [tokenizer.encode_source(s) for s in lines], cap, request.ids.eos_id, on_truncate
     )
     with eval_mode(model):
-        nbest = decode_ids(model, sources, config, **{**ids, **kwargs})
-        tokens = _token_log_probs(model, sources, nbest, tokenizer, config) if token_scores else {}
+        nbest = decode_ids(model, sources, request, progress=progress)
+        tokens = _token_log_probs(model, sources, nbest, tokenizer, request) if token_scores else {}
 
     def output(i: int, j: int, h: Hypothesis) -> Output:
         alignment = None
@@ -106,14 +111,19 @@ def _token_log_probs(
     sources: Sequence[Sequence[int]],
     nbest: Sequence[Sequence[Hypothesis]],
     tokenizer: Any,
-    config: DecodeConfig,
+    request: SearchRequest,
 ) -> dict[tuple[int, int], list[tuple[str, float]]]:
     """(sentence, rank) -> (piece, log P) per token of that hypothesis, by forced decoding."""
-    eos_id = getattr(tokenizer, "eos_id", EOS_ID)
     keys = [(i, j) for i, hyps in enumerate(nbest) for j in range(len(hyps))]
-    targets = [output_ids(nbest[i][j], eos_id) for i, j in keys]
-    ids = special_ids(tokenizer)
-    scores = score_ids(model, [sources[i] for i, _ in keys], targets, alpha=config.alpha, **ids)
+    targets = [output_ids(nbest[i][j], request.ids.eos_id) for i, j in keys]
+    scores = score_ids(
+        model,
+        [sources[i] for i, _ in keys],
+        targets,
+        alpha=request.decode.alpha,
+        batching=request.batching,
+        ids=request.ids,
+    )
     return {
         key: [(tokenizer.id_to_piece(t), lp) for t, lp in zip(target, score.token_log_probs)]
         for key, target, score in zip(keys, targets, scores)

@@ -26,6 +26,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..errors import UserError
 from .beam import output_log_probs
 from .penalties import gnmt_length_penalty
+from .request import Batching, SpecialIds
 from .translate import fit_sources, length_batches, model_device, positions
 
 
@@ -93,27 +94,24 @@ def score_ids(
     targets: Sequence[Sequence[int]],
     *,
     alpha: float = 0.6,
-    batch_size: int | None = 64,
-    max_tokens: int | None = None,
+    batching: Batching = Batching(),
     max_src_len: int | None = None,
     device: torch.device | str | None = None,
     name: str = "targets",
-    pad_id: int = PAD_ID,
-    bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
+    ids: SpecialIds = SpecialIds(),
 ) -> list[Score | None]:
     """Token-id sources and targets (eos included where it belongs) -> a ``Score`` per pair,
     in input order; ``None`` for an empty source (nothing to condition on, as ``decode_ids``
     gives it no hypothesis). The model should be in eval mode (dropout off).
 
-    Sources are batched and truncated as ``decode_ids`` does; a target longer than the model's
+    Sources are batched (one row each) and truncated as ``decode_ids`` does; a target longer than the model's
     positions (``cfg.max_len``) is a ``UserError`` naming its line in ``name``.
     """
     if len(sources) != len(targets):
         raise UserError(f"{len(sources)} sources but {len(targets)} {name}")
     cap = positions(model, max_src_len)
     device = torch.device(device) if device is not None else model_device(model)
-    sources = fit_sources(sources, cap, eos_id)
+    sources = fit_sources(sources, cap, ids.eos_id)
     for i, target in enumerate(targets):
         if not target:
             raise UserError(f"{name}: line {i + 1}: an empty target (give at least eos)")
@@ -125,11 +123,17 @@ def score_ids(
     results: list[Score | None] = [None] * len(sources)
     nonempty = [i for i, s in enumerate(sources) if s]
     lengths = [max(len(sources[i]), len(targets[i])) for i in nonempty]
-    ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
-    for batch in length_batches(lengths, batch_size, max_tokens):
+    for batch in length_batches(lengths, batching.batch_size, batching.tokens(rows=1)):
         members = [nonempty[j] for j in batch]
-        src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)
-        logps = force_decode(model, src, [targets[i] for i in members], **ids)
+        src = pad_rows([sources[i] for i in members], [], [], ids.pad_id).to(device)
+        logps = force_decode(
+            model,
+            src,
+            [targets[i] for i in members],
+            pad_id=ids.pad_id,
+            bos_id=ids.bos_id,
+            eos_id=ids.eos_id,
+        )
         for i, token_log_probs in zip(members, logps):
             results[i] = Score.of(token_log_probs, alpha)
     return results

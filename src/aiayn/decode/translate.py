@@ -1,17 +1,17 @@
-"""Translate a list of sentences: tokenise, batch by length, beam search, restore input order;
-and a whole corpus, a window of lines at a time.
+"""Translate a list of sentences: tokenise, batch by length, search, restore input order; and
+a whole corpus, a window of lines at a time.
 
-    from aiayn.decode import DecodeConfig, translate, translate_corpus
-    outputs = translate(model, lines, tokenizer, DecodeConfig.preset("translation"), max_tokens=4000)
+    from aiayn.decode import DecodeConfig, SearchRequest, translate, translate_corpus
+    outputs = translate(model, lines, tokenizer, SearchRequest(DecodeConfig.preset("translation")))
     for window in translate_corpus(model, iter_lines("corpus.en"), tokenizer):
         ...  # each window's outputs, in input order, as soon as the window is done
 
 ``tokenizer`` is anything with ``encode_source(str) -> list[int]`` and ``decode(list[int]) ->
-str``. Sentences are sorted by length so that a batch wastes little on padding; a batch holds
-at most ``batch_size`` sentences and at most ``max_tokens`` padded source tokens. Empty lines
-give empty outputs without touching the model; over-long inputs are truncated to the model's
-positions with a warning. ``translate_corpus`` sorts within windows of ``window`` lines, so
-that its memory is bounded by the window, not by the corpus.
+str``. Sentences are sorted by length so that a batch wastes little on padding, and batched
+by the request's one policy (``aiayn.decode.request.Batching``). Empty lines give empty outputs
+without touching the model; over-long inputs are truncated to the model's positions with a
+warning. ``translate_corpus`` sorts within windows of ``window`` lines, so that its memory is
+bounded by the window, not by the corpus.
 """
 
 from __future__ import annotations
@@ -19,22 +19,21 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from itertools import islice
 from typing import Any, Protocol
 
 import torch
 
 from ..data.collate import pad_rows
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, cut_source  # the vocabulary's ids: one source
-from .beam import Constraint, Hypothesis, beam_search
-from .config import DecodeConfig
-from .sample import SampleConfig, sample
-from .shortlist import Shortlist, check_shortlist, shortlisted_search
+from ..data.vocab import cut_source
+from .beam import Hypothesis, beam_search
+from .request import SearchRequest
+from .sample import sample
+from .shortlist import check_shortlist, shortlisted_search
 from .workers import run_batches
 
 WINDOW = 100_000  # lines sorted and written together: what bounds a corpus's memory
-MAX_TOKENS = 8000  # padded source tokens in one batch
-BATCH_SIZE = 64  # sentences in one batch: a beam of short sentences holds many rows
 
 OnTruncate = Callable[[int, int, int], None]  # (index, tokens, cap)
 
@@ -76,73 +75,45 @@ def length_batches(
 def decode_ids(
     model: Any,
     sources: Sequence[Sequence[int]],
-    config: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     *,
-    batch_size: int | None = 64,
-    max_tokens: int | None = None,
-    max_src_len: int | None = None,
-    min_len: int = 0,
-    constraint: Constraint | Sequence[Constraint | None] | None = None,
-    sampling: SampleConfig | None = None,
-    first_index: int | Sequence[int] = 0,
-    device: torch.device | str | None = None,
     progress: bool | Progress = False,
-    pad_id: int = PAD_ID,
-    bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
     on_truncate: OnTruncate | None = None,
-    workers: int = 1,
-    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
-    """Token-id sources -> n-best hypotheses per source, in input order.
+    """Token-id sources -> n-best hypotheses per source, in input order, as ``request`` asks.
 
-    Empty sources get no hypotheses (``[]``). Sources longer than ``max_src_len`` (default: the
-    model's ``cfg.max_len`` when it has one) are truncated, keeping a final eos, with a warning;
-    or, given ``on_truncate``, each is reported to it as (index, tokens, cap) instead, so that
-    a caller reading a file in chunks can name the line in the file.
-    Output lengths are capped at the model's positions as well. Every beam size, 1 included,
-    is ``beam_search``: with k = 1 it may continue past an eos that a longer hypothesis beats
-    under the length penalty, which greedy search would not (they agree when alpha = 0).
+    Empty sources get no hypotheses (``[]``). Sources longer than ``request.max_src_len``
+    (default: the model's positions) are truncated, keeping a final eos, with a warning; or,
+    given ``on_truncate``, each is reported to it as (index, tokens, cap) instead, so that a
+    caller reading a file in chunks can name the line in the file. Output lengths are capped
+    at the model's positions as well. Every beam size, 1 included, is ``beam_search``: with
+    k = 1 it may continue past an eos that a longer hypothesis beats under the length penalty,
+    which greedy search would not (they agree when alpha = 0).
 
-    ``constraint``: one for every source, or one (or None) per source. ``sampling``: draw
-    ``sampling.samples`` outputs per source instead (``sample``), source i seeded as input
-    sentence ``first_index + i`` (or ``first_index[i]``, given one index per source: a server
-    seeds each sentence by its place in its own request, whatever it is decoded with).
     ``progress``: True for a bar of its own, or a bar (``update``) that the caller shares
-    between calls; empty sources count as done at once. ``workers``: CPU processes that decode
-    the batches side by side (``aiayn.decode.workers``; the same outputs). ``shortlist``: each
-    sentence is searched over its own shortlist (``aiayn.decode.shortlist``; one model, no
-    constraints or sampling).
+    between calls; empty sources count as done at once. Workers (``request.batching``) decode
+    the batches side by side in CPU processes (``aiayn.decode.workers``; the same outputs).
     """
-    if shortlist is not None:
-        check_shortlist(model, constraint, sampling)
-    cap = positions(model, max_src_len)
-    device = torch.device(device) if device is not None else model_device(model)
-    sources = fit_sources(sources, cap, eos_id, on_truncate)
-    results: list[list[Hypothesis]] = [[] for _ in sources]
-    nonempty = [i for i, s in enumerate(sources) if s]
-    batches = list(length_batches([len(sources[i]) for i in nonempty], batch_size, max_tokens))
+    if request.shortlist is not None:
+        check_shortlist(model, request.constraints, request.sampling)
+    cap = positions(model, request.max_src_len)
+    device = torch.device(request.device) if request.device else model_device(model)
+    workers = request.batching.workers
     if workers > 1 and device.type != "cpu":
         raise ValueError(f"workers are CPU processes: give workers=1 on {device}")
+    sources = fit_sources(sources, cap, request.ids.eos_id, on_truncate)
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    nonempty = [i for i, s in enumerate(sources) if s]
+    lengths = [len(sources[i]) for i in nonempty]
+    batching = request.batching
+    batches = list(length_batches(lengths, batching.batch_size, batching.tokens(request.rows)))
     bar = progress_bar(len(sources), progress)
     if bar is not None:
         bar.update(len(sources) - len(nonempty))
-    ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
     def decode_batch(b: int) -> list[list[Hypothesis]]:
         members = [nonempty[j] for j in batches[b]]
-        src = pad_rows([sources[i] for i in members], [], [], pad_id).to(device)  # (b, longest)
-        search = dict(min_len=min_len, max_len_cap=cap, **ids)
-        search["constraint"] = (
-            [constraint[i] for i in members] if isinstance(constraint, Sequence) else constraint
-        )
-        if shortlist is not None:
-            return shortlisted_search(model, src, config, shortlist, **search)
-        if sampling is None:
-            return beam_search(model, src, config, **search)
-        return sample(
-            model, src, config, sampling, indices=_indices(first_index, members), **search
-        )
+        return _search(model, [sources[i] for i in members], members, request, cap, device)
 
     for b, hyps in run_batches(decode_batch, len(batches), workers=workers):
         for j, h in zip(batches[b], hyps):
@@ -154,30 +125,68 @@ def decode_ids(
     return results
 
 
+def _search(
+    model: Any,
+    batch: list[list[int]],
+    members: list[int],
+    request: SearchRequest,
+    cap: int | None,
+    device: torch.device,
+) -> list[list[Hypothesis]]:
+    """One batch (sources ``members`` of the call) searched as ``request`` asks."""
+    ids = request.ids
+    src = pad_rows(batch, [], [], ids.pad_id).to(device)  # (b, longest)
+    search: dict[str, Any] = dict(
+        min_len=request.min_len,
+        max_len_cap=cap,
+        constraint=request.constraints_of(members),
+        pad_id=ids.pad_id,
+        bos_id=ids.bos_id,
+        eos_id=ids.eos_id,
+    )
+    if request.shortlist is not None:
+        return shortlisted_search(model, src, request.decode, request.shortlist, **search)
+    if request.sampling is None:
+        return beam_search(model, src, request.decode, **search)
+    indices = request.indices(members)
+    return sample(model, src, request.decode, request.sampling, indices=indices, **search)
+
+
 def translate(
     model: Any,
     lines: Sequence[str],
     tokenizer: Tokenizer,
-    config: DecodeConfig = DecodeConfig(),
-    **kwargs: Any,
+    request: SearchRequest = SearchRequest(),
+    *,
+    progress: bool | Progress = False,
+    on_truncate: OnTruncate | None = None,
 ) -> list[str]:
     """Sentences -> best translations, in input order; empty (blank) lines give "".
 
-    Sources are read as ``tokenizer.encode_source`` makes them (subwords + eos). Keyword
-    arguments are those of ``decode_ids`` (batch_size, max_tokens, device, progress, ...).
+    Sources are read as ``tokenizer.encode_source`` makes them (subwords + eos), with the
+    tokenizer's special ids; ``progress`` and ``on_truncate`` are ``decode_ids``'s.
     """
     sources = [tokenizer.encode_source(line) for line in lines]
     with eval_mode(model):
-        nbest = decode_ids(model, sources, config, **{**special_ids(tokenizer), **kwargs})
+        nbest = decode_ids(
+            model, sources, request.with_ids(tokenizer), progress=progress, on_truncate=on_truncate
+        )
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
 
 
 class WindowOutputs(Protocol):
     """What ``translate_corpus`` turns a window into (``translate``'s signature): the lines to
-    print for ``texts``, the corpus's lines ``first_index``, ``first_index`` + 1, ..."""
+    print for ``texts``, the corpus's lines ``request.first_index``, + 1, ..."""
 
     def __call__(
-        self, model: Any, texts: list[str], tokenizer: Any, config: DecodeConfig, **kwargs: Any
+        self,
+        model: Any,
+        texts: list[str],
+        tokenizer: Any,
+        request: SearchRequest,
+        *,
+        progress: bool | Progress,
+        on_truncate: OnTruncate | None,
     ) -> list[str]: ...
 
 
@@ -185,25 +194,20 @@ def translate_corpus(
     model: Any,
     lines: Iterable[str],
     tokenizer: Tokenizer,
-    config: DecodeConfig = DecodeConfig(),
+    request: SearchRequest = SearchRequest(),
     *,
     window: int = WINDOW,
-    max_tokens: int | None = MAX_TOKENS,
-    batch_size: int | None = BATCH_SIZE,
     progress: bool = False,
     total: int | None = None,
     on_truncate: OnTruncate | None = None,
     outputs: WindowOutputs = translate,
-    workers: int = 1,
-    shortlist: Shortlist | None = None,
 ) -> Iterator[list[str]]:
     """The outputs of a corpus, one window at a time: ``window`` lines are read, sorted by
     length and batched within the window, and their outputs yielded in input order once the
     window is done. Memory is bounded by the window, whatever the corpus's size.
 
     ``outputs``: what a window becomes (default ``translate``: the best line of each), called
-    with ``first_index`` (the window's first line in the corpus, from 0), the batching options
-    (``max_tokens``, ``batch_size``, ``workers``, ``shortlist``),
+    with the request whose ``first_index`` is the window's first line in the corpus (from 0),
     a shared ``progress`` bar (shown when ``progress``; ``total``: the corpus's lines, for the
     ETA) and ``on_truncate``, which gets indices in the corpus, not in the window.
     """
@@ -214,30 +218,18 @@ def translate_corpus(
     try:
         while texts := list(islice(lines, window)):
             report = None if on_truncate is None else _shifted(on_truncate, first)
-            batching = dict(
-                max_tokens=max_tokens, batch_size=batch_size, workers=workers, shortlist=shortlist
-            )
             yield outputs(
                 model,
                 texts,
                 tokenizer,
-                config,
-                first_index=first,
+                replace(request, first_index=first),
                 progress=False if bar is None else bar,
                 on_truncate=report,
-                **batching,
             )
             first += len(texts)
     finally:
         if bar is not None:
             bar.close()
-
-
-def _indices(first_index: int | Sequence[int], members: Sequence[int]) -> list[int]:
-    """The sampling indices of sources ``members`` (``decode_ids``'s ``first_index``)."""
-    if isinstance(first_index, Sequence):
-        return [first_index[i] for i in members]
-    return [first_index + i for i in members]
 
 
 def _shifted(on_truncate: OnTruncate, first: int) -> OnTruncate:
@@ -257,12 +249,6 @@ def eval_mode(model: Any) -> Iterator[None]:
     finally:
         if was_training:
             model.train()
-
-
-def special_ids(tokenizer: Any) -> dict[str, int]:
-    """The pad/bos/eos ids a tokenizer names, as keyword arguments of ``decode_ids``."""
-    names = ("pad_id", "bos_id", "eos_id")
-    return {name: getattr(tokenizer, name) for name in names if hasattr(tokenizer, name)}
 
 
 def positions(model: Any, max_src_len: int | None = None) -> int | None:

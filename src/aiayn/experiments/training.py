@@ -14,7 +14,7 @@ from typing import Any
 from .. import checkpoint as ckpt
 from ..config import ModelConfig
 from ..data import Vocab
-from ..decode import DecodeConfig, for_decoding
+from ..decode import SearchRequest, for_decoding
 from ..evaluate import evaluate_model
 from ..flops import forward_flops
 from ..model import count_parameters
@@ -117,4 +117,4 @@ def score(checkpoint: Path, sources: list[str], references: list[str], lang: str
     """SacreBLEU (beam 4, alpha 0.6) and reference perplexity of ``checkpoint`` on the pairs."""
     model, vocab = ckpt.load_translator(checkpoint)
     model = for_decoding(model)  # fp32, packed for decoding
-    return evaluate_model(model, vocab, sources, references, DecodeConfig(), lang=lang).as_dict()
+    return evaluate_model(model, vocab, sources, references, SearchRequest(), lang=lang).as_dict()

@@ -26,8 +26,9 @@ from typing import Any
 from ..checkpoint import META, VOCAB, WEIGHTS, load_vocab, read_meta
 from ..config import ModelConfig, from_dict
 from ..data import Vocab
-from ..decode import DecodeConfig, Hypothesis, OutputConstraint, SampleConfig
-from ..decode.translate import Progress, fit_sources, progress_bar
+from ..decode import Hypothesis
+from ..decode.request import Feature, SearchRequest, SpecialIds, check_supported
+from ..decode.translate import OnTruncate, Progress, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
 from .ctranslate2 import TARGET, export_ctranslate2, search_pieces
 
@@ -114,8 +115,10 @@ class CTranslate2Engine:
     max_len: int  # the model's positions: the longest source and output
     workers: int = 1  # CTranslate2's replicas (inter_threads), each with its share of threads
     name: str = "ctranslate2"
-    lexical_constraints: bool = False  # prefixes only (``target_prefix``)
-    seeded_samples: bool = False  # its sampler is seeded per process, not by SampleConfig.seed
+    # prefixes (``target_prefix``) and sampling; not its seed: CTranslate2 seeds its sampler
+    # per process, not by SampleConfig.seed
+    supports: frozenset[Feature] = frozenset({"prefixes", "sampling"})
+    seeded_samples: bool = False
 
     @classmethod
     def open(
@@ -155,37 +158,30 @@ class CTranslate2Engine:
     def decode_ids(
         self,
         sources: Sequence[Sequence[int]],
-        config: DecodeConfig,
+        request: SearchRequest,
         *,
-        batch_size: int | None = 64,
-        max_tokens: int | None = None,
-        sampling: SampleConfig | None = None,
-        constraint: Any = None,
         progress: bool | Progress = False,
-        on_truncate: Any = None,
-        first_index: Any = 0,
-        workers: int = 1,
-        shortlist: Any = None,
-        **special_ids: int,
+        on_truncate: OnTruncate | None = None,
     ) -> list[list[Hypothesis]]:
         """``decode_ids`` by CTranslate2 (sources: subwords + eos, truncated by the same rule).
 
-        Batches hold ``batch_size`` sentences (``max_tokens`` is ours only; output limits as
-        ``search_pieces`` applies them). ``constraint``: prefixes only. Samples are not reproducible (``seeded_samples``),
-        so ``first_index`` (which seeds ours) has no use. ``special_ids`` (pad_id, bos_id,
-        eos_id) must be the vocabulary's, which the export fixes. ``workers`` are fixed when
-        the engine opens (``open``'s): 1 (the default every caller passes) or that number.
-        ``shortlist`` is our search's (``aiayn.decode.shortlist``): None only.
+        Batches hold ``request.batching.batch_size`` sentences (its token budget is ours
+        only; output limits as ``search_pieces`` applies them). The request's special ids must
+        be the vocabulary's, which the export fixes; its workers are fixed when the engine
+        opens (``open``'s): 1 or that number; its device is the one the engine opened on.
         """
-        if shortlist is not None:
-            raise ValueError("CTranslate2Engine.decode_ids: a shortlist restricts our search only")
+        check_supported(request, self.name, self.supports)
+        workers = request.batching.workers
         if workers not in (1, self.workers):
             raise ValueError(
                 f"CTranslate2Engine.decode_ids: workers={workers}, but the engine was opened "
                 f"with {self.workers}; give workers to open"
             )
         v = self.vocab
-        _check_ids(special_ids, v)
+        if request.ids != SpecialIds.of(v):  # a bug: the export fixes them
+            raise ValueError(
+                f"CTranslate2Engine.decode_ids: ids {request.ids} are not the export's"
+            )
         sources = fit_sources(sources, self.max_len, v.eos_id, on_truncate)
         pieces = [[v.id_to_piece(i) for i in _without_eos(s, v.eos_id)] for s in sources]
         bar = progress_bar(len(sources), progress)
@@ -194,13 +190,13 @@ class CTranslate2Engine:
         found = search_pieces(
             self.translator,
             pieces,
-            config,
+            request.decode,
             max_len_cap=self.max_len,
-            max_batch_size=batch_size or 0,
+            max_batch_size=request.batching.batch_size or 0,
             eos_piece=v.id_to_piece(v.eos_id),
             never=[v.id_to_piece(v.pad_id), v.id_to_piece(v.bos_id)],
-            prefixes=self._prefixes(constraint, len(sources)),
-            sampling=sampling,
+            prefixes=self._prefixes(request.constraints, len(sources)),
+            sampling=request.sampling,
             on_done=None if bar is None else bar.update,
         )
         if progress is True:
@@ -213,30 +209,15 @@ class CTranslate2Engine:
     def _ids(self, pieces: list[str]) -> list[int]:
         return [self.vocab.piece_to_id(p) for p in pieces]
 
-    def _prefixes(self, constraint: Any, n: int) -> list[list[str] | None] | None:
-        """Each source's prefix as pieces, or ``UserError`` for a constraint that is more."""
-        per_source = constraint if isinstance(constraint, Sequence) else [constraint] * n
+    def _prefixes(self, constraints: Any, n: int) -> list[list[str] | None] | None:
+        """Each source's prefix as pieces (``check_supported`` let through prefixes only)."""
+        per_source = constraints if isinstance(constraints, tuple) else [constraints] * n
         if all(c is None for c in per_source):
             return None
-        return [self._prefix(c) for c in per_source]
+        return [None if c is None else self._pieces(c.prefix) or None for c in per_source]
 
-    def _prefix(self, c: Any) -> list[str] | None:
-        if c is None:
-            return None
-        if not isinstance(c, OutputConstraint) or c.phrases:
-            where = getattr(c, "where", "a constraint")
-            raise ExportError(
-                f"{where}: --engine ctranslate2 takes target prefixes only, not lexical "
-                "constraints; use --engine torch"
-            )
-        return [self.vocab.id_to_piece(i) for i in c.prefix] or None
-
-
-def _check_ids(given: dict[str, int], vocab: Vocab) -> None:
-    """The ids a caller names must be those the export was built with (a bug otherwise)."""
-    for name, value in given.items():
-        if name not in ("pad_id", "bos_id", "eos_id") or getattr(vocab, name) != value:
-            raise TypeError(f"CTranslate2Engine.decode_ids: unexpected {name}={value!r}")
+    def _pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.vocab.id_to_piece(i) for i in ids]
 
 
 def _without_eos(source: Sequence[int], eos_id: int) -> list[int]:

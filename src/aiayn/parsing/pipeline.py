@@ -32,7 +32,7 @@ from sentencepiece import sentencepiece_model_pb2 as sp_model
 from ..checkpoint import checkpoint_files, load_translator, read_meta
 from ..data import Vocab, check_vocab, prepare_corpus
 from ..data import read_meta as read_dataset_meta
-from ..decode import DecodeConfig, decode_ids
+from ..decode import Batching, DecodeConfig, SearchRequest, decode_ids
 from ..errors import UserError
 from ..files import check_not_input, write_lines_atomic
 from .constraint import TreeConstraint
@@ -232,16 +232,11 @@ def _parse_words(
                 f"a sentence of {longest} words: this vocabulary marks at most {markers}"
             )
     sources = [vocab.encode_source(source_line(words, leaves)) for words in sentences]
-    # A parsing beam is wide (21) and outputs long (+300): keep batches small.
-    nbest = decode_ids(
-        model,
-        sources,
-        decode,
-        batch_size=16,
-        max_tokens=2000,
-        progress=progress,
-        constraint=tree_constraint(vocab, leaves == "words") if constrained else None,
-    )
+    constraint = tree_constraint(vocab, leaves == "words") if constrained else None
+    # Outputs are long (+300): fewer sentences a batch than translation's (the token budget
+    # already shrinks with the beam's 21 rows).
+    request = SearchRequest(decode, constraints=constraint, batching=Batching(batch_size=16))
+    nbest = decode_ids(model, sources, request.with_ids(vocab), progress=progress)
     out = []
     for i, (words, hyps) in enumerate(zip(sentences, nbest)):
         tokens = ids_to_tokens(vocab, hyps[0].tokens) if hyps else []

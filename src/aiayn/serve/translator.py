@@ -30,6 +30,7 @@ from ..decode import (
     Hypothesis,
     OutputConstraint,
     SampleConfig,
+    SearchRequest,
     for_decoding,
     text_constraint,
 )
@@ -38,7 +39,6 @@ from ..decode.engine import Engine, TorchEngine
 from ..errors import UserError
 from ..model import Transformer, count_parameters
 
-DECODE_MAX_TOKENS = 8000  # padded source tokens per forward pass, as ``aiayn translate``
 ENC_DEC = "encoder-decoder attention"
 PRECISION_NAMES = {torch.bfloat16: "bf16"}  # what /info calls the weights' dtype (else fp32)
 
@@ -128,7 +128,7 @@ class Translator:
         if prefixes is None and phrases is None:
             return None
         lexical = any(p.strip() for words in phrases or [] for p in words)
-        if lexical and not self.engine.lexical_constraints:
+        if lexical and "lexical_constraints" not in self.engine.supports:
             raise UserError(
                 f"constraints: the {self.engine.name} engine takes prefixes only, not lexical "
                 "constraints"
@@ -167,18 +167,16 @@ class Translator:
         """
         if any(job.key != jobs[0].key for job in jobs):
             raise ValueError("jobs decoded together must share one DecodeConfig and sampling")
-        v = self.vocab
-        nbest = self.engine.decode_ids(
-            [s for job in jobs for s in job.sources],
+        request = SearchRequest(
             jobs[0].config,
-            max_tokens=DECODE_MAX_TOKENS,
-            constraint=[c for job in jobs for c in job.constraints or [None] * len(job.sources)],
+            constraints=tuple(
+                c for job in jobs for c in job.constraints or [None] * len(job.sources)
+            ),
             sampling=jobs[0].sampling,
-            first_index=[i for job in jobs for i in range(len(job.sources))],
-            pad_id=v.pad_id,
-            bos_id=v.bos_id,
-            eos_id=v.eos_id,
+            first_index=tuple(i for job in jobs for i in range(len(job.sources))),
         )
+        sources = [s for job in jobs for s in job.sources]
+        nbest = self.engine.decode_ids(sources, request.with_ids(self.vocab))
         answers, start = [], 0
         for job in jobs:
             answers.append(

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from ..data import TokenDataset, Vocab
-from ..decode import DecodeConfig, decode_ids
+from ..decode import DecodeConfig, SearchRequest, decode_ids
 
-# evaluate's batching, imported: the same batches decode to the same hypotheses, so the score
-# logged here is the one `aiayn evaluate` gives the same weights
-from ..decode.translate import BATCH_SIZE, MAX_TOKENS, eval_mode
+# The request's default batching is evaluate's: the same batches decode to the same
+# hypotheses, so the score logged here is the one `aiayn evaluate` gives the same weights.
+from ..decode.translate import eval_mode
 from ..metrics import paper_bleu, sacre_bleu
 from ..model import Transformer
 
@@ -47,9 +47,7 @@ def valid_bleu(
     """SacreBLEU (``valid_bleu``, with its signature) and the paper's BLEU of the model's
     translations of ``sample``; in eval mode (no dropout: deterministic), mode restored."""
     with eval_mode(model):
-        nbest = decode_ids(
-            model, sample.sources, decode, batch_size=BATCH_SIZE, max_tokens=MAX_TOKENS
-        )
+        nbest = decode_ids(model, sample.sources, SearchRequest(decode))
     hyps = [vocab.decode(h[0].tokens) if h else "" for h in nbest]
     refs = [sample.references]
     score, signature = sacre_bleu(hyps, refs)
