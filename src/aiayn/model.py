@@ -294,8 +294,11 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.W_QKV(x).split([h * d_k, h * d_k, h * d_v], dim=-1)  # (B, m, h*d) each
         t = step.start
         # (n*b, m, h*d) -> (n, h, m, b, d): position t+j of beam s at slot [.., t + j, s]
-        cache.keys[:, :, t : t + m, :b] = k.view(n, b, m, h, d_k).permute(0, 3, 2, 1, 4)
-        cache.values[:, :, t : t + m, :b] = v.view(n, b, m, h, d_v).permute(0, 3, 2, 1, 4)
+        cache.write(
+            k.view(n, b, m, h, d_k).permute(0, 3, 2, 1, 4),
+            v.view(n, b, m, h, d_v).permute(0, 3, 2, 1, 4),
+            t,
+        )
         keys = cache.keys[:, :, step.first : t + m].flatten(2, 3)  # (n, h, P*W, d_k), a view
         values = cache.values[:, :, step.first : t + m].flatten(2, 3)
         q = q.view(n, b * m, h, d_k).transpose(1, 2).to(keys.dtype)  # (n, h, b*m, d_k)
@@ -641,21 +644,33 @@ class LayerCache:
     spare: tuple[Tensor, Tensor] | None = None
 
     def make_room(self, width: int, capacity: int, filled: int) -> None:
-        """Slots for ``width`` beams per position (more than before: the beams fan out), the
-        ``filled`` positions kept. New buffers are zeros: a slot no row reads is still finite,
-        so that the zero weight the softmax gives it keeps the output finite."""
+        """Slots for ``width`` beams per position, more than before (the first step, and the
+        beams fanning out), the ``filled`` positions kept; the slots those positions had not
+        are zeros, so that every slot a query may read holds finite values (a slot it must
+        not see gets weight 0, and 0 times a finite value is 0)."""
         if self.keys.dim() == 5 and self.keys.size(3) >= width:
             return
         k, v = self.memory_keys, self.memory_values
         n, h = k.shape[:2]
         old = (self.keys, self.values)
-        self.keys = k.new_zeros(n, h, capacity, width, k.size(3))
-        self.values = v.new_zeros(n, h, capacity, width, v.size(3))
-        if old[0].dim() == 5:
-            W = old[0].size(3)
-            self.keys[:, :, :filled, :W] = old[0][:, :, :filled]
-            self.values[:, :, :filled, :W] = old[1][:, :, :filled]
+        self.keys = k.new_empty(n, h, capacity, width, k.size(3))
+        self.values = v.new_empty(n, h, capacity, width, v.size(3))
+        W = old[0].size(3) if old[0].dim() == 5 else 0
+        for new, was in zip((self.keys, self.values), old):
+            if W:
+                new[:, :, :filled, :W] = was[:, :, :filled]
+            new[:, :, :filled, W:] = 0
         self.spare = None
+
+    def write(self, k: Tensor, v: Tensor, start: int) -> None:
+        """k, v (n, h, m, b, d) at positions start.. of beams 0..b-1; the other slots of
+        those positions (fewer beams than slots) are zeros (see ``make_room``)."""
+        end, b = start + k.size(2), k.size(3)
+        self.keys[:, :, start:end, :b] = k
+        self.values[:, :, start:end, :b] = v
+        if b < self.keys.size(3):
+            self.keys[:, :, start:end, b:] = 0
+            self.values[:, :, start:end, b:] = 0
 
     def keep(self, sentences: Tensor, filled: int) -> None:
         """Only these sentences (n',) go on: their memory k/v, and their ``filled`` positions
@@ -667,8 +682,8 @@ class LayerCache:
         n = sentences.numel()
         if self.spare is None or self.spare[0].size(0) < n:
             self.spare = (
-                self.keys.new_zeros(n, *self.keys.shape[1:]),
-                self.values.new_zeros(n, *self.values.shape[1:]),
+                self.keys.new_empty(n, *self.keys.shape[1:]),
+                self.values.new_empty(n, *self.values.shape[1:]),
             )
         for old, new in zip((self.keys, self.values), self.spare):
             torch.index_select(old[:, :, :filled], 0, sentences, out=new[:n, :, :filled])
