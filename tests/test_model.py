@@ -1,5 +1,7 @@
 """The model of section 3: masking, fused vs reference attention, KV cache, counts, tying."""
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -92,6 +94,22 @@ def test_fused_attention_equals_reference(overrides):
     assert weights is not None and weights.shape == (3, model.cfg.h, 8, 9)
     assert torch.allclose(weights.sum(-1), torch.ones(3, model.cfg.h, 8), atol=1e-5)
     assert torch.all(weights[2, :, :, 4:] == 0)  # padding gets no attention
+
+
+def test_attention_weights_are_returned_and_never_kept_on_the_modules():
+    model = make()
+    src, tgt = batch()
+    weights = model.attention_weights(src[:1], tgt[:1])
+    assert [len(w) for w in weights.values()] == [2, 2, 2]
+    assert weights["encoder-decoder attention"][1].shape == (model.cfg.h, 8, 9)
+    kept = [
+        name
+        for module in model.modules()
+        for name, value in vars(module).items()
+        if isinstance(value, torch.Tensor)
+    ]
+    assert kept == []  # no call leaves a tensor that a later call could read
+    assert "output" not in inspect.signature(model.decode_step).parameters
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)
@@ -229,11 +247,12 @@ def test_cache_select_within_sentences_moves_no_key_or_value():
     prefix = tgt[beams].clone()
     prefix[1, :4] = torch.randint(4, 100, (4,))  # the beams of a sentence differ
     model.decode_step(prefix[:, :4], cache)
-    held = [(layer.keys.clone(), layer.memory_keys.data_ptr()) for layer in cache.layers]
+    held = [(layer.keys[:, :, :4].clone(), layer.memory_keys.data_ptr()) for layer in cache.layers]
     within = torch.tensor([1, 0, 3, 3])  # beams swap, or repeat, within their sentence
     cache.select(within)  # sentences=None: only the rows' ancestry is copied
     for layer, (keys, memory_keys) in zip(cache.layers, held):
-        assert torch.equal(layer.keys, keys) and layer.memory_keys.data_ptr() == memory_keys
+        assert torch.equal(layer.keys[:, :, :4], keys)  # positions 0-3, where they were
+        assert layer.memory_keys.data_ptr() == memory_keys
     logits = model.decode_step(prefix[within, 4:5], cache)
     assert torch.allclose(logits, model(src[beams], prefix[within, :5])[:, 4], atol=1e-5)
 
