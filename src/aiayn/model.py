@@ -176,16 +176,17 @@ def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
 
 
-def cached_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, scale: float) -> Tensor:
+def cached_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
     """softmax(Q K^T * scale + bias) V for the few new queries of a decode step, as two batched
     matrix products: for one query a fused attention kernel costs several times its arithmetic.
 
-    q: (n, h, Q, d_k), k: (n, h, K, d_k), v: (n, h, K, d_v); bias broadcastable to (n, 1, Q, K),
-    0 where a query may attend and -inf elsewhere (None: everywhere). Returns (n, h, Q, d_v).
+    q: (n, h, Q, d_k), k: (n, h, K, d_k), v: (n, h, K, d_v) -> (n, h, Q, d_v); bias: (n*h, Q, K)
+    or broadcastable to it, 0 where a query may attend and -inf elsewhere.
     """
-    scores = torch.matmul(q, k.transpose(-2, -1))  # (n, h, Q, K)
-    scores = scores.mul_(scale) if bias is None else torch.add(bias, scores, alpha=scale)
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    n, h, Q, d_k = q.shape
+    keys = k.flatten(0, 1).transpose(1, 2)  # (n*h, d_k, K), a view of the cache
+    scores = torch.baddbmm(bias, q.reshape(n * h, Q, d_k), keys, alpha=scale)  # (n*h, Q, K)
+    return torch.bmm(torch.softmax(scores, dim=-1), v.flatten(0, 1)).view(n, h, Q, -1)
 
 
 # --- 3.2.2 Multi-head attention ---------------------------------------------------------
@@ -584,9 +585,10 @@ class Transformer(nn.Module):
         )
         padding = key_padding(src_mask)
         bias = None
-        if padding is not None:  # (n, 1, 1, S): -inf on the padding
+        if padding is not None:  # (n, h, 1, S): -inf on the padding, per head
             bias = torch.zeros(padding.shape, dtype=dtype, device=memory.device)
-            bias.masked_fill_(~padding, float("-inf"))
+            bias = bias.masked_fill_(~padding, float("-inf")).expand(-1, self.cfg.h, -1, -1)
+            bias = bias.contiguous()
         layers = []
         for layer in self.decoder:
             k, v = layer.src_attn.project_kv(memory)  # 2 x (n, h, S, d)
@@ -697,15 +699,15 @@ class LayerCache:
 class Step:
     """What the layers of one ``decode_step`` share: n sentences of b rows (beams) each, new
     positions from ``start``, queries that may see positions from ``first`` on; the additive
-    masks (0 or -inf) of self-attention over the slots, (n, 1, b*m, P*W) for P positions of W
-    slots, and of encoder-decoder attention (n, 1, 1, S), None without padding."""
+    masks (0 or -inf) of self-attention over the slots, (n*h, b*m, P*W) for P positions of W
+    slots, and of encoder-decoder attention, (n*h, 1, S) or (1, 1, 1) without padding."""
 
     sentences: int
     beams: int
     start: int
     first: int
     self_bias: Tensor
-    memory_bias: Tensor | None
+    memory_bias: Tensor
 
 
 class DecoderCache:
@@ -731,6 +733,7 @@ class DecoderCache:
         window: int | None,
     ) -> None:
         self.layers, self.memory_bias = layers, memory_bias
+        self.no_bias = layers[0].memory_keys.new_zeros(1, 1, 1)  # the mask without padding
         self.capacity, self.window = capacity, window
         self.step = 0  # target positions already seen
         self.ancestry: Tensor | None = None  # (rows, step), from the first step
@@ -751,25 +754,33 @@ class DecoderCache:
         self.ancestry = torch.cat([past, own], dim=1)  # (B, end)
         self.step = end
         first = max(0, end - 1 - self.window) if self.window is not None and m == 1 else 0
-        return Step(n, b, start, first, self._self_bias(m, first), self.memory_bias)
+        padded = self.memory_bias
+        memory_bias = self.no_bias if padded is None else padded.flatten(0, 1)  # (n*h, 1, S)
+        return Step(n, b, start, first, self._self_bias(m, first), memory_bias)
 
     @property
     def rows(self) -> int | None:
         return None if self.ancestry is None else self.ancestry.size(0)
 
     def _self_bias(self, m: int, first: int) -> Tensor:
-        """(n, 1, b*m, P*W): 0 where a new query may see a slot, -inf elsewhere."""
+        """(n*h, b*m, P*W): 0 where a new query may see a slot, -inf elsewhere."""
         assert self.ancestry is not None
         keys = self.layers[0].keys
-        W, end = keys.size(3), self.step
+        (n, h), W, end = keys.shape[:2], keys.size(3), self.step
         slots = torch.arange(W, device=keys.device)
         visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
         if m > 1:  # several new positions: causal (and windowed) among themselves
             order = attention_mask(m, end, keys.device, causal=True, window=self.window)
             visible = visible & order[None, :, first:, None]  # (B, m, P, W)
-        n = keys.size(0)
-        bias = torch.full(visible.shape, float("-inf"), dtype=keys.dtype, device=keys.device)
-        return bias.masked_fill_(visible, 0.0).view(n, 1, -1, (end - first) * W)
+        cells = (end - first) * W
+        bias = torch.full(
+            (n, h, visible.size(0) // n * m, cells),
+            float("-inf"),
+            dtype=keys.dtype,
+            device=keys.device,
+        )
+        bias.masked_fill_(visible.view(n, 1, -1, cells), 0.0)  # (B, m, P, W) -> (n, 1, b*m, P*W)
+        return bias.flatten(0, 1)
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep/reorder target rows (beams), and with ``sentences`` the sentences too.
