@@ -6,10 +6,10 @@ one JSON answer per line: {"sources": [[token, ...], ...], "batch": 32, "beam": 
 "min_len": 40, "max_len": 40} -> {"seconds": ..., "outputs": [[token, ...], ...]}.
 Never imports torch.
 
-    python benchmarks/ct2_worker.py CT2_MODEL_DIR float32|int8 THREADS [REPLICAS]
+    python benchmarks/ct2_worker.py CT2_MODEL_DIR float32|int8 THREADS [REPLICAS [DEVICE]]
 
 REPLICAS (default 1): translators searching batches side by side (``inter_threads``), the
-THREADS shared among them.
+THREADS shared among them. DEVICE: cpu (default) or cuda (``gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ def main() -> None:
 
     model_dir, compute_type, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
     replicas = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    device = sys.argv[5] if len(sys.argv) > 5 else "cpu"
     translator = ctranslate2.Translator(
         model_dir,
-        device="cpu",
+        device=device,
         compute_type=compute_type,
         intra_threads=max(1, threads // replicas),
         inter_threads=replicas,

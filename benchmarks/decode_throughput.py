@@ -110,11 +110,18 @@ def ct2_model(model: Transformer, out_dir: str) -> tuple[str, _Pieces]:
 class Ct2Process:
     """A CTranslate2 translator in its own process (``ct2_worker.py``), one request per call."""
 
-    def __init__(self, model_dir: str, compute_type: str, threads: int, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        model_dir: str,
+        compute_type: str,
+        threads: int,
+        replicas: int = 1,
+        device: str = "cpu",
+    ) -> None:
         worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.proc = subprocess.Popen(
-            [sys.executable, worker, model_dir, compute_type, str(threads), str(replicas)],
+            [sys.executable, worker, model_dir, compute_type, str(threads), str(replicas), device],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -1,24 +1,34 @@
-"""`aiayn prepare` at WMT scale: wall time and peak memory for growing synthetic corpora.
+"""`aiayn prepare` at WMT scale: wall time, pairs per second and peak memory for growing
+synthetic corpora, binarised by one worker and by several (``--workers``).
 
-    python benchmarks/prepare_scale.py [--sizes 0.1M,1M,5M] [--vocab-size 8000] [--dir /tmp]
+    python benchmarks/prepare_scale.py [--sizes 0.1M,1M,5M] [--workers 1,2] [--vocab-size 8000] [--dir /tmp]
 
 Each corpus is the bundled training split (27,959 pairs) repeated, every copy shuffled
 (seed 0), and cut to the size; it is written to a temporary directory under ``--dir`` and
-removed after its run. ``python -m aiayn prepare`` runs in a child process and its peak
-resident memory is the ``ru_maxrss`` that ``os.wait4`` reports for that child alone. The goal
-(issue 12): time linear in the number of pairs, peak memory flat (under 1.5 GB at 5M pairs).
+removed after its runs. ``python -m aiayn prepare`` runs in a child process: once whole, the
+vocabulary trained and binarised by the first worker count, then once per worker count with
+that vocabulary given (``--vocab``), so that those rows time binarising alone; their files
+are checked byte for byte against the first run's. CPU seconds (user and system, of the
+child and its workers) say what the work costs where other jobs share the cores and wall
+times say little. Peak memory twice: of the largest single process (``os.wait4``'s
+``ru_maxrss``, which covers the reaped workers) and of all of them together, sampled from
+/proc every 0.2 s. The goals (issues 12 and 42): time linear in the number of pairs, peak
+memory flat, ``--workers 2`` binarising >= 1.7x faster than one on 2 quiet cores.
 Run it with another ``PYTHONPATH`` to measure another version of the code.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,41 +54,114 @@ def write_corpus(pairs: list[tuple[str, str]], n: int, src: Path, tgt: Path, see
     return src.stat().st_size + tgt.stat().st_size
 
 
-def run_prepare(src: Path, tgt: Path, out: Path, vocab_size: int, max_len: int) -> dict[str, float]:
-    """Wall seconds, peak RSS (MB) and prepare's own timings, from a child process."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "aiayn",
-        "prepare",
-        "--train-src",
-        str(src),
-        "--train-tgt",
-        str(tgt),
-        "--out",
-        str(out),
-        "--vocab-size",
-        str(vocab_size),
-        "--max-len",
-        str(max_len),
-    ]
+def tree_rss_kib(pid: int) -> int:
+    """Resident KiB of ``pid`` and all its descendants now (0 for a process already gone)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += next(
+                (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")),
+                0,
+            )
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+class TreeMemory:
+    """Samples ``tree_rss_kib(pid)`` every ``interval`` seconds until ``stop``; keeps the peak."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid, self.interval, self.peak_kib = pid, interval, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self.peak_kib = max(self.peak_kib, tree_rss_kib(self.pid))
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def run_prepare(cmd: list[str]) -> dict[str, float]:
+    """Wall seconds, peak RSS (MB: largest process, and all processes) and prepare's own
+    timings, from ``python -m aiayn prepare`` with ``cmd`` in a child process."""
+    cmd = [sys.executable, "-m", "aiayn", "prepare", *cmd]
     start = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as stdout:
-        child = subprocess.Popen(cmd, stdout=stdout)
-        _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        child = subprocess.Popen(cmd, stdout=stdout, stderr=stderr)
+        memory = TreeMemory(child.pid)
+        _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, and its workers'
         wall = time.perf_counter() - start
+        memory.stop()
         child.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again
         if child.returncode != 0:
-            raise SystemExit(f"prepare failed ({child.returncode}): {' '.join(cmd)}")
+            stderr.seek(0)
+            raise SystemExit(
+                f"prepare failed ({child.returncode}): {' '.join(cmd)}\n{stderr.read()}"
+            )
         stdout.seek(0)
         summary = json.loads(stdout.read())
     return {
         "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,  # the workers' too: the pool reaps them
         "rss_mb": usage.ru_maxrss / 1024,  # Linux reports KiB
+        "tree_mb": memory.peak_kib / 1024,
         "vocab": summary["seconds"]["vocab"],
-        "total": summary["seconds"]["total"],
+        "binarise": summary["seconds"]["total"] - summary["seconds"]["vocab"],
         "kept": summary["splits"]["train"]["pairs"],
     }
+
+
+def arrays(dataset: Path) -> dict[str, str]:
+    """{file: sha256} of the dataset's arrays, read a block at a time: this process stays small,
+    and the children it forks next start no larger (their peak RSS counts from the fork)."""
+    digests = {}
+    for path in sorted(dataset.glob("*.npy")):
+        with open(path, "rb") as f:
+            digests[path.name] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
+
+
+def measure_size(base: list[tuple[str, str]], n: int, args: argparse.Namespace) -> None:
+    """One corpus of ``n`` pairs: prepared whole once (the vocabulary trained), then binarised
+    once per worker count with that vocabulary; prints a row for each run."""
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        src, tgt = Path(tmp) / "train.en", Path(tmp) / "train.es"
+        size = write_corpus(base, n, src, tgt)
+        common = ["--train-src", str(src), "--train-tgt", str(tgt), "--max-len", str(args.max_len)]
+        full, rows = Path(tmp) / "full", []
+        train = ["--vocab-size", str(args.vocab_size), "--out", str(full)]
+        rows.append(
+            (
+                "trained",
+                args.workers[0],
+                run_prepare([*common, *train, "--workers", str(args.workers[0])]),
+                "(reference)",
+            )
+        )
+        for workers in args.workers:
+            out = Path(tmp) / f"given{workers}"
+            given = ["--vocab", str(full / "spm.model"), "--out", str(out)]
+            r = run_prepare([*common, *given, "--workers", str(workers)])
+            rows.append(("given", workers, r, "yes" if arrays(out) == arrays(full) else "NO"))
+            shutil.rmtree(out)
+        one = rows[1][2]["binarise"]  # the first worker count's, binarising alone
+        for vocab, workers, r, same in rows:
+            print(
+                f"| {n:,} | {size / 1e6:,.0f} | {vocab} | {workers} | {r['vocab']:,.1f} | "
+                f"{r['binarise']:,.1f} | {n / r['binarise']:,.0f} | {one / r['binarise']:.2f}x | "
+                f"{r['wall']:,.1f} | {r['cpu']:,.1f} | {r['rss_mb']:,.0f} | {r['tree_mb']:,.0f} | "
+                f"{same} |",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -86,13 +169,18 @@ def main() -> None:
     parser.add_argument(
         "--sizes", default="0.1M,1M,5M", help="comma-separated pair counts (k, M suffixes)"
     )
+    parser.add_argument(
+        "--workers",
+        default="1,2",
+        help="comma-separated worker counts; the first trains the vocabulary",
+    )
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-len", type=int, default=256)
     parser.add_argument(
         "--dir", default=None, help="where the temporary corpora go (default: $TMPDIR)"
     )
     args = parser.parse_args()
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.workers = [int(w) for w in args.workers.split(",")]
     base, _ = read_parallel(*bundled_corpus_paths()["train"])
     print(
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
@@ -100,19 +188,13 @@ def main() -> None:
         flush=True,
     )
     print(
-        "| pairs | text MB | prepare s (wall) | vocabulary s | binarise s | s per 1M pairs | peak RSS MB |"
+        "| pairs | text MB | vocabulary | workers | vocabulary s | binarise s | binarised pairs/s "
+        "| binarise speed-up | prepare s (wall) | CPU s, all processes | peak RSS MB, largest "
+        "process | peak RSS MB, all processes | files as the first's |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|", flush=True)
-    for n in sizes:
-        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-            src, tgt = Path(tmp) / "train.en", Path(tmp) / "train.es"
-            size = write_corpus(base, n, src, tgt)
-            r = run_prepare(src, tgt, Path(tmp) / "data", args.vocab_size, args.max_len)
-        print(
-            f"| {n:,} | {size / 1e6:,.0f} | {r['wall']:,.1f} | {r['vocab']:,.1f} | "
-            f"{r['total'] - r['vocab']:,.1f} | {r['wall'] / n * 1e6:,.1f} | {r['rss_mb']:,.0f} |",
-            flush=True,
-        )
+    print("|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|", flush=True)
+    for n in (parse_size(s) for s in args.sizes.split(",")):
+        measure_size(base, n, args)
     print(f"load average {os.getloadavg()[0]:.1f} at the end (other jobs share the machine)")
 
 

@@ -1,18 +1,27 @@
-"""Load on `aiayn serve` over loopback: dynamic batching on vs off.
+"""Load on `aiayn serve` over loopback: dynamic batching on vs off, and overload.
 
-Starts the server twice on 127.0.0.1 (a free port; nothing else is contacted): once with the
-defaults (``--max-batch-tokens 4000 --max-wait-ms 5``) and once with ``--max-batch-tokens 0``
-(each request decoded alone). Each time ``--clients`` concurrent clients send ``--requests``
-requests each, one sentence per request, from the bundled test split (verses of at most
-``--max-words`` words), beam 4, alpha 0.6. Every answer is checked against the library's
-``translate`` of the same sentence (batched as ``aiayn translate`` does). Bounded: a client
-starts no new request after ``--max-seconds`` (the requests in flight still finish and count).
+Starts the server on 127.0.0.1 (a free port; nothing else is contacted) once per run:
+"on" with the defaults (``--max-batch-tokens 4000 --max-wait-ms 5``), "off" with
+``--max-batch-tokens 0`` (each request decoded alone). Each time ``--clients`` concurrent
+clients send ``--requests`` requests each, one sentence per request, from the bundled test
+split (verses of at most ``--max-words`` words), beam 4, alpha 0.6. Every answer is checked
+against the library's ``translate`` of the same sentence (batched as ``aiayn translate``
+does). Bounded: a client starts no new request after ``--max-seconds`` (the requests in flight
+still finish and count).
 
-    python benchmarks/serve_load.py --checkpoint runs/demo/averaged        # 32 x 50, ~minutes
-    python benchmarks/serve_load.py --checkpoint runs/demo/averaged --requests 5 --threads 1
+"overload" starts the server with ``--deadline-s`` and ``--max-queue``, measures its capacity
+(sentences/s) with the closed-loop clients for ``--capacity-seconds``, then offers
+``--overload`` times that (requests sent at a fixed rate, each without waiting for the others)
+for ``--overload-seconds``. It checks that every 200 answer is correct, that no request's
+decode started past its deadline (the server's ``longest_wait_s``) and that no answer came later
+than the deadline plus the longest decode call, and counts the 503s by reason.
 
-Prints, per mode: requests answered / correct, p50 and p99 latency, sentences/s, and the
-batches the server formed (requests per decode call).
+    python benchmarks/serve_load.py --checkpoint runs/demo/averaged        # ~10 minutes
+    python benchmarks/serve_load.py --checkpoint runs/demo/averaged --runs overload --threads 1
+
+Prints, per run: requests answered / correct, p50 and p99 latency, sentences/s, and the
+batches the server formed (requests per decode call); for overload the offered and answered
+rates, the 503s, and the checks.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ from aiayn.data import Vocab, bundled_corpus_paths  # noqa: E402
 from aiayn.data.readers import iter_lines  # noqa: E402
 from aiayn.decode import DecodeConfig, SearchRequest, translate  # noqa: E402
 
-MODES = {"batching on": [], "batching off": ["--max-batch-tokens", "0"]}
+MODES = {"on": [], "off": ["--max-batch-tokens", "0"]}  # dynamic batching on, off
+SLACK_S = 1.0  # loopback, and the client's and server's event loops on a busy machine
 
 
 def sentences(n: int, max_words: int) -> list[str]:
@@ -151,11 +161,125 @@ async def load(
     }
 
 
-def main() -> None:
+async def overload(
+    url: str, lines: list[str], expected: dict[str, str], rate: float, seconds: float, args
+) -> dict:
+    """Send one-sentence requests at ``rate`` per second for ``seconds``, none waiting for
+    another; count the answers by kind and check them."""
+    answers: list[tuple[int, float, str]] = []  # status (0: no answer), latency, what came
+    # a new connection per request: reusing an idle keep-alive one races the server closing it
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
+
+        async def one(line: str) -> None:
+            start = time.perf_counter()
+            body = {"text": [line], "beam": args.beam, "alpha": args.alpha}
+            try:
+                resp = await http.post("/translate", json=body)
+            except httpx.TransportError as err:
+                answers.append((0, time.perf_counter() - start, f"{type(err).__name__}: {err}"))
+                return
+            got = resp.json()
+            ok = resp.status_code == 200 and got["translations"][0]["text"] == expected[line]
+            kind = "correct" if ok else str(got.get("error", "wrong"))
+            answers.append((resp.status_code, time.perf_counter() - start, kind))
+
+        tasks, begun = [], time.perf_counter()
+        for i in range(int(rate * seconds)):
+            await asyncio.sleep(max(0.0, begun + i / rate - time.perf_counter()))
+            tasks.append(asyncio.ensure_future(one(lines[i % len(lines)])))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - begun
+        stats = (await http.get("/health")).json()
+    ok = sorted(latency for status, latency, kind in answers if kind == "correct")
+    late_limit = args.deadline_s + stats["longest_decode_s"] + SLACK_S
+    return {
+        "offered_per_s": rate,
+        "sent": len(answers),
+        "ok_correct": len(ok),
+        "ok_wrong": sum(status == 200 and kind != "correct" for status, _, kind in answers),
+        "503_queue_full": sum(status == 503 and "waiting already" in k for status, _, k in answers),
+        "503_deadline": sum(status == 503 and "deadline" in k for status, _, k in answers),
+        "other": sum(status not in (200, 503) for status, _, _ in answers),
+        "other_examples": sorted(
+            {f"{status}: {k}" for status, _, k in answers if status not in (200, 503)}
+        )[:3],
+        "answered_per_s": len(ok) / elapsed,
+        "p50_ok_s": ok[len(ok) // 2] if ok else None,
+        "p99_ok_s": ok[min(len(ok) - 1, int(0.99 * len(ok)))] if ok else None,
+        "slowest_answer_s": max(latency for _, latency, _ in answers),
+        "late_limit_s": late_limit,
+        "longest_wait_s": stats["longest_wait_s"],
+        "longest_decode_s": stats["longest_decode_s"],
+        "checks_pass": stats["longest_wait_s"] <= args.deadline_s
+        and all(latency <= late_limit for _, latency, _ in answers)
+        and all(status == 503 or kind == "correct" for status, _, kind in answers),
+    }
+
+
+def closed_loop(url: str, lines: list[str], expected: dict[str, str], args, seconds: float):
+    return asyncio.run(
+        load(url, lines, expected, args.clients, args.requests, args.beam, args.alpha, seconds)
+    )
+
+
+def run_overload(lines: list[str], expected: dict[str, str], args) -> dict:
+    limits = ["--deadline-s", str(args.deadline_s), "--max-queue", str(args.max_queue)]
+    proc, url = start_server(args.checkpoint, limits, args.threads)
+    try:
+        capacity = closed_loop(url, lines, expected, args, args.capacity_seconds)
+        print("capacity", json.dumps(capacity), flush=True)
+        rate = args.overload * capacity["sentences_per_s"]
+        result = asyncio.run(overload(url, lines, expected, rate, args.overload_seconds, args))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    print("overload", json.dumps(result), flush=True)
+    return {"capacity_per_s": capacity["sentences_per_s"], **result}
+
+
+def print_overload(r: dict, args) -> None:
+    print(
+        f"\noverload: --deadline-s {args.deadline_s:g} --max-queue {args.max_queue}; capacity "
+        f"{r['capacity_per_s']:.2f} sentences/s, offered {r['offered_per_s']:.2f}/s "
+        f"({args.overload:g}x) for {args.overload_seconds:g} s"
+    )
+    print(
+        f"sent {r['sent']}: 200 correct {r['ok_correct']} (wrong {r['ok_wrong']}), "
+        f"503 queue full {r['503_queue_full']}, 503 deadline {r['503_deadline']}, "
+        f"other {r['other']} {r['other_examples']}; answered {r['answered_per_s']:.2f}/s"
+    )
+    print(
+        f"200 latency p50 {r['p50_ok_s']:.2f} s, p99 {r['p99_ok_s']:.2f} s; slowest answer "
+        f"{r['slowest_answer_s']:.2f} s (limit: deadline + longest decode call "
+        f"{r['longest_decode_s']:.2f} s + {SLACK_S:g} s); longest wait for a decode to start "
+        f"{r['longest_wait_s']:.2f} s; checks {'pass' if r['checks_pass'] else 'FAIL'}"
+    )
+
+
+def print_modes(results: dict, args) -> None:
+    print(
+        f"\ncheckpoint {args.checkpoint}, {args.clients} clients x {args.requests} requests, "
+        f"beam {args.beam}, server threads {args.threads}"
+    )
+    print(
+        f"{'batching':<9} {'answered':>9} {'correct':>8} {'p50 s':>7} {'p99 s':>7} "
+        f"{'sent/s':>7} {'req/call':>8}"
+    )
+    for mode, r in results.items():
+        print(
+            f"{mode:<9} {r['answered']:>4}/{r['planned']:<4} {r['correct']:>8} "
+            f"{r['p50_s']:>7.2f} {r['p99_s']:>7.2f} {r['sentences_per_s']:>7.2f} "
+            f"{r['requests_per_call']:>8.1f}"
+        )
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--checkpoint", default="runs/demo/averaged")
+    p.add_argument("--runs", nargs="+", choices=[*MODES, "overload"], default=[*MODES, "overload"])
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--requests", type=int, default=50, help="per client")
     p.add_argument(
@@ -170,8 +294,16 @@ def main() -> None:
     p.add_argument(
         "--max-seconds", type=float, default=600, help="per mode: no new requests after this"
     )
-    args = p.parse_args()
+    p.add_argument("--deadline-s", type=float, default=10.0, help="overload: the server's")
+    p.add_argument("--max-queue", type=int, default=64, help="overload: the server's")
+    p.add_argument("--overload", type=float, default=3.0, help="offered load / capacity")
+    p.add_argument("--capacity-seconds", type=float, default=60.0)
+    p.add_argument("--overload-seconds", type=float, default=120.0)
+    return p.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     lines = sentences(args.sentences, args.max_words)
     t = time.perf_counter()
     expected = expected_translations(args.checkpoint, lines, args.beam, args.alpha, args.threads)
@@ -180,37 +312,21 @@ def main() -> None:
         flush=True,
     )
     results = {}
-    for mode, server_args in MODES.items():
-        proc, url = start_server(args.checkpoint, server_args, args.threads)
+    for mode in [m for m in MODES if m in args.runs]:
+        proc, url = start_server(args.checkpoint, MODES[mode], args.threads)
         try:
-            results[mode] = asyncio.run(
-                load(
-                    url,
-                    lines,
-                    expected,
-                    args.clients,
-                    args.requests,
-                    args.beam,
-                    args.alpha,
-                    args.max_seconds,
-                )
-            )
+            results[mode] = closed_loop(url, lines, expected, args, args.max_seconds)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=120)
         print(mode, json.dumps(results[mode]), flush=True)
-    print(
-        f"\ncheckpoint {args.checkpoint}, {args.clients} clients x {args.requests} requests, beam {args.beam}, "
-        f"server threads {args.threads}"
-    )
-    print(
-        f"{'mode':<13} {'answered':>9} {'correct':>8} {'p50 s':>7} {'p99 s':>7} {'sent/s':>7} {'req/call':>8}"
-    )
-    for mode, r in results.items():
-        print(
-            f"{mode:<13} {r['answered']:>4}/{r['planned']:<4} {r['correct']:>8} {r['p50_s']:>7.2f} "
-            f"{r['p99_s']:>7.2f} {r['sentences_per_s']:>7.2f} {r['requests_per_call']:>8.1f}"
-        )
+    shed = run_overload(lines, expected, args) if "overload" in args.runs else None
+    if results:
+        print_modes(results, args)
+    if shed is not None:
+        print_overload(shed, args)
+        if not shed["checks_pass"]:
+            raise SystemExit("overload: a check failed (see above)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from aiayn.cli.main import main
 from aiayn.data import Vocab, bundled_corpus_paths, check_vocab, prepare_corpus, read_parallel
 from aiayn.data import binarize as binarize_module
 from aiayn.data import prepare as prepare_module
-from aiayn.data.binarize import binarize_split, split_files
+from aiayn.data.binarize import binarize_split, dataset_files, split_files
 from aiayn.data.readers import iter_lines, iter_parallel
 from aiayn.errors import UserError
 from aiayn.files import temp_dir_beside
@@ -109,6 +109,40 @@ def test_bundled_training_split_streams_to_the_same_bytes(tmp_path):
     out.mkdir()
     binarize_split(iter_parallel(src, tgt), vocab, out, "split", 256)
     assert snapshot(out) == expected_files(iter_parallel(src, tgt), vocab, 256)
+
+
+def test_workers_write_the_bytes_one_worker_writes(tmp_path):
+    # 1,001 pairs in chunks of 97: ten whole chunks and one of 31, more than the 2 x 3 chunks
+    # three workers keep in flight, some pairs skipped as too long
+    src, tgt = write_pair(tmp_path, "train", 1001)
+    vocab = Vocab.train([src, tgt], tmp_path / "v" / "spm", vocab_size=60)
+    files, counts = {}, {}
+    for workers in (1, 3):
+        out = tmp_path / f"bin{workers}"
+        out.mkdir()
+        pairs = iter_parallel(src, tgt)
+        counts[workers] = binarize_split(pairs, vocab, out, "split", 30, 97, workers=workers)
+        files[workers] = snapshot(out)
+    assert files[3] == files[1] == expected_files(iter_parallel(src, tgt), vocab, 30)
+    assert counts[3] == counts[1]
+    assert 0 < counts[1]["skipped_too_long_tokens"] and counts[1]["pairs"] > 500
+
+
+def test_prepare_with_workers_writes_the_dataset_one_worker_writes(tmp_path, capsys):
+    # 20,001 pairs: two whole chunks of 10,000 and one pair, as prepare chunks them; the
+    # second prepare binarises with the first one's vocabulary, so only --workers differs
+    src, tgt = write_pair(tmp_path, "train", 20_001)
+    valid = write_pair(tmp_path, "valid", 31, seed=7)
+    common = ["--train-src", str(src), "--train-tgt", str(tgt), "--max-len", "30"]
+    common += ["--valid-src", str(valid[0]), "--valid-tgt", str(valid[1])]
+    main(["prepare", *common, "--out", str(tmp_path / "one"), "--vocab-size", "60"])
+    vocab = str(tmp_path / "one" / "spm.model")
+    main(["prepare", *common, "--out", str(tmp_path / "w1"), "--vocab", vocab])
+    main(["prepare", *common, "--out", str(tmp_path / "w2"), "--vocab", vocab, "--workers", "2"])
+    capsys.readouterr()
+    one, two = snapshot(tmp_path / "w1"), snapshot(tmp_path / "w2")
+    assert one == two and sorted(one) == sorted(dataset_files(["train", "valid"]))
+    assert json.loads(one["meta.json"])["splits"]["train"]["read"] == 20_001
 
 
 # --- atomic prepare ----------------------------------------------------------------------
@@ -335,6 +369,7 @@ def test_an_empty_training_file_is_named(corpus, tmp_path, capsys, content):
             "vocab size 5000 is too large: this training text yields at most",
         ),
         (["--max-len", "0"], "max_len must be a positive number"),
+        (["--workers", "0"], "workers must be a positive number of processes, got 0"),
         (
             ["--max-len", "1"],
             "train split ({src}, {tgt}): 0 of 300 pairs kept: 0 with an empty side, 0 over max_words=None, 300 over max_len=1",

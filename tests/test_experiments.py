@@ -168,6 +168,129 @@ def test_runner_refuses_results_of_another_budget_or_experiment(tmp_path):
         run_rows(other, Budget(updates=5), tmp_path)
 
 
+# --- seeds ------------------------------------------------------------------------------------
+
+
+def _seeded(calls, names=("base", "change"), scores=None):
+    """A toy experiment whose rows can be reseeded: row NAME with seed offset k measures
+    ``scores[NAME][k]`` (a dev perplexity and a BLEU)."""
+    scores = scores or {
+        "base": [(10.0, 20.0), (12.0, 21.0), (14.0, 19.0), (11.0, 20.0)],
+        "change": [(11.0, 22.0), (14.0, 23.0), (15.0, 22.5), (12.0, 21.0)],
+    }
+
+    def run(name, k):
+        def go():
+            calls.append((name, k))
+            ppl, bleu = scores[name][k]
+            return {"valid_ppl": ppl, "bleu": bleu}
+
+        return go
+
+    return Experiment(
+        name="toy",
+        rows=[Row(n, run(n, 0), reseed=functools.partial(run, n)) for n in names],
+        report=lambda rows: "rows: " + ", ".join(r["name"] for r in rows),
+        plot=lambda rows, out: [],
+        budget_keys=("updates",),
+    )
+
+
+def test_seeds_run_each_row_n_times_and_test_it_against_the_base_row(tmp_path):
+    calls = []
+    result = run_rows(_seeded(calls), Budget(), tmp_path, seeds=3)
+    assert [r["name"] for r in result["rows"]] == [
+        "base", "base seed+1", "base seed+2", "change", "change seed+1", "change seed+2",
+    ]  # fmt: skip
+    assert [r.get("repeat_of") for r in result["rows"]] == [
+        None,
+        "base",
+        "base",
+        None,
+        *["change"] * 2,
+    ]
+    base, change = result["seeds"]
+    assert base["runs"] == 3 and base["valid_ppl"]["mean"] == 12.0
+    assert base["valid_ppl"]["sd"] == pytest.approx(2.0)  # sample sd of 10, 12, 14
+    assert "diff" not in base["valid_ppl"]  # the baseline is not tested against itself
+    # change - base with the same seed: ppl 1, 2, 1 (all one way: p = 2/8); BLEU 2, 2, 3.5
+    assert change["valid_ppl"]["diff"] == pytest.approx(4 / 3) and change["valid_ppl"]["p"] == 0.25
+    assert change["bleu"]["diff"] == pytest.approx(2.5) and change["valid_ppl"]["pairs"] == 3
+    table = (tmp_path / "results.md").read_text()
+    assert "rows: base, change" in table  # the experiment's own report: each row's first run
+    assert "2 of 2 rows, and 4 repeats with other seeds" in table
+    assert "| change | 3 | 13.3 ± 2.1 | +1.33 (p = 0.25, 3 pairs) |" in table
+
+
+def test_seeds_resume_add_and_survive_a_rerun_with_fewer(tmp_path):
+    calls = []
+    run_rows(_seeded(calls), Budget(), tmp_path, seeds=2)
+    fewer = run_rows(_seeded(calls), Budget(), tmp_path)  # no --seeds: the repeats are kept
+    assert len(calls) == 4 and len(fewer["rows"]) == 4 and fewer["seeds"][1]["runs"] == 2
+    more = run_rows(_seeded(calls), Budget(), tmp_path, seeds=4)
+    assert calls[4:] == [("base", 2), ("base", 3), ("change", 2), ("change", 3)]  # only the new
+    assert [e["runs"] for e in more["seeds"]] == [4, 4]
+    assert more["seeds"][1]["valid_ppl"]["p"] == 2 / 16  # 1 2 1 1: every seed one way
+
+
+def test_seeds_pair_runs_by_the_seed_they_trained_with():
+    """table3's base-seed2 fixes its seed (2) and runs once: it pairs with the base's run of
+    seed 2, not with the base's first run."""
+    from aiayn.experiments.seeds import seeds_summary
+
+    rows = [
+        {"name": "base", "seed": 1, "valid_ppl": 10.0},
+        {"name": "base seed+1", "repeat_of": "base", "repeat": 1, "seed": 2, "valid_ppl": 12.0},
+        {"name": "base-seed2", "seed": 2, "valid_ppl": 12.5},
+    ]
+    _, fixed = seeds_summary(rows, "base")
+    assert fixed["valid_ppl"]["pairs"] == 1 and fixed["valid_ppl"]["diff"] == 0.5
+    assert fixed["valid_ppl"]["sd"] is None and "bleu" not in fixed
+
+
+def test_seeds_need_a_row_that_can_be_reseeded(tmp_path):
+    with pytest.raises(UserError, match="has no row to repeat"):
+        run_rows(_counting(tmp_path, []), Budget(), tmp_path, seeds=2)
+    with pytest.raises(UserError, match="--seeds must be >= 1"):
+        run_rows(_seeded([]), Budget(), tmp_path, seeds=0)
+
+
+def test_a_training_row_reseeded_trains_with_the_next_seed(corpus, tmp_path):
+    rows = training.variant_rows(tmp_path, read_budget(TINY), corpus, {"base": ({}, {})})
+    toy = training.training_experiment(
+        "toy", rows, corpus=corpus, report=lambda rows: "", plot=lambda rows, out: []
+    )
+    result = run_rows(toy, read_budget(TINY), tmp_path, seeds=2)
+    first, again = result["rows"]
+    assert (first["seed"], again["seed"]) == (1, 2)  # the demo recipe's seed, then + 1
+    assert again["valid_ppl"] != first["valid_ppl"]  # another initialisation and batch order
+    assert again["checkpoint"].startswith(str(tmp_path / "rows" / "base seed+1"))
+    fixed = training.variant_rows(tmp_path, read_budget(TINY), corpus, {"s": ({}, {"seed": 5})})
+    assert fixed[0].reseed is None  # a row that sets its own seed runs once
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (
+            ["table1", "--seeds", "2"],
+            "--seeds repeats training rows; experiment table1 trains nothing",
+        ),
+        (["scaling", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+    ],
+)
+def test_cli_refuses_seeds_it_cannot_run_in_one_line(tmp_path, argv, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "experiment", *argv, "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"aiayn experiment: error: {message}")
+    assert not (tmp_path / "x").exists()
+
+
 def test_bundled_validation_text_is_recorded_by_name_not_install_path(tmp_path):
     """A table measured with one install must continue from another checkout or venv, where
     the bundled files sit elsewhere; user-given files are recorded by their paths."""

@@ -29,6 +29,9 @@ PACKAGE_DATA = [
     "corpus/bible/README.md",
     *CORPUS,
     "configs/wmt14-base.yaml",
+    "configs/wmt14-big.yaml",
+    "configs/wmt14-enfr-base.yaml",
+    "configs/wmt14-enfr-big.yaml",
     "configs/parsing-sample.yaml",
 ]
 
@@ -42,7 +45,14 @@ def test_bundled_corpus_is_package_data_of_the_imported_package():
 
 
 def test_bundled_recipes_load_by_name_and_a_file_on_disk_wins(tmp_path, monkeypatch):
-    assert sorted(bundled_configs()) == ["demo", "parsing-sample", "wmt14-base"]
+    assert sorted(bundled_configs()) == [
+        "demo",
+        "parsing-sample",
+        "wmt14-base",
+        "wmt14-big",
+        "wmt14-enfr-base",
+        "wmt14-enfr-big",
+    ]
     wmt = load_train_config("wmt14-base", ["keep_last=8"])
     assert (wmt.preset, wmt.data, wmt.max_src_tokens, wmt.tokens_per_update, wmt.keep_last) == (
         "base",
@@ -67,7 +77,7 @@ def test_bundled_recipes_load_by_name_and_a_file_on_disk_wins(tmp_path, monkeypa
         FileNotFoundError,
         match="no bundled config of that name .bundled: demo, parsing-sample, wmt14",
     ):
-        load_train_config("wmt14-big")
+        load_train_config("wmt14-huge")
 
 
 def test_unknown_recipe_is_one_clear_line(tmp_path):
@@ -82,7 +92,7 @@ def test_unknown_recipe_is_one_clear_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "aiayn train: error: wmt14-bigg: no such config file, and no bundled config of that name "
-        "(bundled: demo, parsing-sample, wmt14-base)"
+        "(bundled: demo, parsing-sample, wmt14-base, wmt14-big, wmt14-enfr-base, wmt14-enfr-big)"
     ]
 
 

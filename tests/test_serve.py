@@ -39,7 +39,9 @@ from aiayn.decode import (
 )
 from aiayn.serve import (
     Batcher,
+    DeadlinePassed,
     Limits,
+    QueueFull,
     ShuttingDown,
     TranslateJob,
     Translator,
@@ -257,6 +259,79 @@ def test_stop_refuses_new_requests_and_fails_those_still_queued_at_the_deadline(
     # not before the deadline; how long after, a busy machine decides (the refusal came while
     # "a" was still decoding, which main checks)
     assert waited > 0.25
+
+
+def test_a_full_queue_refuses_at_once_and_frees_up_as_requests_leave():
+    handle = SlowHandle("a")
+
+    async def main():
+        batcher = Batcher(handle, cost=len, key=lambda i: 0, max_cost=0, max_wait_s=0, max_queue=2)
+        decoding = asyncio.ensure_future(batcher.submit("a"))
+        await _until(handle.started.is_set)  # "a" decoding is not waiting: the queue is empty
+        queued = [asyncio.ensure_future(batcher.submit(i)) for i in ("b", "c")]
+        await _until(lambda: batcher.waiting == 2)
+        with pytest.raises(QueueFull, match="2 requests are waiting already") as full:
+            await batcher.submit("d")
+        queued[0].cancel()  # a client that left makes room
+        await _until(lambda: batcher.waiting == 1)
+        late = asyncio.ensure_future(batcher.submit("e"))
+        await _until(lambda: batcher.waiting == 2)
+        handle.release.set()
+        try:
+            return full.value, await decoding, await queued[1], await late, batcher.stats
+        finally:
+            batcher.close()
+
+    full, *answers, stats = asyncio.run(main())
+    assert full.retry_after_s >= 1 and answers == ["A", "C", "E"]
+    assert handle.calls == [["a"], ["c"], ["e"]]  # b cancelled, d refused: neither decoded
+    assert (stats.rejected, stats.cancelled, stats.requests) == (1, 1, 3)
+
+
+def test_a_request_whose_decode_has_not_started_by_its_deadline_is_answered_then_undecoded():
+    handle = SlowHandle("a")
+
+    async def main():
+        batcher = Batcher(
+            handle, cost=len, key=lambda i: 0, max_cost=100, max_wait_s=0, deadline_s=0.5
+        )
+        decoding = asyncio.ensure_future(batcher.submit("a"))
+        await _until(handle.started.is_set)
+        start = time.monotonic()
+        with pytest.raises(DeadlinePassed, match="waited 0.5 s, its deadline") as late:
+            await batcher.submit("b")  # behind "a", which the test holds past b's deadline
+        waited = time.monotonic() - start
+        assert not decoding.done()  # answered at its deadline, not when "a" is done
+        handle.release.set()
+        try:
+            return late.value, waited, await decoding, batcher.stats
+        finally:
+            batcher.close()
+
+    late, waited, answer, stats = asyncio.run(main())
+    assert answer == "A" and handle.calls == [["a"]]  # b never decoded
+    assert waited >= 0.5 and late.retry_after_s >= 1
+    assert (stats.expired, stats.requests) == (1, 1) and stats.longest_wait_s < 0.5
+
+
+def test_a_poison_item_is_found_by_bisection_not_by_decoding_each_alone():
+    calls = []
+
+    def handle(items):
+        calls.append(list(items))
+        if "a!" in items:
+            raise ValueError("cannot decode a!")
+        return [item * 2 for item in items]
+
+    items = [f"a{i:x}" for i in range(16)]
+    items[11] = "a!"
+    results, stats = _run_batcher(items, handle)
+    assert [r for i, r in enumerate(results) if i != 11] == [x * 2 for x in items if x != "a!"]
+    assert isinstance(results[11], ValueError) and stats.failures == 1
+    # the batch of 16, then two halves per level down to the poison: 1 + 2 log2(16); one at a
+    # time would be 1 + 16
+    assert calls[0] == items and len(calls) == 1 + 2 * 4
+    assert (stats.batches, stats.requests) == (1, 16)  # one batch as far as the stats go
 
 
 # --- a tiny checkpoint and the API through the test client ------------------------------------------
@@ -628,6 +703,10 @@ def test_health_info_and_page(translator, checkpoint):
             "largest": 0,
             "failures": 0,
             "cancelled": 0,
+            "rejected": 0,
+            "expired": 0,
+            "longest_wait_s": 0.0,
+            "longest_decode_s": 0.0,
         }
         info = c.get("/info").json()
         page = c.get("/")
@@ -639,18 +718,21 @@ def test_health_info_and_page(translator, checkpoint):
     assert info["model_config"] == dataclasses.asdict(cfg) and info["update"] == 7
     assert info["checkpoint"] == str(checkpoint) and info["vocabulary"]["size"] == 300
     assert info["limits"]["max_wait_ms"] == 1.0 and info["decode_defaults"]["beam"] == 4
+    assert (info["limits"]["max_queue"], info["limits"]["deadline_s"]) == (256, 30.0)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="heatmap"' in page.text and '"/translate"' in page.text
 
 
-def _post_together(c: TestClient, bodies: list[dict]) -> list[httpx.Response]:
-    """POST every body from its own thread, all released at once."""
+def _post_together(
+    c: TestClient, bodies: list[dict], headers: list[dict] | None = None
+) -> list[httpx.Response]:
+    """POST every body (with its ``headers``) from its own thread, all released at once."""
     responses: list = [None] * len(bodies)
     start = threading.Barrier(len(bodies))
 
     def send(i: int) -> None:
         start.wait()
-        responses[i] = c.post("/translate", json=bodies[i])
+        responses[i] = c.post("/translate", json=bodies[i], headers=headers[i] if headers else None)
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
     for t in threads:
@@ -660,16 +742,18 @@ def _post_together(c: TestClient, bodies: list[dict]) -> list[httpx.Response]:
     return responses
 
 
-def _batched_behind_a_held_decode(c: TestClient, held: HeldFirstDecode, bodies: list[dict]):
+def _batched_behind_a_held_decode(
+    c: TestClient, held: HeldFirstDecode, bodies: list[dict], headers: list[dict] | None = None
+):
     """POST ``bodies`` together while the server decodes a first request that ``held`` holds,
     and release it once all of them are queued; their responses, in order."""
     first = threading.Thread(target=c.post, args=("/translate",), kwargs={"json": {"text": ["x"]}})
     first.start()
     assert held.started.wait(timeout=60)
     responses: list = []
-    sender = threading.Thread(target=lambda: responses.extend(_post_together(c, bodies)))
+    sender = threading.Thread(target=lambda: responses.extend(_post_together(c, bodies, headers)))
     sender.start()
-    _eventually(lambda: c.app.state.batcher._queue.qsize() == len(bodies))
+    _eventually(lambda: c.app.state.batcher.waiting == len(bodies))
     held.release.set()
     sender.join(timeout=60)
     first.join(timeout=60)
@@ -705,41 +789,113 @@ def test_without_batching_each_request_is_decoded_alone(translator):
     assert (stats["requests"], stats["batches"], stats["largest"]) == (4, 4, 1)
 
 
-def test_a_decode_failure_fails_only_its_request(checkpoint, monkeypatch):
+def test_a_poison_request_fails_alone_bisected_and_its_error_names_only_its_id(
+    checkpoint, monkeypatch, caplog
+):
     translator = Translator.load(checkpoint)
     poison_text = "Zebras quote Quixote."
     poison = set(translator.encode([poison_text])[0]) - {
-        t for s in translator.encode(SENTENCES) for t in s
+        t
+        for s in translator.encode([*SENTENCES, "x"])
+        for t in s  # "x": the held request
     }
     real_encode = translator.model.encode
 
     def encode(src):
         if any(int(t) in poison for t in src.flatten()):
-            raise RuntimeError("simulated decoder fault")
+            raise RuntimeError("simulated decoder fault in /secret/path")
         return real_encode(src)
 
     monkeypatch.setattr(translator.model, "encode", encode)
-    bodies = [
-        {"text": [SENTENCES[0]], "beam": 1},
-        {"text": [poison_text], "beam": 1},
-        {"text": [SENTENCES[1]], "beam": 1},
-    ]
-    with client(translator, max_wait_ms=500) as c:
-        responses = _post_together(c, bodies)
-        after = c.post("/translate", json={"text": [SENTENCES[2]], "beam": 1})
-        stats = c.get("/health").json()
-    assert responses[1].status_code == 500
-    assert responses[1].json() == {
-        "error": "decoding failed: RuntimeError: simulated decoder fault"
+    calls = []
+    real_decode = translator.decode
+    held = HeldFirstDecode(lambda jobs: calls.append(len(jobs)) or real_decode(jobs))
+    monkeypatch.setattr(translator, "decode", held)
+    bodies = [{"text": [s], "beam": 1} for s in SENTENCES[:8]]
+    bodies[5] = {"text": [poison_text], "beam": 1}
+    headers = [{}] * 8
+    headers[5] = {"X-Request-ID": "poison-5"}
+    with caplog.at_level("ERROR", logger="aiayn.serve.app"):
+        with client(translator, max_wait_ms=0, max_batch_tokens=100_000) as c:
+            responses = _batched_behind_a_held_decode(c, held, bodies, headers)
+            after = c.post("/translate", json={"text": [SENTENCES[2]], "beam": 1})
+            stats = c.get("/health").json()
+    decode_calls = list(calls)
+    assert responses[5].status_code == 500 and responses[5].headers["x-request-id"] == "poison-5"
+    assert responses[5].json() == {
+        "error": "decoding failed; the server's log has the details under request id poison-5"
     }
-    expected = _by_sentence(translator, SENTENCES[:3], beam=1)
-    for i in (0, 2):
-        assert responses[i].status_code == 200
-        assert _same(responses[i].json()["translations"], [expected[bodies[i]["text"][0]]])
+    [record] = [r for r in caplog.records if "poison-5" in r.getMessage()]
+    assert "simulated decoder fault" in str(record.exc_info[1])  # the log has it, the answer not
+    expected = _by_sentence(translator, SENTENCES[:8], beam=1)
+    for i, (body, r) in enumerate(zip(bodies, responses)):
+        if i != 5:
+            assert r.status_code == 200
+            assert _same(r.json()["translations"], [expected[body["text"][0]]])
     assert after.status_code == 200 and _same(
         after.json()["translations"], [expected[SENTENCES[2]]]
     )
+    # the held first request, the batch of 8 (in arrival order, which the threads decide), two
+    # halves per level down to the poison (2 log2 8), then the one after: not 8 calls more of
+    # decoding each alone
+    assert decode_calls[:2] == [1, 8] and sorted(decode_calls[2:-1]) == [1, 1, 2, 2, 4, 4]
+    assert decode_calls[-1] == 1
     assert stats["failures"] == 1
+
+
+def test_an_overloaded_server_answers_503_with_retry_after_undecoded():
+    translator = SlowTranslator("slow")
+    limits = Limits(max_wait_ms=0, max_batch_tokens=0, max_queue=1, deadline_s=0.8)
+    results = {}
+    with TestClient(create_app(translator, limits)) as c:
+        batcher = c.app.state.batcher
+        send = lambda text: results.update({text: c.post("/translate", json={"text": [text]})})  # noqa: E731
+        decoding = threading.Thread(target=send, args=("slow",))
+        decoding.start()
+        assert translator.handle.started.wait(timeout=30)
+        queued = threading.Thread(target=send, args=("queued",))
+        start = time.monotonic()
+        queued.start()
+        _eventually(lambda: batcher.waiting == 1)
+        full = c.post("/translate", json={"text": ["one too many"]})
+        queued.join(timeout=30)  # answered at its deadline, while "slow" still decodes
+        assert time.monotonic() - start >= 0.8 and decoding.is_alive()
+        translator.handle.release.set()
+        decoding.join(timeout=30)
+        stats = c.get("/health").json()
+    assert full.status_code == 503 and int(full.headers["retry-after"]) >= 1
+    assert full.json() == {"error": "the server is overloaded: 1 requests are waiting already"}
+    late = results["queued"]
+    assert late.status_code == 503 and int(late.headers["retry-after"]) >= 1
+    assert late.json() == {
+        "error": "the server is overloaded: this request waited 0.8 s, its deadline, and was "
+        "not decoded"
+    }
+    assert results["slow"].json() == {"translations": [{"text": "SLOW"}]}
+    assert translator.handle.calls == [["slow"]]
+    assert (stats["rejected"], stats["expired"], stats["requests"]) == (1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "given, kept",
+    [("trace-42.a:b/c+d=", True), ("has space", False), ("x" * 129, False), ("", False)],
+)
+def test_every_answer_carries_a_request_id_the_clients_when_sane(given, kept):
+    with TestClient(create_app(SlowTranslator("slow"), Limits(max_sentences=1))) as c:
+        headers = {"X-Request-ID": given} if given else {}
+        answers = [
+            c.get("/health", headers=headers),
+            c.get("/nowhere", headers=headers),
+            c.post("/translate", json={"text": ["a", "b"]}, headers=headers),  # 413
+            c.post("/translate", json={"text": []}, headers=headers),  # 422
+            c.post("/translate", content=b"x" * 10**6, headers=headers),  # 413 unread
+        ]
+    assert [a.status_code for a in answers] == [200, 404, 413, 422, 413]
+    ids = [a.headers["x-request-id"] for a in answers]
+    if kept:
+        assert ids == [given] * 5
+    else:
+        assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids) and len(set(ids)) == 5
 
 
 # --- the real server: CLI, SIGTERM, and the page in a browser ------------------------------------------
@@ -936,17 +1092,18 @@ def test_a_client_that_hangs_up_is_not_decoded():
     translator = SlowTranslator("slow")
     app = create_app(translator, Limits(max_wait_ms=0))
     with serving(app) as (_, host, port):
-        queued = app.state.batcher._queue
+        batcher = app.state.batcher
         results = {}
         first = _post_in_thread(port, "slow", results)
         assert translator.handle.started.wait(timeout=10)
         body = b'{"text": ["gone"]}'
         with socket.create_connection((host, port), timeout=5) as s:
             s.sendall(HEADERS + b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            _eventually(lambda: queued.qsize() == 1)  # queued behind "slow"; then it hangs up
-        _eventually(lambda: queued.queue[0].future.cancelled())  # the app noticed
+            _eventually(lambda: batcher.waiting == 1)  # queued behind "slow"; then it hangs up
+        _eventually(lambda: batcher.stats.cancelled == 1)  # the app noticed: out of the queue
+        assert batcher.waiting == 0
         after = _post_in_thread(port, "next", results)
-        _eventually(lambda: queued.qsize() == 2)
+        _eventually(lambda: batcher.waiting == 1)
         translator.handle.release.set()
         first.join(timeout=10)
         after.join(timeout=10)
@@ -964,7 +1121,7 @@ def test_shutdown_answers_503_for_what_it_will_not_decode_and_finishes_the_rest(
         decoding = _post_in_thread(port, "slow", results)
         assert translator.handle.started.wait(timeout=10)
         queued = [_post_in_thread(port, text, results) for text in ("queued", "also queued")]
-        _eventually(lambda: app.state.batcher._queue.qsize() == 2)
+        _eventually(lambda: app.state.batcher.waiting == 2)
         start = time.monotonic()
         server.should_exit = True  # what SIGTERM does
         for sender in queued:
@@ -994,12 +1151,29 @@ def test_cli_rejects_a_missing_checkpoint_and_bad_limits_in_one_line(tmp_path, c
             ["--checkpoint", str(checkpoint), "--max-wait-ms", "-1"],
             "max_wait_ms must be >= 0, got -1.0",
         ),
+        (["--checkpoint", str(checkpoint), "--max-queue", "0"], "max_queue must be >= 1, got 0"),
+        (
+            ["--checkpoint", str(checkpoint), "--deadline-s", "inf"],
+            "deadline_s must be > 0 and finite, got inf",
+        ),
     ]:
         with pytest.raises(SystemExit) as exit:
             main(["serve", *args])
         assert (
             exit.value.code == 2 and capsys.readouterr().err == f"aiayn serve: error: {message}\n"
         )
+
+
+def test_cli_passes_the_queue_bound_and_the_deadline_to_the_server(checkpoint, monkeypatch):
+    got = {}
+    monkeypatch.setattr("aiayn.serve.run_server", lambda checkpoint, **kw: got.update(kw))
+    main(["serve", "--checkpoint", str(checkpoint), "--max-queue", "7", "--deadline-s", "2.5"])
+    assert (got["limits"].max_queue, got["limits"].deadline_s) == (7, 2.5)
+    main(["serve", "--checkpoint", str(checkpoint)])
+    assert (got["limits"].max_queue, got["limits"].deadline_s) == (
+        Limits.max_queue,
+        Limits.deadline_s,
+    )  # the CLI's defaults are the library's
 
 
 @pytest.mark.slow

@@ -23,6 +23,8 @@ TORCH_FREE = [
     "aiayn.errors",
     "aiayn.files",
     "aiayn.metrics",
+    "aiayn.metrics.significance",
+    "aiayn.analysis.compare",
     "aiayn.parsing",
     "aiayn.parsing.constraint",
     "aiayn.parsing.wsj",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -128,32 +129,20 @@ def run_demo(
         shutil.rmtree(out)
     progress("[1/5] preparing the bundled corpus (reused when present)")
     meta = prepare_bundled(work)
-    progress(
-        f"      {json.dumps({k: v['pairs'] for k, v in meta['splits'].items()})} pairs, "
-        f"vocabulary {meta['vocab_size']}"
-    )
+    pairs = json.dumps({k: v["pairs"] for k, v in meta["splits"].items()})
+    progress(f"      {pairs} pairs, vocabulary {meta['vocab_size']}")
 
     progress(f"[2/5] training for {minutes:g} minutes")
     _start_run_dir(out)
-    trainer = Trainer(cfg, device="cpu")
-    summary = trainer.run()
+    summary = Trainer(cfg, device="cpu").run()
 
     progress("[3/5] averaging the last checkpoints (how many: chosen on the validation split)")
-    paths = bundled_corpus_paths()
-    valid_src, valid_ref = (read_lines(p) for p in paths["valid"])
-    kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
-    averaged, k_best, valid_ppl_by_k = ckpt.average_last_best(
-        kept, out / "averaged", perplexity_on(valid_src, valid_ref)
-    )
+    averaged, k_best, valid_ppl_by_k = _average(out, progress)
     model, vocab = ckpt.load_translator(averaged)
     model = for_decoding(model)  # fp32, packed for decoding
-    progress(
-        "      valid ppl by number averaged: "
-        + ", ".join(f"{k}: {ppl:.2f}" for k, ppl in valid_ppl_by_k.items())
-    )
 
     progress("[4/5] beam search on the test split (beam 4, alpha 0.6, max length input + 50)")
-    sources, references = (read_lines(p) for p in paths["test"])
+    sources, references = (read_lines(p) for p in bundled_corpus_paths()["test"])
     if test_limit is not None:
         sources, references = sources[:test_limit], references[:test_limit]
     test: Evaluation = evaluate_model(
@@ -162,13 +151,7 @@ def run_demo(
     write_lines_atomic(out / "test.hyp.es", test.hypotheses)
 
     progress("[5/5] plots: training curves, BLEU per checkpoint, attention maps")
-    curve = plot_training(out / "log.jsonl", out / "training.png")  # BLEU as logged in training
-    maps = []
-    for i in range(min(3, len(sources))):
-        maps += attention_maps(
-            model, vocab, sources[i], test.hypotheses[i], out / "attention", f"test{i + 1}"
-        )
-
+    pictures = _pictures(out, model, vocab, sources, test.hypotheses)
     report = {
         "test": test.as_dict(),
         "valid_ppl_averaged": valid_ppl_by_k[k_best],
@@ -176,26 +159,53 @@ def run_demo(
         "averaged_checkpoints": k_best,
         "training": summary,
         "train_config": dataclasses.asdict(cfg),
-        "bleu_per_checkpoint": [  # (training minutes, valid SacreBLEU), as logged in training
-            (r["elapsed_s"] / 60, r["valid_bleu"])
-            for r in map(json.loads, filter(None, read_lines(out / "log.jsonl")))
-            if "valid_bleu" in r
-        ],
+        "bleu_per_checkpoint": _bleu_per_checkpoint(out / "log.jsonl"),
         "samples": [
             {"source": s, "reference": r, "hypothesis": h}
             for s, r, h in list(zip(sources, references, test.hypotheses))[:10]
         ],
-        "artefacts": {
-            "checkpoint": summary["checkpoint"],
-            "averaged": str(averaged),
-            "hypotheses": str(out / "test.hyp.es"),
-            "training_plot": str(curve),
-            "attention_maps": str(out / "attention"),
-            "n_attention_maps": len(maps),
-        },
+        "artefacts": {"checkpoint": summary["checkpoint"], "averaged": str(averaged), **pictures},
     }
     write_text_atomic(out / "report.json", json.dumps(report, indent=2, ensure_ascii=False))
     return report
+
+
+def _average(out: Path, progress: Callable[[str], Any]) -> tuple[Path, int, dict[int, float]]:
+    """The last checkpoints averaged, as many as give the lowest validation perplexity:
+    (the averaged checkpoint, how many, the perplexity for each number tried)."""
+    valid_src, valid_ref = (read_lines(p) for p in bundled_corpus_paths()["valid"])
+    kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
+    averaged, k_best, by_k = ckpt.average_last_best(
+        kept, out / "averaged", perplexity_on(valid_src, valid_ref)
+    )
+    shown = ", ".join(f"{k}: {ppl:.2f}" for k, ppl in by_k.items())
+    progress(f"      valid ppl by number averaged: {shown}")
+    return averaged, k_best, by_k
+
+
+def _pictures(
+    out: Path, model: Any, vocab: Any, sources: list[str], hypotheses: list[str]
+) -> dict[str, Any]:
+    """The training curves (BLEU as logged in training) and the first three test verses'
+    attention maps, as the report's artefacts."""
+    curve = plot_training(out / "log.jsonl", out / "training.png")
+    maps = []
+    for i in range(min(3, len(sources))):
+        maps += attention_maps(
+            model, vocab, sources[i], hypotheses[i], out / "attention", f"test{i + 1}"
+        )
+    return {
+        "hypotheses": str(out / "test.hyp.es"),
+        "training_plot": str(curve),
+        "attention_maps": str(out / "attention"),
+        "n_attention_maps": len(maps),
+    }
+
+
+def _bleu_per_checkpoint(log: Path) -> list[tuple[float, float]]:
+    """(training minutes, validation SacreBLEU) of each validation, as logged in training."""
+    records = map(json.loads, filter(None, read_lines(log)))
+    return [(r["elapsed_s"] / 60, r["valid_bleu"]) for r in records if "valid_bleu" in r]
 
 
 def format_report(report: dict[str, Any]) -> str:

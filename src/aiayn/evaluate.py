@@ -1,6 +1,8 @@
 """Evaluation as the paper reports it: translate a test set with beam search and score it with
 SacreBLEU (detokenised, with its signature) and the paper's tokenised, compound-split BLEU,
-plus the perplexity per subword of the references."""
+plus the perplexity per subword of the references; beside them chrF and TER, and the 95%
+bootstrap interval of each SacreBLEU metric (``aiayn.metrics.significance``: a score without
+its interval cannot say whether another system's differs)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from .files import (
     write_lines_atomic,
 )
 from .metrics import paper_bleu, sacre_bleu
+from .metrics.significance import MetricScore, significance
 from .model import Transformer
 from .train.loss import perplexity, teacher_forced
 
@@ -40,6 +43,10 @@ class Evaluation:
     hypotheses: list[str] = field(repr=False)
     decode_s: float = 0.0  # wall time of the beam search over all n sentences
     engine: str = "torch"  # what decoded: ours, or another engine (``decode.engine``)
+    # sacrebleu's BLEU, chrF2 and TER (by those names) with their bootstrap intervals, and the
+    # signatures they were computed with (resamples and seed included)
+    metrics: dict[str, MetricScore] = field(default_factory=dict)
+    metric_signatures: dict[str, str] = field(default_factory=dict)
 
     @property
     def sentences_per_s(self) -> float:
@@ -55,6 +62,10 @@ class Evaluation:
             "decode_s": self.decode_s,
             "sentences_per_s": self.sentences_per_s,
             "engine": self.engine,
+            "chrf": self.metrics["chrF2"].score if "chrF2" in self.metrics else None,
+            "ter": self.metrics["TER"].score if "TER" in self.metrics else None,
+            "intervals": {name: m.as_dict() for name, m in self.metrics.items()},
+            "interval_signatures": self.metric_signatures,
         }
 
 
@@ -133,6 +144,7 @@ def evaluate_model(
     hyps = [hyp for window in windows for hyp in window]
     decode_s = time.perf_counter() - start
     score, signature = sacre_bleu(hyps, [list(references)])
+    scored = significance([("test", hyps)], references)  # one system: its intervals
     return Evaluation(
         sacrebleu=score,
         signature=signature,
@@ -142,6 +154,8 @@ def evaluate_model(
         hypotheses=hyps,
         decode_s=decode_s,
         engine="torch" if engine is None else engine.name,
+        metrics=scored.scores[0],
+        metric_signatures=scored.signatures,
     )
 
 

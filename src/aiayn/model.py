@@ -356,7 +356,11 @@ def attention_mask(
 
 def key_padding(src_mask: Tensor) -> Tensor | None:
     """``src_mask`` (B, 1, 1, S), or None when no key is padding (the fused kernel is faster
-    without a mask)."""
+    without a mask). Looked at on the CPU only, where the mask is in host memory: on a GPU
+    reading it would wait for the device at every forward, so there the mask is always given
+    (the fused kernels take it)."""
+    if src_mask.device.type != "cpu":
+        return src_mask
     return None if bool(src_mask.all()) else src_mask
 
 

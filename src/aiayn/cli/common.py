@@ -119,6 +119,12 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
         help="with --alignments: the decoder layer whose attention aligns (from 0; default "
         "-1: the last)",
     )
+    _add_constraint_args(p)
+    _add_sampling_args(p)
+
+
+def _add_constraint_args(p: argparse.ArgumentParser) -> None:
+    """Target prefixes and lexical constraints, a file of one line per input line."""
     g = p.add_argument_group("constraints (aiayn.decode.constraints)")
     g.add_argument(
         "--prefix",
@@ -131,6 +137,10 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
         help="one line per input line: tab-separated words or phrases its output must "
         "contain (blank: none)",
     )
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    """``--sample`` and how it draws (``aiayn.decode.sample``)."""
     g = p.add_argument_group("sampling (not in the paper; e.g. for back-translation)")
     g.add_argument(
         "--sample",

@@ -47,6 +47,7 @@ def _prepare(args: argparse.Namespace) -> None:
         vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
         max_len=args.max_len,
         vocab=args.vocab,
+        workers=args.workers,
     )
     print(json.dumps(summary, indent=2))
     say_wrote("prepare", args.out)
@@ -79,6 +80,12 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-len", type=int, default=256, help="skip pairs longer than this (subwords)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes that binarise (the files are the same whatever the number; default: 1)",
     )
     p.set_defaults(func=_prepare)
 

@@ -15,6 +15,7 @@ def _experiment(args: argparse.Namespace) -> None:
     from ..files import check_not_input
 
     budget = read_budget(args.budget or [])
+    _check_seeds(args.seeds, args.name, TRAINING)
     out = Path(args.out or f"runs/exp/{args.name}")
     if args.report_only and not (out / "results.json").exists():  # before preparing any corpus
         raise UserError(
@@ -46,16 +47,34 @@ def _experiment(args: argparse.Namespace) -> None:
             *([f"--data {args.data}"] if args.name in TRAINING else []),
             *([f"--valid {args.valid[0]} {args.valid[1]}"] if args.valid else []),
             *([f"--checkpoint {args.checkpoint}"] if args.checkpoint else []),
+            *([f"--seeds {args.seeds}"] if args.seeds > 1 else []),
             f"--out {out}",
         ]
     )
     results = run_experiment(
-        args.name, out, budget, command=command, report_only=args.report_only, **inputs
+        args.name,
+        out,
+        budget,
+        command=command,
+        report_only=args.report_only,
+        seeds=args.seeds,
+        **inputs,
     )
     print(
         f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
         + ", ".join(results["plots"])
     )
+
+
+def _check_seeds(seeds: int, name: str, training: tuple[str, ...]) -> None:
+    """Refuse ``--seeds`` before any corpus is prepared: below 1, or for rows that train nothing."""
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
+    if seeds > 1 and name not in training:
+        raise UserError(
+            f"--seeds repeats training rows; experiment {name} trains nothing "
+            f"(training experiments: {', '.join(training)})"
+        )
 
 
 def add_experiment(sub: argparse._SubParsersAction) -> None:
@@ -88,6 +107,14 @@ def add_experiment(sub: argparse._SubParsersAction) -> None:
         help="raw validation text for BLEU (default: the bundled corpus's)",
     )
     p.add_argument("--checkpoint", help="heads: the model to inspect")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train each row N times (the recipe's seed, then + 1 ...): mean, standard "
+        "deviation and a paired test against the base row; a rerun adds to the seeds measured",
+    )
     p.add_argument(
         "--report-only",
         action="store_true",

@@ -8,6 +8,7 @@ aiayn train --set data=work/bible --set out=runs/demo --set preset=demo --set ma
 torchrun --nproc_per_node 8 -m aiayn train wmt14-base   # a bundled recipe (aiayn/configs/) or a file
 aiayn average runs/demo/checkpoints --last 5 --out runs/demo/averaged
 aiayn evaluate --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz --lang es
+aiayn compare runs/demo other.hyp.es --ref src/aiayn/corpus/bible/test.es.gz   # intervals, p-values
 echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
 aiayn score --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz
 aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
@@ -21,7 +22,7 @@ import errno
 import sys
 
 from ..errors import UserError
-from . import data, demo, experiment, export, parse, score, serve, train, translate
+from . import compare, data, demo, experiment, export, parse, score, serve, train, translate
 from .common import check_device, follow_checkpoint_pointers
 
 # The sub-commands in the order `aiayn --help` lists them.
@@ -32,6 +33,7 @@ COMMANDS = (
     train.add_train,
     train.add_average,
     translate.add_evaluate,
+    compare.add_compare,
     translate.add_translate,
     score.add_score,
     serve.add_serve,

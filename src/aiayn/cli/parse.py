@@ -94,35 +94,7 @@ def _parse(args: argparse.Namespace) -> None:
 def add_parse(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("parse", help="constituency parsing on Penn Treebank files (Table 4)")
     cmds = p.add_subparsers(dest="parse_command", required=True)
-
-    c = cmds.add_parser(
-        "prepare", help="treebank -> parallel text, gold trees, vocabulary, binarised data"
-    )
-    c.add_argument(
-        "--treebank",
-        help="NLTK's WSJ sample: wsj_0001.mrg .. wsj_0199.mrg (0001-0179 train, "
-        "0180-0189 dev, 0190-0199 test)",
-    )
-    c.add_argument(
-        "--wsj-root", help="the full treebank, ROOT/NN/wsj_NNxx.mrg (02-21 train, 22 dev, 23 test)"
-    )
-    c.add_argument("--out", required=True, help="dataset directory to write")
-    c.add_argument(
-        "--vocab-size",
-        type=int,
-        help=f"default {SAMPLE_VOCAB} for the sample, {FULL_VOCAB} (the paper's) for the full WSJ",
-    )
-    c.add_argument(
-        "--max-len", type=int, help="skip pairs longer than this many subwords (default: keep all)"
-    )
-    c.add_argument(
-        "--leaves",
-        choices=get_args(Leaves),
-        default="XX",
-        help="what a preterminal becomes in the target: XX (the paper's), or (options) the word "
-        "itself (the 30-minute CPU recipe), a word-index marker <i>, or its POS tag",
-    )
-    c.set_defaults(func=_prepare)
+    _add_prepare(cmds)
 
     c = cmds.add_parser("train", help="the ordinary trainer; default preset parsing-cpu")
     add_train_args(
@@ -153,3 +125,35 @@ def add_parse(sub: argparse._SubParsersAction) -> None:
         "default: what the checkpoint records, XX for checkpoints that record none",
     )
     c.set_defaults(func=_parse)
+
+
+def _add_prepare(cmds: argparse._SubParsersAction) -> None:
+    """``aiayn parse prepare``: a treebank as the trainer's parallel data."""
+    c = cmds.add_parser(
+        "prepare", help="treebank -> parallel text, gold trees, vocabulary, binarised data"
+    )
+    c.add_argument(
+        "--treebank",
+        help="NLTK's WSJ sample: wsj_0001.mrg .. wsj_0199.mrg (0001-0179 train, "
+        "0180-0189 dev, 0190-0199 test)",
+    )
+    c.add_argument(
+        "--wsj-root", help="the full treebank, ROOT/NN/wsj_NNxx.mrg (02-21 train, 22 dev, 23 test)"
+    )
+    c.add_argument("--out", required=True, help="dataset directory to write")
+    c.add_argument(
+        "--vocab-size",
+        type=int,
+        help=f"default {SAMPLE_VOCAB} for the sample, {FULL_VOCAB} (the paper's) for the full WSJ",
+    )
+    c.add_argument(
+        "--max-len", type=int, help="skip pairs longer than this many subwords (default: keep all)"
+    )
+    c.add_argument(
+        "--leaves",
+        choices=get_args(Leaves),
+        default="XX",
+        help="what a preterminal becomes in the target: XX (the paper's), or (options) the word "
+        "itself (the 30-minute CPU recipe), a word-index marker <i>, or its POS tag",
+    )
+    c.set_defaults(func=_prepare)

@@ -26,6 +26,8 @@ def _serve(args: argparse.Namespace) -> None:
         max_sentences=args.max_sentences,
         max_batch_tokens=args.max_batch_tokens,
         max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        deadline_s=args.deadline_s,
     )
     run_server(
         args.checkpoint,
@@ -60,6 +62,18 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=5.0,
         help="how long a request waits for others to join it",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        help="requests waiting for a decode at most; more are answered 503 with Retry-After",
+    )
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=30.0,
+        help="a request whose decode has not started this long after it came is answered 503",
     )
     p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")

@@ -10,13 +10,15 @@ reading garbage ids. Subword ids are stored WITHOUT bos/eos; ``collate`` adds th
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import shutil
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
 from itertools import chain, compress, islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,19 +81,84 @@ class _SideWriter:
         self.offsets = _ArrayWriter(Path(f"{path}.offsets.npy"), np.dtype(np.int64))
         self.offsets.append(np.zeros(1, np.int64))
 
-    def append(self, sentences: list[list[int]]) -> None:
-        lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
-        ends = self.tokens.n + np.cumsum(lengths)  # (n,) offsets after each sentence
-        self.tokens.append(
-            np.fromiter(
-                chain.from_iterable(sentences), dtype=self.tokens.dtype, count=int(lengths.sum())
-            )
-        )
-        self.offsets.append(ends)
+    def append(self, lengths: np.ndarray, tokens: np.ndarray) -> None:
+        """Sentences of ``lengths`` (n,) whose ids are ``tokens`` (sum of lengths,), in order."""
+        self.offsets.append(self.tokens.n + np.cumsum(lengths))  # (n,) offsets after each
+        self.tokens.append(tokens)
 
     def close(self) -> None:
         self.tokens.close()
         self.offsets.close()
+
+
+def flatten(sentences: list[list[int]], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(lengths (n,) int64, ids of all ``sentences`` concatenated (sum of lengths,) ``dtype``)."""
+    lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+    tokens = np.fromiter(chain.from_iterable(sentences), dtype=dtype, count=int(lengths.sum()))
+    return lengths, tokens
+
+
+class _Encoded(NamedTuple):
+    """One chunk's kept pairs as flat arrays: ``sides[side] = flatten(...)``; numpy arrays
+    pickle as bytes, so a worker hands them back far cheaper than lists of ints."""
+
+    sides: dict[str, tuple[np.ndarray, np.ndarray]]
+    too_long: int
+
+
+def _encode_chunk(
+    vocab: Vocab, chunk: list[tuple[str, str]], max_tokens: int | None, threads: int
+) -> _Encoded:
+    srcs = vocab.encode_batch([s for s, _ in chunk], num_threads=threads)
+    tgts = vocab.encode_batch([t for _, t in chunk], num_threads=threads)
+    keep = [max_tokens is None or max(len(s), len(t)) <= max_tokens for s, t in zip(srcs, tgts)]
+    dtype = token_dtype(len(vocab))
+    sides = {
+        side: flatten(list(compress(ids, keep)), dtype) for side, ids in zip(SIDES, (srcs, tgts))
+    }
+    return _Encoded(sides, keep.count(False))
+
+
+_worker_vocab: Vocab | None = None  # a binarising worker's own copy, loaded once per process
+
+
+def _load_worker_vocab(path: Path) -> None:
+    global _worker_vocab
+    _worker_vocab = Vocab.load(path)
+
+
+def _encode_in_worker(chunk: list[tuple[str, str]], max_tokens: int | None) -> _Encoded:
+    # one thread each: the workers are the parallelism, and more threads would only contend
+    return _encode_chunk(_worker_vocab, chunk, max_tokens, threads=1)
+
+
+def _encoded_chunks(
+    pairs: Iterator[tuple[str, str]],
+    vocab: Vocab,
+    max_tokens: int | None,
+    chunk_pairs: int,
+    workers: int,
+) -> Iterator[_Encoded]:
+    """Every ``chunk_pairs`` pairs encoded, in input order. With ``workers`` > 1 the chunks
+    are encoded in that many processes while this one reads and writes; at most two chunks per
+    worker are in flight, so memory stays bounded by the chunk size, not by the corpus."""
+    chunks = iter(lambda: list(islice(pairs, chunk_pairs)), [])
+    head = list(islice(chunks, 2))
+    chunks = chain(head, chunks)
+    if workers == 1 or len(head) < 2:  # a split of one chunk (valid, test) starts no processes
+        for chunk in chunks:
+            yield _encode_chunk(vocab, chunk, max_tokens, threads=2)
+        return
+    # spawn: a fresh interpreter per worker, safe whatever threads this process has started
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, _load_worker_vocab, (vocab.path,)) as pool:
+        pending: deque[multiprocessing.pool.AsyncResult] = deque()
+        for chunk in chunks:
+            pending.append(pool.apply_async(_encode_in_worker, (chunk, max_tokens)))
+            if len(pending) == 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
 
 
 def binarize_split(
@@ -101,27 +168,26 @@ def binarize_split(
     split: str,
     max_tokens: int | None = None,
     chunk_pairs: int = _CHUNK,
+    workers: int = 1,
 ) -> dict[str, int]:
     """Encode ``pairs`` into ``out_dir/{split}.{src,tgt}.*.npy``; returns kept/skipped counts.
 
     Pairs with more than ``max_tokens`` subwords on either side are skipped (counted), because
     one outlier sets the padding of a whole batch. Ids go to disk ``chunk_pairs`` pairs at a
     time, so memory is bounded by the chunk, not the corpus (WMT14 English-French: 36M pairs).
+    ``workers`` processes encode the chunks (sentencepiece, and flattening the ids) while this
+    one reads the text and writes the chunks in their order: the files are byte for byte one
+    worker's. The workers are spawned, so a script that calls this with ``workers`` > 1 needs
+    multiprocessing's ``if __name__ == "__main__":`` guard (``aiayn`` has it).
     """
     dtype = token_dtype(len(vocab))
     writers = {side: _SideWriter(out_dir / f"{split}.{side}", dtype) for side in SIDES}
     too_long = 0
-    pairs = iter(pairs)
     try:
-        while chunk := list(islice(pairs, chunk_pairs)):
-            srcs = vocab.encode_batch([s for s, _ in chunk])
-            tgts = vocab.encode_batch([t for _, t in chunk])
-            keep = [
-                max_tokens is None or max(len(s), len(t)) <= max_tokens for s, t in zip(srcs, tgts)
-            ]
-            too_long += keep.count(False)
-            writers["src"].append(list(compress(srcs, keep)))
-            writers["tgt"].append(list(compress(tgts, keep)))
+        for encoded in _encoded_chunks(iter(pairs), vocab, max_tokens, chunk_pairs, workers):
+            too_long += encoded.too_long
+            for side, (lengths, tokens) in encoded.sides.items():
+                writers[side].append(lengths, tokens)
     finally:
         for writer in writers.values():
             writer.close()
@@ -264,9 +330,10 @@ def subset_dataset(
             writer = _SideWriter(tmp / f"{split}.{side}", np.dtype(meta["dtype"]))
             try:
                 for start in range(0, len(keep), _CHUNK):
-                    writer.append(
-                        [data._get(side, int(i)).tolist() for i in keep[start : start + _CHUNK]]
-                    )
+                    chosen = [
+                        data._get(side, int(i)).tolist() for i in keep[start : start + _CHUNK]
+                    ]
+                    writer.append(*flatten(chosen, writer.tokens.dtype))
             finally:
                 writer.close()
             tokens[side] = writer.tokens.n

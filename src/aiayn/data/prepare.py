@@ -67,6 +67,7 @@ def prepare_corpus(
     user_defined_symbols: Sequence[str] = (),
     record: dict[str, Any] | None = None,
     vocab: str | os.PathLike | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Train the vocabulary on ``splits["train"]`` (or copy the SentencePiece model ``vocab``,
     e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``) and binarise every split
@@ -75,7 +76,9 @@ def prepare_corpus(
     ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
     bounds whitespace words while reading. ``user_defined_symbols`` become atomic
     vocabulary pieces (see ``Vocab.train``). ``record`` goes into ``meta.json`` as it is
-    (``write_meta``), and from there into every checkpoint trained on the dataset. Returns the ``meta.json`` contents plus timings.
+    (``write_meta``), and from there into every checkpoint trained on the dataset. ``workers``
+    processes binarise (``binarize_split``: the same files as one). Returns the ``meta.json``
+    contents plus timings.
 
     The dataset is built in a temporary directory beside ``out_dir`` and renamed into place at
     the end (see ``check_target`` for what may already be there), so a failed or interrupted
@@ -86,6 +89,8 @@ def prepare_corpus(
     for name, value in (("max_len", max_len), ("max_words", max_words)):
         if value is not None and value < 1:
             raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
+    if workers < 1:  # before the vocabulary's minutes of training
+        raise UserError(f"workers must be a positive number of processes, got {workers}")
     inputs = [Path(p) for pair in splits.values() for p in pair]
     if vocab is not None:
         Vocab.load(vocab)  # a UserError now if it is not one, before any work
@@ -112,6 +117,7 @@ def prepare_corpus(
             user_defined_symbols,
             record=record,
             vocab=Path(vocab) if vocab is not None else None,
+            workers=workers,
         )
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
         shutil.rmtree(tmp, ignore_errors=True)
@@ -154,6 +160,7 @@ def _build(
     *,
     record: dict[str, Any] | None,
     vocab: Path | None,
+    workers: int,
 ) -> dict[str, Any]:
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
@@ -174,7 +181,7 @@ def _build(
     for split, (src_path, tgt_path) in splits.items():
         stats = ReadStats()
         pairs = iter_parallel(src_path, tgt_path, max_words, stats)
-        counts = binarize_split(pairs, vocab, out, split, max_len)
+        counts = binarize_split(pairs, vocab, out, split, max_len, workers=workers)
         if counts["pairs"] == 0:
             raise UserError(
                 f"{split} split ({src_path}, {tgt_path}): 0 of {stats.read} pairs kept: "

@@ -109,7 +109,10 @@ class AllBut(frozenset):
 
 def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int] | None]) -> Tensor:
     """(rows, V) log-probabilities with every token outside ``allowed[row]`` set to -inf;
-    ``None`` allows every token, ``AllBut(ids)`` every token but ``ids``."""
+    ``None`` allows every token, ``AllBut(ids)`` every token but ``ids``.
+
+    The (rows, V) mask is made on lprobs' device from the ids alone (``_on_device``): one
+    built on the host would be copied to the device, and wait for it, at every step."""
     listed, on, off = [], ([], []), ([], [])  # rows given as lists; (rows, cols) on and off
     for row, ids in enumerate(allowed):
         if ids is None:
@@ -120,11 +123,22 @@ def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int] | None]) -> Tensor
         target = off if isinstance(ids, AllBut) else on
         target[0].extend([row] * len(cols))
         target[1].extend(cols)
-    keep = torch.ones(lprobs.shape, dtype=torch.bool)
-    keep[listed] = False
-    keep[torch.tensor(on[0], dtype=torch.long), torch.tensor(on[1], dtype=torch.long)] = True
-    keep[torch.tensor(off[0], dtype=torch.long), torch.tensor(off[1], dtype=torch.long)] = False
-    return lprobs.masked_fill(~keep.to(lprobs.device), NEG_INF)
+    listed_rows, on_rows, on_cols, off_rows, off_cols = _on_device(
+        [listed, *on, *off], lprobs.device
+    )
+    keep = torch.ones(lprobs.shape, dtype=torch.bool, device=lprobs.device)
+    keep[listed_rows] = False
+    keep[on_rows, on_cols] = True
+    keep[off_rows, off_cols] = False
+    return lprobs.masked_fill(~keep, NEG_INF)
+
+
+def _on_device(lists: list[list[int]], device: torch.device) -> list[Tensor]:
+    """The lists as long tensors on ``device``, in one copy that does not wait for the device
+    (from pinned memory on CUDA)."""
+    flat = [i for ids in lists for i in ids]
+    host = torch.tensor(flat, dtype=torch.long, pin_memory=device.type == "cuda")
+    return list(host.to(device, non_blocking=True).split([len(ids) for ids in lists]))
 
 
 def output_log_probs(

@@ -34,14 +34,22 @@ __all__ = ["MODULES", "TRAINING", "run_experiment"]
 
 
 def run_experiment(
-    name: str, out: Path, budget: Any, command: str = "", report_only: bool = False, **inputs: Any
+    name: str,
+    out: Path,
+    budget: Any,
+    command: str = "",
+    report_only: bool = False,
+    seeds: int = 1,
+    **inputs: Any,
 ) -> dict[str, Any]:
     """Plan experiment ``name`` (a ``runner.Budget``, ``inputs`` such as the corpus or the
     checkpoint) and run it into ``out`` (``report_only``: write the report of the rows
-    finished so far, run none). Imported lazily: the CLI lists the names cheaply."""
+    finished so far, run none; ``seeds``: run each training row that many times, with the
+    recipe's seed and the next ones). Imported lazily: the CLI lists the names cheaply."""
     from .runner import run_rows
 
     if name not in MODULES:
         raise UserError(f"unknown experiment {name!r}; choose one of: {', '.join(MODULES)}")
     module = importlib.import_module(f".{MODULES[name]}", __name__)
-    return run_rows(module.plan(budget, out, **inputs), budget, out, command, report_only)
+    plan = module.plan(budget, out, **inputs)
+    return run_rows(plan, budget, out, command, report_only, seeds=seeds)

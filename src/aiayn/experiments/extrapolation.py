@@ -12,6 +12,7 @@ a gradient, so they stay at their random initialisation; sinusoids are defined e
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import numpy as np
 from ..data import Vocab
 from ..data.binarize import TokenDataset, subset_dataset
 from .inputs import Corpus
-from .runner import Budget, Experiment, Row, markdown_table
+from .runner import Budget, Experiment, Row, markdown_table, repeat_name
 from .training import score, train_row, training_experiment
 
 BUCKETS = ((0.0, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0))  # source length / L
@@ -32,16 +33,17 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     L = int(np.median(longest))
     short = out / "data" / f"max{L}"
 
-    def runner(positional: str):
+    def runner(positional: str, k: int = 0):
         def run() -> dict[str, Any]:
             subset_dataset(corpus.data, short, "train", np.flatnonzero(longest <= L))
             result = train_row(
-                out / "rows" / positional,
+                out / "rows" / (repeat_name(positional, k) if k else positional),
                 corpus,
                 budget,
                 {"positional": positional},
                 data=short,
                 bleu=False,
+                repeat=k,
             )
             checkpoint = Path(result.pop("checkpoint"))
             return {**result, "L": L, "buckets": buckets(checkpoint, corpus, L, budget.sentences)}
@@ -50,7 +52,7 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
 
     return training_experiment(
         "extrapolation",
-        [Row(p, runner(p)) for p in ("sinusoidal", "learned")],
+        [Row(p, runner(p), reseed=partial(runner, p)) for p in ("sinusoidal", "learned")],
         corpus=corpus,
         report=report,
         plot=plot,

@@ -10,6 +10,7 @@ pairs.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..data.binarize import TokenDataset, read_meta, subset_dataset
 from .inputs import Corpus
-from .runner import Budget, Experiment, Row, markdown_table
+from .runner import Budget, Experiment, Row, markdown_table, repeat_name
 from .training import train_row, training_experiment
 
 FRACTIONS = (0.10, 0.25, 0.50, 1.00)
@@ -27,13 +28,14 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     n = len(TokenDataset(corpus.data, "train"))
     order = np.random.default_rng(1).permutation(n)
 
-    def runner(fraction: float):
+    def runner(fraction: float, k: int = 0):
         def run() -> dict[str, Any]:
             keep = np.sort(order[: max(1, round(fraction * n))])
             data = corpus.data if fraction == 1.0 else out / "data" / f"{fraction:.2f}"
             if data != corpus.data:
                 subset_dataset(corpus.data, data, "train", keep)
-            result = train_row(out / "rows" / f"{fraction:.0%}", corpus, budget, {}, data=data)
+            name = repeat_name(f"{fraction:.0%}", k) if k else f"{fraction:.0%}"
+            result = train_row(out / "rows" / name, corpus, budget, {}, data=data, repeat=k)
             split = read_meta(data)["splits"]["train"]
             seen = result["tokens_per_s"] * result["train_s"]  # source + target tokens trained on
             return {
@@ -47,10 +49,11 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
 
     return training_experiment(
         "low-resource",
-        [Row(f"{f:.0%}", runner(f)) for f in FRACTIONS],
+        [Row(f"{f:.0%}", runner(f), reseed=partial(runner, f)) for f in FRACTIONS],
         corpus=corpus,
         report=report,
         plot=plot,
+        baseline="100%",
     )
 
 

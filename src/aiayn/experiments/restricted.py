@@ -33,6 +33,7 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
         corpus=corpus,
         report=report,
         plot=plot,
+        baseline="full",
     )
 
 

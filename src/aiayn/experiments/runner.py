@@ -15,6 +15,7 @@ experiment tables this small (hydra/optuna sweep parameters; they do not write a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -64,11 +65,23 @@ def read_budget(assignments: Sequence[str]) -> Budget:
 @dataclass
 class Row:
     """One line of an experiment's table: ``run()`` returns its measurements, or None when
-    the budget is spent (the row is left for a rerun with a larger budget)."""
+    the budget is spent (the row is left for a rerun with a larger budget).
+
+    ``reseed(k)``: the same row's run with the recipe's seed plus k (k >= 1), for ``--seeds``
+    (None: a row that trains nothing, or fixes its own seed, runs once). A repeat names the
+    row it repeats (``repeat_of``) and its k (``repeat``)."""
 
     name: str
     run: Callable[[], dict[str, Any] | None]
     cost: float = 1.0  # relative cost estimate: weights the overall ETA
+    reseed: Callable[[int], Callable[[], dict[str, Any] | None]] | None = None
+    repeat_of: str | None = None
+    repeat: int = 0
+
+
+def repeat_name(name: str, k: int) -> str:
+    """The name (and directory) of row ``name``'s run with the recipe's seed plus ``k``."""
+    return f"{name} seed+{k}"
 
 
 @dataclass
@@ -81,14 +94,45 @@ class Experiment:
     plot: Callable[[list[dict[str, Any]], Path], list[Path]]
     budget_keys: tuple[str, ...]  # the Budget fields a finished row's numbers depend on
     inputs: dict[str, Any] = field(default_factory=dict)  # data, checkpoint ...: recorded
+    baseline: str | None = None  # the row --seeds tests the others against (None: the first)
+
+
+def with_seeds(experiment: Experiment, seeds: int) -> Experiment:
+    """``experiment`` with each row that can be reseeded run ``seeds`` times: the row itself
+    (the recipe's seed), then its repeats with seed + 1 ... + seeds - 1, each its own row,
+    so that a rerun resumes them and a larger ``seeds`` adds to the ones measured."""
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
+    if seeds == 1:
+        return experiment
+    if not any(row.reseed for row in experiment.rows):
+        raise UserError(
+            f"experiment {experiment.name} has no row to repeat with other seeds "
+            "(its rows train nothing): --seeds needs a training experiment"
+        )
+    rows = []
+    for row in experiment.rows:
+        rows.append(row)
+        for k in range(1, seeds if row.reseed else 1):
+            name = repeat_name(row.name, k)
+            rows.append(Row(name, row.reseed(k), row.cost, repeat_of=row.name, repeat=k))
+    return dataclasses.replace(experiment, rows=rows)
 
 
 def run_rows(
-    experiment: Experiment, budget: Budget, out: Path, command: str = "", report_only: bool = False
+    experiment: Experiment,
+    budget: Budget,
+    out: Path,
+    command: str = "",
+    report_only: bool = False,
+    seeds: int = 1,
 ) -> dict[str, Any]:
     """Run the rows missing from ``out/results.json`` that no other process holds (none when
-    ``report_only``: a look at a table still being filled); write results.json/.md and plots
-    (of every row finished so far, by any process)."""
+    ``report_only``: a look at a table still being filled), each ``seeds`` times where it can
+    be (``with_seeds``); write results.json/.md and plots (of every row finished so far, by
+    any process)."""
+    planned = experiment
+    experiment = with_seeds(experiment, seeds)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     relevant = {k: getattr(budget, k) for k in experiment.budget_keys}
@@ -121,22 +165,43 @@ def run_rows(
             if measured is None:  # out of budget: stop here, a rerun continues
                 break
             finished = {"name": row.name, **measured, "wall_s": time.monotonic() - start}
+            if row.repeat_of is not None:
+                finished |= {"repeat_of": row.repeat_of, "repeat": row.repeat}
             with exclusive_lock(out / "locks" / "results.json"):
                 results = _merge(_load(path, experiment, relevant), finished, experiment)
                 write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
         bar.update(row.cost)
     bar.close()
+    return _write_report(planned, out, relevant, command)
+
+
+def _write_report(
+    experiment: Experiment, out: Path, relevant: dict[str, Any], command: str
+) -> dict[str, Any]:
+    """results.md and the plots from the rows in results.json: the experiment's own report
+    and plots of each row's first run, then the seeds' table when there are repeats (those
+    of an earlier ``--seeds`` too: a rerun with fewer seeds keeps and reports them)."""
+    path = out / "results.json"
     with exclusive_lock(out / "locks" / "results.json"):
         results = _load(path, experiment, relevant)
         rows = results["rows"]
+        firsts = [r for r in rows if "repeat_of" not in r]
+        repeats = len(rows) - len(firsts)
         header = (
             f"# {experiment.name}\n\n{_date()}; command: `{command or 'aiayn experiment ' + experiment.name}`; "
             f"budget: {', '.join(f'{k}={v}' for k, v in relevant.items())}; "
-            f"{len(rows)} of {len(experiment.rows)} rows.\n\n"
+            f"{len(firsts)} of {len(experiment.rows)} rows"
+            + (f", and {repeats} repeats with other seeds" if repeats else "")
+            + ".\n\n"
         )
-        body = experiment.report(rows) if rows else "No row fitted in the budget yet."
+        body = experiment.report(firsts) if firsts else "No row fitted in the budget yet."
+        if repeats:
+            from .seeds import seeds_report, seeds_summary  # seeds uses this module's tables
+
+            results["seeds"] = seeds_summary(rows, experiment.baseline or experiment.rows[0].name)
+            body += "\n\n" + seeds_report(results["seeds"])
         write_text_atomic(out / "results.md", header + body + "\n")
-        results["plots"] = [p.name for p in experiment.plot(rows, out)] if rows else []
+        results["plots"] = [p.name for p in experiment.plot(firsts, out)] if firsts else []
         write_text_atomic(path, json.dumps(results, indent=2, ensure_ascii=False))
     return results
 
@@ -148,9 +213,18 @@ def _finished(results: dict[str, Any], name: str) -> bool:
 def _merge(
     results: dict[str, Any], finished: dict[str, Any], experiment: Experiment
 ) -> dict[str, Any]:
-    """``results`` with ``finished`` added, rows in the experiment's order."""
+    """``results`` with ``finished`` added, rows in the experiment's order, each row's repeats
+    after it by seed. The repeats of a planned row are kept even when this run does not plan
+    them (they were measured with a larger ``--seeds``)."""
     done = {r["name"]: r for r in results["rows"]} | {finished["name"]: finished}
-    return {**results, "rows": [done[r.name] for r in experiment.rows if r.name in done]}
+    order = {row.name: i for i, row in enumerate(experiment.rows)}
+    kept = [r for r in done.values() if r.get("repeat_of", r["name"]) in order]
+    return {
+        **results,
+        "rows": sorted(
+            kept, key=lambda r: (order[r.get("repeat_of", r["name"])], r.get("repeat", 0))
+        ),
+    }
 
 
 def _load(path: Path, experiment: Experiment, relevant: dict[str, Any]) -> dict[str, Any]:

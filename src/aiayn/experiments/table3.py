@@ -148,6 +148,38 @@ def noise(rows: list[dict[str, Any]], key: str) -> float:
     return abs(found["base"] - found[SEED_ROW]) if len(found) == 2 else 0.0
 
 
+COLUMNS = [
+    "row",
+    "paper change",
+    "our change",
+    "params (M)",
+    "paper params (M)",
+    "PPL",
+    "paper PPL",
+    "BLEU",
+    "paper BLEU",
+    "PPL vs base (ours/paper)",
+    "BLEU vs base (ours/paper)",
+    "tokens/s",
+]
+
+
+def _cells(r: dict[str, Any]) -> list[Any]:
+    """A row's cells up to the paper's BLEU: what changed, its size, ours and the paper's."""
+    paper_ppl, paper_bleu = PAPER.get(r["name"], (None, None))
+    return [
+        r["name"],
+        paper_change(r["name"]),
+        _describe({k: v for k, v in r["variant"].items() if k != "P_drop" or v != 0.1}),
+        r["params"] / 1e6,
+        PRESETS[r["name"]].paper_params_m if r["name"] in PAPER else None,
+        r["valid_ppl"],
+        paper_ppl,
+        r["bleu"],
+        paper_bleu,
+    ]
+
+
 def report(rows: list[dict[str, Any]]) -> str:
     base = next((r for r in rows if r["name"] == "base"), None)
     if base is None:
@@ -166,38 +198,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             direction(r["bleu"], base["bleu"], PAPER[r["name"]][1], pb_bleu, False, bleu_noise),
         )
 
-    table = markdown_table(
-        [
-            "row",
-            "paper change",
-            "our change",
-            "params (M)",
-            "paper params (M)",
-            "PPL",
-            "paper PPL",
-            "BLEU",
-            "paper BLEU",
-            "PPL vs base (ours/paper)",
-            "BLEU vs base (ours/paper)",
-            "tokens/s",
-        ],
-        [
-            [
-                r["name"],
-                paper_change(r["name"]),
-                _describe({k: v for k, v in r["variant"].items() if k != "P_drop" or v != 0.1}),
-                r["params"] / 1e6,
-                PRESETS[r["name"]].paper_params_m if r["name"] in PAPER else None,
-                r["valid_ppl"],
-                PAPER.get(r["name"], (None, None))[0],
-                r["bleu"],
-                PAPER.get(r["name"], (None, None))[1],
-                *verdicts(r),
-                r["tokens_per_s"],
-            ]
-            for r in rows
-        ],
-    )
+    table = markdown_table(COLUMNS, [[*_cells(r), *verdicts(r), r["tokens_per_s"]] for r in rows])
     ppl = [verdicts(r)[0] for r in paper_rows if r is not base]
     agree, against = sum(v.endswith("✓") for v in ppl), sum(v.endswith("✗") for v in ppl)
     within = sum(v.startswith("same/") and not v.endswith("/same") for v in ppl)

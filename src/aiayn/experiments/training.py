@@ -21,7 +21,7 @@ from ..model import count_parameters
 from ..train.config import recipe_config
 from ..train.trainer import Trainer
 from .inputs import Corpus
-from .runner import Budget, Experiment, Row
+from .runner import Budget, Experiment, Row, repeat_name
 
 
 def train_row(
@@ -32,10 +32,13 @@ def train_row(
     train: dict[str, Any] | None = None,
     data: Path | None = None,
     bleu: bool = True,
+    repeat: int = 0,
 ) -> dict[str, Any]:
     """Train ``budget.updates`` updates of the demo recipe with ``model``/``train`` overrides
-    into ``out`` (resuming there if interrupted), and score the last checkpoint."""
+    into ``out`` (resuming there if interrupted), and score the last checkpoint. ``repeat``:
+    the recipe's seed plus this (``--seeds``), unless ``train`` sets the seed."""
     demo = recipe_config("demo", data=str(data or corpus.data), out=str(out))  # budget below
+    seeded = {"seed": demo.seed + repeat} if repeat else {}
     cfg = dataclasses.replace(
         demo,
         preset=budget.preset,
@@ -47,7 +50,7 @@ def train_row(
         save_every_minutes=5.0,
         keep_last=1,
         num_threads=budget.threads,
-        **(train or {}),
+        **{**seeded, **(train or {})},
     )
     summary = Trainer(cfg, device="cpu").run()
     model_cfg = cfg.model_config(vocab_size=len(Vocab.load(Path(cfg.data) / "spm.model")))
@@ -59,6 +62,7 @@ def train_row(
         "valid_ppl": summary["valid_ppl"],
         "model": dataclasses.asdict(model_cfg),
         "eps_ls": cfg.eps_ls,
+        "seed": cfg.seed,
         "checkpoint": summary["checkpoint"],
     }
     if bleu:
@@ -72,9 +76,16 @@ def train_row(
 
 
 def training_experiment(
-    name: str, rows: list[Row], *, corpus: Corpus, report: Callable, plot: Callable
+    name: str,
+    rows: list[Row],
+    *,
+    corpus: Corpus,
+    report: Callable,
+    plot: Callable,
+    baseline: str | None = None,
 ) -> Experiment:
-    """An experiment whose rows train models: their numbers depend on the same budget keys."""
+    """An experiment whose rows train models: their numbers depend on the same budget keys.
+    ``baseline``: the row ``--seeds`` tests the others against (None: the first)."""
     return Experiment(
         name=name,
         rows=rows,
@@ -82,6 +93,7 @@ def training_experiment(
         plot=plot,
         budget_keys=("preset", "updates", "sentences", "max_tokens"),
         inputs=corpus.record(),
+        baseline=baseline,
     )
 
 
@@ -93,14 +105,19 @@ def variant_rows(
     data: Path | None = None,
 ) -> list[Row]:
     """One training row per variant, name -> (model overrides, training overrides) on the demo
-    recipe, each in ``out/rows/NAME``; the ETA weighs rows by their FLOPs per token."""
+    recipe, each in ``out/rows/NAME``; the ETA weighs rows by their FLOPs per token. A row
+    can be reseeded (``--seeds``) unless its overrides set the seed."""
     base = ModelConfig.preset(budget.preset)
 
-    def runner(name: str, model: dict[str, Any], train: dict[str, Any]):
+    def runner(name: str, model: dict[str, Any], train: dict[str, Any], k: int = 0):
+        where = out / "rows" / (repeat_name(name, k) if k else name)
         return lambda: {
-            **train_row(out / "rows" / name, corpus, budget, model, train, data=data),
+            **train_row(where, corpus, budget, model, train, data=data, repeat=k),
             "variant": {**model, **train},
         }
+
+    def reseed(name: str, model: dict[str, Any], train: dict[str, Any]):
+        return None if "seed" in train else lambda k: runner(name, model, train, k)
 
     return [
         Row(
@@ -108,6 +125,7 @@ def variant_rows(
             runner(name, model, train),
             cost=forward_flops(ModelConfig.preset(budget.preset, **model), [30], [30])
             / forward_flops(base, [30], [30]),
+            reseed=reseed(name, model, train),
         )
         for name, (model, train) in variants.items()
     ]

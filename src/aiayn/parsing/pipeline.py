@@ -273,11 +273,7 @@ def evaluate_parser(
     inputs = [gold_path(data_dir, split), *checkpoint_files(Path(checkpoint))]
     for output in (trees_path, report_path):
         check_not_input(output, inputs, option="--out")
-    gold = read_tree_lines(gold_path(data_dir, split))
-    if limit is not None:
-        gold = gold[:limit]
-    if any(tree is None for tree in gold):
-        raise UserError(f"{gold_path(data_dir, split)} has a blank line")
+    gold = _gold_trees(data_dir, split, limit)
     model, vocab = load_translator(checkpoint, device)
     check_vocab(data_dir, vocab)
     leaves = prepared_leaves(data_dir)
@@ -295,15 +291,9 @@ def evaluate_parser(
     repaired = sum(flag for _, flag in parsed)
     result = evalb_score(gold, predicted)
     write_lines_atomic(trees_path, [to_bracketed(t) for t in predicted])
-    header = (
-        f"checkpoint {checkpoint}\nsplit {split}: {len(gold)} sentences\n"
-        f"decode beam={decode.beam} alpha={decode.alpha} "
-        f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}"
-        f"{' constrained to well-formed trees' if constrained else ''}\n"
-        f"repaired outputs {repaired} of {len(gold)}\n\n"
-    )
+    header = _header(checkpoint, split, len(gold), decode, constrained, repaired)
     write_lines_atomic(report_path, (header + result.format_report()).splitlines())
-    summary = {
+    return {
         "split": split,
         "sentences": len(gold),
         "constrained": constrained,
@@ -314,17 +304,47 @@ def evaluate_parser(
         "skipped": result.n_skipped,
         "predictions": str(trees_path),
         "report": str(report_path),
+        **_scores(result),
     }
+
+
+def _header(
+    checkpoint: str | Path,
+    split: str,
+    n: int,
+    decode: DecodeConfig,
+    constrained: bool,
+    repaired: int,
+) -> str:
+    """What the EVALB report says above EVALB's own summary: what was parsed, and how."""
+    return (
+        f"checkpoint {checkpoint}\nsplit {split}: {n} sentences\n"
+        f"decode beam={decode.beam} alpha={decode.alpha} "
+        f"max_len={decode.max_len_a:g}*src+{decode.max_len_b}"
+        f"{' constrained to well-formed trees' if constrained else ''}\n"
+        f"repaired outputs {repaired} of {n}\n\n"
+    )
+
+
+def _gold_trees(data_dir: str | Path, split: str, limit: int | None) -> list[Tree]:
+    """The split's gold trees (its first ``limit``), or ``UserError`` for a blank line."""
+    gold = read_tree_lines(gold_path(data_dir, split))
+    if limit is not None:
+        gold = gold[:limit]
+    if any(tree is None for tree in gold):
+        raise UserError(f"{gold_path(data_dir, split)} has a blank line")
+    return gold
+
+
+def _scores(result: Any) -> dict[str, float]:
+    """EVALB's precision, recall, F1 and complete match, for all sentences and len <= 40."""
+    scores = {}
     for name, totals in (("", result.all), ("_le40", result.short)):
-        summary.update(
-            {
-                f"precision{name}": totals.precision,
-                f"recall{name}": totals.recall,
-                f"f1{name}": totals.f1,
-                f"complete_match{name}": totals.complete_match,
-            }
-        )
-    return summary
+        scores[f"precision{name}"] = totals.precision
+        scores[f"recall{name}"] = totals.recall
+        scores[f"f1{name}"] = totals.f1
+        scores[f"complete_match{name}"] = totals.complete_match
+    return scores
 
 
 def parse_lines(

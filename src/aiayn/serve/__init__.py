@@ -10,14 +10,17 @@ into answers with the library's decoding; ``app`` holds the routes, limits and e
 """
 
 from .app import Limits, TranslateRequest, create_app
-from .batcher import Batcher, BatchStats, ShuttingDown
+from .batcher import Batcher, BatchStats, DeadlinePassed, Overloaded, QueueFull, ShuttingDown
 from .server import make_server, run_server
 from .translator import TranslateJob, Translator
 
 __all__ = [
     "BatchStats",
     "Batcher",
+    "DeadlinePassed",
     "Limits",
+    "Overloaded",
+    "QueueFull",
     "ShuttingDown",
     "TranslateJob",
     "TranslateRequest",

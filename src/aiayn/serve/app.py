@@ -11,16 +11,23 @@
 Every error is JSON ``{"error": "one line"}``: 400 malformed JSON; 415 a body not sent as
 JSON; 422 wrong type, unknown field, bad value, text that is not Unicode; 413 over a limit (a
 body over ``Limits.max_body_bytes`` is refused before it is read); 500 when decoding that
-request failed (the others in its batch are answered); 503 while shutting down. Decoding runs
-on the batcher's worker thread, never on the event loop; a request whose client hangs up
-while it waits is dropped undecoded.
+request failed (the others in its batch are answered; the message names the request id under
+which the log holds the traceback, never the exception's text); 503 while shutting down, and
+503 with ``Retry-After`` when the server sheds load (``Limits.max_queue`` requests already
+waiting, or the request's decode not started ``Limits.deadline_s`` after it came). Every
+answer carries ``X-Request-ID`` (the client's own, when it sent a sane one). Decoding runs on
+the batcher's worker thread, never on the event loop; a request whose client hangs up while
+it waits is dropped undecoded.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass
 from importlib.resources import files
 from typing import Annotated, TypeVar
@@ -29,19 +36,22 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
 from ..errors import UserError
-from .batcher import Batcher, ShuttingDown
+from .batcher import Batcher, Overloaded, ShuttingDown
 from .translator import TranslateJob, Translator
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32  # also the most samples per sentence
 SAMPLING = ("top_k", "top_p", "temperature", "seed")  # the fields that need "sample": true
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")  # a client's own X-Request-ID: no spaces
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,8 @@ class Limits:
     max_sentences: int = 64  # sentences per request
     max_batch_tokens: int = 4000  # source tokens of the requests decoded together; 0: no batching
     max_wait_ms: float = 5.0  # how long the first waiting request waits for company
+    max_queue: int = 256  # requests waiting for a decode; more are refused (503) at once
+    deadline_s: float = 30.0  # a request whose decode has not started by then gets a 503
 
     def __post_init__(self) -> None:
         for name, least in (
@@ -59,9 +71,12 @@ class Limits:
             ("max_sentences", 1),
             ("max_batch_tokens", 0),
             ("max_wait_ms", 0),
+            ("max_queue", 1),
         ):
             if getattr(self, name) < least:
                 raise UserError(f"{name} must be >= {least}, got {getattr(self, name)}")
+        if not 0 < self.deadline_s < float("inf"):
+            raise UserError(f"deadline_s must be > 0 and finite, got {self.deadline_s}")
 
     @property
     def max_body_bytes(self) -> int:
@@ -205,6 +220,29 @@ class BodyLimit:
         await _error(413, message, headers={"connection": "close"})(scope, receive, send)
 
 
+class RequestId:
+    """ASGI middleware: every answer carries an ``X-Request-ID`` header, the client's own when
+    it is sane (``REQUEST_ID``), else a new one; the app reads it as ``request.state.request_id``
+    to name the request in the log."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = Headers(scope=scope).get("x-request-id", "")
+        request_id = given if REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        scope = {**scope, "state": {**scope.get("state", {}), "request_id": request_id}}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     """``receive`` for the app: the body read already, then the client's (its disconnect)."""
     sent = False
@@ -287,7 +325,21 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
 
     ``app.state.batcher.stop(drain_s)`` begins a shutdown (``server.make_server`` calls it).
     """
+    app = FastAPI(
+        title="aiayn",
+        summary="Transformer translation with dynamic batching",
+        lifespan=_lifespan(translator, limits),
+    )
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    app.add_middleware(RequestId)  # the outermost: every answer names its request
+    _add_error_handlers(app)
+    _add_routes(app, translator, limits)
+    return app
 
+
+def _lifespan(
+    translator: Translator, limits: Limits
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.batcher = Batcher(
@@ -296,18 +348,18 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
             key=lambda job: job.key,
             max_cost=limits.max_batch_tokens,
             max_wait_s=limits.max_wait_ms / 1000,
+            max_queue=limits.max_queue,
+            deadline_s=limits.deadline_s,
         )
         try:
             yield
         finally:  # uvicorn has let the requests in flight finish; decode what is still queued
             await asyncio.to_thread(app.state.batcher.close)
 
-    app = FastAPI(
-        title="aiayn", summary="Transformer translation with dynamic batching", lifespan=lifespan
-    )
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
-    page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+    return lifespan
 
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
         if (problem := _not_json(request, err)) is not None:
@@ -318,56 +370,18 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
     async def http_error(request: Request, err: HTTPException) -> JSONResponse:
         return _error(err.status_code, str(err.detail))
 
+    @app.exception_handler(_Refused)
+    async def refused(request: Request, err: _Refused) -> JSONResponse:
+        return _error(err.status, str(err))
+
+
+def _add_routes(app: FastAPI, translator: Translator, limits: Limits) -> None:
+    page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+
     @app.post("/translate")
     async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
-        if len(body.text) > limits.max_sentences:
-            return _error(
-                413,
-                f"text has {len(body.text)} sentences; the limit is {limits.max_sentences} per request",
-            )
-        chars = sum(len(line) for line in body.text)
-        if chars > limits.max_chars:
-            return _error(
-                413, f"text has {chars} characters; the limit is {limits.max_chars} per request"
-            )
-        sources = translator.encode(body.text)
-        for i, src in enumerate(sources):
-            if len(src) > translator.max_source_tokens:
-                return _error(
-                    413,
-                    f"text[{i}] is {len(src)} subword tokens; the model reads at most "
-                    f"{translator.max_source_tokens}",
-                )
-        config = body.decode_config()
-        if body.seed is not None and not translator.engine.seeded_samples:
-            return _error(
-                422,
-                f"seed: the {translator.engine.name} engine seeds its sampler once per process, "
-                "not per request; leave seed out",
-            )
-        try:  # checked here, so that a bad one is a 422 before any decoding
-            constraints = translator.constraints(sources, config, body.prefix, body.constraints)
-            layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
-        except UserError as err:
-            return _error(422, str(err))
-        job = TranslateJob(
-            sources,
-            config,
-            body.attention,
-            sampling=body.sampling(),
-            constraints=constraints,
-            alignment_layer=layer,
-        )
-        batcher: Batcher = request.app.state.batcher
-        try:
-            answers = await _unless_hung_up(request, batcher.submit(job))
-        except ShuttingDown as err:
-            return _error(503, str(err))
-        except Exception as err:  # this request only: the batcher answered the others
-            return _error(500, f"decoding failed: {type(err).__name__}: {err}")
-        if answers is None:  # nobody reads this; 499 is what access logs call a hang-up
-            return _error(499, "the client closed the connection")
-        return JSONResponse({"translations": answers})
+        sources = _sources(translator, limits, body)
+        return await _decoded(request, _translate_job(translator, body, sources))
 
     @app.get("/health")
     async def health(request: Request) -> dict:
@@ -386,4 +400,81 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
     async def index() -> str:
         return page
 
-    return app
+
+class _Refused(Exception):
+    """A request answered with an error before any decoding."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _sources(translator: Translator, limits: Limits, body: TranslateRequest) -> list[list[int]]:
+    """The request's source ids, or ``_Refused`` (413) when it is over a limit."""
+    if len(body.text) > limits.max_sentences:
+        raise _Refused(
+            413,
+            f"text has {len(body.text)} sentences; the limit is {limits.max_sentences} per request",
+        )
+    chars = sum(len(line) for line in body.text)
+    if chars > limits.max_chars:
+        raise _Refused(
+            413, f"text has {chars} characters; the limit is {limits.max_chars} per request"
+        )
+    sources = translator.encode(body.text)
+    for i, src in enumerate(sources):
+        if len(src) > translator.max_source_tokens:
+            raise _Refused(
+                413,
+                f"text[{i}] is {len(src)} subword tokens; the model reads at most "
+                f"{translator.max_source_tokens}",
+            )
+    return sources
+
+
+def _translate_job(
+    translator: Translator, body: TranslateRequest, sources: list[list[int]]
+) -> TranslateJob:
+    """What the batcher hands to ``translator.decode``: the one place a request's decoding
+    settings are built, each mistake a 422 (``_Refused``) before any decoding."""
+    config = body.decode_config()
+    if body.seed is not None and not translator.engine.seeded_samples:
+        raise _Refused(
+            422,
+            f"seed: the {translator.engine.name} engine seeds its sampler once per process, "
+            "not per request; leave seed out",
+        )
+    try:
+        constraints = translator.constraints(sources, config, body.prefix, body.constraints)
+        layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
+    except UserError as err:
+        raise _Refused(422, str(err)) from None
+    return TranslateJob(
+        sources,
+        config,
+        body.attention,
+        sampling=body.sampling(),
+        constraints=constraints,
+        alignment_layer=layer,
+    )
+
+
+async def _decoded(request: Request, job: TranslateJob) -> JSONResponse:
+    """``job`` through the batcher, as the answer to send; a failure's traceback goes to the
+    log under the request's id, never into the answer (it may hold server paths or input)."""
+    batcher: Batcher = request.app.state.batcher
+    try:
+        answers = await _unless_hung_up(request, batcher.submit(job))
+    except ShuttingDown as err:
+        return _error(503, str(err))
+    except Overloaded as err:
+        return _error(503, str(err), headers={"Retry-After": str(err.retry_after_s)})
+    except Exception as err:  # this request only: the batcher answered the others
+        request_id = request.state.request_id
+        log.error("request %s: decoding failed", request_id, exc_info=err)
+        return _error(
+            500, f"decoding failed; the server's log has the details under request id {request_id}"
+        )
+    if answers is None:  # nobody reads this; 499 is what access logs call a hang-up
+        return _error(499, "the client closed the connection")
+    return JSONResponse({"translations": answers})
