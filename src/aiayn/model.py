@@ -767,10 +767,13 @@ class DecoderCache:
         return None if self.ancestry is None else self.ancestry.size(0)
 
     def _self_bias(self, m: int, first: int) -> Tensor:
-        """(n*h, b*m, P*W): 0 where a new query may see a slot, -inf elsewhere."""
+        """(n*h, b*m, P*W): 0 where a new query may see a slot, -inf elsewhere; with one slot
+        per position and one new query per row, it may see every slot (no mask)."""
         assert self.ancestry is not None
         keys = self.layers[0].keys
         (n, h), W, end = keys.shape[:2], keys.size(3), self.step
+        if W == 1 and m == 1:
+            return self.no_bias
         slots = torch.arange(W, device=keys.device)
         visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
         if m > 1:  # several new positions: causal (and windowed) among themselves
