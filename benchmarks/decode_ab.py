@@ -109,15 +109,13 @@ def main() -> None:
                 print(f"[evaluate] outputs equal: {same} / {len(old)}")
     for job, by_tree in results.items():
         for key in by_tree["old"][0]:
-            median = {n: statistics.median(r[key] for r in runs) for n, runs in by_tree.items()}
-            better = median["old"] / median["new"] if key.endswith("_s") else None
-            ratio = better or median["new"] / median["old"]
-            print(
-                f"[{job}] {key}: old {median['old']:.2f}  new {median['new']:.2f}  "
-                f"new/old speed {ratio:.2f}"
-                if key != "sacrebleu"
-                else f"[{job}] sacrebleu: old {median['old']:.2f}  new {median['new']:.2f}"
-            )
+            old, new = (statistics.median(r[key] for r in by_tree[n]) for n in ("old", "new"))
+            line = f"[{job}] {key}: old {old:.2f}  new {new:.2f}"
+            if key == "decode_s":
+                line += f"  new/old speed {old / new:.2f}"
+            elif key.endswith("tok/s"):
+                line += f"  new/old speed {new / old:.2f}"
+            print(line)
 
 
 if __name__ == "__main__":
