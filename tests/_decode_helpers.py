@@ -38,11 +38,12 @@ class ScriptedModel:
     def src_mask(self, src):
         return (src != PAD)[:, None, None, :]
 
-    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
-        assert memory.size(0) == src_mask.size(0) and tgt_in.size(0) % memory.size(0) == 0
+    def new_cache(self, memory, src_mask, max_len=None):
+        assert memory.size(0) == src_mask.size(0)
+        return PrefixCache([() for _ in range(memory.size(0))])
+
+    def decode_step(self, tgt_in, cache):
         self.steps += 1
-        if cache is None:
-            cache = PrefixCache([() for _ in range(tgt_in.size(0))])
         assert len(cache.rows) == tgt_in.size(0)
         cache.rows = [
             p + tuple(x for x in row if x != BOS) for p, row in zip(cache.rows, tgt_in.tolist())
@@ -51,7 +52,7 @@ class ScriptedModel:
         for r, prefix in enumerate(cache.rows):
             for tok, p in self.table[prefix].items():
                 logits[r, tok] = math.log(p)
-        return logits, cache
+        return logits
 
 
 # P(a)=.6 P(b)=.4; after a: eos .7, a .2, b .1; after b: a .9, eos .1; then eos for sure.

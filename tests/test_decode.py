@@ -17,7 +17,6 @@ from _decode_helpers import (
     TABLE,
     UNK,
     A,
-    PrefixCache,
     ScriptedModel,
     hypotheses,
     random_src,
@@ -161,20 +160,27 @@ class Uncached:
     def src_mask(self, src):
         return self.model.src_mask(src)
 
-    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
-        prefix = tgt_in if cache is None else torch.cat([cache.rows, tgt_in], dim=1)
-        logits, _ = self.model.decode_step(prefix, memory, src_mask, None)
-        cache = cache or PrefixCache([])
-        cache.rows = prefix
-        return logits, cache
+    def new_cache(self, memory, src_mask, max_len=None):
+        return _Prefixes(memory, src_mask, torch.empty(memory.size(0), 0, dtype=torch.long))
+
+    def decode_step(self, tgt_in, cache):
+        cache.rows = torch.cat([cache.rows, tgt_in], dim=1)
+        return self.model.decode_step(cache.rows, self.model.new_cache(cache.memory, cache.mask))
 
 
-def _select_tensor_rows(self, rows, sentences=None):
-    self.rows = self.rows.index_select(0, rows)
+class _Prefixes:
+    """The rows' prefixes and the live sentences' memory, reordered as a cache is."""
+
+    def __init__(self, memory, mask, rows) -> None:
+        self.memory, self.mask, self.rows = memory, mask, rows
+
+    def select(self, rows, sentences=None):
+        self.rows = self.rows.index_select(0, rows)
+        if sentences is not None:
+            self.memory, self.mask = self.memory[sentences], self.mask[sentences]
 
 
-def test_cached_equals_uncached(monkeypatch):
-    monkeypatch.setattr(PrefixCache, "select", _select_tensor_rows)
+def test_cached_equals_uncached():
     model, src = tiny_model(), random_src()
     assert hypotheses(beam_search(model, src, SHORT)) == hypotheses(
         beam_search(Uncached(model), src, SHORT)

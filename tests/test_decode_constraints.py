@@ -31,14 +31,14 @@ class HashedModel:
     def src_mask(self, src):
         return (src != PAD)[:, None, None, :]
 
-    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
-        if cache is None:
-            cache = PrefixCache([() for _ in range(tgt_in.size(0))])
+    def new_cache(self, memory, src_mask, max_len=None):
+        return PrefixCache([() for _ in range(memory.size(0))])
+
+    def decode_step(self, tgt_in, cache):
         cache.rows = [
             p + tuple(x for x in r if x != 2) for p, r in zip(cache.rows, tgt_in.tolist())
         ]
-        logits = torch.stack([self.logits(p) for p in cache.rows])
-        return logits, cache
+        return torch.stack([self.logits(p) for p in cache.rows])
 
     @staticmethod
     def logits(prefix: tuple[int, ...]) -> torch.Tensor:

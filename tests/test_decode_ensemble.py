@@ -3,6 +3,7 @@ ensemble of a model with itself is that model, and ``--checkpoint A --checkpoint
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -23,6 +24,7 @@ from _decode_helpers import (
     tiny_model,
 )
 
+import aiayn
 from aiayn.checkpoint import VOCAB, latest_checkpoint, load_transformer
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig, Ensemble, beam_search, score_ids
@@ -73,6 +75,35 @@ def test_ensemble_of_a_model_with_itself_is_the_model():
     ]
     for a, b in zip(alone, twice):
         assert [h.score for h in b] == pytest.approx([h.score for h in a], abs=1e-5)
+
+
+def test_an_ensemble_keeps_nothing_between_calls():
+    """Its models' memories (of two widths) and caches travel in the cache: a fresh Ensemble
+    of the same models at every call, two batches decoded in turns, gives what one Ensemble
+    gives decoding one batch after the other."""
+    torch.manual_seed(3)
+    wide = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", d_model=48, vocab_size=100)).eval()
+    models, batches = [tiny_model(), wide], [random_src(3), random_src(2, seed=4)]
+
+    def decode(ensembles, order: list[int]) -> dict[int, list[torch.Tensor]]:
+        caches = [
+            next(ensembles).new_cache(next(ensembles).encode(src), models[0].src_mask(src))
+            for src in batches
+        ]
+        tokens = [torch.full((src.size(0), 1), BOS) for src in batches]
+        found: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+        for i in order:
+            found[i].append(next(ensembles).decode_step(tokens[i], caches[i]))
+            tokens[i] = found[i][-1].argmax(-1, keepdim=True)
+        return found
+
+    fresh = (Ensemble(models) for _ in itertools.count())
+    turns, one_by_one = (
+        decode(fresh, [0, 1, 0, 1, 0, 1]),
+        decode(itertools.repeat(Ensemble(models)), [0, 0, 0, 1, 1, 1]),
+    )
+    for i in (0, 1):
+        assert all(torch.equal(a, b) for a, b in zip(turns[i], one_by_one[i], strict=True))
 
 
 # --- aiayn translate / score --checkpoint A --checkpoint B -----------------------------------------

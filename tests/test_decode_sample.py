@@ -136,23 +136,24 @@ class SourceHashedModel:
     hash), whatever the batch: what sampling draws from when float rounding plays no part."""
 
     def encode(self, src):
-        return src.float().unsqueeze(-1)  # (n, S, 1): each row's source, for decode_step
+        return src.float().unsqueeze(-1)  # (n, S, 1): each row's source, for new_cache
 
     def src_mask(self, src):
         return (src != PAD)[:, None, None, :]
 
-    def decode_step(self, tgt_in, memory, src_mask, cache=None, max_len=None):
-        if cache is None:
-            cache = PrefixCache([() for _ in range(tgt_in.size(0))])
-        cache.rows = [p + tuple(r) for p, r in zip(cache.rows, tgt_in.tolist())]
+    def new_cache(self, memory, src_mask, max_len=None):
         sources = [tuple(int(t) for t in row if t) for row in memory.squeeze(-1).tolist()]
+        return PrefixCache([(source, ()) for source in sources])  # (source, prefix) per row
+
+    def decode_step(self, tgt_in, cache):
+        cache.rows = [(s, p + tuple(r)) for (s, p), r in zip(cache.rows, tgt_in.tolist())]
         logits = []
-        for source, prefix in zip(sources, cache.rows):
+        for source, prefix in cache.rows:
             g = torch.Generator().manual_seed(hash((source, prefix)) % 2**31)
             x = torch.randn(12, generator=g) * 2
             x[EOS] += 1.0
             logits.append(x)
-        return torch.stack(logits), cache
+        return torch.stack(logits)
 
 
 def test_a_sentences_draws_do_not_depend_on_its_batch_mates():

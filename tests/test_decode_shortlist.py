@@ -102,9 +102,11 @@ class _Masked:
     def src_mask(self, src):
         return self.model.src_mask(src)
 
-    def decode_step(self, *args, **kwargs):
-        logits, cache = self.model.decode_step(*args, **kwargs)
-        return logits.masked_fill(self.outside, float("-inf")), cache
+    def new_cache(self, memory, src_mask, max_len=None):
+        return self.model.new_cache(memory, src_mask, max_len=max_len)
+
+    def decode_step(self, tgt_in, cache):
+        return self.model.decode_step(tgt_in, cache).masked_fill(self.outside, float("-inf"))
 
 
 @pytest.mark.parametrize("frequent,best", [(300, 50), (5, 2), (0, 1)])
@@ -137,14 +139,15 @@ def test_each_sentences_output_layer_is_its_rows_of_the_embedding(model_vocab):
     restricted = Shortlisted(model, table, real)
     src = torch.tensor([[5, 6, 3], [8, 3, 0]])
     memory, mask = model.encode(src), model.src_mask(src)
-    full, _ = model.decode_step(torch.full((4, 1), 2), memory, mask)  # 2 beams each, bos
-    part, cache = restricted.decode_step(torch.full((4, 1), 2), memory, mask)  # bos is entry 2
+    full = model.decode_step(torch.full((4, 1), 2), model.new_cache(memory, mask))  # 2 beams each
+    cache = restricted.new_cache(memory, mask)
+    part = restricted.decode_step(torch.full((4, 1), 2), cache)  # bos is entry 2
     torch.testing.assert_close(part[:2], full[:2, table[0]], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(part[2:, :5], full[2:, table[1, :5]], rtol=1e-5, atol=1e-5)
     assert torch.isinf(part[2:, 5]).all()  # padding is never chosen
     # sentence 0 finishes: the second's list stays with it, and entry 4 is its token 7
     cache.select(torch.tensor([2, 3]), sentences=torch.tensor([1]))
-    step, _ = restricted.decode_step(torch.tensor([[4], [4]]), memory[1:], mask[1:], cache)
+    step = restricted.decode_step(torch.tensor([[4], [4]]), cache)
     assert step.shape == (2, 6) and torch.isinf(step[:, 5]).all()
 
 

@@ -35,8 +35,9 @@ def test_the_model_reads_no_value_on_a_device():
     model(src, tgt).sum().backward()
     model.eval()
     memory, mask = model.encode(src), model.src_mask(src)
-    logits, cache = model.decode_step(tgt[:, :1], memory, mask)
-    logits, cache = model.decode_step(tgt[:, 1:2], memory, mask, cache)
+    cache = model.new_cache(memory, mask)
+    model.decode_step(tgt[:, :1], cache)
+    logits = model.decode_step(tgt[:, 1:2], cache)
     assert logits.shape == (3, 100) and cache.step == 2
 
 

@@ -15,10 +15,10 @@ def sample(n: int, g: torch.Generator, length: int = 6) -> torch.Tensor:
 
 
 def greedy(model: Transformer, src: torch.Tensor, steps: int) -> torch.Tensor:
-    memory, mask = model.encode(src), model.src_mask(src)
-    token, cache, out = torch.full((src.size(0), 1), BOS), None, []
+    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    token, out = torch.full((src.size(0), 1), BOS), []
     for _ in range(steps):
-        logits, cache = model.decode_step(token, memory, mask, cache)
+        logits = model.decode_step(token, cache)
         token = logits.argmax(-1, keepdim=True)
         out.append(token)
     return torch.cat(out, dim=1)

@@ -1,5 +1,7 @@
 """The model of section 3: masking, fused vs reference attention, KV cache, counts, tying."""
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -82,13 +84,32 @@ def test_fused_attention_equals_reference(overrides):
     model = make(**overrides)
     src, tgt = batch()
     fused = model(src, tgt)
-    model.set_attention_impl("reference")
-    reference = model(src, tgt)
+    encoder, decoder_self, encoder_decoder = [], [], []  # each gets the weights of every layer
+    memory = model.encode(src, weights=encoder)
+    states = model.decode(tgt, memory, model.src_mask(src), weights=(decoder_self, encoder_decoder))
+    reference = model.generator(states)
     assert torch.allclose(fused, reference, atol=1e-5)
-    weights = model.decoder[0].src_attn.weights  # (B, h, T, S)
+    assert len(encoder) == len(decoder_self) == len(encoder_decoder) == 2
+    weights = encoder_decoder[0]  # (B, h, T, S)
     assert weights is not None and weights.shape == (3, model.cfg.h, 8, 9)
     assert torch.allclose(weights.sum(-1), torch.ones(3, model.cfg.h, 8), atol=1e-5)
     assert torch.all(weights[2, :, :, 4:] == 0)  # padding gets no attention
+
+
+def test_attention_weights_are_returned_and_never_kept_on_the_modules():
+    model = make()
+    src, tgt = batch()
+    weights = model.attention_weights(src[:1], tgt[:1])
+    assert [len(w) for w in weights.values()] == [2, 2, 2]
+    assert weights["encoder-decoder attention"][1].shape == (model.cfg.h, 8, 9)
+    kept = [
+        name
+        for module in model.modules()
+        for name, value in vars(module).items()
+        if isinstance(value, torch.Tensor)
+    ]
+    assert kept == []  # no call leaves a tensor that a later call could read
+    assert "output" not in inspect.signature(model.decode_step).parameters
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)
@@ -97,24 +118,25 @@ def test_cached_decode_step_reproduces_forward(overrides):
     src, tgt = batch()
     full = model(src, tgt)  # (B, T, V)
     memory, mask = model.encode(src), model.src_mask(src)
-    cache = None
+    cache = model.new_cache(memory, mask)
     for t in range(tgt.size(1)):
-        logits, cache = model.decode_step(tgt[:, t : t + 1], memory, mask, cache)
+        logits = model.decode_step(tgt[:, t : t + 1], cache)
         assert torch.allclose(logits, full[:, t], atol=1e-5), f"step {t}"
     # Several tokens at once from an existing cache agree too.
-    _, cache = model.decode_step(tgt[:, :3], memory, mask, None)
-    logits, _ = model.decode_step(tgt[:, 3:6], memory, mask, cache)
+    cache = model.new_cache(memory, mask)
+    model.decode_step(tgt[:, :3], cache)
+    logits = model.decode_step(tgt[:, 3:6], cache)
     assert torch.allclose(logits, full[:, 5], atol=1e-5)
 
 
 def test_cache_select_reorders_rows():
     model = make()
     src, tgt = batch()
-    memory, mask = model.encode(src), model.src_mask(src)
-    _, cache = model.decode_step(tgt[:, :4], memory, mask, None)
+    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    model.decode_step(tgt[:, :4], cache)
     order = torch.tensor([2, 0])
     cache.select(order, sentences=order)
-    logits, _ = model.decode_step(tgt[order, 4:5], memory[order], mask[order], cache)
+    logits = model.decode_step(tgt[order, 4:5], cache)
     assert torch.allclose(logits, model(src, tgt)[order, 4], atol=1e-5)
 
 
@@ -217,18 +239,22 @@ def test_row_b_sets_d_k_independently():
     )  # explicit widths lift divisibility
 
 
-def test_cache_select_without_memory_reorder_is_exact_within_a_sentence():
+def test_cache_select_within_sentences_moves_no_key_or_value():
     model = make()
     src, tgt = batch()
     beams = torch.tensor([0, 0, 1, 1])  # two beams of sentences 0 and 1
-    memory, mask = model.encode(src)[beams], model.src_mask(src)[beams]
+    cache = model.new_cache(model.encode(src[:2]), model.src_mask(src[:2]))  # once per sentence
     prefix = tgt[beams].clone()
     prefix[1, :4] = torch.randint(4, 100, (4,))  # the beams of a sentence differ
-    _, cache = model.decode_step(prefix[:, :4], memory, mask, None)
-    within = torch.tensor([1, 0, 3, 2])  # each beam replaced by the other beam of its sentence
-    cache.select(within)  # sentences=None: the memory k/v rows stay where they are
-    logits, _ = model.decode_step(prefix[within, 4:5], memory, mask, cache)
-    assert torch.allclose(logits, model(src[beams][within], prefix[within, :5])[:, 4], atol=1e-5)
+    model.decode_step(prefix[:, :4], cache)
+    held = [(layer.keys[:, :, :4].clone(), layer.memory_keys.data_ptr()) for layer in cache.layers]
+    within = torch.tensor([1, 0, 3, 3])  # beams swap, or repeat, within their sentence
+    cache.select(within)  # sentences=None: only the rows' ancestry is copied
+    for layer, (keys, memory_keys) in zip(cache.layers, held):
+        assert torch.equal(layer.keys[:, :, :4], keys)  # positions 0-3, where they were
+        assert layer.memory_keys.data_ptr() == memory_keys
+    logits = model.decode_step(prefix[within, 4:5], cache)
+    assert torch.allclose(logits, model(src[beams], prefix[within, :5])[:, 4], atol=1e-5)
 
 
 @pytest.mark.parametrize("overrides", [{}, {"attention_window": 2}, {"norm": "pre"}])
@@ -242,32 +268,34 @@ def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
     model = make(**overrides)
     src, _ = batch()
     g = torch.Generator().manual_seed(5)
-    memory, mask = model.encode(src), model.src_mask(src)
     sentences = torch.arange(3)  # original index of each sentence still decoding
     prefixes = torch.full((3, 1), 2)  # (n*b, t), bos
     b, k, T = 1, 3, 8
     leave = {3: 1, 5: 0}  # step -> the current index of the sentence that leaves after it
-    cache, buffers = None, set()
+    cache, buffers = model.new_cache(model.encode(src), model.src_mask(src), max_len=T), []
     for step in range(T):
-        logits, cache = model.decode_step(prefixes[:, -1:], memory, mask, cache, max_len=T)
+        logits = model.decode_step(prefixes[:, -1:], cache)
         full = model(src[sentences.repeat_interleave(b)], prefixes)[:, -1]
         assert torch.allclose(logits, full, atol=1e-5), f"step {step}"
-        if step >= 2:  # after the fan-out, two buffers per layer take turns: no allocation
-            buffers.add(cache.layers[0].self_kv.k.data_ptr())
+        if step >= 1:  # after the fan-out, keys move only when a sentence leaves
+            buffers.append(cache.layers[0].keys.data_ptr())
         n = sentences.numel()
         parents = torch.randint(0, b, (n, k), generator=g) + (torch.arange(n) * b)[:, None]
         keep = torch.tensor([i for i in range(n) if i != leave.get(step)])
         rows = parents[keep].reshape(-1)
         if step in leave:
             cache.select(rows, sentences=keep)
-            memory, mask, sentences = memory[keep], mask[keep], sentences[keep]
+            sentences = sentences[keep]
         else:
             cache.select(rows)
         prefixes = torch.cat(
             [prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1
         )
         b = k
-    assert sentences.tolist() == [2] and len(buffers) == 2
+    assert sentences.tolist() == [2]
+    # steps 1-3 in one buffer, 4-5 in the other (sentence 1 left), 6-7 back in the first
+    first, second = buffers[0], buffers[3]
+    assert buffers == [first] * 3 + [second] * 2 + [first] * 2 and first != second
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -43,16 +43,12 @@ def test_packed_logits_equal_plain(overrides):
     assert full_fast.shape == full_plain.shape
     torch.testing.assert_close(full_fast, full_plain, atol=1e-4, rtol=1e-4)
     # Incremental decoding too, where the rows per matmul are few (what packing is for).
-    memory_plain, memory_fast = plain.encode(src), fast.encode(src)
     mask = plain.src_mask(src)
-    cache_plain = cache_fast = None
+    cache_plain = plain.new_cache(plain.encode(src), mask, max_len=8)
+    cache_fast = fast.new_cache(fast.encode(src), mask, max_len=8)
     for t in range(tgt.size(1)):
-        step_plain, cache_plain = plain.decode_step(
-            tgt[:, t : t + 1], memory_plain, mask, cache_plain, max_len=8
-        )
-        step_fast, cache_fast = fast.decode_step(
-            tgt[:, t : t + 1], memory_fast, mask, cache_fast, max_len=8
-        )
+        step_plain = plain.decode_step(tgt[:, t : t + 1], cache_plain)
+        step_fast = fast.decode_step(tgt[:, t : t + 1], cache_fast)
         torch.testing.assert_close(step_fast, step_plain, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(step_fast, full_plain[:, t], atol=1e-4, rtol=1e-4)
 

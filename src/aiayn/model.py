@@ -18,16 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import Init, ModelConfig
-
-AttentionImpl = Literal["fused", "reference"]
-
 
 # --- 3.1 Encoder and decoder stacks -----------------------------------------------------
 # Each sub-layer is LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper), or with
@@ -47,23 +43,30 @@ class EncoderLayer(nn.Module):
         self.dropout = UniformDropout(cfg.P_drop)  # 5.4: residual dropout
         self.norm_first = cfg.norm == "pre"
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        """x: (B, S, d_model) -> (B, S, d_model)."""
+    def forward(
+        self, x: Tensor, mask: Tensor | None, weights: list[Tensor] | None = None
+    ) -> Tensor:
+        """x: (B, S, d_model) -> (B, S, d_model); ``weights`` gets the attention weights."""
         if self.norm_first:
-            x = x + self._self_attention(self.self_attn_norm(x), mask)
+            x = x + self._self_attention(self.self_attn_norm(x), mask, weights)
             return x + self._feed_forward(self.ffn_norm(x))
-        x = self.self_attn_norm(x + self._self_attention(x, mask))
+        x = self.self_attn_norm(x + self._self_attention(x, mask, weights))
         return self.ffn_norm(x + self._feed_forward(x))
 
-    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout(self.self_attn(x, mask))
+    def _self_attention(
+        self, x: Tensor, mask: Tensor | None, weights: list[Tensor] | None
+    ) -> Tensor:
+        return self.dropout(self.self_attn(x, mask, weights=weights))
 
     def _feed_forward(self, x: Tensor) -> Tensor:
         return self.dropout(self.feed_forward(x))
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right)."""
+    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right).
+
+    ``forward`` runs whole target sequences (training, teacher forcing); ``step`` runs the new
+    position(s) of incremental decoding against a ``LayerCache``."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -82,41 +85,43 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         self_mask: Tensor | None,
         memory_mask: Tensor | None,
-        cache: LayerCache | None = None,
         is_causal: bool = False,
+        weights: tuple[list[Tensor], list[Tensor]] | None = None,
     ) -> Tensor:
-        """y: (B, T, d_model); memory (n, S, d_model) with B = n*b (see ``MultiHeadAttention``)."""
-        self_kv = cache.self_kv if cache is not None else None
-        memory_kv = self._memory_kv(memory, cache)
+        """y: (B, T, d_model), memory (B, S, d_model) -> (B, T, d_model). ``weights``: two lists
+        that get the self- and encoder-decoder attention weights (see ``MultiHeadAttention``)."""
+        self_w, src_w = weights if weights is not None else (None, None)
+
+        def self_attention(y: Tensor) -> Tensor:
+            return self.self_attn(y, self_mask, is_causal=is_causal, weights=self_w)
+
+        def src_attention(y: Tensor) -> Tensor:
+            kv = self.src_attn.project_kv(memory)
+            return self.src_attn(y, memory_mask, memory_kv=kv, weights=src_w)
+
+        return self._sublayers(y, self_attention, src_attention)
+
+    def step(self, y: Tensor, cache: LayerCache, step: Step) -> Tensor:
+        """y: (n*b, m, d_model), the m new positions of every row -> (n*b, m, d_model)."""
+        return self._sublayers(
+            y,
+            lambda y: self.self_attn.step_self(y, cache, step),
+            lambda y: self.src_attn.step_src(y, cache, step),
+        )
+
+    def _sublayers(
+        self,
+        y: Tensor,
+        self_attention: Callable[[Tensor], Tensor],
+        src_attention: Callable[[Tensor], Tensor],
+    ) -> Tensor:
         if self.norm_first:
-            y = y + self._self_attention(self.self_attn_norm(y), self_mask, self_kv, is_causal)
-            y = y + self._src_attention(self.src_attn_norm(y), memory_kv, memory_mask)
-            return y + self._feed_forward(self.ffn_norm(y))
-        y = self.self_attn_norm(y + self._self_attention(y, self_mask, self_kv, is_causal))
-        y = self.src_attn_norm(y + self._src_attention(y, memory_kv, memory_mask))
-        return self.ffn_norm(y + self._feed_forward(y))
-
-    def _memory_kv(self, memory: Tensor, cache: LayerCache | None) -> tuple[Tensor, Tensor]:
-        """The memory's keys and values, projected once per sentence when decoding."""
-        if cache is not None and cache.memory_kv is not None:
-            return cache.memory_kv
-        memory_kv = self.src_attn.project_kv(memory)
-        if cache is not None:
-            cache.memory_kv = memory_kv
-        return memory_kv
-
-    def _self_attention(
-        self, y: Tensor, mask: Tensor | None, cache: KVCache | None, is_causal: bool
-    ) -> Tensor:
-        return self.dropout(self.self_attn(y, mask, cache=cache, is_causal=is_causal))
-
-    def _src_attention(
-        self, y: Tensor, memory_kv: tuple[Tensor, Tensor], mask: Tensor | None
-    ) -> Tensor:
-        return self.dropout(self.src_attn(y, mask, memory_kv=memory_kv))
-
-    def _feed_forward(self, y: Tensor) -> Tensor:
-        return self.dropout(self.feed_forward(y))
+            y = y + self.dropout(self_attention(self.self_attn_norm(y)))
+            y = y + self.dropout(src_attention(self.src_attn_norm(y)))
+            return y + self.dropout(self.feed_forward(self.ffn_norm(y)))
+        y = self.self_attn_norm(y + self.dropout(self_attention(y)))
+        y = self.src_attn_norm(y + self.dropout(src_attention(y)))
+        return self.ffn_norm(y + self.dropout(self.feed_forward(y)))
 
 
 # --- 3.2.1 Scaled dot-product attention -------------------------------------------------
@@ -179,6 +184,19 @@ def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
 
 
+def cached_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+    """softmax(Q K^T * scale + bias) V for the few new queries of a decode step, as two batched
+    matrix products: for one query a fused attention kernel costs several times its arithmetic.
+
+    q: (n, h, Q, d_k), k: (n, h, K, d_k), v: (n, h, K, d_v) -> (n, h, Q, d_v); bias: (n*h, Q, K)
+    or broadcastable to it, 0 where a query may attend and -inf elsewhere.
+    """
+    n, h, Q, d_k = q.shape
+    keys = k.flatten(0, 1).transpose(1, 2)  # (n*h, d_k, K), a view of the cache
+    scores = torch.baddbmm(bias, q.reshape(n * h, Q, d_k), keys, alpha=scale)  # (n*h, Q, K)
+    return torch.bmm(torch.softmax(scores, dim=-1), v.flatten(0, 1)).view(n, h, Q, -1)
+
+
 # --- 3.2.2 Multi-head attention ---------------------------------------------------------
 
 
@@ -204,8 +222,6 @@ class MultiHeadAttention(nn.Module):
             self.W_Q = nn.Linear(cfg.d_model, qk)
             self.W_KV = nn.Linear(cfg.d_model, qk + v)
         self.W_O = nn.Linear(v, cfg.d_model)
-        self.impl: AttentionImpl = "fused"
-        self.weights: Tensor | None = None  # last attention weights, reference path only
 
     def reset_parameters(self, init: Init) -> None:
         """W_O: Xavier-uniform, bias 0. W_Q, W_K, W_V: "xavier" treats a stacked matrix (W_QKV,
@@ -248,40 +264,70 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         mask: Tensor | None,
         memory_kv: tuple[Tensor, Tensor] | None = None,
-        cache: KVCache | None = None,
         is_causal: bool = False,
+        weights: list[Tensor] | None = None,
     ) -> Tensor:
         """x: (B, T, d_model) -> (B, T, d_model).
 
-        Self-attention: keys/values come from x; when decoding they are appended to ``cache``
-        and the query attends to every position there.
-        Encoder-decoder attention: keys/values are ``memory_kv`` (n, h, S, d) of n sentences
-        (see ``project_kv``) and B = n*b: rows i*b .. i*b+b-1 are b target sequences of
-        sentence i (the beams of beam search). They share its keys/values, so the b*T queries
-        of a sentence attend together, which avoids b copies of the memory.
+        Self-attention: keys and values come from x. Encoder-decoder attention: they are
+        ``memory_kv`` (B, h, S, d) (see ``project_kv``). ``weights``: a list that gets this
+        call's attention weights (B, h, T, S), computed by ``reference_attention`` (slower than
+        the fused kernel, so only on request: attention maps, alignments).
         """
         B, T, _ = x.shape
         qk = self.h * self.d_k
         if self.self_attention:
             q, k, v = for_attention(self.W_QKV(x)).split([qk, qk, self.h * self.d_v], dim=-1)
             q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
-            if cache is not None:
-                k, v = cache.append(k, v)  # (B, h, S, d): every position so far
         else:
             assert memory_kv is not None, "encoder-decoder attention needs the memory's k, v"
             k, v = memory_kv
-            n = k.size(0)
-            q = for_attention(self.W_Q(x))
-            q = q.view(n, -1, self.h, self.d_k).transpose(1, 2)  # (n, h, b*T, d_k)
+            q = self._heads(for_attention(self.W_Q(x)), self.d_k)
         dropout_p = self.dropout_p if self.training else 0.0
-        if self.impl == "reference":
+        if weights is not None:
             if is_causal:
-                mask = attention_mask(q.size(2), k.size(2), q.device, causal=True)
-            out, self.weights = reference_attention(q, k, v, mask, self.scale, dropout_p)
+                mask = attention_mask(T, k.size(2), q.device, causal=True)
+            out, w = reference_attention(q, k, v, mask, self.scale, dropout_p)
+            weights.append(w)
         else:
             out = fused_attention(q, k, v, mask, self.scale, dropout_p, is_causal)
-        # (B or n, h, T or b*T, d_v) -> (B, T, h*d_v): concatenate the heads
+        # (B, h, T, d_v) -> (B, T, h*d_v): concatenate the heads (in the model's dtype again)
         return self.W_O(out.transpose(1, 2).reshape(B, T, self.h * self.d_v).to(x.dtype))
+
+    def step_self(self, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
+        """Self-attention of the m new positions of n*b rows, x: (n*b, m, d_model) ->
+        (n*b, m, d_model). Their keys and values are written into the cache's slots (see
+        ``DecoderCache``); each sentence's b*m queries then attend together over every slot of
+        its history, ``step.self_bias`` hiding the slots that are not the query's own prefix."""
+        n, b, m = step.sentences, step.beams, x.size(1)
+        h, d_k, d_v = self.h, self.d_k, self.d_v
+        q, k, v = self.W_QKV(x).split([h * d_k, h * d_k, h * d_v], dim=-1)  # (B, m, h*d) each
+        t = step.start
+        # (n*b, m, h*d) -> (n, h, m, b, d): position t+j of beam s at slot [.., t + j, s]
+        cache.write(
+            k.view(n, b, m, h, d_k).permute(0, 3, 2, 1, 4),
+            v.view(n, b, m, h, d_v).permute(0, 3, 2, 1, 4),
+            t,
+        )
+        keys = cache.keys[:, :, step.first : t + m].flatten(2, 3)  # (n, h, P*W, d_k), a view
+        values = cache.values[:, :, step.first : t + m].flatten(2, 3)
+        q = q.view(n, b * m, h, d_k).transpose(1, 2).to(keys.dtype)  # (n, h, b*m, d_k)
+        return self._concat(cached_attention(q, keys, values, step.self_bias, self.scale), x)
+
+    def step_src(self, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
+        """Encoder-decoder attention of n*b rows, x: (n*b, m, d_model) -> (n*b, m, d_model):
+        the b*m queries of a sentence attend together over its memory's keys and values,
+        projected once (``new_cache``) and shared by its beams."""
+        n, (B, m, _) = step.sentences, x.shape
+        q = self.W_Q(x).view(n, B // n * m, self.h, self.d_k).transpose(1, 2)  # (n, h, b*m, d_k)
+        k, v = cache.memory_keys, cache.memory_values
+        return self._concat(cached_attention(q.to(k.dtype), k, v, step.memory_bias, self.scale), x)
+
+    def _concat(self, out: Tensor, x: Tensor) -> Tensor:
+        """Heads (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) -> W_O of their concat."""
+        B, m, _ = x.shape
+        out = out.transpose(1, 2).reshape(B, m, self.h * self.d_v)  # (n, b*m, h, d_v) -> rows
+        return self.W_O(out.to(x.dtype))
 
 
 # --- 3.2.3 Applications of attention: which positions a query may attend ---------------
@@ -482,44 +528,46 @@ class Transformer(nn.Module):
     def attention_weights(self, src: Tensor, tgt_in: Tensor) -> dict[str, list[Tensor]]:
         """Per layer, the (h, T, S) weights of encoder self-, decoder self- and encoder-decoder
         attention for one sentence pair (src (1, S), tgt_in (1, T)), from the reference path,
-        with dropout off; the model's mode and attention path are restored after."""
+        with dropout off; the model's mode is restored after."""
         was_training = self.training
         self.eval()
-        self.set_attention_impl("reference")
+        names = ("encoder self-attention", "decoder self-attention", "encoder-decoder attention")
+        found: dict[str, list[Tensor]] = {name: [] for name in names}
         try:
-            self(src, tgt_in)
-            return {
-                "encoder self-attention": [layer.self_attn.weights[0] for layer in self.encoder],
-                "decoder self-attention": [layer.self_attn.weights[0] for layer in self.decoder],
-                "encoder-decoder attention": [layer.src_attn.weights[0] for layer in self.decoder],
-            }
+            memory = self.encode(src, weights=found[names[0]])
+            self.decode(
+                tgt_in, memory, self.src_mask(src), weights=(found[names[1]], found[names[2]])
+            )
         finally:
-            self.set_attention_impl("fused")
             self.train(was_training)
-
-    def set_attention_impl(self, impl: AttentionImpl) -> None:
-        """ "fused" (scaled_dot_product_attention) or "reference" (records ``.weights``)."""
-        for module in self.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.impl = impl
+        return {name: [w[0] for w in layers] for name, layers in found.items()}
 
     def src_mask(self, src: Tensor) -> Tensor:
         """(B, S) -> (B, 1, 1, S): True for real source tokens (keys that may be attended)."""
         return (src != self.cfg.pad_id)[:, None, None, :]
 
-    def encode(self, src: Tensor) -> Tensor:
-        """src: (B, S) token ids -> memory (B, S, d_model)."""
+    def encode(self, src: Tensor, weights: list[Tensor] | None = None) -> Tensor:
+        """src: (B, S) token ids -> memory (B, S, d_model). ``weights``: a list that gets each
+        layer's attention weights (B, h, S, S) (``MultiHeadAttention``)."""
         S = src.size(1)
         mask = attention_mask(
             S, S, src.device, window=self.cfg.attention_window, keys=key_padding(self.src_mask(src))
         )
         x = self.src_embed(src)
         for layer in self.encoder:
-            x = layer(x, mask)
+            x = layer(x, mask, weights)
         return self.enc_norm(x)
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:
-        """Teacher-forced decoder: tgt_in (B, T) -> states (B, T, d_model)."""
+    def decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor,
+        src_mask: Tensor,
+        weights: tuple[list[Tensor], list[Tensor]] | None = None,
+    ) -> Tensor:
+        """Teacher-forced decoder: tgt_in (B, T) -> states (B, T, d_model). ``weights``: two
+        lists that get each layer's self- (B, h, T, T) and encoder-decoder (B, h, T, S)
+        attention weights."""
         T, r = tgt_in.size(1), self.cfg.attention_window
         # Causal alone goes to the fused kernel as is_causal; a window needs an explicit mask.
         self_mask = (
@@ -528,7 +576,7 @@ class Transformer(nn.Module):
         memory_mask = key_padding(src_mask)
         y = self.tgt_embed(tgt_in)
         for layer in self.decoder:
-            y = layer(y, memory, self_mask, memory_mask, is_causal=self_mask is None)
+            y = layer(y, memory, self_mask, memory_mask, self_mask is None, weights)
         return self.dec_norm(y)
 
     def forward(self, src: Tensor, tgt_in: Tensor, output_mask: Tensor | None = None) -> Tensor:
@@ -544,50 +592,52 @@ class Transformer(nn.Module):
             states = states[output_mask]
         return self.generator(states)
 
-    @torch.no_grad()
-    def decode_step(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor,
-        src_mask: Tensor,
-        cache: DecoderCache | None = None,
-        *,
-        max_len: int | None = None,
-        output: Callable[[Tensor], Tensor] | None = None,
-    ) -> tuple[Tensor, DecoderCache]:
-        """Feed the next target token(s) tgt_in (B, n) -> logits of the last one (B, vocab).
+    # Incremental decoding (section 6's search): ``new_cache`` once per batch of sentences, then
+    # ``decode_step`` once per output position.
 
-        Earlier positions come from ``cache`` (None starts a new one, with room for
-        ``max_len`` positions, default the model's), so each call costs one position.
-        ``memory`` (N, S, d_model) and ``src_mask`` = ``self.src_mask(src)`` (N, 1, 1, S) are
-        given once per sentence: B = N*b rows, b consecutive rows per sentence (b beams).
-        The memory k/v are projected once, at the first step. Inference only: no gradients
-        (the cache is written in place). ``output``: the pre-softmax projection to use instead
-        of ``generator``: (B, d_model) -> (B, C) (a shortlist's rows of it).
-        """
-        if cache is None:
-            capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
-            window = self.cfg.attention_window
-            cache = DecoderCache(
-                layers=[LayerCache(KVCache(capacity, window)) for _ in self.decoder],
-                memory_padded=key_padding(src_mask) is not None,
-            )
-        memory_mask = (
-            src_mask if cache.memory_padded else None
-        )  # the fused kernel is faster without
-        n, S = tgt_in.size(1), cache.step + tgt_in.size(1)
-        # One new position may see every cached one (KVCache returns only the window's).
-        self_mask = (
-            None
-            if n == 1
-            else attention_mask(n, S, tgt_in.device, causal=True, window=self.cfg.attention_window)
+    @torch.no_grad()
+    def new_cache(
+        self, memory: Tensor, src_mask: Tensor, max_len: int | None = None
+    ) -> DecoderCache:
+        """The cache that decoding ``memory`` (n, S, d_model) starts from, ``src_mask`` =
+        ``self.src_mask(src)`` (n, 1, 1, S): each layer's encoder-decoder keys and values,
+        projected once per sentence and shared by its beams, and room for ``max_len`` target
+        positions (default, and at most, the model's)."""
+        capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
+        dtype = (
+            torch.float32
+            if attention_precision(memory.device, memory.dtype) == "fp32"
+            else memory.dtype
         )
-        y = self.tgt_embed(tgt_in, start=cache.step)
+        padding = key_padding(src_mask)
+        bias = None
+        if padding is not None:  # (n, h, 1, S): -inf on the padding, per head
+            bias = torch.zeros(padding.shape, dtype=dtype, device=memory.device)
+            bias = bias.masked_fill_(~padding, float("-inf")).expand(-1, self.cfg.h, -1, -1)
+            bias = bias.contiguous()
+        layers = []
+        for layer in self.decoder:
+            k, v = layer.src_attn.project_kv(memory)  # 2 x (n, h, S, d)
+            layers.append(LayerCache(k.to(dtype).contiguous(), v.to(dtype).contiguous()))
+        return DecoderCache(layers, bias, capacity, self.cfg.attention_window)
+
+    @torch.no_grad()
+    def decode_state(self, tgt_in: Tensor, cache: DecoderCache) -> Tensor:
+        """Feed the next target token(s) tgt_in (n*b, m) -> the decoder's output for the last of
+        them (n*b, d_model), before the output projection; earlier positions come from
+        ``cache``, which takes the new ones (so each call costs its new positions only). Rows
+        are sentence-major: b consecutive rows (beams) per sentence of the cache."""
+        step = cache.advance(tgt_in)
+        y = self.tgt_embed(tgt_in, start=step.start)
         for layer, layer_cache in zip(self.decoder, cache.layers):
-            y = layer(y, memory, self_mask, memory_mask, cache=layer_cache)
-        cache.step = S
-        project = self.generator if output is None else output
-        return project(self.dec_norm(y[:, -1])), cache
+            y = layer.step(y, layer_cache, step)
+        return self.dec_norm(y[:, -1])
+
+    @torch.no_grad()
+    def decode_step(self, tgt_in: Tensor, cache: DecoderCache) -> Tensor:
+        """Feed the next target token(s) tgt_in (n*b, m) -> logits of the last one (n*b, vocab)
+        (see ``decode_state``). Inference only: no gradients, the cache is written in place."""
+        return self.generator(self.decode_state(tgt_in, cache))
 
 
 def count_parameters(cfg: ModelConfig) -> int:
@@ -609,86 +659,172 @@ def count_parameters(cfg: ModelConfig) -> int:
 # --- Incremental decoding: the key/value cache behind ``decode_step`` (section 6's search) ---
 
 
-class KVCache:
-    """One decoder layer's self-attention keys and values for incremental decoding.
-
-    ``k``/``v`` are buffers (rows, h, capacity, d) allocated once per batch: each step writes
-    its positions in place (no ``torch.cat`` of a growing tensor), and a beam reordering
-    gathers the ``length`` filled positions into a spare pair of buffers, which then become
-    the current ones (no allocation per step). Rows beyond ``rows`` and positions beyond
-    ``length`` are stale and never read. With restricted attention (``window`` = r) a single
-    new query sees only the last r + 1 positions, so only those are returned.
-    """
-
-    def __init__(self, capacity: int, window: int | None = None) -> None:
-        self.capacity, self.window = capacity, window
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
-        self.spare: tuple[Tensor, Tensor] | None = None
-        self.rows = self.length = 0
-
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v (rows, h, n, d) after the cached positions; return what the new queries
-        may attend: (rows, h, length, d) views (the window's last r + 1 for a single query)."""
-        rows, _, n, _ = k.shape
-        if self.k is None or self.v is None:
-            self.k = k.new_empty(rows, k.size(1), self.capacity, k.size(3))
-            self.v = v.new_empty(rows, v.size(1), self.capacity, v.size(3))
-            self.rows = rows
-        if rows != self.rows:
-            raise ValueError(f"cache holds {self.rows} rows, step has {rows}")
-        start, end = self.length, self.length + n
-        if end > self.capacity:
-            raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
-        self.k[:rows, :, start:end] = k
-        self.v[:rows, :, start:end] = v
-        self.length = end
-        lo = max(0, end - 1 - self.window) if self.window is not None and n == 1 else 0
-        return self.k[:rows, :, lo:end], self.v[:rows, :, lo:end]
-
-    def select(self, index: Tensor) -> None:
-        """Row i becomes old row index[i] (rows may repeat, reorder or leave)."""
-        if self.k is None or self.v is None:
-            return
-        rows = index.numel()
-        if self.spare is None or self.spare[0].size(0) < rows:
-            self.spare = (
-                self.k.new_empty(rows, *self.k.shape[1:]),
-                self.v.new_empty(rows, *self.v.shape[1:]),
-            )
-        L = self.length
-        for old, new in zip((self.k, self.v), self.spare):
-            torch.index_select(old[: self.rows, :, :L], 0, index, out=new[:rows, :, :L])
-        (self.k, self.v), self.spare = self.spare, (self.k, self.v)
-        self.rows = rows
-
-
 @dataclass
 class LayerCache:
-    """One decoder layer's cached tensors: self-attention k/v, and the memory's k/v (n, h, S, d)
-    projected once per sentence at the first step."""
+    """One decoder layer's cached keys and values: the encoder-decoder attention's (n, h, S, d),
+    projected once per sentence, and the self-attention's in slots (n, h, capacity, W, d), made
+    at the first step (see ``DecoderCache``); ``spare``: buffers that ``keep`` fills in turn."""
 
-    self_kv: KVCache
-    memory_kv: tuple[Tensor, Tensor] | None = None
+    memory_keys: Tensor
+    memory_values: Tensor
+    keys: Tensor = field(default_factory=lambda: torch.empty(0))
+    values: Tensor = field(default_factory=lambda: torch.empty(0))
+    spare: tuple[Tensor, Tensor] | None = None
+
+    def make_room(self, width: int, capacity: int, filled: int) -> None:
+        """Slots for ``width`` beams per position, more than before (the first step, and the
+        beams fanning out), the ``filled`` positions kept; the slots those positions had not
+        are zeros, so that every slot a query may read holds finite values (a slot it must
+        not see gets weight 0, and 0 times a finite value is 0)."""
+        if self.keys.dim() == 5 and self.keys.size(3) >= width:
+            return
+        k, v = self.memory_keys, self.memory_values
+        n, h = k.shape[:2]
+        old = (self.keys, self.values)
+        self.keys = k.new_empty(n, h, capacity, width, k.size(3))
+        self.values = v.new_empty(n, h, capacity, width, v.size(3))
+        W = old[0].size(3) if old[0].dim() == 5 else 0
+        for new, was in zip((self.keys, self.values), old):
+            if W:
+                new[:, :, :filled, :W] = was[:, :, :filled]
+            new[:, :, :filled, W:] = 0
+        self.spare = None
+
+    def write(self, k: Tensor, v: Tensor, start: int) -> None:
+        """k, v (n, h, m, b, d) at positions start.. of beams 0..b-1; the other slots of
+        those positions (fewer beams than slots) are zeros (see ``make_room``)."""
+        end, b = start + k.size(2), k.size(3)
+        self.keys[:, :, start:end, :b] = k
+        self.values[:, :, start:end, :b] = v
+        if b < self.keys.size(3):
+            self.keys[:, :, start:end, b:] = 0
+            self.values[:, :, start:end, b:] = 0
+
+    def keep(self, sentences: Tensor, filled: int) -> None:
+        """Only these sentences (n',) go on: their memory k/v, and their ``filled`` positions
+        gathered into the spare buffers, which then become the current ones."""
+        self.memory_keys = self.memory_keys.index_select(0, sentences)
+        self.memory_values = self.memory_values.index_select(0, sentences)
+        if self.keys.dim() != 5:
+            return
+        n = sentences.numel()
+        if self.spare is None or self.spare[0].size(0) < n:
+            self.spare = (
+                self.keys.new_empty(n, *self.keys.shape[1:]),
+                self.values.new_empty(n, *self.values.shape[1:]),
+            )
+        for old, new in zip((self.keys, self.values), self.spare):
+            torch.index_select(old[:, :, :filled], 0, sentences, out=new[:n, :, :filled])
+        (self.keys, self.values), self.spare = (
+            (self.spare[0][:n], self.spare[1][:n]),
+            (self.keys, self.values),
+        )
 
 
 @dataclass
-class DecoderCache:
-    """Key/value cache for incremental decoding; ``step`` = target positions already seen."""
+class Step:
+    """What the layers of one ``decode_step`` share: n sentences of b rows (beams) each, new
+    positions from ``start``, queries that may see positions from ``first`` on; the additive
+    masks (0 or -inf) of self-attention over the slots, (n*h, b*m, P*W) for P positions of W
+    slots, and of encoder-decoder attention, (n*h, 1, S) or (1, 1, 1) without padding."""
 
-    layers: list[LayerCache] = field(default_factory=list)
-    step: int = 0
-    memory_padded: bool = True  # False: no source has padding, attention needs no mask
+    sentences: int
+    beams: int
+    start: int
+    first: int
+    self_bias: Tensor
+    memory_bias: Tensor
+
+
+class DecoderCache:
+    """The keys and values of incremental decoding, where a search's beams share their history.
+
+    Rows are sentence-major: row = sentence * b + beam. The self-attention keys and values of
+    position p of beam j of sentence i are written once, to slot [i, :, p, j] of each layer's
+    buffers (n, h, capacity, W, d), and never moved when the search reorders its beams:
+    ``ancestry`` (n*b, positions) long holds, per row and position, the slot (beam) of its
+    prefix that holds it, so a reorder (``select``) copies only that. A new query of a sentence
+    attends over all the sentence's slots (its b*m queries together, one batched product over
+    keys read once) and the step's mask hides the slots that are not its own prefix: W times
+    the arithmetic of each row reading its own history, which would have to be gathered (read
+    and written) per step. The memory's keys and values are one per sentence, shared by its
+    beams, and are copied only when sentences leave.
+    """
+
+    def __init__(
+        self,
+        layers: list[LayerCache],
+        memory_bias: Tensor | None,
+        capacity: int,
+        window: int | None,
+    ) -> None:
+        self.layers, self.memory_bias = layers, memory_bias
+        self.no_bias = layers[0].memory_keys.new_zeros(1, 1, 1)  # the mask without padding
+        self.capacity, self.window = capacity, window
+        self.step = 0  # target positions already seen
+        self.ancestry: Tensor | None = None  # (rows, step), from the first step
+
+    def advance(self, tgt_in: Tensor) -> Step:
+        """Take the next m positions of every row (tgt_in (n*b, m)): slots for them, each row's
+        ancestry extended by its own beam, and the step's masks."""
+        (B, m), n = tgt_in.shape, self.layers[0].memory_keys.size(0)
+        start, end, b = self.step, self.step + m, B // n
+        if B != n * b or (self.ancestry is not None and self.ancestry.size(0) != B):
+            raise ValueError(f"{B} rows for a cache of {n} sentences and {self.rows} rows")
+        if end > self.capacity:
+            raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
+        for layer in self.layers:
+            layer.make_room(b, self.capacity, start)
+        own = (torch.arange(B, device=tgt_in.device) % b)[:, None].expand(B, m)  # (B, m) beam
+        past = self.ancestry if self.ancestry is not None else own[:, :0]
+        self.ancestry = torch.cat([past, own], dim=1)  # (B, end)
+        self.step = end
+        first = max(0, end - 1 - self.window) if self.window is not None and m == 1 else 0
+        padded = self.memory_bias
+        memory_bias = self.no_bias if padded is None else padded.flatten(0, 1)  # (n*h, 1, S)
+        return Step(n, b, start, first, self._self_bias(m, first), memory_bias)
+
+    @property
+    def rows(self) -> int | None:
+        return None if self.ancestry is None else self.ancestry.size(0)
+
+    def _self_bias(self, m: int, first: int) -> Tensor:
+        """(n*h, b*m, P*W): 0 where a new query may see a slot, -inf elsewhere; with one slot
+        per position and one new query per row, it may see every slot (no mask)."""
+        assert self.ancestry is not None
+        keys = self.layers[0].keys
+        (n, h), W, end = keys.shape[:2], keys.size(3), self.step
+        if W == 1 and m == 1:
+            return self.no_bias
+        slots = torch.arange(W, device=keys.device)
+        visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
+        if m > 1:  # several new positions: causal (and windowed) among themselves
+            order = attention_mask(m, end, keys.device, causal=True, window=self.window)
+            visible = visible & order[None, :, first:, None]  # (B, m, P, W)
+        cells = (end - first) * W
+        bias = torch.full(
+            (n, h, visible.size(0) // n * m, cells),
+            float("-inf"),
+            dtype=keys.dtype,
+            device=keys.device,
+        )
+        bias.masked_fill_(visible.view(n, 1, -1, cells), 0.0)  # (B, m, P, W) -> (n, 1, b*m, P*W)
+        return bias.flatten(0, 1)
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep/reorder target rows (beams), and with ``sentences`` the sentences' rows too.
+        """Keep/reorder target rows (beams), and with ``sentences`` the sentences too.
 
-        ``rows`` (B',) long: target row i becomes old row rows[i] (a beam reordered within its
-        sentence, the beam fanning out from 1 to k, beams of finished sentences leaving).
-        ``sentences`` (n',) long: the sentences that stay, for the memory k/v; leave it None
-        while the sentences stay as they are: their memory k/v then need no copy at all.
+        ``rows`` (B',) long: target row i becomes old row rows[i], which must be a row of the
+        same sentence (a beam reordered within its sentence, the beam fanning out from 1 to k,
+        beams of finished sentences leaving). ``sentences`` (n',) long: the sentences that stay,
+        in order; leave it None while the sentences stay as they are: then nothing but the
+        ancestry is copied.
         """
+        if self.ancestry is not None:
+            self.ancestry = self.ancestry.index_select(0, rows)
+        if sentences is None:
+            return
         for layer in self.layers:
-            layer.self_kv.select(rows)
-            if sentences is not None and layer.memory_kv is not None:
-                layer.memory_kv = tuple(t.index_select(0, sentences) for t in layer.memory_kv)  # type: ignore[assignment]
+            layer.keep(sentences, self.step)
+        if self.memory_bias is not None:
+            self.memory_bias = self.memory_bias.index_select(0, sentences)

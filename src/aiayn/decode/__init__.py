@@ -2,7 +2,7 @@
 whole-corpus translation (a window of lines at a time); beyond the paper, forced decoding
 (``score``), n-best output (``nbest``), ensembles, sampling, target prefixes and lexical
 constraints (``constraints``) and word alignments (``align``). The searches depend only on the model's
-``encode``/``src_mask``/``decode_step``."""
+``encode``/``src_mask``/``new_cache``/``decode_step``."""
 
 from .beam import Constraint, Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig

@@ -2,11 +2,11 @@
 
 Depends only on the decoding interface (duck-typed, so a scripted fake model can test it):
 
-    model.encode(src (B, S)) -> memory (B, S, d_model)
+    model.encode(src (B, S)) -> memory (opaque to the search: it only hands it back)
     model.src_mask(src) -> (B, 1, 1, S) bool, True = may attend
-    model.decode_step(tgt_in (n*b, 1), memory, src_mask, cache, max_len=T) -> (logits (n*b, V), cache)
-        memory and src_mask are given once per sentence (n rows), tgt_in once per beam (n*b);
-        the first call gets cache=None and makes a cache for T positions
+    model.new_cache(memory, src_mask, max_len=T) -> cache for T target positions of B sentences
+    model.decode_step(tgt_in (n*b, 1), cache) -> logits (n*b, V)
+        rows are sentence-major, b consecutive rows (beams) per sentence of the cache
     cache.select(rows (n'*k,) long, sentences=(n',) long or None)  keeps/reorders rows in place
 
 Each step expands every live hypothesis by every token, keeps the 2k best candidates by
@@ -221,12 +221,10 @@ class _Live:
     active: Tensor  # (n,) the sentence's index in the batch given to beam_search
     max_lens: Tensor  # (n,) its limit on |Y|
     lp_max: Tensor  # (n,) lp(max_len), for the early-termination bound
-    memory: Tensor  # (n, S, d_model) encoder output
-    mask: Tensor  # (n, 1, 1, S) source mask
 
     def keep(self, sentences: Tensor) -> None:
         """Only these sentences (n',) go on."""
-        for name in ("active", "max_lens", "lp_max", "memory", "mask"):
+        for name in ("active", "max_lens", "lp_max"):
             setattr(self, name, getattr(self, name).index_select(0, sentences))
 
 
@@ -320,28 +318,26 @@ def beam_search(
 
     Shapes: n sentences still decoding (of B), b live beams per sentence (1 at the first step,
     then k = ``config.beam``), V vocabulary, t the step (= output position); row = sentence * b
-    + beam. The memory and source mask stay one per sentence (n, ...): the model shares them
-    among a sentence's beams. Each step: ``expand``, ``finish``, ``prune``, then the sentences
-    that are done leave the batch.
+    + beam. The memory stays in the cache, one per sentence: the model shares it among a
+    sentence's beams. Each step: ``expand``, ``finish``, ``prune``, then the sentences that are
+    done leave the batch.
     """
     k, alpha = config.beam, config.alpha
-    memory, mask = model.encode(src), model.src_mask(src)  # (n, S, d_model), (n, 1, 1, S)
+    mask = model.src_mask(src)  # (n, 1, 1, S)
     B, device = src.size(0), src.device
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
-    live = _Live(
-        torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha), memory, mask
-    )
+    live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha))
     T = int(max_lens.max())
+    cache = model.new_cache(model.encode(src), mask, max_len=T)
     finished = _Finished(B, config.nbest, device)
 
     b = 1  # live beams per sentence: one (the bos prefix) until the first step fans out to k
     scores = torch.zeros(B, 1, device=device)  # (n, b) log P of each live prefix
     prefixes = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
-    cache = None
     states = constraint_states(constraint, src, max_lens, pad_id)  # (constraint, state) per prefix
     for t in range(1, T + 1):
-        logits, cache = model.decode_step(step_in, live.memory, live.mask, cache, max_len=T)
+        logits = model.decode_step(step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
@@ -359,7 +355,7 @@ def beam_search(
             finished.keep(keep)
             cache.select(rows.view(-1), sentences=keep)
         else:
-            cache.select(rows.view(-1))  # beams move within their sentence: memory k/v stay
+            cache.select(rows.view(-1))  # beams move within their sentence
         rows = rows.view(-1)  # (n*k,) rows of the old n*b
         if states is not None:
             states = [

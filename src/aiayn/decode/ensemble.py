@@ -3,11 +3,11 @@ the average of the models' log-probabilities, renormalised (a product of experts
 
     log P(y | y_<t, X) = mean_m log P_m(y | y_<t, X) - log Z_t
 
-``Ensemble`` implements the decoding interface (``encode``/``src_mask``/``decode_step``), so
-beam search, sampling and forced decoding take it as they take one model; the search's own
-``log_softmax`` does the renormalisation. The models must share one vocabulary (the ids mean
-the same pieces); their sizes may differ. The memory given back by ``encode`` is the models'
-memories side by side on the last axis, so that the search can reorder it as one tensor.
+``Ensemble`` implements the decoding interface (``encode``/``src_mask``/``new_cache``/
+``decode_step``), so beam search, sampling and forced decoding take it as they take one model;
+the search's own ``log_softmax`` does the renormalisation. The models must share one vocabulary
+(the ids mean the same pieces); their sizes may differ: ``encode`` gives back each model's own
+memory, and the cache holds each model's cache.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ class Ensemble:
         if not models:
             raise ValueError("an ensemble needs at least one model")
         self.models = list(models)
-        self.widths: list[int] = []  # each model's d_model, as its memory showed it
         limits = [positions(m) for m in self.models]
         self.max_positions = min((n for n in limits if n is not None), default=None)
 
@@ -65,32 +64,28 @@ class Ensemble:
         for m in self.models:
             yield from m.parameters()
 
-    def encode(self, src: Tensor) -> Tensor:
-        """src (B, S) -> the memories (B, S, sum of d_model) side by side."""
-        memories = [m.encode(src) for m in self.models]
-        self.widths = [mem.size(-1) for mem in memories]
-        return torch.cat(memories, dim=-1)
+    def encode(self, src: Tensor) -> list[Any]:
+        """src (B, S) -> each model's memory (B, S, its d_model)."""
+        return [m.encode(src) for m in self.models]
 
     def src_mask(self, src: Tensor) -> Tensor:
         return self.models[0].src_mask(src)
 
-    def decode_step(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor,
-        src_mask: Tensor,
-        cache: EnsembleCache | None = None,
-        *,
-        max_len: int | None = None,
-    ) -> tuple[Tensor, EnsembleCache]:
+    def new_cache(
+        self, memory: list[Any], src_mask: Tensor, max_len: int | None = None
+    ) -> EnsembleCache:
+        """Each model's cache for its own memory (``encode``)."""
+        return EnsembleCache(
+            [m.new_cache(mem, src_mask, max_len=max_len) for m, mem in zip(self.models, memory)]
+        )
+
+    def decode_step(self, tgt_in: Tensor, cache: EnsembleCache) -> Tensor:
         """As ``Transformer.decode_step``; the "logits" are the mean log-probabilities (B, V)."""
-        caches = cache.caches if cache is not None else [None] * len(self.models)
-        lprobs, new = [], []
-        for model, mem, c in zip(self.models, memory.split(self.widths, dim=-1), caches):
-            logits, c = model.decode_step(tgt_in, mem, src_mask, c, max_len=max_len)
-            lprobs.append(F.log_softmax(logits.float(), dim=-1))
-            new.append(c)
-        return torch.stack(lprobs).mean(0), EnsembleCache(new)
+        lprobs = [
+            F.log_softmax(m.decode_step(tgt_in, c).float(), dim=-1)
+            for m, c in zip(self.models, cache.caches)
+        ]
+        return torch.stack(lprobs).mean(0)
 
 
 def load_models(

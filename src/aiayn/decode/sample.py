@@ -11,8 +11,8 @@ the rounding of the model's matrix products): another batching changes a sample 
 falls within that noise of the boundary between two tokens, rarely. The same batching gives
 the same samples bit for bit, and a batch of one sentence (``batch_size=1``) makes a
 sentence's samples its own whatever the other inputs (docs/decoding.md). Each of its
-``samples`` outputs is a row of its own in the batch (the memory repeated), so that a finished
-sample leaves at once.
+``samples`` outputs is a row of its own in the batch (the cache's memory repeated), so that a
+finished sample leaves at once.
 
 Scores are the model's: ``log_prob`` is log P(Y|X) at temperature 1 without the cuts (what
 forced decoding gives the output), and ``score`` is ``log_prob / lp(|Y|)`` as for beam search.
@@ -111,9 +111,12 @@ def sample(
     holds sample j (N = ``sampling.samples``); every row is its own "sentence" of one beam.
     """
     B, N, device = src.size(0), sampling.samples, src.device
-    memory, mask = model.encode(src), model.src_mask(src)
+    mask = model.src_mask(src)
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap).repeat_interleave(N)
-    memory, mask = memory.repeat_interleave(N, dim=0), mask.repeat_interleave(N, dim=0)
+    T = int(max_lens.max())
+    cache = model.new_cache(model.encode(src), mask, max_len=T)
+    copies = torch.arange(B, device=device).repeat_interleave(N)  # (B*N,) each row's sentence
+    cache.select(copies, sentences=copies)  # every sample a row and "sentence" of its own
     generators = [sentence_generator(sampling.seed, i) for i in indices]
     if isinstance(constraint, Sequence):  # one per sentence -> one per row (its N samples)
         constraint = [c for c in constraint for _ in range(N)]
@@ -121,11 +124,10 @@ def sample(
     rows = torch.arange(B * N, device=device)  # the original row of each live row
     log_prob = torch.zeros(B * N, dtype=torch.float64, device=device)
     tokens = torch.empty(B * N, 0, dtype=torch.long, device=device)
-    step_in, cache = torch.full((B * N, 1), bos_id, dtype=torch.long, device=device), None
+    step_in = torch.full((B * N, 1), bos_id, dtype=torch.long, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
-    T = int(max_lens.max())
     for t in range(1, T + 1):
-        logits, cache = model.decode_step(step_in, memory, mask, cache, max_len=T)
+        logits = model.decode_step(step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n, V)
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(s) for c, s in states])
@@ -147,7 +149,6 @@ def sample(
                 for r, tok_r in zip(keep.tolist(), tok[keep].tolist())
             ]
         rows, log_prob, tokens = rows[keep], log_prob[keep], tokens[keep]
-        memory, mask = memory.index_select(0, keep), mask.index_select(0, keep)
         cache.select(keep, sentences=keep)
         step_in = tokens[:, -1:]
     for hyps in results:

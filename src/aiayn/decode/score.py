@@ -70,12 +70,12 @@ def force_decode(
     lengths = torch.tensor([len(t) for t in targets], device=device)  # (B,)
     tgt = pad_rows(targets, [], [], pad_id).to(device)  # (B, T)
     T = tgt.size(1)
-    memory, mask = model.encode(src), model.src_mask(src)
+    cache = model.new_cache(model.encode(src), model.src_mask(src), max_len=T)
     out = torch.zeros(B, T, dtype=torch.float64)
     rows = torch.arange(B, device=device)  # the targets still being fed
-    step_in, cache = torch.full((B, 1), bos_id, dtype=torch.long, device=device), None
+    step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
     for t in range(T):
-        logits, cache = model.decode_step(step_in, memory, mask, cache, max_len=T)
+        logits = model.decode_step(step_in, cache)
         lprobs = output_log_probs(logits, t + 1, 0, pad_id, bos_id, eos_id)  # (n, V)
         out[rows.cpu(), t] = lprobs.gather(1, tgt[rows, t, None]).squeeze(1).double().cpu()
         going = (lengths[rows] > t + 1).nonzero().squeeze(1)  # (n',) of the n rows
@@ -83,7 +83,6 @@ def force_decode(
             break
         if going.numel() < rows.numel():
             cache.select(going, sentences=going)
-            memory, mask = memory.index_select(0, going), mask.index_select(0, going)
             rows = rows[going]
         step_in = tgt[rows, t, None]
     return [out[i, : len(target)].tolist() for i, target in enumerate(targets)]

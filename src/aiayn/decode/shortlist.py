@@ -118,13 +118,15 @@ def load_shortlist(
 
 
 class Shortlisted:
-    """A ``Transformer``'s decoding interface (``encode``, ``src_mask``, ``decode_step``) where
-    each sentence has its own vocabulary: token j of sentence i is the model's ``table[i, j]``.
+    """A ``Transformer``'s decoding interface (``encode``, ``src_mask``, ``new_cache``,
+    ``decode_step``) where each sentence has its own vocabulary: token j of sentence i is the
+    model's ``table[i, j]``.
 
     The output layer of sentence i is the tied embedding's rows ``table[i]`` (section 3.4: the
-    pre-softmax projection shares the embedding matrix), applied to its beams by one batched
-    matmul whose bias gives padding entries logit -inf, so the softmax is over the list. A
-    sentence's outputs thus never depend on the other sentences of its batch.
+    pre-softmax projection shares the embedding matrix), applied to the model's decoder output
+    (``decode_state``) of its beams by one batched matmul whose bias gives padding entries logit
+    -inf, so the softmax is over the list. A sentence's outputs thus never depend on the other
+    sentences of its batch.
     """
 
     def __init__(self, model: Any, table: Tensor, real: Tensor) -> None:
@@ -141,29 +143,20 @@ class Shortlisted:
     def src_mask(self, src: Tensor) -> Tensor:
         return self.model.src_mask(src)
 
+    def new_cache(
+        self, memory: Tensor, src_mask: Tensor, max_len: int | None = None
+    ) -> _ShortlistCache:
+        return _ShortlistCache(self.model.new_cache(memory, src_mask, max_len=max_len), self.start)
+
     @torch.no_grad()
-    def decode_step(
-        self,
-        tgt_in: Tensor,
-        memory: Tensor,
-        src_mask: Tensor,
-        cache: _ShortlistCache | None = None,
-        **kwargs: Any,
-    ) -> tuple[Tensor, _ShortlistCache]:
-        """tgt_in (n*b, 1) entries of the sentences' lists -> logits (n*b, C) over them."""
-        lists = self.start if cache is None else cache.lists
+    def decode_step(self, tgt_in: Tensor, cache: _ShortlistCache) -> Tensor:
+        """tgt_in (n*b, m) entries of the sentences' lists -> logits (n*b, C) over them."""
+        lists = cache.lists
         n = lists.ids.size(0)
         b = tgt_in.size(0) // n  # beams per sentence: rows are sentence-major
-        ids = lists.ids.repeat_interleave(b, dim=0).gather(1, tgt_in)  # (n*b, 1) model ids
-
-        def output(h: Tensor) -> Tensor:  # (n*b, d_model) -> (n*b, C)
-            h = h.view(n, b, -1)  # (n, b, d_model)
-            return torch.baddbmm(lists.bias, h, lists.weight.transpose(1, 2)).view(n * b, -1)
-
-        logits, inner = self.model.decode_step(
-            ids, memory, src_mask, None if cache is None else cache.inner, output=output, **kwargs
-        )
-        return logits, _ShortlistCache(inner, lists) if cache is None else cache
+        ids = lists.ids.repeat_interleave(b, dim=0).gather(1, tgt_in)  # (n*b, m) model ids
+        h = self.model.decode_state(ids, cache.inner).view(n, b, -1)  # (n, b, d_model)
+        return torch.baddbmm(lists.bias, h, lists.weight.transpose(1, 2)).view(n * b, -1)
 
 
 @dataclass

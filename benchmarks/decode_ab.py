@@ -1,0 +1,122 @@
+"""Decoding speed of two source trees of this project, old against new, interleaved in one run.
+
+    .venv/bin/python benchmarks/decode_ab.py --old /work/main --new . \
+        --checkpoint /work/main/runs/demo/averaged --lines 300 --rounds 2
+
+Two jobs, each run as old, new, new, old per round (A-B-B-A, so that a drift of the machine's
+load hits both alike), every run a process of its own with this interpreter and ``PYTHONPATH``
+set to the tree's ``src`` (the same torch for both trees):
+- ``evaluate``: ``aiayn evaluate --quiet`` on the first ``--lines`` verses of the bundled test
+  split (``--precision`` fp32 by default); its own ``decode_s``, SacreBLEU, and how many
+  output lines the two trees share (the search is exact: all of them, unless the model's
+  arithmetic changed);
+- ``throughput``: each tree's own ``benchmarks/decode_throughput.py --configs d256 --peers``
+  (random weights, beam 4, 40 output tokens) at batch 1 and 32, target tokens/s.
+
+Prints every run, then per job the median of each tree and new/old (> 1: new is faster). Costs
+about (2 x rounds) x (the evaluate time + ~1 min) on 2 cores. A shared machine makes single
+figures noisy; compare the ratios within one run. ``--threads`` sets OMP_NUM_THREADS for
+every run (default: PyTorch's own choice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST = ROOT / "src" / "aiayn" / "corpus" / "bible"
+
+
+def run(tree: Path, args: list[str], threads: int | None) -> str:
+    """stdout of ``args`` run with ``tree``'s code."""
+    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    done = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def evaluate(tree: Path, opts: argparse.Namespace, data: Path, out: Path) -> dict[str, float]:
+    """One ``aiayn evaluate --quiet``: decode seconds and SacreBLEU; outputs written to ``out``."""
+    args = ["-m", "aiayn", "evaluate", "--checkpoint", opts.checkpoint, "--quiet"]
+    args += ["--src", str(data / "src"), "--ref", str(data / "ref"), "--output", str(out)]
+    args += ["--precision", opts.precision]
+    report = json.loads(run(tree, args, opts.threads))
+    return {"decode_s": report["decode_s"], "sacrebleu": report["sacrebleu"]}
+
+
+def throughput(tree: Path, opts: argparse.Namespace) -> dict[str, float]:
+    """Our target tokens/s at batch 1 and 32 (``decode_throughput.py``, no peers)."""
+    script = tree / "benchmarks" / "decode_throughput.py"
+    args = [str(script), "--configs", "d256", "--peers", "--repeats", "2"]
+    args += ["--n1", str(opts.n1), "--n32", "64", "--threads", str(opts.threads or 2)]
+    found = re.findall(r"batch\s+(\d+): tok/s\s+aiayn\s+([\d.]+)", run(tree, args, opts.threads))
+    return {f"batch {size} tok/s": float(rate) for size, rate in found}
+
+
+def first_lines(n: int, out: Path) -> Path:
+    """The first ``n`` test verses and their references, as plain files in ``out``."""
+    for name, lang in (("src", "en"), ("ref", "es")):
+        with gzip.open(TEST / f"test.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = f.read().split("\n")[:n]
+        (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", type=Path, required=True, help="the tree to compare against")
+    parser.add_argument("--new", type=Path, default=ROOT)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--lines", type=int, default=300, help="first test verses to decode")
+    parser.add_argument("--rounds", type=int, default=2, help="A-B-B-A rounds")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every run")
+    parser.add_argument("--n1", type=int, default=8, help="throughput: sentences at batch 1")
+    parser.add_argument("--jobs", nargs="+", default=["evaluate", "throughput"])
+    opts = parser.parse_args()
+    trees = {"old": opts.old.resolve(), "new": opts.new.resolve()}
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = first_lines(opts.lines, Path(tmp))
+        outputs = {name: Path(tmp) / f"{name}.out" for name in trees}
+        for job in opts.jobs:
+            results[job] = {name: [] for name in trees}
+            for _ in range(opts.rounds):
+                for name in ("old", "new", "new", "old"):
+                    if job == "evaluate":
+                        figures = evaluate(trees[name], opts, data, outputs[name])
+                    else:
+                        figures = throughput(trees[name], opts)
+                    results[job][name].append(figures)
+                    print(f"[{job}] {name}: {figures}", flush=True)
+            if job == "evaluate":
+                old, new = (outputs[n].read_text().splitlines() for n in ("old", "new"))
+                same = sum(a == b for a, b in zip(old, new))
+                print(f"[evaluate] outputs equal: {same} / {len(old)}")
+    for job, by_tree in results.items():
+        for key in by_tree["old"][0]:
+            old, new = (statistics.median(r[key] for r in by_tree[n]) for n in ("old", "new"))
+            line = f"[{job}] {key}: old {old:.2f}  new {new:.2f}"
+            if key == "decode_s":
+                line += f"  new/old speed {old / new:.2f}"
+            elif key.endswith("tok/s"):
+                line += f"  new/old speed {new / old:.2f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
