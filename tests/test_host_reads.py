@@ -106,11 +106,15 @@ def _beam_reads(steps: int, constraint: OutputConstraint | None) -> Counter:
     "constraint, per_step",
     [
         # finish's "does any hypothesis finish?" and the loop's "is any sentence done?"
-        (None, {"decode/beam.py:finish": 1, "decode/beam.py:beam_search": 1}),
+        (None, {"decode/beam.py:finish": 1, "decode/beam.py:_leave": 1}),
         # ... and the constraint's states advance on the host: the rows and tokens kept
         (
             OutputConstraint([12], [[20, 21]]),
-            {"decode/beam.py:finish": 1, "decode/beam.py:beam_search": 3},
+            {
+                "decode/beam.py:finish": 1,
+                "decode/beam.py:_leave": 1,
+                "decode/beam.py:advance_states": 2,
+            },
         ),
     ],
 )
@@ -123,6 +127,7 @@ def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint,
     assert {site: n / 4 for site, n in added.items() if n} == per_step
     once = {site: n for site, n in short.items() if site not in per_step}
     assert set(once) <= {
+        "decode/beam.py:beam_search",  # the longest output limit: the cache's size
         "decode/beam.py:constraint_states",
         "decode/beam.py:add",
         "decode/beam.py:nbest_lists",

@@ -86,22 +86,7 @@ def prepare_corpus(
     the end (see ``check_target`` for what may already be there), so a failed or interrupted
     prepare leaves a previous dataset untouched: never a new vocabulary beside old ids.
     """
-    if "train" not in splits:
-        raise UserError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
-    for name, value in (("max_len", max_len), ("max_words", max_words)):
-        if value is not None and value < 1:
-            raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
-    if workers < 1:  # before the vocabulary's minutes of training
-        raise UserError(f"workers must be a positive number of processes, got {workers}")
-    inputs = [Path(p) for pair in splits.values() for p in pair]
-    if vocab is not None:
-        Vocab.load(vocab)  # a UserError now if it is not one, before any work
-        inputs.append(Path(vocab))
-    for path in inputs:
-        if not path.exists():
-            raise UserError(f"{path}: no such file")
-        if path.is_dir():
-            raise UserError(f"{path}: is a directory; expected a text file of sentences")
+    inputs = _checked_inputs(splits, max_len, max_words, workers, vocab)
     out = Path(out_dir).resolve()
     for output in [out, *(out / name for name in dataset_files(splits))]:
         check_not_input(output, inputs)
@@ -126,6 +111,33 @@ def prepare_corpus(
         raise
     _replace_dataset(tmp, out)
     return meta
+
+
+def _checked_inputs(
+    splits: dict[str, PathPair],
+    max_len: int | None,
+    max_words: int | None,
+    workers: int,
+    vocab: str | os.PathLike | None,
+) -> list[Path]:
+    """``prepare_corpus``'s input files, each checked (with the limits) before any work."""
+    if "train" not in splits:
+        raise UserError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
+    for name, value in (("max_len", max_len), ("max_words", max_words)):
+        if value is not None and value < 1:
+            raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
+    if workers < 1:  # before the vocabulary's minutes of training
+        raise UserError(f"workers must be a positive number of processes, got {workers}")
+    inputs = [Path(p) for pair in splits.values() for p in pair]
+    if vocab is not None:
+        Vocab.load(vocab)  # a UserError now if it is not one, before any work
+        inputs.append(Path(vocab))
+    for path in inputs:
+        if not path.exists():
+            raise UserError(f"{path}: no such file")
+        if path.is_dir():
+            raise UserError(f"{path}: is a directory; expected a text file of sentences")
+    return inputs
 
 
 def check_target(out: Path) -> None:

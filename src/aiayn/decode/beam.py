@@ -296,6 +296,40 @@ def prune(
     return rows, cand.tok.gather(1, pos), scores, done
 
 
+def _leave(
+    done: Tensor,
+    rows: Tensor,
+    tokens: Tensor,
+    scores: Tensor,
+    live: _Live,
+    finished: _Finished,
+    cache: Any,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Done sentences leave the batch; the cache follows the surviving beams. The kept
+    sentences' (rows, tokens, scores), each (n', k); None when every sentence is done."""
+    if not bool(done.any()):
+        cache.select(rows.view(-1))  # beams move within their sentence
+        return rows, tokens, scores
+    keep = (~done).nonzero().squeeze(1)  # (n',)
+    if keep.numel() == 0:
+        return None
+    live.keep(keep)
+    finished.keep(keep)
+    cache.select(rows[keep].view(-1), sentences=keep)
+    return rows[keep], tokens[keep], scores[keep]
+
+
+def advance_states(
+    states: list[tuple[Constraint, Any]] | None, rows: Tensor, tokens: Tensor
+) -> list[tuple[Constraint, Any]] | None:
+    """Each kept prefix's constraint state after its new token: row r of the old prefixes,
+    advanced by its token (rows (n*k,), tokens (n, k))."""
+    if states is None:
+        return None
+    pairs = zip(rows.tolist(), tokens.view(-1).tolist())
+    return [(states[r][0], states[r][0].advance(states[r][1], token)) for r, token in pairs]
+
+
 @torch.no_grad()
 def beam_search(
     model: Any,
@@ -345,23 +379,12 @@ def beam_search(
         finish(finished, live, cand, prefixes=prefixes, t=t, alpha=alpha)
         rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, alpha=alpha)
 
-        # Done sentences leave the batch; the cache follows the surviving beams.
-        if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)  # (n',)
-            if keep.numel() == 0:
-                break
-            rows, tokens, scores = rows[keep], tokens[keep], scores[keep]
-            live.keep(keep)
-            finished.keep(keep)
-            cache.select(rows.view(-1), sentences=keep)
-        else:
-            cache.select(rows.view(-1))  # beams move within their sentence
+        survivors = _leave(done, rows, tokens, scores, live, finished, cache)
+        if survivors is None:
+            break
+        rows, tokens, scores = survivors
         rows = rows.view(-1)  # (n*k,) rows of the old n*b
-        if states is not None:
-            states = [
-                (states[r][0], states[r][0].advance(states[r][1], tok_r))
-                for r, tok_r in zip(rows.tolist(), tokens.view(-1).tolist())
-            ]
+        states = advance_states(states, rows, tokens)
         prefixes = torch.cat(
             [prefixes.index_select(0, rows), tokens.view(-1, 1)], dim=1
         )  # (n*k, t)

@@ -31,7 +31,15 @@ from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..errors import UserError
-from .beam import NEG_INF, Constraint, Hypothesis, constrain, constraint_states, output_log_probs
+from .beam import (
+    NEG_INF,
+    Constraint,
+    Hypothesis,
+    advance_states,
+    constrain,
+    constraint_states,
+    output_log_probs,
+)
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
 
@@ -143,17 +151,11 @@ def sample(
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
-        if states is not None:
-            states = [
-                (states[r][0], states[r][0].advance(states[r][1], tok_r))
-                for r, tok_r in zip(keep.tolist(), tok[keep].tolist())
-            ]
+        states = advance_states(states, keep, tok[keep])
         rows, log_prob, tokens = rows[keep], log_prob[keep], tokens[keep]
         cache.select(keep, sentences=keep)
         step_in = tokens[:, -1:]
-    for hyps in results:
-        hyps.sort(key=lambda h: -h.score)  # stable: ties keep the order drawn
-    return results
+    return [sorted(hyps, key=lambda h: -h.score) for hyps in results]  # ties: as drawn
 
 
 def _uniforms(generators: Sequence[torch.Generator], rows: Tensor, n: int) -> Tensor:
