@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import gzip
 import json
 import math
 import os
@@ -71,8 +70,9 @@ from safetensors.torch import load_file
 
 from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import checkpoint_name, latest_checkpoint, load_translator, read_meta
-from aiayn.data import TokenDataset, bundled_corpus_paths, collate, prepare_bundled, prepare_corpus
+from aiayn.data import TokenDataset, bundled_corpus_paths, collate, prepare_bundled
 from aiayn.data import read_meta as read_data_meta
+from aiayn.data.prepare import prepare_bundled_slice
 from aiayn.decode import DecodeConfig, SearchRequest, beam_search
 from aiayn.decode.constraints import OutputConstraint
 from aiayn.decode.translate import eval_mode
@@ -272,28 +272,16 @@ def data(check: Check, given: Path | None = None) -> dict[str, Any]:
     of it on a CPU, or ``--data``."""
     target = given or check.out / "data"
     if given is None and check.device.type == "cpu":
+        target = check.out / "slice" / "data"
         if not (target / "meta.json").is_file():
-            prepare_slice(target, {"train": 400, "valid": 40, "test": 40})
+            pairs = {"train": 400, "valid": 40, "test": 40}
+            prepare_bundled_slice(target.parent, pairs, vocab_size=300, max_len=48)
     elif given is None:
         prepare_bundled(target)
     check.data = target
     meta = read_data_meta(target)
     pairs = {split: s["pairs"] for split, s in meta["splits"].items()}
     return {"path": str(target), "pairs": pairs, "vocab_size": meta["vocab_size"]}
-
-
-def prepare_slice(target: Path, pairs: dict[str, int]) -> None:
-    """The first ``pairs[split]`` pairs of the bundled corpus, prepared with 300 pieces."""
-    text = target.parent / "slice"
-    text.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for split, n in pairs.items():
-        for side, path in zip(("en", "es"), bundled_corpus_paths()[split]):
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                lines = [line for _, line in zip(range(n), f)]
-            (text / f"{split}.{side}").write_text("".join(lines), encoding="utf-8")
-        files[split] = (text / f"{split}.en", text / f"{split}.es")
-    prepare_corpus(files, target, vocab_size=300, max_len=48)
 
 
 # --- which attention kernel runs -----------------------------------------------------------

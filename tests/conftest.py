@@ -1,7 +1,6 @@
 """Shared fixtures: a small prepared slice of the bundled corpus for training tests, and the
 CPU's bf16 answer pinned so that no result depends on the CPU that runs the suite."""
 
-import gzip
 import os
 from pathlib import Path
 
@@ -9,8 +8,7 @@ import pytest
 import torch
 
 from aiayn import hardware
-from aiayn.data import bundled_corpus_paths, prepare_corpus
-from aiayn.data.prepare import BIBLE_LANGS
+from aiayn.data.prepare import prepare_bundled_slice
 
 # Every test sees a CPU without native bf16 (so every `auto` is fp32 and eager) unless it asks for
 # `bf16_answer`, which runs it under both answers; `AIAYN_ASSUME_BF16=native make test` runs the
@@ -25,21 +23,6 @@ def bf16_answer(request, monkeypatch) -> str:
     AVX2 machine too."""
     monkeypatch.setenv(hardware.ASSUME_BF16, request.param)
     return request.param
-
-
-def prepare_bundled_slice(root: Path, pairs: dict[str, int], vocab_size: int, max_len: int) -> Path:
-    """The first ``pairs[split]`` pairs of each split of the bundled corpus, written as text
-    under ``root`` and prepared into ``root/data`` (the training tests' and the learning gate's),
-    its languages recorded as ``aiayn prepare --bundled`` records them."""
-    files = {}
-    for split, n in pairs.items():
-        for side, path in zip(("en", "es"), bundled_corpus_paths()[split]):
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                lines = [line for _, line in zip(range(n), f)]
-            (root / f"{split}.{side}").write_text("".join(lines), encoding="utf-8")
-        files[split] = (root / f"{split}.en", root / f"{split}.es")
-    prepare_corpus(files, root / "data", vocab_size=vocab_size, max_len=max_len, record=BIBLE_LANGS)
-    return root / "data"
 
 
 @pytest.fixture(scope="session")

@@ -42,9 +42,9 @@ Cost: 74 s of wall clock on a quiet machine (72 s of CPU; one thread), 3 minutes
 from pathlib import Path
 
 import pytest
-from conftest import prepare_bundled_slice
 
 from aiayn.checkpoint import load_translator
+from aiayn.data.prepare import prepare_bundled_slice
 from aiayn.decode import DecodeConfig, SearchRequest, translate
 from aiayn.files import read_lines
 from aiayn.metrics import sacre_bleu

@@ -356,21 +356,27 @@ except SystemExit as e:
 """
 
 
+def _torchrun_two(script: Path, cfg, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``script CONFIG TMP`` under torchrun with 2 CPU processes of one thread each; it must
+    exit 0 (each rank writes what it saw under TMP)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    result = subprocess.run(
+        [*cmd, str(script), str(_write(cfg, tmp_path / "c.json")), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 def test_under_torchrun_every_rank_stops_at_the_update_one_rank_was_signalled(
     tiny_corpus, tmp_path
 ):
     cfg = config(tiny_corpus, tmp_path / "run", max_updates=50, model={**TINY, "P_drop": 0.0})
     script = tmp_path / "signalled.py"
     script.write_text(_ONE_RANK_SIGNALLED)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [*cmd, str(script), str(_write(cfg, tmp_path / "c.json")), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = _torchrun_two(script, cfg, tmp_path)
     for rank in (0, 1):
         done = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert done == {"update": 2, "stopped": "SIGTERM"}, rank
@@ -1067,15 +1073,7 @@ def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
     )
     script = tmp_path / "patience.py"
     script.write_text(_PATIENCE)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [*cmd, str(script), str(_write(cfg, tmp_path / "c.json")), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    _torchrun_two(script, cfg, tmp_path)
     for rank in (0, 1):
         done = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert done == {"update": 5, "stopped": "patience"}, rank

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..files import atomic_file, check_not_input, read_lines
+from ..files import check_not_input, read_lines
 from ..metrics.significance import (
     BOOTSTRAP,
     LOWER_IS_BETTER,
@@ -203,10 +203,7 @@ def validation_curve(run: Path) -> list[dict[str, float]]:
 def plot_curves(curves: dict[str, list[dict[str, float]]], out: Path) -> Path:
     """One chart, written atomically: validation perplexity (top) and BLEU (bottom) against
     updates (left) and training minutes (right), one line a run."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; no display needed
-    import matplotlib.pyplot as plt
+    from .plots import plt, save_figure  # the one way a figure is written (and torch with it)
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), squeeze=False)
     for name, points in curves.items():
@@ -223,12 +220,7 @@ def plot_curves(curves: dict[str, list[dict[str, float]]], out: Path) -> Path:
         if ax.lines:
             ax.legend(fontsize=8)
     fig.suptitle("validation curves (log.jsonl)")
-    try:
-        with atomic_file(out) as tmp:
-            fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def compare_runs(

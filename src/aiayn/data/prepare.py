@@ -13,11 +13,19 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from importlib import resources
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..files import check_not_input, fsync_dir, fsync_tree, publish_dir, temp_dir_beside
+from ..files import (
+    check_not_input,
+    fsync_dir,
+    fsync_tree,
+    publish_dir,
+    temp_dir_beside,
+    write_lines_atomic,
+)
 from .binarize import (
     META,
     binarize_split,
@@ -37,6 +45,22 @@ BIBLE_LANGS = {"src_lang": "en", "tgt_lang": "es"}
 
 
 BUNDLED_VOCAB_SIZE = 8000  # shared BPE pieces of the bundled corpus (the demo's and experiments')
+
+
+def prepare_bundled_slice(
+    root: Path, pairs: dict[str, int], vocab_size: int, max_len: int | None = 256
+) -> Path:
+    """The first ``pairs[split]`` pairs of each split of the bundled corpus, written as text
+    under ``root`` and prepared into ``root/data``: a small dataset for tests and benchmarks,
+    its languages recorded as ``prepare_bundled`` records them."""
+    root.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, n in pairs.items():
+        for side, path in zip(("en", "es"), bundled_corpus_paths()[split]):
+            write_lines_atomic(root / f"{split}.{side}", list(islice(iter_lines(path), n)))
+        files[split] = (root / f"{split}.en", root / f"{split}.es")
+    prepare_corpus(files, root / "data", vocab_size=vocab_size, max_len=max_len, record=BIBLE_LANGS)
+    return root / "data"
 
 
 def prepare_bundled(work: Path, vocab_size: int = BUNDLED_VOCAB_SIZE) -> dict[str, Any]:
