@@ -177,3 +177,26 @@ def test_fairseq_never_ends_an_output_at_its_first_step():
     table = {(): {EOS: 0.7, A: 0.3}, (A,): {EOS: 1.0}}
     assert run(table, "paper", beam=1, alpha=0.0)[0] == [([], pytest.approx(math.log(0.7)))]
     assert run(table, "fairseq", beam=1, alpha=0.0)[0] == [([A], pytest.approx(math.log(0.3)))]
+
+
+def test_cli_refuses_search_rules_on_ctranslate2_before_exporting(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tmp_path),
+                "--src",
+                "s",
+                "--ref",
+                "r",
+                "--engine",
+                "ctranslate2",
+                "--search-rules",
+                "ct2",
+            ]
+        )
+    assert (
+        "--search-rules ct2 is not available with --engine ctranslate2" in capsys.readouterr().err
+    )
+    assert list(tmp_path.parent.glob("*.ctranslate2")) == []

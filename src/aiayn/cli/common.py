@@ -590,6 +590,12 @@ def check_engine_options(args: argparse.Namespace) -> None:
     for attr, (option, why) in _NOT_CTRANSLATE2.items():
         if getattr(args, attr, None):
             raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
+    rules = getattr(args, "search_rules", "paper")
+    if rules != "paper":  # before the engine exports the checkpoint, not after
+        raise UserError(
+            f"--search-rules {rules} is not available with --engine {args.engine} "
+            "(it runs the paper's search; --engine torch follows every rule)"
+        )
     precision = getattr(args, "precision", None)
     if precision not in (None, "auto", "fp32"):
         raise UserError(
