@@ -98,6 +98,23 @@ def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
     assert f"SacreBLEU   {report['test']['sacrebleu']:.2f}" in text and "MFU" in text
 
 
+def test_demo_report_shows_chrf_and_ter_with_intervals_as_evaluate_does(demo):
+    root, report = demo
+    hyps = read_lines(root / "run/test.hyp.es")
+    refs = read_lines(bundled_corpus_paths()["test"][1])[:6]
+    test = report["test"]
+    # sacrebleu's own scores of the written hypotheses, as aiayn evaluate reports them
+    assert test["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
+    assert test["ter"] == pytest.approx(sacrebleu.corpus_ter(hyps, [refs]).score, abs=1e-9)
+    lines = format_report(report).splitlines()
+    for label, name in (("SacreBLEU", "BLEU"), ("chrF2", "chrF2"), ("TER", "TER")):
+        s = test["intervals"][name]
+        shown = [line for line in lines if line.startswith(f"  {label} ")]
+        assert len(shown) == 1 and f"{s['score']:.2f} ({s['mean']:.2f} ± {s['ci']:.2f})" in shown[0]
+        assert name == "BLEU" or test["interval_signatures"][name] in shown[0]
+    assert test["intervals"]["BLEU"]["score"] == pytest.approx(test["sacrebleu"], abs=1e-9)
+
+
 def test_the_demo_report_says_which_precision_trained_and_why(demo):
     _, report = demo
     # the suite's CPU has no native bf16 (conftest): auto is fp32, and compile's figure says why
