@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from aiayn import hardware, measured
-from aiayn.decode.precision import BF16_ATTENTION, choose_precision
+from aiayn.decode.precision import BF16_ATTENTION, Precision, choose_precision
 from aiayn.train.trainer import resolve_amp, resolve_compile
 
 CPU = torch.device("cpu")
@@ -229,6 +229,8 @@ def test_precision_auto_follows_the_figure_of_the_cpus_class(table, bf16_answer,
             == "auto: the CPU has no native bf16 (AIAYN_ASSUME_BF16=emulated), so bf16 would be slower"
         )
     assert choose_precision("auto", "cpu", quantize="int8").name == "fp32"  # int8 keeps fp32
+    other = choose_precision("auto", "cpu", engine="ctranslate2")  # its own float32
+    assert other == Precision("fp32", "auto: --engine ctranslate2 decodes in float32")
 
 
 @pytest.mark.parametrize("pays", [True, False])

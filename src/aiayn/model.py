@@ -178,7 +178,8 @@ def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     """What attention computes in for activations of ``dtype``: fp32 on a CPU whatever the
     model's dtype, because PyTorch's CPU attention kernels are slower in bf16 than in fp32 (its
     flash backward several times over; docs/training.md), so two casts cost less than they
-    save; elsewhere the activations' own dtype."""
+    save; elsewhere the activations' own dtype. Decoding may choose its own for the decoder
+    (``Transformer.decode_attention``): there no backward is run."""
     if device.type == "cpu":
         return "fp32"
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")

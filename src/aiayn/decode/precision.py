@@ -30,7 +30,7 @@ from ..model import Transformer
 PRECISIONS = ("auto", "fp32", "bf16")
 # What a bf16 model's decoder attention computes in, chosen by measurement on the demo model
 # (docs/decoding.md#precision; `benchmarks/measure_auto.py decode_bf16 --attention`)
-BF16_ATTENTION = "fp32"
+BF16_ATTENTION = "bf16"
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,14 @@ class Precision:
 
 
 def choose_precision(
-    requested: str, device: torch.device | str, quantize: str | None = None
+    requested: str,
+    device: torch.device | str,
+    quantize: str | None = None,
+    engine: str = "torch",
 ) -> Precision:
-    """``--precision`` ("auto", "fp32" or "bf16") resolved for ``device`` and ``--quantize``;
-    ``UserError`` for an unknown one and for bf16 with int8."""
+    """``--precision`` ("auto", "fp32" or "bf16") resolved for ``device``, ``--quantize`` and
+    ``--engine`` (another engine decodes in its own float32); ``UserError`` for an unknown one
+    and for bf16 with int8."""
     if requested not in PRECISIONS:
         raise UserError(f"--precision {requested}: choose one of {', '.join(PRECISIONS)}")
     check_combination(quantize, requested)
@@ -61,6 +65,8 @@ def choose_precision(
         return Precision("bf16", "--precision bf16" + emulated)
     if quantize is not None:
         return Precision("fp32", f"auto: --quantize {quantize} decodes with fp32 activations")
+    if engine != "torch":
+        return Precision("fp32", f"auto: --engine {engine} decodes in float32")
     if not support.native:
         return Precision("fp32", f"auto: {support.reason}, so bf16 would be slower")
     decision = measured.decode_bf16(support.chip)
