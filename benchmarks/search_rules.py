@@ -172,15 +172,15 @@ def main() -> None:
             mine = ours(decoding, sources, SEARCH_RULES[name])
             seconds = time.perf_counter() - start
             row: dict[str, Any] = {"seconds_ours": seconds}
+            texts[name] = [vocab.decode(t) for t in mine]
+            if args.outputs:
+                write_lines_atomic(args.outputs / f"{name}.hyp.es", texts[name])
             start = time.perf_counter()
             theirs = peer_outputs(name, args, model, vocab, sources, Path(tmp))
             if theirs is not None:
                 row["seconds_toolkit"] = time.perf_counter() - start
                 row["equal"] = sum(a == b for a, b in zip(mine, theirs))
                 row["differ"] = [i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b]
-            texts[name] = [vocab.decode(t) for t in mine]
-            if args.outputs:
-                write_lines_atomic(args.outputs / f"{name}.hyp.es", texts[name])
             record["rules"][name] = row
             agreement = f"{row['equal']} / {len(lines)} equal" if "equal" in row else "not run"
             print(f"{name}: ours {seconds:.1f} s; the toolkit's: {agreement}", flush=True)
