@@ -183,7 +183,9 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
         copies.refresh()  # one step = one update here
         with _sdpa_backend(variant), torch.autocast("cpu", dtype, enabled=dtype is not None):
             logits = copies(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
-        return loss_fn(logits.float(), b.tgt_out[mask]) / b.n_tgt
+        if "castloss" in options:  # logits cast to fp32 before the loss, as before issue 40
+            logits = logits.float()
+        return loss_fn(logits, b.tgt_out[mask]) / b.n_tgt
 
     return model, step_loss
 
@@ -208,12 +210,13 @@ def _sdpa_backend(variant: str):
 
 
 def _ours_loss(variant: str) -> Callable[[Tensor, Tensor], Tensor]:
+    """The loss of logits in the model's dtype: the trainer's takes bf16 as it is."""
     if "lsloss" in variant:
         from aiayn.train.loss import label_smoothed_nll
 
         return lambda logits, target: label_smoothed_nll(logits, target, 0.1, PAD)[0]
     return lambda logits, target: F.cross_entropy(
-        logits, target, label_smoothing=0.1, reduction="sum"
+        logits.float(), target, label_smoothing=0.1, reduction="sum"
     )
 
 
@@ -505,7 +508,8 @@ def main(argv: list[str] | None = None) -> None:
         "compile=true: each layer, dynamic), compilemodel (torch.compile of the whole model, "
         "dynamic), bf16 (CPU autocast with the weights' bf16 copies, as amp=bf16), nocopies (bf16 "
         "autocast casting each weight at its use instead), uniformdropout (dropout's mask from a "
-        "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), fusedadam / "
+        "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), castloss "
+        "(bf16 logits cast to fp32 before the loss, its own node), fusedadam / "
         "foreach (Adam for this row only), math (SDPA math backend)",
     )
     p.add_argument("--batch", type=int, default=32)

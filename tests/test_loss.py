@@ -59,3 +59,31 @@ def test_float32_matches() -> None:
     label_smoothed_nll(a, target, 0.1, PAD)[0].backward()
     F.cross_entropy(b, target, label_smoothing=0.1, ignore_index=PAD, reduction="sum").backward()
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_logits_computed_in_float32(dtype: torch.dtype) -> None:
+    # mixed precision hands the loss its logits as they are: the same bits as casting them
+    # to fp32 first, the gradient back in their own dtype
+    logits, target = _case(N=64, V=300, seed=3)
+    low = logits.to(dtype)
+    a = low.clone().requires_grad_()
+    b = low.clone().requires_grad_()
+    loss, nll = label_smoothed_nll(a, target, 0.1, PAD)
+    ref, ref_nll = label_smoothed_nll(b.float(), target, 0.1, PAD)
+    assert loss.dtype == nll.dtype == torch.float32
+    assert torch.equal(loss, ref) and torch.equal(nll, ref_nll)
+    (loss * 0.37).backward()
+    (ref * 0.37).backward()
+    assert a.grad is not None and a.grad.dtype == dtype
+    assert torch.equal(a.grad, b.grad)
+
+
+def test_low_precision_graph_refuses_a_second_backward() -> None:
+    # its gradient is made in the log-probabilities' buffer: a second pass must not read it
+    logits, target = _case(N=8, V=20, seed=4)
+    x = logits.bfloat16().requires_grad_()
+    loss, _ = label_smoothed_nll(x, target, 0.1, PAD)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -10,6 +10,12 @@ Forward is one fused log_softmax, a gather and a mean (no smoothed target, no (N
 backward is two passes over one (N, V) buffer: exp(log p), then one multiply-add, and a scatter
 for the reference class. ``F.cross_entropy`` needs about twice the (N, V) passes in backward. The result equals
 ``F.cross_entropy(x, t, label_smoothing=eps, ignore_index=..., reduction="sum")``.
+
+Logits in bf16 or fp16 (mixed precision) are computed on in fp32 inside: one fp32 buffer takes
+the cast, then the log-probabilities in place, then the gradient in place, which comes back in
+the logits' dtype. The arithmetic is that of casting first (``logits.float()``), bit for bit,
+in two fewer (N, V) buffers and without a separate cast node on each side; the price is that
+such a graph cannot be back-propagated twice (``retain_graph``).
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ class _LabelSmoothedNLL(torch.autograd.Function):
     def forward(ctx, logits: Tensor, target: Tensor, eps: float, ignore_index: int):  # type: ignore[override]
         valid = target != ignore_index
         t = target.masked_fill(~valid, 0).unsqueeze(1)  # (N, 1), ignored rows read class 0
-        logp = torch.log_softmax(logits, dim=-1)  # (N, V)
+        if logits.dtype in (torch.bfloat16, torch.float16):
+            logp = logits.float()  # (N, V), a buffer of our own: log-probabilities in place
+            torch.log_softmax(logp, dim=-1, out=logp)
+        else:
+            logp = torch.log_softmax(logits, dim=-1)  # (N, V)
         w = valid.to(logp.dtype)  # 1 or 0 per row: cast once, not in every product with it
         nll = -logp.gather(1, t).squeeze(1) * w
         smooth = -logp.mean(dim=-1) * w  # -mean_j log p_j
         ctx.save_for_backward(logp, t, w)
-        ctx.eps = eps
+        ctx.eps, ctx.dtype = eps, logits.dtype
         return ((1 - eps) * nll + eps * smooth).sum(), nll.sum()
 
     @staticmethod
@@ -40,16 +50,19 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         coef_p = (w * (g_loss + g_nll)).unsqueeze(1)  # on softmax
         coef_t = (w * ((1 - eps) * g_loss + g_nll)).unsqueeze(1)  # on the reference class
         coef_u = (w * (g_loss * eps / V)).unsqueeze(1)  # on every class
-        grad = logp.exp()  # softmax, in the one (N, V) buffer
+        # softmax, in a new (N, V) buffer, or for low-precision logits in the log-probabilities'
+        # own (a second backward through the graph then fails on its version counter)
+        grad = logp.exp_() if ctx.dtype in (torch.bfloat16, torch.float16) else logp.exp()
         grad = torch.addcmul(coef_u.neg(), grad, coef_p, out=grad)
         grad.scatter_add_(1, t, coef_t.neg())
-        return grad, None, None, None
+        return grad.to(ctx.dtype), None, None, None
 
 
 def label_smoothed_nll(
     logits: Tensor, target: Tensor, eps_ls: float, ignore_index: int = -100
 ) -> tuple[Tensor, Tensor]:
-    """logits (N, V), target (N,) -> (label-smoothed loss summed, NLL summed), both scalars.
+    """logits (N, V), target (N,) -> (label-smoothed loss summed, NLL summed), both scalars,
+    in fp32 for bf16 or fp16 logits (no need to cast them first), else in the logits' dtype.
 
     Positions whose target is ``ignore_index`` contribute nothing. The NLL sum (no smoothing)
     is for perplexity; the loss sum is what is minimised (divide by the target token count).
@@ -67,7 +80,7 @@ def teacher_forced(
     """
     mask = tgt_out != pad_id  # (B, T)
     logits = model(src, tgt_in, output_mask=mask)  # (n_tokens, V): padding is never projected
-    loss, nll = label_smoothed_nll(logits.float(), tgt_out[mask], eps_ls)
+    loss, nll = label_smoothed_nll(logits, tgt_out[mask], eps_ls)
     return loss, nll, int(mask.sum())
 
 

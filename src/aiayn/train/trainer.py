@@ -334,7 +334,7 @@ class Trainer:
                 mask = batch.tgt_out != pad
                 with self._autocast():
                     logits = self.step_model(batch.src, batch.tgt_in, output_mask=mask)
-                loss, nll = label_smoothed_nll(logits.float(), batch.tgt_out[mask], self.cfg.eps_ls)
+                loss, nll = label_smoothed_nll(logits, batch.tgt_out[mask], self.cfg.eps_ls)
                 self.scaler.scale(loss).backward()
             losses += torch.stack([loss.detach(), nll.detach()])
             tgt_tokens += batch.n_tgt_tokens
