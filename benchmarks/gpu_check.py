@@ -51,6 +51,7 @@ import traceback
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -76,7 +77,6 @@ from aiayn.data.prepare import prepare_bundled_slice
 from aiayn.decode import DecodeConfig, SearchRequest, beam_search
 from aiayn.decode.constraints import OutputConstraint
 from aiayn.decode.translate import eval_mode
-from aiayn.demo import demo_train_config
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
@@ -466,20 +466,31 @@ def train_process(check: Check, cfg: TrainConfig, name: str, *extra: str, torchr
         return Run(subprocess.Popen(command, stdout=out, stderr=out, env=env), log)
 
 
+def train_here(check: Check, cfg: TrainConfig) -> None:
+    """A training run in this process: where no process boundary is under test, a process of
+    its own would only import torch and aiayn again and measure the matmul peak for a summary
+    nobody reads (most of a CPU check's time)."""
+    Trainer(cfg, device=str(check.device)).run()
+    free_memory()
+
+
 def resume(check: Check) -> dict[str, Any]:
     """Kill a run (SIGKILL: no clean-up at all) once its update-n checkpoint is out, resume it
-    to 2n, and compare its weights with a run that went straight to 2n; where they differ, a
-    second straight run says whether two uninterrupted runs agree at all (kernels that are not
-    deterministic on a GPU)."""
+    to 2n in a process of its own, and compare its weights with a run that went straight to 2n
+    (in this process, while the killed one starts); where they differ, a second straight run
+    says whether two uninterrupted runs agree at all (kernels that are not deterministic on a
+    GPU)."""
     n, small, runs = 3, check.plan.small, check.runs
     straight_cfg = check.config(small, runs / "straight", max_updates=2 * n)
     killed_cfg = check.config(small, runs / "killed", max_updates=10_000, save_every_updates=n)
     first = runs / "killed" / "checkpoints" / checkpoint_name(n)
-    started = [train_process(check, straight_cfg, "straight")]
+    started = [train_process(check, killed_cfg, "killed")]
     try:
-        started.append(train_process(check, killed_cfg, "killed"))
-        kill_once_written(started[-1], first / "meta.json")
-        started[0].finish()
+        # a thread watches for the checkpoint, so the kill is not late while this trains
+        with ThreadPoolExecutor(max_workers=1) as watcher:
+            killing = watcher.submit(kill_once_written, started[0], first / "meta.json")
+            train_here(check, straight_cfg)
+            killing.result()
         resumed_cfg = check.config(small, runs / "killed", max_updates=2 * n)
         started.append(train_process(check, resumed_cfg, "resumed", "--resume", str(first)))
         started[-1].finish()
@@ -492,8 +503,7 @@ def resume(check: Check) -> dict[str, Any]:
     result = {"killed_at_update": n, "compared_at_update": 2 * n}
     result |= {"bit_exact": same.bit_exact, "max_abs_diff": same.max_abs_diff}
     if not same.bit_exact:
-        control = check.config(small, runs / "control", max_updates=2 * n)
-        train_process(check, control, "control").finish()
+        train_here(check, check.config(small, runs / "control", max_updates=2 * n))
         again = compare(straight_last, runs / "control" / "checkpoints" / last)
         result["two_straight_runs_bit_exact"] = again.bit_exact
     return result
@@ -540,8 +550,9 @@ def compare(a: Path, b: Path, skip_key_bias: bool = False) -> Comparison:
 
 
 def torchrun(check: Check) -> dict[str, Any]:
-    """N processes with torchrun against one process accumulating N micro-batches: the same
-    global batch per update (trainer.py), so the same weights up to float summation order.
+    """N processes with torchrun against one process (this one) accumulating N micro-batches:
+    the same global batch per update (trainer.py), so the same weights up to float summation
+    order.
     Dropout off: each process draws its own masks, which one process cannot repeat."""
     cuda = check.device.type == "cuda"
     procs = torch.cuda.device_count() if cuda else 2
@@ -550,14 +561,12 @@ def torchrun(check: Check) -> dict[str, Any]:
     runs = check.runs
     single_cfg = check.config(small, runs / "single", max_updates=3, tokens_per_update=per_update)
     ddp_cfg = check.config(small, runs / "ddp", max_updates=3, tokens_per_update=per_update)
-    started = [train_process(check, single_cfg, "single")]
+    ddp = train_process(check, ddp_cfg, "ddp", torchrun=procs)
     try:
-        started.append(train_process(check, ddp_cfg, "ddp", torchrun=procs))
-        for run in started:
-            run.finish()
+        train_here(check, single_cfg)  # while torchrun starts its processes
+        ddp.finish()
     finally:
-        for run in started:
-            run.stop()
+        ddp.stop()
     last = checkpoint_name(3)
     metas = {name: read_meta(runs / name / "checkpoints" / last) for name in ("single", "ddp")}
     same = compare(
@@ -728,6 +737,8 @@ def demo(check: Check) -> dict[str, Any]:
     if not plan.demo_minutes:
         return {"skipped": "--demo-minutes 0 (the default on a CPU)"}
     assert check.data is not None
+    from aiayn.demo import demo_train_config  # here: it brings matplotlib, for its plots
+
     out = check.runs / "demo"
     cfg = demo_train_config(check.data, out, plan.demo_minutes, list(plan.demo_sets))
     trainer = Trainer(cfg, device=str(check.device))
@@ -991,6 +1002,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # What the imports made is never garbage: frozen, it is not walked again by each section's
+    # gc.collect (free_memory), which then costs what the section left, not all of torch.
+    gc.freeze()
     try:
         sys.exit(main())
     except UserError as e:

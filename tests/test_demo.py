@@ -98,6 +98,23 @@ def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):
     assert f"SacreBLEU   {report['test']['sacrebleu']:.2f}" in text and "MFU" in text
 
 
+def test_demo_report_shows_chrf_and_ter_with_intervals_as_evaluate_does(demo):
+    root, report = demo
+    hyps = read_lines(root / "run/test.hyp.es")
+    refs = read_lines(bundled_corpus_paths()["test"][1])[:6]
+    test = report["test"]
+    # sacrebleu's own scores of the written hypotheses, as aiayn evaluate reports them
+    assert test["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-9)
+    assert test["ter"] == pytest.approx(sacrebleu.corpus_ter(hyps, [refs]).score, abs=1e-9)
+    lines = format_report(report).splitlines()
+    for label, name in (("SacreBLEU", "BLEU"), ("chrF2", "chrF2"), ("TER", "TER")):
+        s = test["intervals"][name]
+        shown = [line for line in lines if line.startswith(f"  {label} ")]
+        assert len(shown) == 1 and f"{s['score']:.2f} ({s['mean']:.2f} ± {s['ci']:.2f})" in shown[0]
+        assert name == "BLEU" or test["interval_signatures"][name] in shown[0]
+    assert test["intervals"]["BLEU"]["score"] == pytest.approx(test["sacrebleu"], abs=1e-9)
+
+
 def test_the_demo_report_says_which_precision_trained_and_why(demo):
     _, report = demo
     # the suite's CPU has no native bf16 (conftest): auto is fp32, and compile's figure says why
@@ -250,40 +267,24 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
     )
 
 
-def test_average_cli_chooses_how_many_by_perplexity(demo, tmp_path):
-    root, _ = demo
+def test_average_cli_chooses_how_many_by_perplexity(tiny_run, tmp_path, capsys):
+    # tiny_run's 3 checkpoints (one an update), not the demo's: the demo trains for seconds of
+    # wall clock, so under load it could leave fewer than the 3 this asks for
     src, ref = tmp_path / "src.en", tmp_path / "ref.es"
     valid_src, valid_ref = (read_lines(p)[:40] for p in bundled_corpus_paths()["valid"])
     src.write_text("\n".join(valid_src) + "\n")
     ref.write_text("\n".join(valid_ref) + "\n")
     out = tmp_path / "averaged"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "aiayn",
-            "average",
-            str(root / "run/checkpoints"),
-            "--last",
-            "3",
-            "--choose-on",
-            str(src),
-            str(ref),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    line = result.stdout.splitlines()[0].split(": ", 1)[1]
+    checkpoints = tiny_run / "checkpoints"
+    argv = ["average", checkpoints, "--last", 3, "--choose-on", src, ref, "--out", out]
+    code, stdout, stderr = run_cli(capsys, *argv)
+    assert code == 0, stderr
+    line = stdout.splitlines()[0].split(": ", 1)[1]
     ppl = {int(k): float(v) for k, v in (item.split(": ") for item in line.split(", "))}
-    assert sorted(ppl) == [1, 2, 3]
+    assert sorted(ppl) == [1, 2, 3] and len(set(ppl.values())) == 3  # no tie to choose among
     chosen = ckpt.read_meta(out)["averaged_from"]
     assert ppl[len(chosen)] == min(ppl.values())
-    assert (
-        chosen == [p.name for p in ckpt.list_checkpoints(root / "run/checkpoints")][-len(chosen) :]
-    )
+    assert chosen == [p.name for p in ckpt.list_checkpoints(checkpoints)][-len(chosen) :]
 
 
 def test_bad_config_key_is_one_clear_line(tmp_path):

@@ -29,6 +29,7 @@ from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .files import check_not_input, read_lines, write_lines_atomic, write_text_atomic
 from .flops import measure_matmul_peak
+from .metrics.significance import with_interval
 from .train import TrainConfig
 from .train.config import recipe_config
 from .train.trainer import Resolved, Trainer
@@ -220,14 +221,18 @@ def _bleu_per_checkpoint(log: Path) -> list[tuple[float, float]]:
 
 def format_report(report: dict[str, Any]) -> str:
     t, tr, a, cost = report["test"], report["training"], report["artefacts"], report["cost"]
+    scores, signatures = t["intervals"], t["interval_signatures"]  # as aiayn evaluate has them
     lines = [
         "",
         (
             f"Test split ({t['sentences']} sentences), average of the last {report['averaged_checkpoints']} "
             f"checkpoint(s) (k with the lowest validation perplexity), beam 4:"
         ),
-        f"  SacreBLEU   {t['sacrebleu']:.2f}   ({t['signature']})",
+        f"  SacreBLEU   {with_interval(scores['BLEU'])}   ({t['signature']})",
         f"  paper BLEU  {t['paper_bleu']:.2f}   (Moses-tokenised, ##AT## compound split, multi-bleu)",
+        f"  chrF2       {with_interval(scores['chrF2'])}   ({signatures['chrF2']})",
+        f"  TER         {with_interval(scores['TER'])}, lower is better   ({signatures['TER']})",
+        "  (in brackets: the bootstrap mean ± half-width of sacrebleu's 95% interval)",
         f"  perplexity  test {t['ppl']:.2f}, valid {report['valid_ppl_averaged']:.2f} per subword",
         f"  decoding    {t['decode_s']:.1f} s, {t['sentences_per_s']:.1f} sentences/s "
         f"({torch.get_num_threads()} threads)",

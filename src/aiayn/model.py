@@ -234,8 +234,9 @@ def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     """What attention computes in for activations of ``dtype``: fp32 on a CPU whatever the
     model's dtype, because PyTorch's CPU attention kernels are slower in bf16 than in fp32 (its
     flash backward several times over; docs/training.md), so two casts cost less than they
-    save; ``BF16_MATMULS`` for bf16 under CPU autocast inside ``bf16_matmul_attention``;
-    elsewhere the activations' own dtype."""
+    save; ``BF16_MATMULS`` for bf16 under CPU autocast inside ``bf16_matmul_attention``
+    (training); elsewhere the activations' own dtype. Decoding may choose its own for the
+    decoder (``Transformer.decode_attention``): there no backward is run."""
     if device.type == "cpu":
         if dtype == torch.bfloat16 and _cpu_bf16_matmuls.get() and torch.is_autocast_enabled("cpu"):
             return BF16_MATMULS
@@ -562,6 +563,10 @@ class Transformer(nn.Module):
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
+        # What the decoder's attention computes in while decoding (``new_cache``): None is
+        # ``attention_precision``'s choice, as in training; a decoding precision may set its
+        # own (``decode.precision.to_bf16``). The encoder's attention keeps the training path.
+        self.decode_attention: str | None = None
         self.reset_parameters(init)
 
     def reset_parameters(self, init: Init = "fairseq") -> None:
@@ -661,13 +666,11 @@ class Transformer(nn.Module):
         """The cache that decoding ``memory`` (n, S, d_model) starts from, ``src_mask`` =
         ``self.src_mask(src)`` (n, 1, 1, S): each layer's encoder-decoder keys and values,
         projected once per sentence and shared by its beams, and room for ``max_len`` target
-        positions (default, and at most, the model's)."""
+        positions (default, and at most, the model's); keys and values in what the decoder's
+        attention computes in (``decode_attention``)."""
         capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
-        dtype = (
-            torch.float32
-            if attention_precision(memory.device, memory.dtype) == "fp32"
-            else memory.dtype
-        )
+        precision = self.decode_attention or attention_precision(memory.device, memory.dtype)
+        dtype = torch.float32 if precision == "fp32" else memory.dtype
         padding = key_padding(src_mask)
         bias = None
         if padding is not None:  # (n, h, 1, S): -inf on the padding, per head

@@ -34,6 +34,7 @@ from ..metrics.significance import (
     sentence_scores,
     significance,
     wins_losses,
+    with_interval,
 )
 
 SENTENCE_METRICS = {"chrf": "chrF2", "bleu": "BLEU"}  # --sentence-metric -> what it is called
@@ -262,10 +263,7 @@ def _score_rows(report: dict[str, Any]) -> list[list[str]]:
     rows = [header]
     for system in report["systems"]:
         scores = system["scores"]
-        rows.append(
-            [system["name"]]
-            + [f"{s['score']:.2f} ({s['mean']:.2f} ± {s['ci']:.2f})" for s in scores.values()]
-        )
+        rows.append([system["name"]] + [with_interval(s) for s in scores.values()])
         if "sentences" in system:
             rows.append(["  vs baseline"] + [_difference(scores[m]) for m in metrics])
     return rows

@@ -129,24 +129,21 @@ def export_ctranslate2(
     ``fingerprint``: the source checkpoint's, recorded in the marker (``export.engine``'s cache).
     """
     require("ctranslate2", TARGET)
-    from ctranslate2.converters.converter import Converter
+    # the spec's own validate / optimize / save, the steps of ctranslate2's Converter.convert:
+    # importing ctranslate2.converters imports every converter, transformers among them
     from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
     if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
         raise ExportError(
             f"quantization {quantization!r} is not one of CTranslate2's: {', '.join(ACCEPTED_MODEL_TYPES)}"
         )
-    spec = ctranslate2_spec(model, vocab)
-
-    class _FromSpec(Converter):  # the converter API, fed with a spec built in memory
-        def _load(self) -> Any:
-            return spec
-
+    spec = ctranslate2_spec(model, vocab)  # validated
     info = {"format": "ctranslate2", "quantization": quantization, "source": source}
     if fingerprint is not None:
         info["fingerprint"] = fingerprint
     with export_dir(out, info) as tmp:
-        _FromSpec().convert(str(tmp), quantization=quantization, force=True)
+        spec.optimize(quantization=quantization)
+        spec.save(str(tmp))
         if vocab.path is not None:  # a vocabulary without a file: made-up pieces (benchmarks)
             shutil.copyfile(vocab.path, tmp / VOCAB_FILE)
     return Path(out)

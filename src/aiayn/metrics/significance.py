@@ -20,7 +20,7 @@ tests a difference across runs, one score per seed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,12 @@ class MetricScore:
         if self.p_bootstrap is not None:
             found |= {"p_bootstrap": self.p_bootstrap, "p_ar": self.p_ar}
         return found
+
+
+def with_interval(score: Mapping[str, float]) -> str:
+    """``score (mean ± ci)``: a score (``MetricScore.as_dict``) beside its bootstrap mean and
+    the half-width of its 95% interval, as ``aiayn compare`` and the demo's report print it."""
+    return f"{score['score']:.2f} ({score['mean']:.2f} ± {score['ci']:.2f})"
 
 
 @dataclass(frozen=True)
@@ -191,4 +197,5 @@ __all__ = [
     "sentence_scores",
     "significance",
     "wins_losses",
+    "with_interval",
 ]
