@@ -3,7 +3,7 @@
 
     # amp: auto -- the demo recipe in fp32 and bf16 autocast, A-B-B-A, 100 updates each (~5 min)
     PYTHONPATH=src .venv/bin/python benchmarks/measure_auto.py train_bf16
-    # --precision auto -- the demo model's test split decoded in fp32 and bf16 (~2 min)
+    # --precision auto -- the demo model's test split decoded in fp32 and bf16, A-B-B-A (~4 min)
     PYTHONPATH=src .venv/bin/python benchmarks/measure_auto.py decode_bf16 \
         --checkpoint runs/demo/averaged
     # compile: auto -- the demo recipe eager and compiled, 40 updates each (~3 min)
@@ -16,8 +16,12 @@ says. ``--table`` writes elsewhere; ``--preset tiny --updates 3`` checks the com
 
 train_bf16: each run starts from the same seed; tokens/s is the run's own (the trainer's summary),
 the median over the two runs of a precision; the validation perplexity is after the same updates.
-decode_bf16: ``evaluate_model`` (what ``aiayn evaluate`` runs) with the fp32 and the bf16 model;
-outputs compared line by line. compile: per update from log.jsonl; the steady rate over the
+decode_bf16: ``evaluate_model`` (what ``aiayn evaluate`` runs) with the fp32 and the bf16 model,
+A-B-B-A, decoding seconds the median of a precision's two runs (whose outputs must be equal);
+sacrebleu's paired bootstrap (and approximate randomization) of bf16's outputs against fp32's
+(``metrics.significance``), outputs compared line by line. ``--attention`` says what the bf16
+model's decoder attention computes in (default: the shipped choice, ``BF16_ATTENTION``), so that
+both can be measured. compile: per update from log.jsonl; the steady rate over the
 updates after the first ``--warm``, the compile time as the compiled run's extra seconds to reach
 update ``--warm``.
 """
@@ -39,9 +43,11 @@ from aiayn import hardware, measured
 from aiayn.checkpoint import load_translator
 from aiayn.data import bundled_corpus_paths, prepare_bundled
 from aiayn.decode import SearchRequest, for_decoding
+from aiayn.decode.precision import BF16_ATTENTION, to_bf16
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
+from aiayn.metrics.significance import significance
 from aiayn.train.config import recipe_config
 from aiayn.train.trainer import Trainer
 
@@ -89,20 +95,30 @@ def decode_bf16(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError("decode_bf16 needs --checkpoint (the demo model: runs/demo/averaged)")
     src, ref = bundled_corpus_paths()["test"]
     sources, references = read_lines(src)[: args.sentences], read_lines(ref)[: args.sentences]
-    results = {}
-    for precision in ("fp32", "bf16"):
+    seconds: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    outputs: dict[str, list[str]] = {}
+    for precision in ("fp32", "bf16", "bf16", "fp32"):  # A-B-B-A: drift hits both alike
         model, vocab = load_translator(args.checkpoint)
-        model = for_decoding(model, precision=precision)
-        results[precision] = evaluate_model(
-            model, vocab, sources, references, SearchRequest(), "es"
-        )
-        print(
-            f"  {precision}: {results[precision].decode_s:.1f} s, {results[precision].sacrebleu:.2f}"
-        )
-    fp32, bf16 = results["fp32"].hypotheses, results["bf16"].hypotheses
+        if precision == "bf16":
+            model = to_bf16(model, attention=args.attention)
+        else:
+            model = for_decoding(model)
+        result = evaluate_model(model, vocab, sources, references, SearchRequest(), "es")
+        seconds[precision].append(result.decode_s)
+        if outputs.setdefault(precision, result.hypotheses) != result.hypotheses:
+            raise RuntimeError(f"two {precision} runs decoded differently: not deterministic")
+        print(f"  {precision}: {result.decode_s:.1f} s, SacreBLEU {result.sacrebleu:.2f}")
+    fp32, bf16 = outputs["fp32"], outputs["bf16"]
+    tested = significance([("fp32", fp32), ("bf16", bf16)], references, ["bleu"])
+    fp32_bleu, bf16_bleu = (scores["BLEU"] for scores in tested.scores)
     return {
-        "fp32_sacrebleu": round(results["fp32"].sacrebleu, 2),
-        "bf16_sacrebleu": round(results["bf16"].sacrebleu, 2),
+        "fp32_sacrebleu": round(fp32_bleu.score, 2),
+        "bf16_sacrebleu": round(bf16_bleu.score, 2),
+        "p_bootstrap": round(bf16_bleu.p_bootstrap, 4),
+        "p_ar": round(bf16_bleu.p_ar, 4),
+        "fp32_decode_s": round(statistics.median(seconds["fp32"]), 1),
+        "bf16_decode_s": round(statistics.median(seconds["bf16"]), 1),
+        "attention": args.attention,
         "outputs": len(fp32),
         "unchanged": sum(a == b for a, b in zip(fp32, bf16)),
     }
@@ -161,6 +177,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--checkpoint", type=Path, help="decode_bf16: the demo model")
     parser.add_argument("--sentences", type=int, help="decode_bf16: the first N test verses")
+    parser.add_argument(
+        "--attention",
+        choices=["fp32", "bf16"],
+        default=BF16_ATTENTION,
+        help=f"decode_bf16: what the bf16 model's decoder attention computes in ({BF16_ATTENTION})",
+    )
     args = parser.parse_args(argv)
     args.updates = args.updates or (100 if args.setting == "train_bf16" else 40)
     torch.set_num_threads(args.threads)

@@ -133,7 +133,8 @@ def test_ensemble_of_two_checkpoints_scores_the_renormalised_mean_of_theirs(
     tiny_run, inputs, capsys
 ):
     ckpts = sorted((tiny_run / "checkpoints").glob("update_*"))
-    argv = ["score", "--src", inputs, "--ref", inputs, "--format", "jsonl"]
+    # fp32 as the teacher-forced sums below (a native-bf16 CPU's auto may score in bf16)
+    argv = ["score", "--src", inputs, "--ref", inputs, "--format", "jsonl", "--precision", "fp32"]
     logps = []
     for chosen in ([ckpts[0]], [ckpts[-1]], [ckpts[0], ckpts[-1]]):
         code, out, err = run_cli(capsys, *argv, *[a for c in chosen for a in ("--checkpoint", c)])

@@ -98,7 +98,9 @@ def pairs(tiny_corpus, tmp_path):
 def test_score_command_prints_the_library_scores(tiny_run, pairs, capsys):
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
     src, ref, sources, references = pairs
-    code, out, err = run_cli(capsys, "score", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    # fp32 as the library's model below (a native-bf16 CPU's auto may score in bf16)
+    argv = ("--checkpoint", ckpt, "--src", src, "--ref", ref, "--precision", "fp32")
+    code, out, err = run_cli(capsys, "score", *argv)
     assert code == 0, err
     rows = [line.split("\t") for line in out.splitlines()]
     assert len(rows) == len(sources) and all(len(r) == 4 for r in rows)

@@ -68,9 +68,9 @@ def source(tmp_path_factory) -> Path:
 
 
 def _translate(capsys, ckpt, source, *options) -> list[str]:
-    code, out, err = run_cli(
-        capsys, "translate", "--checkpoint", ckpt, "--input", source, "--quiet", *options
-    )
+    # fp32 named: on a native-bf16 CPU ``auto`` may decode ours in bf16, CTranslate2 in float32
+    argv = ("--checkpoint", ckpt, "--input", source, "--quiet", "--precision", "fp32")
+    code, out, err = run_cli(capsys, "translate", *argv, *options)
     assert code == 0, err
     return out.splitlines()
 
@@ -238,7 +238,7 @@ def test_evaluate_with_ctranslate2_scores_what_torch_scores(capsys, ckpt, source
         hyp = tmp_path / f"{engine}.hyp"
         code, out, err = run_cli(
             capsys, "evaluate", "--checkpoint", ckpt, "--src", source, "--ref", ref,
-            "--lang", "es", "--output", hyp, "--engine", engine, "--quiet",
+            "--lang", "es", "--output", hyp, "--engine", engine, "--quiet", "--precision", "fp32",
         )  # fmt: skip
         assert code == 0, err
         results[engine] = (json.loads(out[: out.rindex("}") + 1]), hyp.read_text())

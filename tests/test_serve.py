@@ -1179,8 +1179,8 @@ def test_cli_passes_the_queue_bound_and_the_deadline_to_the_server(checkpoint, m
 @pytest.mark.slow
 def test_sigterm_finishes_the_request_in_flight(checkpoint, translator):
     proc, url = _start_server(
-        checkpoint, "--max-wait-ms", "1500"
-    )  # the request waits 1.5 s in the batcher
+        checkpoint, "--max-wait-ms", "1500", "--precision", "fp32"
+    )  # the request waits 1.5 s in the batcher; fp32 as the library's translator (auto may be bf16)
     try:
         result = {}
         sender = threading.Thread(

@@ -9,10 +9,10 @@ the weights and the activations are bf16: the searches take ``log_softmax`` of t
 fp32 (``beam.output_log_probs``) and keep the beams' scores in fp32 / float64, so the ranking
 of hypotheses is not decided by bf16 rounding, only the logits it starts from.
 
-``auto`` chooses bf16 only where it is native *and* measured on the chip's class to keep the
-demo model's test split: SacreBLEU within 0.2 of fp32 with at most 1% of the outputs changed
-(``measured.decode_bf16``, docs/decoding.md#precision). int8 (``--quantize int8``) keeps fp32
-activations: bf16 with it is refused.
+``auto`` chooses bf16 only where it is native *and* measured on the chip's class to be faster
+than fp32 on the demo model's test split, within 0.2 SacreBLEU, with no difference sacrebleu's
+paired bootstrap finds (``measured.decode_rule``, docs/decoding.md#precision). int8
+(``--quantize int8``) keeps fp32 activations: bf16 with it is refused.
 """
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ from torch import nn
 from .. import measured
 from ..errors import UserError
 from ..hardware import bf16_support
+from ..model import Transformer
 
 PRECISIONS = ("auto", "fp32", "bf16")
+# What a bf16 model's decoder attention computes in, chosen by measurement on the demo model
+# (docs/decoding.md#precision; `benchmarks/measure_auto.py decode_bf16 --attention`)
+BF16_ATTENTION = "bf16"
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,14 @@ class Precision:
 
 
 def choose_precision(
-    requested: str, device: torch.device | str, quantize: str | None = None
+    requested: str,
+    device: torch.device | str,
+    quantize: str | None = None,
+    engine: str = "torch",
 ) -> Precision:
-    """``--precision`` ("auto", "fp32" or "bf16") resolved for ``device`` and ``--quantize``;
-    ``UserError`` for an unknown one and for bf16 with int8."""
+    """``--precision`` ("auto", "fp32" or "bf16") resolved for ``device``, ``--quantize`` and
+    ``--engine`` (another engine decodes in its own float32); ``UserError`` for an unknown one
+    and for bf16 with int8."""
     if requested not in PRECISIONS:
         raise UserError(f"--precision {requested}: choose one of {', '.join(PRECISIONS)}")
     check_combination(quantize, requested)
@@ -57,6 +65,8 @@ def choose_precision(
         return Precision("bf16", "--precision bf16" + emulated)
     if quantize is not None:
         return Precision("fp32", f"auto: --quantize {quantize} decodes with fp32 activations")
+    if engine != "torch":
+        return Precision("fp32", f"auto: --engine {engine} decodes in float32")
     if not support.native:
         return Precision("fp32", f"auto: {support.reason}, so bf16 would be slower")
     decision = measured.decode_bf16(support.chip)
@@ -75,7 +85,13 @@ def check_combination(quantize: str | None, precision: str) -> None:
 
 
 @torch.no_grad()
-def to_bf16(model: nn.Module) -> nn.Module:
+def to_bf16(model: nn.Module, attention: str = BF16_ATTENTION) -> nn.Module:
     """The model's weights and buffers (the positional encoding) as bf16, in place; every
-    activation then follows, since each op computes in its inputs' dtype."""
+    activation then follows, since each op computes in its inputs' dtype, but the decoder's
+    attention, which computes in ``attention`` ("fp32" or "bf16", ``Transformer.decode_attention``)."""
+    if attention not in ("fp32", "bf16"):
+        raise ValueError(f"attention in fp32 or bf16, not {attention!r}")
+    for module in model.modules():
+        if isinstance(module, Transformer):
+            module.decode_attention = attention
     return model.to(torch.bfloat16).eval()
