@@ -10,6 +10,8 @@ Prints the wall time under the profiler, the operators by self CPU time, and the
 docs/benchmarks.md compares: the linears, attention (the fused kernel or the batched matrix
 products and their softmax), moving the cache (``index_select``) and the search's
 ``log_softmax`` + ``topk``. The profiler adds its own overhead: compare groups, not walls.
+Then the operators a step dispatches from Python (nested ones not counted), in the model's
+``decode_step`` and in all, per step: a count that the machine's load does not move.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from aiayn.checkpoint import load_translator
 from aiayn.decode.quantize import for_decoding
 from aiayn.decode.translate import decode_ids
 
 TEST = Path(__file__).resolve().parents[1] / "src" / "aiayn" / "corpus" / "bible" / "test.en.gz"
+OPS = ("aten::", "mkldnn::")  # what an operator's profiler event is named
+STEP = "decode_step"
 GROUPS = {
     "linears": ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm"),
     "attention": (
@@ -55,6 +59,7 @@ def main() -> None:
         lines = f.read().split("\n")[: args.lines]
     sources = [vocab.encode_source(line) for line in lines]
     decode_ids(model, sources[:64])  # warm-up
+    steps = count_steps(model)
     start = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         decode_ids(model, sources)
@@ -66,6 +71,29 @@ def main() -> None:
     for group, names in GROUPS.items():
         us = sum(e.self_cpu_time_total for e in averages if e.key in names)
         print(f"{group}: {us / 1e6:.2f} s ({us / total:.0%} of self CPU time)")
+    top = [e for e in prof.events() if e.name.startswith(OPS) and not _under_op(e)]
+    in_step = sum(1 for e in top if e.cpu_parent is not None and e.cpu_parent.name == STEP)
+    print(
+        f"ops per step: {in_step / steps[0]:.1f} in decode_step, {len(top) / steps[0]:.1f} in all"
+    )
+
+
+def count_steps(model) -> list[int]:
+    """Wraps ``model.decode_step`` to count its calls (list[0]) and to mark them for the
+    profiler, so that the ops it dispatches can be told from the search's."""
+    steps, step = [0], model.decode_step
+
+    def marked(*args, **kwargs):
+        steps[0] += 1
+        with record_function(STEP):
+            return step(*args, **kwargs)
+
+    model.decode_step = marked
+    return steps
+
+
+def _under_op(event) -> bool:
+    return event.cpu_parent is not None and event.cpu_parent.name.startswith(OPS)
 
 
 if __name__ == "__main__":

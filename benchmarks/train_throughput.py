@@ -157,7 +157,7 @@ def model_config(sh: Shape) -> ModelConfig:
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
-    from aiayn.model import UniformDropout
+    from aiayn.model import UniformDropout, bf16_matmul_attention
     from aiayn.train.mixed import WeightCopies
     from aiayn.train.trainer import compile_layers
 
@@ -181,7 +181,11 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
     def step_loss(b: Batch) -> Tensor:
         mask = b.tgt_out != PAD
         copies.refresh()  # one step = one update here
-        with _sdpa_backend(variant), torch.autocast("cpu", dtype, enabled=dtype is not None):
+        with (
+            _sdpa_backend(variant),
+            torch.autocast("cpu", dtype, enabled=dtype is not None),
+            bf16_matmul_attention("mmattn" in options),
+        ):
             logits = copies(b.src, b.tgt_in, output_mask=mask)  # (n_tgt, vocab): no pad rows
         if "castloss" in options:  # logits cast to fp32 before the loss, as before issue 40
             logits = logits.float()
@@ -510,7 +514,8 @@ def main(argv: list[str] | None = None) -> None:
         "autocast casting each weight at its use instead), uniformdropout (dropout's mask from a "
         "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), castloss "
         "(bf16 logits cast to fp32 before the loss, its own node), fusedadam / "
-        "foreach (Adam for this row only), math (SDPA math backend)",
+        "foreach (Adam for this row only), math (SDPA math backend), mmattn (with bf16: attention as "
+        "bf16 matmuls around an fp32 softmax, model.matmul_attention)",
     )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")

@@ -13,7 +13,8 @@ import torch
 
 from aiayn import hardware, measured
 from aiayn.decode.precision import BF16_ATTENTION, Precision, choose_precision
-from aiayn.train.trainer import resolve_amp, resolve_compile
+from aiayn.model import BF16_MATMULS
+from aiayn.train.trainer import resolve_amp, resolve_attention, resolve_compile
 
 CPU = torch.device("cpu")
 SOURCE = {"cpu": "test CPU", "threads": 2, "torch": "2.13.0", "date": "2026-12-01", "command": "x"}
@@ -49,6 +50,17 @@ def decode_figure(
         "attention": "fp32",
         "outputs": 1000,
         "unchanged": unchanged,
+        **SOURCE,
+    }
+
+
+def attention_figure(sdpa_ms: float, matmuls_ms: float, ppl_matmuls: float = 100.0):
+    return {
+        "sdpa_fp32_step_ms": sdpa_ms,
+        "bf16_matmuls_step_ms": matmuls_ms,
+        "fp32_valid_ppl": 100.0,
+        "bf16_matmuls_valid_ppl": ppl_matmuls,
+        "updates": 20,
         **SOURCE,
     }
 
@@ -141,6 +153,20 @@ def test_compiling_pays_where_it_has_caught_up_with_eager_within_45_s(table):
     assert not decision.on and "within 45 s" in decision.reason
 
 
+@pytest.mark.parametrize(
+    ("matmuls_ms", "ppl", "on"),
+    [(400, 102.9, True), (400, 97.0, True), (420, 100.0, False), (380, 103.5, False)],
+)
+def test_bf16_matmul_attention_pays_with_a_faster_step_at_equal_perplexity(
+    table, matmuls_ms, ppl, on
+):
+    table("cpu-avx512_bf16", "train_bf16_matmul_attention", attention_figure(420, matmuls_ms, ppl))
+    decision = measured.train_bf16_matmul_attention("cpu-avx512_bf16")
+    assert decision.on is on
+    assert f"{420 / matmuls_ms:.2f}x" in decision.reason and "2026-12-01" in decision.reason
+    assert ("needs a faster step" in decision.reason) is not on
+
+
 def test_a_class_without_a_figure_keeps_fp32_and_names_the_command_that_measures(table):
     for decide, setting in (
         (measured.train_bf16, "train_bf16"),
@@ -159,6 +185,7 @@ KEYS = {
     "train_bf16": set(train_figure(1, 1)),
     "decode_bf16": set(decode_figure()),
     "compile": set(compile_figure(1, 1, 1)),
+    "train_bf16_matmul_attention": set(attention_figure(1, 1)),
 }
 CHIPS = {"cpu-amx", "cpu-avx512_bf16", "cpu-no_bf16", "cuda"}
 
@@ -208,6 +235,20 @@ def test_amp_auto_follows_the_figure_of_the_cpus_class(table, bf16_answer, pays)
         assert reason == "amp=auto and the CPU has no native bf16 (AIAYN_ASSUME_BF16=emulated)"
     assert resolve_amp("none", CPU) == ("fp32", "amp=none")
     assert resolve_amp("bf16", CPU)[0] == "bf16"  # asked for, bf16 whatever the chip
+
+
+def test_bf16_matmul_attention_without_a_figure_stays_off(table):
+    decision = measured.train_bf16_matmul_attention("cpu-amx")
+    assert not decision.on and "no train_bf16_matmul_attention figure" in decision.reason
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_bf16_training_attention_follows_the_figure_of_the_cpus_class(table, bf16_answer, pays):
+    figure = attention_figure(420, 400 if pays else 440)
+    table("cpu-avx512_bf16", "train_bf16_matmul_attention", figure)  # the native class only
+    chosen = BF16_MATMULS if pays and bf16_answer == "native" else "SDPA in fp32"
+    assert resolve_attention("bf16", CPU) == chosen
+    assert resolve_attention("fp32", CPU) == "SDPA in fp32"  # fp32 training: never
 
 
 @pytest.mark.parametrize("passes", [True, False])

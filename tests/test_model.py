@@ -9,9 +9,12 @@ import torch.nn.functional as F
 from aiayn import ModelConfig, Transformer, count_parameters
 from aiayn import model as model_module
 from aiayn.model import (
+    BF16_MATMULS,
     attention_mask,
     attention_precision,
+    bf16_matmul_attention,
     fused_attention,
+    matmul_attention,
     reference_attention,
     sinusoidal_encoding,
 )
@@ -419,16 +422,17 @@ def test_a_bf16_training_forward_runs_every_attention_in_fp32(monkeypatch):
     assert dtypes == [torch.float32] * (model.cfg.N_enc + 2 * model.cfg.N_dec)
 
 
-def test_a_bf16_forward_and_backward_stays_close_to_fp32_and_padding_stays_invisible():
+@pytest.mark.parametrize("matmuls", [False, True])
+def test_a_bf16_forward_and_backward_stays_close_to_fp32_and_padding_stays_invisible(matmuls):
     model = make(P_drop=0.0)
     src, tgt = batch()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16), bf16_matmul_attention(matmuls):
         low = model(src, tgt).float()
     full = model(src, tgt)
     assert (low - full).abs().max() < 0.05 * full.abs().max()
     # the same sentences padded to a wider batch: bf16 only in the last bits, never the padding
     wider = torch.cat([src, torch.full((src.size(0), 5), PAD)], dim=1)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=torch.bfloat16), bf16_matmul_attention(matmuls):
         padded = model(wider, tgt).float()
     assert torch.allclose(padded[..., 1:], low[..., 1:], atol=0.05)
     loss = low.logsumexp(-1).mean()
@@ -436,12 +440,83 @@ def test_a_bf16_forward_and_backward_stays_close_to_fp32_and_padding_stays_invis
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("amp", ["bf16", "none"])
-def test_the_trainers_summary_names_the_attention_path(tiny_corpus, tmp_path, amp):
+def test_bf16_matmul_attention_is_chosen_only_inside_its_context_under_cpu_autocast():
+    cpu = torch.device("cpu")
+    with bf16_matmul_attention():
+        assert attention_precision(cpu, torch.bfloat16) == "fp32"  # no autocast: decoding
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert attention_precision(cpu, torch.bfloat16) == BF16_MATMULS
+            assert attention_precision(cpu, torch.float32) == "fp32"
+            with bf16_matmul_attention(False):
+                assert attention_precision(cpu, torch.bfloat16) == "fp32"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert attention_precision(cpu, torch.bfloat16) == "fp32"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_matmul_attention_is_the_papers_attention_with_bf16_products_and_no_sdpa(
+    monkeypatch, causal
+):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    keys = torch.ones(3, 1, 1, 6, dtype=torch.bool)
+    keys[1, ..., 4:] = False  # sentence 1: its last two keys are padding
+    mask = attention_mask(6, 6, q.device, causal=True) if causal else keys
+    want, _ = reference_attention(q, k, v, mask, 8**-0.5)
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", None)  # never called
+    low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16), bf16_matmul_attention():
+            return fused_attention(q, k, v, None if causal else keys, 8**-0.5, is_causal=causal)
+
+    out = attend(*low)
+    assert out.dtype == torch.bfloat16
+    assert 0 < (out.double() - want).abs().max() < 3e-2  # the bf16 roundings, nothing more
+    # what a query may not see changes nothing: its probability is exactly 0
+    moved = [t.detach().clone() for t in low]
+    for t in moved[1:]:
+        if causal:
+            t[:, :, 4:] += 100  # the last keys, unseen by the first four queries
+        else:
+            t[1, :, 4:] += 100  # the padded keys
+    again = attend(*moved)
+    seen = (slice(None), slice(None), slice(0, 4)) if causal else (slice(None),)
+    assert torch.equal(again[seen], out.detach()[seen])
+    out.float().sum().backward()
+    assert all(t.grad.dtype == torch.bfloat16 and t.grad.abs().sum() > 0 for t in low)
+
+
+def test_bf16_matmul_attention_drops_probabilities_and_scales_the_kept_ones():
+    q = torch.zeros(1, 1, 4, 8, dtype=torch.bfloat16)  # equal scores: every probability 1/64
+    k = torch.zeros(1, 1, 64, 8, dtype=torch.bfloat16)
+    v = torch.eye(64, dtype=torch.bfloat16)[None, None]  # (1, 1, 64, 64): out = the weights
+    torch.manual_seed(0)
+    out = matmul_attention(q, k, v, None, 1.0, dropout_p=0.5).float()
+    kept = out != 0
+    assert 0.3 < kept.float().mean() < 0.7  # about half of the probabilities dropped
+    assert torch.all(out[kept] == 2 / 64)  # the kept ones scaled by 1 / (1 - p), exactly
+
+
+@pytest.mark.parametrize(
+    ("amp", "pays", "attention"),
+    [("bf16", False, "SDPA in fp32"), ("bf16", True, BF16_MATMULS), ("none", True, "SDPA in fp32")],
+)
+def test_the_trainers_summary_names_the_attention_path(
+    tiny_corpus, tmp_path, monkeypatch, amp, pays, attention
+):
     from _cli import config
 
+    from aiayn import measured
     from aiayn.train.trainer import Trainer
 
-    summary = Trainer(config(tiny_corpus, tmp_path / "run", amp=amp)).run()
+    decision = measured.Decision(pays, "a figure")
+    monkeypatch.setattr(measured, "train_bf16_matmul_attention", lambda chip: decision)
+    trainer = Trainer(config(tiny_corpus, tmp_path / "run", amp=amp))
+    paths = []
+    real = model_module.matmul_attention
+    monkeypatch.setattr(model_module, "matmul_attention", lambda *a: paths.append(1) or real(*a))
+    summary = trainer.run()
     assert summary["resolved"]["amp"] == {"bf16": "bf16", "none": "fp32"}[amp]
-    assert summary["attention"] == "SDPA in fp32"
+    assert summary["attention"] == attention
+    assert bool(paths) is (attention == BF16_MATMULS)  # the path named is the path taken

@@ -97,3 +97,31 @@ def test_a_model_not_in_fp32_is_left_alone():
     assert nn.Linear in before[0]
     packed.pack_linears(model)
     assert _unchanged(model, before)
+
+
+def test_feed_forward_packs_into_one_fused_call_with_equal_values():
+    plain, fast = model_pair()
+    ffn, fused = plain.decoder[0].feed_forward, fast.decoder[0].feed_forward
+    assert isinstance(fused, packed.PackedFeedForward) and fused.W_1.activation == "relu"
+    x = torch.randn(2, 5, plain.cfg.d_model, generator=torch.Generator().manual_seed(2))
+    unfused = packed.PackedLinear(ffn.W_2)(torch.relu(packed.PackedLinear(ffn.W_1)(x)))
+    with torch.no_grad():
+        assert torch.equal(fused(x), unfused)  # max(0, .) inside the call: the same values
+
+
+def _ops_per_step(model: aiayn.Transformer) -> int:
+    """Operators a decode step dispatches from Python (nested ones not counted), beams of 2."""
+    src, tgt = batch()
+    cache = model.new_cache(model.encode(src), model.src_mask(src), max_len=8)
+    model.decode_step(tgt[:, :1], cache)
+    cache.select(torch.arange(3).repeat_interleave(2))  # 2 beams per sentence
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        model.decode_step(tgt[:, 1:2].repeat_interleave(2, 0), cache)
+    return sum(1 for e in prof.events() if e.cpu_parent is None)
+
+
+def test_a_packed_decode_step_dispatches_fewer_ops_than_a_plain_one():
+    """Each packed linear is one call, as ``F.linear`` is (no reshapes around it), and the
+    feed-forward's ReLU runs inside W_1's: a step's ops cost it much of its time at batch 1."""
+    plain, fast = model_pair()
+    assert _ops_per_step(fast) == _ops_per_step(plain) - plain.cfg.N_dec

@@ -23,7 +23,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode
 
-from aiayn import ModelConfig, Transformer
+from aiayn import ModelConfig, Transformer, hardware
 from aiayn.checkpoint import (
     average_checkpoints,
     best_checkpoint,
@@ -44,7 +44,7 @@ from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.config import resolve_train_config
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.trainer import NonFiniteLossError, Trainer
+from aiayn.train.trainer import NonFiniteLossError, Trainer, resolve_attention
 
 # torch.compile takes minutes a test on a CPU: an oracle, run by `make test-oracles`
 COMPILED = (pytest.mark.oracle, pytest.mark.compile)
@@ -173,21 +173,25 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "amp, compile",
+    "amp, compile, answer",
     [
-        ("none", False),
-        ("bf16", False),
-        pytest.param("none", True, marks=COMPILED),
-        pytest.param("bf16", True, marks=COMPILED),
+        ("none", False, "emulated"),
+        ("bf16", False, "emulated"),
+        ("bf16", False, "native"),  # the attention the shipped figure chooses (resolve_attention)
+        pytest.param("none", True, "emulated", marks=COMPILED),
+        pytest.param("bf16", True, "emulated", marks=COMPILED),
     ],
 )
-def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path, amp, compile):
+def test_resume_after_sigkill_is_exact(tiny_corpus, tmp_path, monkeypatch, amp, compile, answer):
+    monkeypatch.setenv(hardware.ASSUME_BF16, answer)  # the subprocesses' CPU
     n = 3  # dropout on (the tiny preset's 0.1): its masks resume exactly, compiled too
     ema = {"ema_decay": 0.9, "amp": amp, "compile": compile}  # the moving average as well
     straight = _write(
         config(tiny_corpus, tmp_path / "straight", max_updates=2 * n, **ema), tmp_path / "a.json"
     )
     subprocess.run(_train_cmd(straight), check=True, capture_output=True)
+    summary = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    assert summary["attention"] == resolve_attention(amp, torch.device("cpu"))  # the path tested
 
     # The same run, saving every n updates, killed (no clean-up at all) once update n is saved.
     killed_cfg = config(

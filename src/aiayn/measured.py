@@ -88,6 +88,25 @@ def train_bf16(chip: str, table: Path | None = None) -> Decision:
     )
 
 
+def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decision:
+    """Attention as bf16 matmuls around an fp32 softmax (``model.matmul_attention``) in bf16
+    training on a CPU: on where the trainer's bf16 step measured faster with it than with SDPA
+    in fp32, and the demo recipe's validation perplexity after the same updates within 3% of
+    fp32 training's."""
+    figure = entry(chip, "train_bf16_matmul_attention", table)
+    if figure is None:  # measured by hand: two benchmarks (docs/benchmarks.md)
+        return Decision(False, f"no train_bf16_matmul_attention figure for {chip} yet")
+    speedup = figure["sdpa_fp32_step_ms"] / figure["bf16_matmuls_step_ms"]
+    change = abs(figure["bf16_matmuls_valid_ppl"] / figure["fp32_valid_ppl"] - 1)
+    said = (
+        f"bf16 matmul attention measured {speedup:.2f}x the bf16 step with SDPA in fp32, "
+        f"perplexity {change:.1%} from fp32 training's on {chip} ({_source(figure)})"
+    )
+    if speedup > 1 and _within(change, TRAIN_MAX_PPL_CHANGE):
+        return Decision(True, said)
+    return Decision(False, f"{said}; needs a faster step within {TRAIN_MAX_PPL_CHANGE:.0%}")
+
+
 def decode_bf16(chip: str, table: Path | None = None) -> Decision:
     """bf16 for decoding: on where the demo model's test split measured it faster than fp32,
     within 0.2 SacreBLEU, and not significantly different (``decode_rule``)."""

@@ -15,8 +15,10 @@ Post-LN by default: every sub-layer is ``LayerNorm(x + Dropout(Sublayer(x)))`` (
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -154,10 +156,14 @@ def fused_attention(
     is_causal: bool = False,
 ) -> Tensor:
     """``F.scaled_dot_product_attention``, the same function as ``reference_attention``; bf16 on
-    a CPU is computed in fp32 (``attention_precision``), autocast or not, and returned in bf16."""
+    a CPU is computed in fp32 (``attention_precision``), autocast or not, and returned in bf16,
+    unless training chose ``matmul_attention`` (``BF16_MATMULS``)."""
+    precision = attention_precision(q.device, q.dtype)
+    if precision == BF16_MATMULS:
+        return matmul_attention(q, k, v, mask, scale, dropout_p, is_causal)
     # fp32 inputs too under CPU autocast, which would run SDPA in bf16
     autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
-    if attention_precision(q.device, q.dtype) == "fp32" and (q.dtype != torch.float32 or autocast):
+    if precision == "fp32" and (q.dtype != torch.float32 or autocast):
         with torch.autocast("cpu", enabled=False):
             out = fused_attention(
                 q.float(), k.float(), v.float(), mask, scale, dropout_p, is_causal
@@ -168,19 +174,72 @@ def fused_attention(
     )
 
 
+def matmul_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> Tensor:
+    """``reference_attention`` with Q K^T and P V as bf16 matmuls and the softmax, its backward
+    and the dropout of the probabilities in fp32: on a CPU with native bf16 PyTorch's bf16 flash
+    backward is several times slower than fp32's, while two bf16 matmuls are faster than either
+    (docs/training.md). The scores are rounded to bf16 once, after the scaling.
+
+    q: (B, h, T, d_k), k: (B, h, S, d_k), v: (B, h, S, d_v), bf16; mask broadcastable to
+    (B, h, T, S), True = may attend -> (B, h, T, d_v), bf16.
+    """
+    B, h, T, d_k = q.shape
+    S = k.size(2)
+    with torch.autocast("cpu", enabled=False):
+        keys = k.flatten(0, 1).transpose(1, 2)  # (B*h, d_k, S)
+        scores = torch.baddbmm(  # (B*h, T, S), scaled in the matmul's fp32 accumulator
+            q.new_zeros(()).expand(B * h, T, S), q.flatten(0, 1), keys, beta=0, alpha=scale
+        ).view(B, h, T, S)
+        if is_causal:
+            mask = attention_mask(T, S, q.device, causal=True)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))  # illegal connections -> -inf
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32)  # (B, h, T, S), fp32
+        if dropout_p:
+            weights = weights * keep_mask(weights.shape, dropout_p)
+        return torch.matmul(weights.to(q.dtype), v)  # (B, h, T, d_v)
+
+
 def for_attention(t: Tensor) -> Tensor:
     """``t`` in what attention computes in (``attention_precision``): a projection cast once,
     before it is split into q, k, v and heads, so that autograd casts its gradient once too."""
     return t.float() if attention_precision(t.device, t.dtype) == "fp32" else t
 
 
+BF16_MATMULS = "bf16 matmuls, fp32 softmax"  # matmul_attention: a choice of training on a CPU
+_cpu_bf16_matmuls = contextvars.ContextVar("cpu_bf16_matmuls", default=False)
+
+
+@contextlib.contextmanager
+def bf16_matmul_attention(enabled: bool = True) -> Iterator[None]:
+    """Within it, attention under CPU bf16 autocast is ``matmul_attention`` (``BF16_MATMULS``):
+    the trainer's choice where it measured to pay, entered with its autocast. Decoding and any
+    forward outside it keep ``attention_precision``'s default."""
+    token = _cpu_bf16_matmuls.set(enabled)
+    try:
+        yield
+    finally:
+        _cpu_bf16_matmuls.reset(token)
+
+
 def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     """What attention computes in for activations of ``dtype``: fp32 on a CPU whatever the
     model's dtype, because PyTorch's CPU attention kernels are slower in bf16 than in fp32 (its
     flash backward several times over; docs/training.md), so two casts cost less than they
-    save; elsewhere the activations' own dtype. Decoding may choose its own for the decoder
-    (``Transformer.decode_attention``): there no backward is run."""
+    save; ``BF16_MATMULS`` for bf16 under CPU autocast inside ``bf16_matmul_attention``
+    (training); elsewhere the activations' own dtype. Decoding may choose its own for the
+    decoder (``Transformer.decode_attention``): there no backward is run."""
     if device.type == "cpu":
+        if dtype == torch.bfloat16 and _cpu_bf16_matmuls.get() and torch.is_autocast_enabled("cpu"):
+            return BF16_MATMULS
         return "fp32"
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
 

@@ -42,7 +42,7 @@ from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import mfu, paper_cost, real_lengths, training_flops
 from ..hardware import bf16_support
-from ..model import Transformer, attention_precision
+from ..model import BF16_MATMULS, Transformer, attention_precision, bf16_matmul_attention
 from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig, resume_changes
@@ -116,6 +116,17 @@ def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
     return ("bf16" if decision.on else "fp32"), f"amp=auto and {support.reason}; {decision.reason}"
 
 
+def resolve_attention(amp: str, device: torch.device) -> str:
+    """The attention path of training, as the summary names it: ``BF16_MATMULS`` for bf16 on a
+    CPU whose class measured it to pay (``measured.train_bf16_matmul_attention``), else
+    ``SDPA in`` what ``model.attention_precision`` computes in (fp32 on every CPU)."""
+    if device.type == "cpu" and amp == "bf16":
+        if measured.train_bf16_matmul_attention(bf16_support(device).chip).on:
+            return BF16_MATMULS
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp, torch.float32)
+    return f"SDPA in {attention_precision(device, dtype)}"
+
+
 def resolve_compile(compile: bool | str, device: torch.device) -> tuple[bool, str]:
     """(whether the layers are compiled, why) for the config's ``compile``. ``auto``: on only
     where the compiled step measured to pay back its compile time within 5% of a demo run on this
@@ -155,6 +166,7 @@ class Trainer:
         self._build_optimizer()
         self.resolved = Resolved.of(cfg, self.device)
         self.amp_dtype = self.resolved.amp_dtype
+        self.attention = resolve_attention(self.resolved.amp, self.device)
         # the step's forward: the linears' weights in amp_dtype, cast once per update (mixed.py)
         self.step_model = WeightCopies(self.ddp, self.amp_dtype)
         self.scaler = torch.amp.GradScaler(
@@ -280,10 +292,15 @@ class Trainer:
 
     # --- one update ---------------------------------------------------------------------
 
-    def _autocast(self):
+    @contextmanager
+    def _autocast(self) -> Iterator[None]:
+        """The step's precision: autocast in ``amp``, and the attention path (``attention``)."""
         if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+            yield
+            return
+        matmuls = self.attention == BF16_MATMULS
+        with torch.autocast(self.device.type, dtype=self.amp_dtype), bf16_matmul_attention(matmuls):
+            yield
 
     def train_update(self, batches: Iterator[list[int]]) -> dict[str, float]:
         """Forward/backward ``self.update_freq`` micro-batches, then one optimizer step."""
@@ -767,7 +784,6 @@ class Trainer:
         """The run in numbers (summary.json). The chip's matmul peak, and with it MFU and
         the paper's cost estimate (``cost``), is measured where a report is made: a benchmark
         of the machine is no part of training."""
-        attention = attention_precision(self.device, self.amp_dtype or torch.float32)
         latest = ckpt.latest_checkpoint(self.ckpt_root)
         return {
             "updates": self.update,
@@ -776,7 +792,7 @@ class Trainer:
             "update_freq": self.update_freq,
             "device": str(self.device),
             RESOLVED: dataclasses.asdict(self.resolved),
-            "attention": f"SDPA in {attention}",  # CPU attention runs in fp32 (model.py)
+            "attention": self.attention,  # the path resolve_attention chose
             "tokens": self.tokens,
             "tokens_per_s": (self.tokens["src"] + self.tokens["tgt"]) / max(self.elapsed, 1e-9),
             "counted_flops": self.flops,
