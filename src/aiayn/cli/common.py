@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from ..decode.precision import Precision
     from ..decode.shortlist import Shortlist
 
+# --search-rules' choices: aiayn.decode.rules.SEARCH_RULES' names (tested), named here so
+# that parsing the command line does not import torch.
+SEARCH_RULE_NAMES = ("paper", "fairseq", "hf", "ct2")
+
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
     "translation": (
@@ -72,6 +76,15 @@ def add_decode_args(
     if search:
         p.add_argument("--beam", type=int, help=beam_help)
     p.add_argument("--alpha", type=float, help=alpha_help)
+    if search and preset is None:
+        p.add_argument(
+            "--search-rules",
+            default="paper",
+            choices=list(SEARCH_RULE_NAMES),
+            help="whose beam-search rules to follow: the paper's (GNMT penalty, exact stop, "
+            "|X|+50), or fairseq's, Hugging Face's or CTranslate2's length penalty, stopping "
+            "rule and length limit (docs/decoding.md; default: paper)",
+        )
     if preset == "parsing":
         p.add_argument(
             "--constrained",
@@ -280,9 +293,12 @@ def search_request(args: argparse.Namespace, *, sampling: bool = False) -> Searc
     its overrides, batching, the shortlist and, given ``sampling``, ``--sample``'s draw."""
     from ..decode import SearchRequest
 
+    drawn = sample_config(args) if sampling else None
+    if drawn is not None and getattr(args, "search_rules", "paper") != "paper":
+        raise UserError(f"--search-rules {args.search_rules} is a beam search's; --sample draws")
     return SearchRequest(
         decode_config(args),
-        sampling=sample_config(args) if sampling else None,
+        sampling=drawn,
         shortlist=shortlist_option(args) if hasattr(args, "shortlist") else None,
         batching=batching_option(args),
     )
@@ -382,12 +398,16 @@ def decode_precision(args: argparse.Namespace, command: str) -> Precision:
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The preset ``add_decode_args`` chose, with ``--beam`` and ``--alpha`` where given."""
+    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha`` and
+    ``--search-rules`` where given."""
     from ..decode import DecodeConfig
+    from ..decode.rules import search_rules
 
     beam, nbest = getattr(args, "beam", None), getattr(args, "nbest", None)
     given = (("beam", beam), ("alpha", args.alpha), ("nbest", nbest))
-    overrides = {k: v for k, v in given if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
+    if getattr(args, "search_rules", "paper") != "paper":
+        overrides["rules"] = search_rules(args.search_rules)
     if nbest is not None and beam is None:  # K best need a beam of K at least
         overrides["beam"] = max(nbest, DecodeConfig.preset(args.decode_preset).beam)
     return DecodeConfig.preset(args.decode_preset, **overrides)
@@ -572,6 +592,12 @@ def check_engine_options(args: argparse.Namespace) -> None:
     for attr, (option, why) in _NOT_CTRANSLATE2.items():
         if getattr(args, attr, None):
             raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
+    rules = getattr(args, "search_rules", "paper")
+    if rules != "paper":  # before the engine exports the checkpoint, not after
+        raise UserError(
+            f"--search-rules {rules} is not available with --engine {args.engine} "
+            "(it runs the paper's search; --engine torch follows every rule)"
+        )
     precision = getattr(args, "precision", None)
     if precision not in (None, "auto", "fp32"):
         raise UserError(

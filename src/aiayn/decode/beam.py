@@ -23,6 +23,10 @@ s / lp(max_len), tensor2tensor's bound. A sentence is done once this bound for i
 hypothesis is no better than its nbest-th finished score: no live hypothesis can then enter the
 n-best list, so stopping changes no output. It then leaves the batch (``cache.select``), so the
 work shrinks as sentences finish.
+
+Other toolkits' rules (``DecodeConfig.rules``: fairseq's, transformers', CTranslate2's length
+penalty, stopping rule and length limit; ``rules.py``) change only ``finish``'s penalty and
+cap and ``prune``'s test (``_stop``); the paper's rules are the default.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from torch import Tensor
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
+from .rules import SearchRules
 
 NEG_INF = float("-inf")
 
@@ -154,6 +159,18 @@ def output_log_probs(
     return lprobs
 
 
+def at_limit(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchRules) -> Tensor:
+    """(n*b, V) log-probabilities at step t; under ``rules.eos_at_limit`` (fairseq's last
+    step, where every output ends with eos) every token but eos is impossible in the rows of
+    the sentences whose limit (``limits`` (n,)) is t."""
+    if not rules.eos_at_limit:
+        return lprobs
+    rows = (limits <= t).repeat_interleave(lprobs.size(0) // limits.numel())  # (n*b,)
+    keep = torch.zeros_like(lprobs, dtype=torch.bool)
+    keep[:, eos_id] = True
+    return lprobs.masked_fill(rows[:, None] & ~keep, NEG_INF)
+
+
 class _Finished:
     """Finished hypotheses, collected in bulk and turned into Python objects once, at the end.
 
@@ -164,9 +181,13 @@ class _Finished:
     the reference implementation exactly.
     """
 
-    def __init__(self, n: int, nbest: int, device: torch.device) -> None:
+    def __init__(self, n: int, nbest: int, device: torch.device, kept: int | None = None) -> None:
+        """``kept``: how many best scores ``best`` keeps (default nbest; transformers' rule
+        compares with the beam-th)."""
         self.nbest = nbest
-        self.best = torch.full((n, nbest), NEG_INF, dtype=torch.float64, device=device)
+        self.best = torch.full((n, kept or nbest), NEG_INF, dtype=torch.float64, device=device)
+        self.count = torch.zeros(n, dtype=torch.long, device=device)  # (n,) finished so far
+        self.first = torch.zeros(n, dtype=torch.bool, device=device)  # (n,) a best candidate did
         self.records: list[tuple[Tensor, ...]] = []
 
     def add(
@@ -185,13 +206,18 @@ class _Finished:
         i, j = finish.nonzero(as_tuple=True)
         self.records.append((sentence[i], score[i, j], log_prob[i, j], outputs, is_eos[i, j]))
         candidates = score.masked_fill(~finish, NEG_INF)
-        self.best = torch.cat([self.best, candidates], dim=1).topk(self.nbest, dim=1).values
+        kept = self.best.size(1)
+        self.best = torch.cat([self.best, candidates], dim=1).topk(kept, dim=1).values
+        self.count += finish.sum(1)
+        self.first |= finish[:, 0]
 
     def keep(self, sentences: Tensor) -> None:
-        self.best = self.best.index_select(0, sentences)
+        for name in ("best", "count", "first"):
+            setattr(self, name, getattr(self, name).index_select(0, sentences))
 
     def threshold(self) -> Tensor:
-        """(n,) the nbest-th finished score per decoding sentence, as float32 (-inf while fewer)."""
+        """(n,) the nbest-th (or kept-th) finished score per decoding sentence, as float32
+        (-inf while fewer)."""
         return self.best[:, -1].float()
 
     def nbest_lists(self, batch: int) -> list[list[Hypothesis]]:
@@ -259,27 +285,35 @@ def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
 
 
 def finish(
-    finished: _Finished, live: _Live, cand: _Candidates, *, prefixes: Tensor, t: int, alpha: float
+    finished: _Finished,
+    live: _Live,
+    cand: _Candidates,
+    *,
+    prefixes: Tensor,
+    t: int,
+    config: DecodeConfig,
 ) -> None:
     """Finish the eos candidates that rank among the first k (at a sentence's length limit,
-    every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``."""
-    k, n = cand.k, cand.top.size(0)
+    every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``.
+    Under "first_k" rules (fairseq) a sentence keeps only the first k it finishes."""
+    k, n, rules = cand.k, cand.top.size(0), config.rules
     b = prefixes.size(0) // n  # live beams per sentence
     at_max = (live.max_lens <= t)[:, None]  # (n, 1)
     rank_ok = torch.arange(2 * k, device=cand.top.device) < k  # (2k,)
     chosen = rank_ok & (cand.is_eos | at_max) & (cand.top > NEG_INF)  # (n, 2k)
+    if rules.stopping == "first_k":  # in candidate order, up to k in all
+        chosen &= finished.count[:, None] + chosen.cumsum(1) <= k
     if bool(chosen.any()):
         i, j = chosen.nonzero(as_tuple=True)
         outputs = torch.cat(
             [prefixes.index_select(0, i * b + cand.beam_of[i, j]), cand.tok[i, j, None]], dim=1
         )
-        finished.add(
-            gnmt_length_penalty(t, alpha), chosen, live.active, cand.top, outputs, cand.is_eos
-        )
+        lp = rules.length_penalty(t, config.alpha)
+        finished.add(lp, chosen, live.active, cand.top, outputs, cand.is_eos)
 
 
 def prune(
-    finished: _Finished, live: _Live, cand: _Candidates, *, b: int, t: int, alpha: float
+    finished: _Finished, live: _Live, cand: _Candidates, *, b: int, t: int, config: DecodeConfig
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The k best non-eos candidates stay live; a sentence is done at its length limit or once
     none of them can reach its n-best list (see the module docstring). ``b``: live beams per
@@ -289,11 +323,27 @@ def prune(
     scores (n, k) of the live beams; done (n,) bool.
     """
     scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
-    lp_bound = live.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
-    done = (live.max_lens <= t) | (scores[:, 0] / lp_bound <= finished.threshold())
+    done = (live.max_lens <= t) | _stop(finished, live, scores[:, 0], t=t, config=config)
     n = cand.top.size(0)
     rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
     return rows, cand.tok.gather(1, pos), scores, done
+
+
+def _stop(
+    finished: _Finished, live: _Live, best_live: Tensor, *, t: int, config: DecodeConfig
+) -> Tensor:
+    """(n,) which sentences stop after step t by ``config.rules.stopping``; best_live (n,) the
+    log P of each sentence's best live prefix (of t tokens)."""
+    rules, alpha = config.rules, config.alpha
+    if rules.stopping == "exact":  # no live prefix can beat the nbest-th (module docstring)
+        lp_bound = live.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
+        return best_live / lp_bound <= finished.threshold()
+    enough = finished.count >= rules.finished_for_stop(config.beam)
+    if rules.stopping == "heuristic":  # the best live prefix scored at its own length
+        return enough & (best_live / rules.length_penalty(t, alpha) <= finished.threshold())
+    if rules.stopping == "patience" and alpha == 0:  # CTranslate2's early exit
+        return finished.first & (finished.count >= config.nbest)
+    return enough
 
 
 def _leave(
@@ -356,14 +406,14 @@ def beam_search(
     sentence's beams. Each step: ``expand``, ``finish``, ``prune``, then the sentences that are
     done leave the batch.
     """
-    k, alpha = config.beam, config.alpha
+    k, alpha, min_len = config.beam, config.alpha, max(min_len, config.rules.min_len)
     mask = model.src_mask(src)  # (n, 1, 1, S)
     B, device = src.size(0), src.device
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
     live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha))
     T = int(max_lens.max())
     cache = model.new_cache(model.encode(src), mask, max_len=T)
-    finished = _Finished(B, config.nbest, device)
+    finished = _Finished(B, config.nbest, device, kept=config.rules.compared(k, config.nbest))
 
     b = 1  # live beams per sentence: one (the bos prefix) until the first step fans out to k
     scores = torch.zeros(B, 1, device=device)  # (n, b) log P of each live prefix
@@ -375,9 +425,10 @@ def beam_search(
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n*b, V)
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
+        lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
-        finish(finished, live, cand, prefixes=prefixes, t=t, alpha=alpha)
-        rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, alpha=alpha)
+        finish(finished, live, cand, prefixes=prefixes, t=t, config=config)
+        rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, config=config)
 
         survivors = _leave(done, rows, tokens, scores, live, finished, cache)
         if survivors is None:
@@ -385,9 +436,7 @@ def beam_search(
         rows, tokens, scores = survivors
         rows = rows.view(-1)  # (n*k,) rows of the old n*b
         states = advance_states(states, rows, tokens)
-        prefixes = torch.cat(
-            [prefixes.index_select(0, rows), tokens.view(-1, 1)], dim=1
-        )  # (n*k, t)
+        prefixes = torch.cat([prefixes.index_select(0, rows), tokens.view(-1, 1)], 1)  # (n*k, t)
         b = k
         step_in = tokens.view(-1, 1)
     return finished.nbest_lists(B)

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
+from .rules import PAPER_RULES, SearchRules
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class DecodeConfig:
 
     ``src_len`` is the number of non-pad source tokens as given to the model (including the
     source eos when the data pipeline appends one). ``nbest`` hypotheses are returned per input.
+    ``rules``: the length penalty, stopping rule and length limit the search follows (the
+    paper's, or another toolkit's: ``rules.SEARCH_RULES``); a fixed ``rules.max_len``
+    replaces ``max_len_a`` and ``max_len_b``.
     """
 
     beam: int = 4
@@ -29,6 +33,7 @@ class DecodeConfig:
     max_len_a: float = 1.0
     max_len_b: int = 50
     nbest: int = 1
+    rules: SearchRules = PAPER_RULES
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -55,7 +60,10 @@ class DecodeConfig:
 
     def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:
         """(B,) source lengths -> (B,) long maximum output lengths |Y| (eos included), >= 1."""
-        limit = (self.max_len_a * src_len.to(torch.float64) + self.max_len_b).floor().long()
+        if self.rules.max_len is not None:
+            limit = torch.full_like(src_len, self.rules.max_len, dtype=torch.long)
+        else:
+            limit = (self.max_len_a * src_len.to(torch.float64) + self.max_len_b).floor().long()
         return limit.clamp(min=1, max=cap) if cap is not None else limit.clamp(min=1)
 
 

@@ -21,6 +21,7 @@ from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one sou
 from ..errors import UserError
 from .beam import Constraint
 from .config import DecodeConfig
+from .rules import PAPER_RULES
 from .sample import SampleConfig
 from .shortlist import Shortlist
 
@@ -30,7 +31,13 @@ BEAM_ROWS = 4  # the paper's beam: wider searches get MAX_TOKENS * BEAM_ROWS / r
 
 # What a request may ask beyond the paper's beam search, as an engine declares it supports.
 Feature = Literal[
-    "min_len", "max_src_len", "prefixes", "lexical_constraints", "sampling", "shortlist"
+    "min_len",
+    "max_src_len",
+    "prefixes",
+    "lexical_constraints",
+    "sampling",
+    "shortlist",
+    "search_rules",  # another toolkit's (``rules.SEARCH_RULES``)
 ]
 ALL_FEATURES: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 
@@ -135,6 +142,8 @@ class SearchRequest:
             used.add("sampling")
         if self.shortlist is not None:
             used.add("shortlist")
+        if self.decode.rules != PAPER_RULES:
+            used.add("search_rules")
         per_source = self.constraints if isinstance(self.constraints, tuple) else [self.constraints]
         for c in per_source:
             if c is not None:

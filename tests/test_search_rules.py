@@ -1,0 +1,202 @@
+"""Other toolkits' search rules (``aiayn.decode.rules``): each rule's behaviour on a scripted
+model, worked by hand, and each mode's outputs against the real toolkit on a tiny model."""
+
+import math
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from _decode_helpers import B_, EOS, SRC, A, ScriptedModel
+
+from aiayn.cli.common import SEARCH_RULE_NAMES
+from aiayn.cli.main import main
+from aiayn.decode import DecodeConfig, SearchRequest, beam_search
+from aiayn.decode.request import check_supported
+from aiayn.decode.rules import SEARCH_RULES, search_rules
+from aiayn.errors import UserError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import search_rules as bench  # noqa: E402
+
+# k = 2. Step 1: a .55, b .45. Step 2: a-eos .33 (rank 0: finishes), ba .27, aa .22, bb .18.
+# Step 3: ba-eos .243 and aa-eos .198 rank 0 and 1: both are eos among the first k.
+TWO_AT_ONCE = {
+    (): {A: 0.55, B_: 0.45},
+    (A,): {EOS: 0.6, A: 0.4},
+    (B_,): {A: 0.6, B_: 0.4},
+    (B_, A): {EOS: 0.9, A: 0.1},
+    (A, A): {EOS: 0.9, A: 0.1},
+}
+# k = 1. Step 1: a .6 (b .4 is not kept). Step 2: a-eos .33 finishes, aa .27 stays live.
+# Step 3: aa-eos .27.
+LONGER_WINS = {
+    (): {A: 0.6, B_: 0.4},
+    (A,): {EOS: 0.55, A: 0.45},
+    (A, A): {EOS: 1.0},
+}
+
+
+def run(table, rules: str, **config):
+    model = ScriptedModel(table)
+    rules_given = config.pop("rules_given", SEARCH_RULES[rules])
+    hyps = beam_search(model, SRC, DecodeConfig(rules=rules_given, **config))[0]
+    return [(h.tokens, h.score) for h in hyps], model.steps
+
+
+def test_the_command_lines_choices_are_the_rules():
+    assert SEARCH_RULE_NAMES == tuple(SEARCH_RULES)
+    with pytest.raises(UserError, match="--search-rules 'marian': choose one of paper, fairseq"):
+        search_rules("marian")
+
+
+def test_fairseq_keeps_the_first_k_it_finishes_ctranslate2_every_one():
+    # Step 3 finishes ba and aa with one place left under fairseq's rule: ba (ranked first)
+    # takes it and the sentence stops. CTranslate2 keeps both (3 finished), and so does HF,
+    # whose 2 best are then ba and aa. alpha 1: scores are log P / |Y|.
+    ba, aa, a = math.log(0.243) / 3, math.log(0.198) / 3, math.log(0.33) / 2
+    fairseq, steps = run(TWO_AT_ONCE, "fairseq", beam=2, alpha=1.0, nbest=2)
+    assert steps == 3
+    assert fairseq == [([B_, A], pytest.approx(ba)), ([A], pytest.approx(a))]
+    for rules in ("ct2", "hf"):
+        found, steps = run(TWO_AT_ONCE, rules, beam=2, alpha=1.0, nbest=2)
+        assert steps == 3
+        assert found == [([B_, A], pytest.approx(ba)), ([A, A], pytest.approx(aa))]
+
+
+def test_hf_stops_on_its_heuristic_though_a_longer_output_scores_better():
+    # After step 2, k = 1 output finished (a: log .33 / 2^2) and the live aa, scored at its
+    # current length (log .27 / 2^2), cannot beat it: HF stops. Finished, aa would have scored
+    # log .27 / 3^2 = -0.145, better than a's -0.277 under HF's own penalty.
+    found, steps = run(LONGER_WINS, "hf", beam=1, alpha=2.0)
+    assert (found, steps) == ([([A], pytest.approx(math.log(0.33) / 4))], 2)
+    assert math.log(0.27) / 9 > math.log(0.33) / 4
+    # The paper's exact stop goes on (aa's bound at |Y| <= 3 beats a) and finds it.
+    paper, steps = run(LONGER_WINS, "paper", beam=1, alpha=2.0, max_len_a=0, max_len_b=3)
+    assert [tokens for tokens, _ in paper] == [[A, A]] and steps == 3
+
+
+def test_ctranslate2_exits_when_its_best_candidate_finishes_without_a_penalty():
+    # alpha 0: CTranslate2 stops once the best candidate of a step was an eos and nbest
+    # outputs finished (step 2: a-eos ranks first); with a penalty it waits for k = 2.
+    assert run(TWO_AT_ONCE, "ct2", beam=2, alpha=0.0)[1] == 2
+    assert run(TWO_AT_ONCE, "ct2", beam=2, alpha=0.5)[1] == 3
+    assert run(TWO_AT_ONCE, "fairseq", beam=2, alpha=0.0)[1] == 3
+
+
+def test_ctranslate2_and_hf_divide_by_the_length_to_the_alpha_the_paper_by_gnmt():
+    for rules, lp in (("ct2", 2**0.6), ("hf", 2**0.6), ("paper", (7 / 6) ** 0.6)):
+        found, _ = run(LONGER_WINS, rules, beam=1, alpha=0.6)
+        assert found == [([A], pytest.approx(math.log(0.33) / lp))]
+
+
+def test_limits_fairseq_ends_with_eos_the_others_cut():
+    table = {(): {A: 0.6, B_: 0.4}, (A,): {A: 0.9, EOS: 0.1}, (B_,): {A: 0.9, EOS: 0.1}}
+    fairseq = replace(SEARCH_RULES["fairseq"], max_len=2)
+    found, _ = run(table, "fairseq", beam=1, alpha=0.0, rules_given=fairseq)
+    assert found == [([A], pytest.approx(math.log(0.06)))]  # eos forced, not renormalised
+    cut = replace(SEARCH_RULES["hf"], max_len=2)
+    found, _ = run(table, "hf", beam=1, alpha=0.0, rules_given=cut)
+    assert found == [([A, A], pytest.approx(math.log(0.54)))]
+    sources = torch.tensor([3, 500])
+    assert DecodeConfig(rules=SEARCH_RULES["fairseq"]).max_len(sources).tolist() == [201, 201]
+    assert DecodeConfig(rules=SEARCH_RULES["ct2"]).max_len(sources, cap=300).tolist() == [256, 256]
+    assert DecodeConfig().max_len(sources).tolist() == [53, 550]
+
+
+def test_engines_without_the_rules_refuse_them_and_sampling_refuses_them():
+    request = SearchRequest(DecodeConfig(rules=SEARCH_RULES["hf"]))
+    with pytest.raises(UserError, match="ctranslate2 engine cannot do: search_rules"):
+        check_supported(request, "ctranslate2", frozenset({"prefixes", "sampling"}))
+    check_supported(SearchRequest(), "ctranslate2", frozenset({"prefixes", "sampling"}))
+
+
+def test_cli_refuses_search_rules_with_sample(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        main(["translate", "--checkpoint", str(tmp_path), "--sample", "--search-rules", "hf"])
+    assert exit_.value.code != 0
+    assert "--search-rules hf is a beam search's; --sample draws" in capsys.readouterr().err
+
+
+# --- against the real toolkits, on a tiny model shaped like a trained one ----------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_corpus):
+    from _export_models import corpus_lines, trained_like_model
+
+    from aiayn.data import Vocab
+
+    vocab = Vocab.load(tiny_corpus / "spm.model")
+    model = trained_like_model(len(vocab), eos_scale=4.0)
+    sources = [vocab.encode_source(line) for line in corpus_lines("test", 0, 24)]
+    return model, vocab, sources
+
+
+# A limit these outputs reach (the rules' own, hundreds of tokens, would only take longer).
+LIMIT = 30
+
+
+def test_hf_mode_equals_transformers_generate(tiny):
+    pytest.importorskip("transformers")
+    model, _, sources = tiny
+    mine = bench.ours(model, sources, replace(SEARCH_RULES["hf"], max_len=LIMIT))
+    assert min(map(len, mine)) < LIMIT == max(map(len, mine))  # ended by eos, and cut
+    assert bench.hf_outputs(model, sources, max_len=LIMIT) == mine
+    assert bench.ours(model, sources, SEARCH_RULES["paper"]) != mine  # the rules matter here
+
+
+def test_ct2_mode_equals_ctranslate2(tiny, tmp_path):
+    pytest.importorskip("ctranslate2")
+    model, vocab, sources = tiny
+    mine = bench.ours(model, sources, replace(SEARCH_RULES["ct2"], max_len=LIMIT))
+    assert min(map(len, mine)) < LIMIT == max(map(len, mine))
+    assert bench.ct2_outputs(model, vocab, sources, tmp_path, max_len=LIMIT) == mine
+    assert bench.ours(model, sources, SEARCH_RULES["paper"]) != mine
+
+
+@pytest.mark.skipif(
+    not os.environ.get("AIAYN_FAIRSEQ_PYTHON"),
+    reason="fairseq runs in its own interpreter: set AIAYN_FAIRSEQ_PYTHON (benchmarks/"
+    "demo_vs_fairseq.py says how to make one)",
+)
+def test_fairseq_mode_equals_fairseqs_sequence_generator(tiny, tmp_path):
+    from aiayn.checkpoint import save_checkpoint
+    from aiayn.config import to_dict
+
+    model, vocab, sources = tiny
+    meta = {"model_config": to_dict(model.cfg)}
+    ckpt = save_checkpoint(tmp_path / "ckpts", 1, model, meta, None, vocab.path)
+    theirs = bench.fairseq_outputs(os.environ["AIAYN_FAIRSEQ_PYTHON"], str(ckpt), sources, tmp_path)
+    assert theirs == bench.ours(model, sources, SEARCH_RULES["fairseq"])
+
+
+def test_fairseq_never_ends_an_output_at_its_first_step():
+    table = {(): {EOS: 0.7, A: 0.3}, (A,): {EOS: 1.0}}
+    assert run(table, "paper", beam=1, alpha=0.0)[0] == [([], pytest.approx(math.log(0.7)))]
+    assert run(table, "fairseq", beam=1, alpha=0.0)[0] == [([A], pytest.approx(math.log(0.3)))]
+
+
+def test_cli_refuses_search_rules_on_ctranslate2_before_exporting(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tmp_path),
+                "--src",
+                "s",
+                "--ref",
+                "r",
+                "--engine",
+                "ctranslate2",
+                "--search-rules",
+                "ct2",
+            ]
+        )
+    assert (
+        "--search-rules ct2 is not available with --engine ctranslate2" in capsys.readouterr().err
+    )
+    assert list(tmp_path.parent.glob("*.ctranslate2")) == []
