@@ -33,15 +33,23 @@ from train_throughput import SHAPES, bench_shape
 
 from aiayn import hardware
 from aiayn.data import prepare_bundled
+from aiayn.model import BF16_MATMULS
+from aiayn.train.trainer import resolve_attention
 
 OURS = "ours+lsloss+fusedadam"  # the trainer's step: its loss, fused Adam
+DEVICE = torch.device("cpu")
 PEERS = ("torch.nn", "hf-marian")
 
 
 def throughput(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
     """tokens/s of every repetition, by system and precision (fp32, bf16), interleaved."""
     names = {"ours": OURS, **{p: f"{p}+fusedadam" for p in args.peers}}
-    rows = [n for base in names.values() for n in (base, f"{base}+bf16")]
+    # ours in bf16 takes the attention path the trainer would (resolve_attention)
+    ours_bf16 = (
+        OURS + "+bf16" + ("+mmattn" if resolve_attention("bf16", DEVICE) == BF16_MATMULS else "")
+    )
+    bf16_row = {base: ours_bf16 if base == OURS else f"{base}+bf16" for base in names.values()}
+    rows = [n for base in names.values() for n in (base, bf16_row[base])]
     bench = argparse.Namespace(
         batches=args.batches,
         batch=32,
@@ -55,7 +63,7 @@ def throughput(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
     )
     rates = bench_shape(SHAPES[args.config], rows, bench)
     return {
-        system: {"fp32": rates[base], "bf16": rates[f"{base}+bf16"]}
+        system: {"fp32": rates[base], "bf16": rates[bf16_row[base]]}
         for system, base in names.items()
         if base in rates  # a peer that is not installed was skipped
     }
