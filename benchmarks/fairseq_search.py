@@ -2,11 +2,14 @@
 
 Our checkpoint is wrapped in fairseq's encoder-decoder interface rather than converted to a
 fairseq transformer: the search is what is checked, and the wrapper hands fairseq exactly our
-network's log-probabilities (the same code computes them), where a conversion would add its own
-chances of error (fairseq's sinusoids are laid out [sin | cos] and its positions start after
-the padding index). The wrapper's decoder recomputes the whole prefix at each step (fairseq
-then takes the last position), so it is slower than an incremental decoder, with the same
-numbers. As in our search, bos is impossible after the softmax (fairseq makes pad impossible).
+network's log-probabilities (the same code computes them, on the weights packed as ``aiayn
+evaluate`` packs them), where a conversion would add its own chances of error (fairseq's
+sinusoids are laid out [sin | cos] and its positions start after the padding index). The
+wrapper's decoder is incremental (fairseq's ``FairseqIncrementalDecoder``): our model's own
+cache (``Transformer.new_cache``, ``decode_step``) lives in fairseq's incremental state and
+follows fairseq's reordering of the beams (``DecoderCache.select``), so a step costs one
+position, as in our search. As in our search, bos is impossible after the softmax (fairseq
+makes pad impossible).
 
     /work/peersvenv/bin/python benchmarks/fairseq_search.py CKPT SOURCES.json OUT.json \
         --beam 4 --lenpen 0.6
@@ -27,10 +30,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fairseq.models import FairseqDecoder, FairseqEncoder, FairseqEncoderDecoderModel
+from fairseq.models import (
+    FairseqEncoder,
+    FairseqEncoderDecoderModel,
+    FairseqIncrementalDecoder,
+)
 from fairseq.sequence_generator import SequenceGenerator
 
 from aiayn.checkpoint import load_translator
+from aiayn.decode import for_decoding
+
+MAX_LEN_B = 200  # fairseq's default output limit (max_len_a 0): 200 tokens, then eos
 
 
 class Ids:
@@ -71,23 +81,52 @@ class Encoder(FairseqEncoder):
         return self.model.cfg.max_len
 
 
-class Decoder(FairseqDecoder):
-    def __init__(self, model: Any, ids: Ids) -> None:
-        super().__init__(ids)
-        self.model = model
+class Decoder(FairseqIncrementalDecoder):
+    """Our decoder one position a step: its cache is kept in fairseq's incremental state.
 
-    def forward(self, prev_output_tokens: torch.Tensor, encoder_out: dict[str, Any], **_: Any):
-        """prefixes (N, t) -> logits (N, t, V), recomputed whole (module doc)."""
-        states = self.model.decode(prev_output_tokens, encoder_out["memory"], encoder_out["mask"])
-        return self.model.generator(states), None
+    fairseq's rows are sentence-major, ``beam`` per sentence, as our cache's are; the memory is
+    the same in a sentence's rows (fairseq repeats it), so the cache takes one per sentence.
+    """
+
+    def __init__(self, model: Any, ids: Ids, beam: int) -> None:
+        super().__init__(ids)
+        self.model, self.beam = model, beam
+
+    def forward(
+        self,
+        prev_output_tokens: torch.Tensor,
+        encoder_out: dict[str, Any],
+        incremental_state: dict[str, Any],
+        **_: Any,
+    ) -> tuple[torch.Tensor, None]:
+        """prefixes (n*beam, t) -> logits (n*beam, 1, V) of the last position, the only one
+        fed: the cache holds the t - 1 before it."""
+        state = self.get_incremental_state(incremental_state, "cache")
+        if state is None:  # the first step: the cache of each sentence's memory (n, S, d)
+            memory, mask = encoder_out["memory"][:: self.beam], encoder_out["mask"][:: self.beam]
+            state = {"cache": self.model.new_cache(memory, mask, max_len=MAX_LEN_B + 1)}
+            self.set_incremental_state(incremental_state, "cache", state)
+        cache = state["cache"]
+        if cache.step != prev_output_tokens.size(1) - 1:
+            raise RuntimeError(f"cache at {cache.step}, prefixes of {prev_output_tokens.size(1)}")
+        return self.model.decode_step(prev_output_tokens[:, -1:], cache)[:, None], None
+
+    def reorder_incremental_state(
+        self, incremental_state: dict[str, Any], new_order: torch.Tensor
+    ) -> None:
+        """new_order (n'*beam,): row i becomes old row new_order[i], a row of the same
+        sentence (fairseq reorders beams within a sentence and drops finished sentences)."""
+        cache = self.get_incremental_state(incremental_state, "cache")["cache"]
+        sentences = new_order[:: self.beam] // self.beam  # (n',) old sentence of each new one
+        cache.select(new_order, None if new_order.numel() == cache.rows else sentences)
 
     def max_positions(self) -> int:
         return self.model.cfg.max_len
 
 
 class Wrapped(FairseqEncoderDecoderModel):
-    def __init__(self, model: Any, ids: Ids) -> None:
-        super().__init__(Encoder(model, ids), Decoder(model, ids))
+    def __init__(self, model: Any, ids: Ids, beam: int) -> None:
+        super().__init__(Encoder(model, ids), Decoder(model, ids, beam))
         self.bos = ids.bos()
 
     def get_normalized_probs(self, net_output: Any, log_probs: bool, sample: Any = None):
@@ -103,7 +142,11 @@ def search(
     lenpen; decoding starts from our bos)."""
     ids = Ids(vocab)
     generator = SequenceGenerator(
-        [Wrapped(model, ids).eval()], ids, beam_size=beam, len_penalty=lenpen
+        [Wrapped(model, ids, beam).eval()],
+        ids,
+        beam_size=beam,
+        len_penalty=lenpen,
+        max_len_b=MAX_LEN_B,
     )
     outputs: list[list[int]] = [[] for _ in sources]
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -137,7 +180,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, vocab = load_translator(args.checkpoint)
     sources = json.loads(args.sources.read_text(encoding="utf-8"))
-    found = search(model.eval(), vocab, sources, args.beam, args.lenpen, args.batch)
+    found = search(for_decoding(model.eval()), vocab, sources, args.beam, args.lenpen, args.batch)
     args.out.write_text(json.dumps(found), encoding="utf-8")
 
 
