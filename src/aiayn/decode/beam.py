@@ -181,14 +181,31 @@ class _Finished:
     the reference implementation exactly.
     """
 
-    def __init__(self, n: int, nbest: int, device: torch.device, kept: int | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        nbest: int,
+        device: torch.device,
+        kept: int | None = None,
+        counting: bool = False,
+    ) -> None:
         """``kept``: how many best scores ``best`` keeps (default nbest; transformers' rule
-        compares with the beam-th)."""
+        compares with the beam-th). ``counting``: keep ``count`` and ``first``, which only the
+        other toolkits' stopping rules read (the paper's step does without them)."""
         self.nbest = nbest
         self.best = torch.full((n, kept or nbest), NEG_INF, dtype=torch.float64, device=device)
-        self.count = torch.zeros(n, dtype=torch.long, device=device)  # (n,) finished so far
-        self.first = torch.zeros(n, dtype=torch.bool, device=device)  # (n,) a best candidate did
+        self.count: Tensor | None = None  # (n,) finished so far
+        self.first: Tensor | None = None  # (n,) whether a step's best candidate finished
+        if counting:
+            self.count = torch.zeros(n, dtype=torch.long, device=device)
+            self.first = torch.zeros(n, dtype=torch.bool, device=device)
         self.records: list[tuple[Tensor, ...]] = []
+
+    @classmethod
+    def for_rules(cls, n: int, config: DecodeConfig, device: torch.device) -> _Finished:
+        """What ``config.rules``' stopping test reads, for n sentences."""
+        kept = config.rules.compared(config.beam, config.nbest)
+        return cls(n, config.nbest, device, kept, counting=config.rules.stopping != "exact")
 
     def add(
         self,
@@ -208,12 +225,14 @@ class _Finished:
         candidates = score.masked_fill(~finish, NEG_INF)
         kept = self.best.size(1)
         self.best = torch.cat([self.best, candidates], dim=1).topk(kept, dim=1).values
-        self.count += finish.sum(1)
-        self.first |= finish[:, 0]
+        if self.count is not None and self.first is not None:
+            self.count += finish.sum(1)
+            self.first |= finish[:, 0]
 
     def keep(self, sentences: Tensor) -> None:
         for name in ("best", "count", "first"):
-            setattr(self, name, getattr(self, name).index_select(0, sentences))
+            if (state := getattr(self, name)) is not None:
+                setattr(self, name, state.index_select(0, sentences))
 
     def threshold(self) -> Tensor:
         """(n,) the nbest-th (or kept-th) finished score per decoding sentence, as float32
@@ -413,7 +432,7 @@ def beam_search(
     live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha))
     T = int(max_lens.max())
     cache = model.new_cache(model.encode(src), mask, max_len=T)
-    finished = _Finished(B, config.nbest, device, kept=config.rules.compared(k, config.nbest))
+    finished = _Finished.for_rules(B, config, device)
 
     b = 1  # live beams per sentence: one (the bos prefix) until the first step fans out to k
     scores = torch.zeros(B, 1, device=device)  # (n, b) log P of each live prefix
