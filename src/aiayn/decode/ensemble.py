@@ -82,7 +82,7 @@ class Ensemble:
     def decode_step(self, tgt_in: Tensor, cache: EnsembleCache) -> Tensor:
         """As ``Transformer.decode_step``; the "logits" are the mean log-probabilities (B, V)."""
         lprobs = [
-            F.log_softmax(m.decode_step(tgt_in, c).float(), dim=-1)
+            F.log_softmax(m.decode_step(tgt_in, c), dim=-1, dtype=torch.float32)
             for m, c in zip(self.models, cache.caches)
         ]
         return torch.stack(lprobs).mean(0)

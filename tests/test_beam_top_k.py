@@ -1,0 +1,46 @@
+"""``beam.top_k``: the search's top-k by blocks gives what ``Tensor.topk`` gives."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiayn.decode.beam import TOP_K_BLOCK, top_k
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 5),
+    blocks=st.integers(0, 40),
+    rest=st.integers(0, TOP_K_BLOCK - 1),
+    k=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+    impossible=st.floats(0.0, 0.99),
+)
+def test_top_k_is_topk(rows, blocks, rest, k, seed, impossible):
+    """Values equal topk's, best first, and each index holds its value; -inf (impossible
+    candidates) ties as the search makes them: only the values must agree there."""
+    length = blocks * TOP_K_BLOCK + rest
+    if length < k:
+        return
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, length, generator=gen)
+    x[torch.rand(rows, length, generator=gen) < impossible] = float("-inf")
+    values, indices = top_k(x, k)
+    want = x.topk(k, dim=1)
+    assert torch.equal(values, want.values)
+    assert torch.equal(x.gather(1, indices), values)
+    assert all(len(set(row)) == k for row in indices.tolist())  # k distinct columns
+    finite = values > float("-inf")
+    assert torch.equal(indices[finite], want.indices[finite])
+
+
+def test_top_k_finds_the_best_in_one_block():
+    """All k best in one block, and the best of all in the columns after the last block."""
+    x = torch.zeros(1, 40 * TOP_K_BLOCK + 3)
+    x[0, 7 * TOP_K_BLOCK : 7 * TOP_K_BLOCK + 4] = torch.tensor([5.0, 4.0, 3.0, 2.0])
+    x[0, -1] = 9.0
+    values, indices = top_k(x, 4)
+    assert values.tolist() == [[9.0, 5.0, 4.0, 3.0]]
+    assert indices.tolist() == [
+        [x.size(1) - 1, 7 * TOP_K_BLOCK, 7 * TOP_K_BLOCK + 1, 7 * TOP_K_BLOCK + 2]
+    ]
