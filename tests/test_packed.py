@@ -12,6 +12,7 @@ from torch import nn
 
 import aiayn
 from aiayn.decode import for_decoding, packed
+from aiayn.decode.precision import to_bf16
 
 pytestmark = pytest.mark.skipif(
     not packed.available(), reason="this PyTorch has no oneDNN linear ops"
@@ -125,3 +126,31 @@ def test_a_packed_decode_step_dispatches_fewer_ops_than_a_plain_one():
     feed-forward's ReLU runs inside W_1's: a step's ops cost it much of its time at batch 1."""
     plain, fast = model_pair()
     assert _ops_per_step(fast) == _ops_per_step(plain) - plain.cfg.N_dec
+
+
+def test_bf16_packs_where_native_with_the_values_of_plain_bf16(bf16_answer):
+    """bf16 models pack only where the CPU and oneDNN compute bf16 natively, and there the
+    logits are bit for bit those of ``F.linear`` in bf16 (so bf16 outputs do not move)."""
+    torch.manual_seed(0)
+    plain = aiayn.Transformer(aiayn.ModelConfig.preset("tiny")).eval()
+    copy = aiayn.Transformer(plain.cfg).eval()
+    copy.load_state_dict(plain.state_dict())
+    plain = to_bf16(plain)
+    fast = for_decoding(copy, precision="bf16")
+    packs = bf16_answer == "native" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    n_packed = sum(1 for m in fast.modules() if isinstance(m, packed.PackedLinear))
+    assert (n_packed > 0) == packs
+    if not packs:
+        return
+    assert {m.packed.dtype for m in fast.modules() if isinstance(m, packed.PackedLinear)} == {
+        torch.bfloat16
+    }
+    src, tgt = batch()
+    with torch.no_grad():
+        assert torch.equal(fast(src, tgt), plain(src, tgt))
+    mask = plain.src_mask(src)
+    cache_plain = plain.new_cache(plain.encode(src), mask, max_len=8)
+    cache_fast = fast.new_cache(fast.encode(src), mask, max_len=8)
+    for t in range(tgt.size(1)):
+        step_plain = plain.decode_step(tgt[:, t : t + 1], cache_plain)
+        assert torch.equal(fast.decode_step(tgt[:, t : t + 1], cache_fast), step_plain)

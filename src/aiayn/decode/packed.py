@@ -1,4 +1,4 @@
-"""fp32 Linear layers with their weights packed once for oneDNN, for decoding on the CPU.
+"""fp32 and bf16 Linear layers with their weights packed once for oneDNN, for decoding on the CPU.
 
 A decode step multiplies a few rows (batch x beam: 4 at batch 1) by every weight matrix of
 the decoder and by the output projection. PyTorch sends ``F.linear`` to MKL's sgemm, which
@@ -10,8 +10,11 @@ it: ``PackedLinear`` calls those private ops, kept for that measured gain and pi
 (the golden n-best lists' packed cases, ``tests/test_packed.py``). Where they are missing (a
 PyTorch built without oneDNN) ``pack_linears`` leaves the model as it is, on ``F.linear``.
 
-The values are the same weights; only the summation order inside the matmul differs (logits
-agree within the tests' 1e-4), as it already does between MKL calls with different row counts.
+The values are the same weights; in fp32 only the summation order inside the matmul differs
+(logits agree within the tests' 1e-4), as it already does between MKL calls with different row
+counts. bf16 ``F.linear`` on the CPU is already oneDNN's, so packed bf16 gives its very values,
+without the copy of the bias into every output that ``addmm`` makes first (``bf16_packable``:
+only where oneDNN computes in bf16 natively).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..hardware import bf16_support
 from ..model import PositionwiseFeedForward
 
 
@@ -27,8 +31,16 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def bf16_packable() -> bool:
+    """Whether the CPU computes bf16 natively (``hardware.bf16_support``) and oneDNN does its
+    bf16 linears (elsewhere bf16 models keep ``F.linear``)."""
+    native = bf16_support(torch.device("cpu")).native
+    return native and available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 class PackedLinear(nn.Module):
-    """``nn.Linear`` for inference, its weight in oneDNN's blocked layout (packed once).
+    """``nn.Linear`` for inference, its weight in oneDNN's blocked layout (packed once), in
+    the Linear's dtype (fp32 or bf16).
 
     The packed weight and the bias are plain attributes, not parameters: this module is never
     trained, saved or moved to another device (pack after loading, on the CPU). ``activation``
@@ -40,10 +52,8 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.activation = activation
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(
-            linear.weight.detach().float().contiguous()
-        )
-        self.bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().contiguous())
+        self.bias = None if linear.bias is None else linear.bias.detach().contiguous()
 
     def forward(self, x: Tensor) -> Tensor:
         """(..., in) -> (..., out): the op flattens the leading dimensions itself (and makes x
@@ -74,17 +84,16 @@ class PackedFeedForward(nn.Module):
 
 @torch.no_grad()
 def pack_linears(model: nn.Module) -> nn.Module:
-    """Replace every fp32 ``nn.Linear`` of an eval-mode CPU model by a ``PackedLinear``, in
-    place, and every feed-forward by a ``PackedFeedForward`` (the tied output projection gets
-    its own packed copy; the embedding keeps the matrix). Returns the model unchanged where
-    oneDNN is missing or it is not on the CPU."""
+    """Replace every ``nn.Linear`` of an eval-mode CPU model, fp32 or bf16, by a
+    ``PackedLinear``, in place, and every feed-forward by a ``PackedFeedForward`` (the tied
+    output projection gets its own packed copy; the embedding keeps the matrix). Returns the
+    model unchanged where oneDNN is missing (or, for bf16, not native) or it is not on the CPU."""
     first = next(model.parameters(), None)
-    if (
-        not available()
-        or first is None
-        or first.device.type != "cpu"
-        or first.dtype != torch.float32
-    ):
+    if first is None or first.device.type != "cpu" or not available():
+        return model
+    if first.dtype not in (torch.float32, torch.bfloat16):
+        return model
+    if first.dtype == torch.bfloat16 and not bf16_packable():
         return model
     model.eval()
     # The feed-forwards first, so that their Linears are packed once, by ``PackedFeedForward``.

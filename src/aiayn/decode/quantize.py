@@ -4,7 +4,7 @@ or bf16 (``--precision bf16``, see ``precision``).
     model, _ = load_transformer(checkpoint)      # safetensors: no pickle, no code executed
     model = for_decoding(model)                  # fp32, Linear weights packed (see ``packed``)
     model = for_decoding(model, "int8")          # or int8
-    model = for_decoding(model, precision="bf16")  # or bf16
+    model = for_decoding(model, precision="bf16")  # or bf16 (packed where native)
 
 Every ``nn.Linear`` (attention projections, feed-forward, and the output projection, which
 gets its own int8 copy of the tied embedding matrix) becomes a dynamically quantized linear:
@@ -40,10 +40,11 @@ def for_decoding(
     """A loaded model made ready for decoding, in place: ``quantize`` None keeps fp32 and packs the
     Linear weights for oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it
     is); "int8" quantizes them; ``precision`` "bf16" casts every weight to bf16 instead (not with
-    int8). Never for a model that will still be trained."""
+    int8), packed too where oneDNN computes bf16 natively. Never for a model that will still be
+    trained."""
     check_combination(quantize, precision)
     if precision == "bf16":
-        return to_bf16(model)
+        return pack_linears(to_bf16(model))
     if quantize is None:
         return pack_linears(model)
     if quantize not in QUANTIZE_MODES:
