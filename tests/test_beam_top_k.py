@@ -1,10 +1,18 @@
 """``beam.top_k``: the search's top-k by blocks gives what ``Tensor.topk`` gives."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiayn.decode import beam
 from aiayn.decode.beam import TOP_K_BLOCK, top_k
+
+
+@pytest.fixture(autouse=True)
+def blocks_for_any_size(monkeypatch):
+    """Blocks however few the elements, so that small cases test them."""
+    monkeypatch.setattr(beam, "TOP_K_BLOCKS_FROM", 0)
 
 
 @settings(max_examples=60, deadline=None)

@@ -157,7 +157,12 @@ def output_log_probs(
     """(B, V) logits of output position t (1-based) -> log-probabilities, with pad and bos
     impossible and eos impossible while t < min_len (the distribution is not renormalised).
     ``out``: a (B, V) float32 tensor to write them into (``_Workspace``)."""
-    lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32, out=out)  # bf16: no copy
+    if out is None:
+        lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
+    elif logits.dtype == torch.float32:
+        lprobs = torch.log_softmax(logits, dim=-1, out=out)
+    else:  # bf16 logits cast into out and normalised there: no fresh fp32 copy per step
+        lprobs = torch.log_softmax(out.copy_(logits), dim=-1, out=out)
     lprobs[:, pad_id] = NEG_INF
     lprobs[:, bos_id] = NEG_INF
     if t < min_len:
@@ -325,6 +330,7 @@ def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
 
 
 TOP_K_BLOCK = 128  # columns per block of ``top_k``'s first pass (measured: 64-128 alike)
+TOP_K_BLOCKS_FROM = 2**17  # elements of x from which blocks pay (a few rows of a beam step)
 
 
 def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -336,7 +342,7 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     over. The same values and indices (ties aside, which topk orders as it likes anyway)."""
     n, L = x.shape
     blocks = L // TOP_K_BLOCK
-    if blocks <= 4 * k:  # too few blocks for the first pass to pay
+    if blocks <= 4 * k or n * L < TOP_K_BLOCKS_FROM:  # the first pass would not pay
         return x.topk(k, dim=1)
     grid = x[:, : blocks * TOP_K_BLOCK].unflatten(1, (blocks, TOP_K_BLOCK))  # (n, blocks, B)
     best = grid.amax(dim=-1).topk(k, dim=1).indices  # (n, k) blocks
