@@ -281,3 +281,20 @@ def test_overlong_sources_go_to_on_truncate_instead_of_a_warning(recwarn):
 def test_length_batches(batch_size, max_tokens, expected):
     # lengths 4, 6, 3, 5, 1: sorted longest first = 1, 3, 0, 2, 4.
     assert list(length_batches([4, 6, 3, 5, 1], batch_size, max_tokens)) == expected
+
+
+def test_finished_sentences_give_their_places_to_the_last_ones():
+    """``fill_from_tail``: the live sentences, each done one among the first n' replaced by a
+    live one from after them; ``tail_moves`` reads back just those moves, and refuses others."""
+    from aiayn.decode.beam import fill_from_tail
+    from aiayn.model import tail_moves
+
+    done = torch.tensor([False, True, False, True, False, False, True])
+    order = fill_from_tail(done)
+    assert order.tolist() == [0, 4, 2, 5]
+    holes, movers = tail_moves(order)
+    assert holes.tolist() == [1, 3] and movers.tolist() == [4, 5]
+    assert fill_from_tail(torch.tensor([False, False, True])).tolist() == [0, 1]
+    assert fill_from_tail(torch.tensor([True, True])).tolist() == []
+    assert tail_moves(torch.tensor([1, 0])) is None  # a swap: a mover from the kept places
+    assert tail_moves(torch.tensor([0, 2, 1])) is None

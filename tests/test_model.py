@@ -261,7 +261,8 @@ def test_cache_select_within_sentences_moves_no_key_or_value():
 
 
 @pytest.mark.parametrize("overrides", [{}, {"attention_window": 2}, {"norm": "pre"}])
-def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
+@pytest.mark.parametrize("gather", [False, True])
+def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides, gather):
     """What beam search does to the cache, checked against a full forward at every step.
 
     Three sentences, the memory given once per sentence; the first step has one row per
@@ -285,6 +286,8 @@ def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
         n = sentences.numel()
         parents = torch.randint(0, b, (n, k), generator=g) + (torch.arange(n) * b)[:, None]
         keep = torch.tensor([i for i in range(n) if i != leave.get(step)])
+        if gather and step in leave:  # the kept sentences reversed: not a tail-filling order
+            keep = keep.flip(0) if keep.numel() > 1 else keep
         rows = parents[keep].reshape(-1)
         if step in leave:
             cache.select(rows, sentences=keep)
@@ -295,10 +298,14 @@ def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides):
             [prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1
         )
         b = k
-    assert sentences.tolist() == [2]
-    # steps 1-3 in one buffer, 4-5 in the other (sentence 1 left), 6-7 back in the first
+    assert sentences.tolist() == ([0] if gather else [2])  # who left depends on the order
+    # each leaving sentence's place taken by the last one (in place), or, for ``keep`` in any
+    # other order, gathered into the spare buffer
     first, second = buffers[0], buffers[3]
-    assert buffers == [first] * 3 + [second] * 2 + [first] * 2 and first != second
+    if gather:  # steps 1-3 in one buffer, 4-7 in the other (the last leave moved in place)
+        assert buffers == [first] * 3 + [second] * 4 and first != second
+    else:
+        assert buffers == [first] * 7
 
 
 @pytest.mark.parametrize("causal", [False, True])

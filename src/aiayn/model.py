@@ -769,7 +769,21 @@ class LayerCache:
 
     def keep(self, sentences: Tensor, filled: int) -> None:
         """Only these sentences (n',) go on: their memory k/v, and their ``filled`` positions
-        gathered into the spare buffers, which then become the current ones."""
+        gathered into the spare buffers, which then become the current ones; or, where
+        ``sentences`` only fills holes among the first n' from after them (``tail_moves``),
+        just the movers copied into the holes, in place."""
+        moves = tail_moves(sentences)
+        if moves is not None:
+            holes, movers = moves
+            n = sentences.numel()
+            for name in ("memory_keys", "memory_values", "keys", "values"):
+                buffer = getattr(self, name)
+                if buffer.dim() == 5:  # the self-attention's slots: only the filled positions
+                    buffer[holes, :, :filled] = buffer[movers, :, :filled]
+                elif buffer.numel():
+                    buffer[holes] = buffer[movers]
+                setattr(self, name, buffer[:n])
+            return
         stored = self.memory_keys.transpose(2, 3)  # (n, h, d, S), contiguous
         self.memory_keys = stored.index_select(0, sentences).transpose(2, 3)
         self.memory_values = self.memory_values.index_select(0, sentences)
@@ -788,6 +802,16 @@ class LayerCache:
             (self.spare[0][:n], self.spare[1][:n]),
             (self.keys, self.values),
         )
+
+
+def tail_moves(sentences: Tensor) -> tuple[Tensor, Tensor] | None:
+    """For ``sentences`` (n',) that keeps sentence i at place i but for holes filled from
+    places >= n' (what ``beam`` asks when sentences finish): (holes, movers), the places
+    written and the sentences moved into them; None for any other order."""
+    n = sentences.numel()
+    holes = (sentences != torch.arange(n, device=sentences.device)).nonzero().squeeze(1)
+    movers = sentences[holes]
+    return (holes, movers) if bool((movers >= n).all()) else None
 
 
 def keys_layout(stored: Tensor) -> Tensor:
@@ -892,8 +916,9 @@ class DecoderCache:
         ``rows`` (B',) long: target row i becomes old row rows[i], which must be a row of the
         same sentence (a beam reordered within its sentence, the beam fanning out from 1 to k,
         beams of finished sentences leaving). ``sentences`` (n',) long: the sentences that stay,
-        in order; leave it None while the sentences stay as they are: then nothing but the
-        ancestry is copied.
+        in their new order (an order that only fills holes from the tail, as ``beam`` gives,
+        moves only the movers: ``tail_moves``); leave it None while the sentences stay as they
+        are: then nothing but the ancestry is copied.
         """
         if self.ancestry is not None:
             self.ancestry = self.ancestry.index_select(0, rows)
@@ -902,4 +927,4 @@ class DecoderCache:
         for layer in self.layers:
             layer.keep(sentences, self.step)
         if self.memory_bias is not None:
-            self.memory_bias = self.memory_bias.index_select(0, sentences)
+            self.memory_bias = self.memory_bias.index_select(0, sentences)  # (n', h, 1, S): small

@@ -433,13 +433,26 @@ def _leave(
     if not bool(done.any()):
         cache.select(rows.view(-1))  # beams move within their sentence
         return rows, tokens, scores
-    keep = (~done).nonzero().squeeze(1)  # (n',)
+    keep = fill_from_tail(done)  # (n',)
     if keep.numel() == 0:
         return None
     live.keep(keep)
     finished.keep(keep)
     cache.select(rows[keep].view(-1), sentences=keep)
     return rows[keep], tokens[keep], scores[keep]
+
+
+def fill_from_tail(done: Tensor) -> Tensor:
+    """(n',) the sentences that go on (done (n,) bool), in the order that moves the fewest:
+    each done one among the first n' gives its place to a live one from after them (so the
+    cache copies only those, ``DecoderCache.select``); the search is per sentence, so the
+    order changes no output."""
+    live = ~done
+    n_kept = int(live.sum())
+    order = torch.arange(n_kept, device=done.device)
+    holes = done[:n_kept].nonzero().squeeze(1)
+    order[holes] = live[n_kept:].nonzero().squeeze(1) + n_kept
+    return order
 
 
 def advance_states(
