@@ -295,3 +295,25 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
     )
     assert result.returncode == 2
     assert "unknown key(s) ['learning_rate']" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_demo_says_the_budget_its_sets_leave(tmp_path):
+    """The progress line names what will stop the training, --set max_minutes=null included
+    (it said "15 minutes" for a run of fixed updates)."""
+    said = []
+
+    def stop(*_args, **_kwargs):
+        raise RuntimeError("stopped before training")
+
+    sets = ["max_minutes=null", "max_updates=3346"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(demo_module, "prepare_bundled", lambda work: _fake_meta())
+        patch.setattr(demo_module, "_train", stop)
+        with pytest.raises(RuntimeError, match="stopped before training"):
+            run_demo(out=tmp_path / "run", work=tmp_path / "work", sets=sets, progress=said.append)
+    assert "[2/5] training for 3,346 updates" in said
+    assert demo_module._budget(demo_train_config(tmp_path, tmp_path, 15)) == "15 minutes"
+
+
+def _fake_meta() -> dict:
+    return {"splits": {"train": {"pairs": 1}}, "vocab_size": 8}

@@ -55,6 +55,16 @@ def demo_train_config(data: Path, out: Path, minutes: float, sets: list[str] = (
     )
 
 
+def _budget(cfg: TrainConfig) -> str:
+    """What stops the training, as the recipe after ``--set`` has it (e.g. max_minutes=null)."""
+    limits = []
+    if cfg.max_minutes is not None:
+        limits.append(f"{cfg.max_minutes:g} minutes")
+    if cfg.max_updates is not None:
+        limits.append(f"{cfg.max_updates:,} updates")
+    return " or ".join(limits)  # TrainConfig refuses neither
+
+
 def _refuse_flagged_sets(sets: list[str]) -> None:
     for item in sets:
         key = item.partition("=")[0].strip()
@@ -134,7 +144,7 @@ def run_demo(
     pairs = json.dumps({k: v["pairs"] for k, v in meta["splits"].items()})
     progress(f"      {pairs} pairs, vocabulary {meta['vocab_size']}")
 
-    progress(f"[2/5] training for {minutes:g} minutes")
+    progress(f"[2/5] training for {_budget(cfg)}")
     summary, cost = _train(cfg, out)
 
     progress("[3/5] averaging the last checkpoints (how many: chosen on the validation split)")
