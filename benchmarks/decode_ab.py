@@ -7,7 +7,8 @@ Two jobs, each run as old, new, new, old per round (A-B-B-A, so that a drift of 
 load hits both alike), every run a process of its own with this interpreter and ``PYTHONPATH``
 set to the tree's ``src`` (the same torch for both trees):
 - ``evaluate``: ``aiayn evaluate --quiet`` on the first ``--lines`` verses of the bundled test
-  split (``--precision`` fp32 by default); its own ``decode_s``, SacreBLEU, and how many
+  split (``--precision`` fp32 by default; ``--new-precision bf16`` decodes the new tree in
+  bf16 against the old in ``--precision``); its own ``decode_s``, SacreBLEU, and how many
   output lines the two trees share (the search is exact: all of them, unless the model's
   arithmetic changed);
 - ``throughput``: each tree's own ``benchmarks/decode_throughput.py --configs d256 --peers``
@@ -49,11 +50,13 @@ def run(tree: Path, args: list[str], threads: int | None) -> str:
     return done.stdout
 
 
-def evaluate(tree: Path, opts: argparse.Namespace, data: Path, out: Path) -> dict[str, float]:
+def evaluate(
+    tree: Path, opts: argparse.Namespace, data: Path, out: Path, precision: str
+) -> dict[str, float]:
     """One ``aiayn evaluate --quiet``: decode seconds and SacreBLEU; outputs written to ``out``."""
     args = ["-m", "aiayn", "evaluate", "--checkpoint", opts.checkpoint, "--quiet"]
     args += ["--src", str(data / "src"), "--ref", str(data / "ref"), "--output", str(out)]
-    args += ["--precision", opts.precision]
+    args += ["--precision", precision]
     report = json.loads(run(tree, args, opts.threads))
     return {"decode_s": report["decode_s"], "sacrebleu": report["sacrebleu"]}
 
@@ -84,11 +87,17 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=300, help="first test verses to decode")
     parser.add_argument("--rounds", type=int, default=2, help="A-B-B-A rounds")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument(
+        "--new-precision",
+        choices=["fp32", "bf16"],
+        help="evaluate: the new tree's precision, if not --precision (e.g. bf16 against fp32)",
+    )
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every run")
     parser.add_argument("--n1", type=int, default=8, help="throughput: sentences at batch 1")
     parser.add_argument("--jobs", nargs="+", default=["evaluate", "throughput"])
     opts = parser.parse_args()
     trees = {"old": opts.old.resolve(), "new": opts.new.resolve()}
+    precisions = {"old": opts.precision, "new": opts.new_precision or opts.precision}
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         data = first_lines(opts.lines, Path(tmp))
@@ -98,7 +107,7 @@ def main() -> None:
             for _ in range(opts.rounds):
                 for name in ("old", "new", "new", "old"):
                     if job == "evaluate":
-                        figures = evaluate(trees[name], opts, data, outputs[name])
+                        figures = evaluate(trees[name], opts, data, outputs[name], precisions[name])
                     else:
                         figures = throughput(trees[name], opts)
                     results[job][name].append(figures)
