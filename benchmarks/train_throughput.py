@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> None:
         "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), castloss "
         "(bf16 logits cast to fp32 before the loss, its own node), fusedadam / "
         "foreach (Adam for this row only), math (SDPA math backend), mmattn (with bf16: attention as "
-        "bf16 matmuls around an fp32 softmax, model.matmul_attention)",
+        "bf16 matmuls and softmax, model.matmul_attention)",
     )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")

@@ -89,7 +89,7 @@ def train_bf16(chip: str, table: Path | None = None) -> Decision:
 
 
 def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decision:
-    """Attention as bf16 matmuls around an fp32 softmax (``model.matmul_attention``) in bf16
+    """Attention as bf16 matmuls and softmax (``model.matmul_attention``) in bf16
     training on a CPU: on where the trainer's bf16 step measured faster with it than with SDPA
     in fp32, and the demo recipe's validation perplexity after the same updates within 3% of
     fp32 training's."""

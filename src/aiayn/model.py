@@ -183,10 +183,12 @@ def matmul_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
 ) -> Tensor:
-    """``reference_attention`` with Q K^T and P V as bf16 matmuls and the softmax, its backward
-    and the dropout of the probabilities in fp32: on a CPU with native bf16 PyTorch's bf16 flash
-    backward is several times slower than fp32's, while two bf16 matmuls are faster than either
-    (docs/training.md). The scores are rounded to bf16 once, after the scaling.
+    """``reference_attention`` with Q K^T and P V as bf16 matmuls around a softmax of bf16 in
+    and out, its exponentials summed in fp32 (PyTorch's CPU kernel; its backward likewise): on a
+    CPU with native bf16 PyTorch's bf16 flash backward is several times slower than fp32's, while
+    two bf16 matmuls are faster than either (docs/training.md). The scores are rounded to bf16
+    once, after the scaling, and the probabilities once, as P V's matmul needs them; no cast
+    of the (B, h, T, S) tensors either way (an fp32 softmax cost four a call, forward and back).
 
     q: (B, h, T, d_k), k: (B, h, S, d_k), v: (B, h, S, d_v), bf16; mask broadcastable to
     (B, h, T, S), True = may attend -> (B, h, T, d_v), bf16.
@@ -202,10 +204,10 @@ def matmul_attention(
             mask = attention_mask(T, S, q.device, causal=True)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))  # illegal connections -> -inf
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32)  # (B, h, T, S), fp32
-        if dropout_p:
-            weights = weights * keep_mask(weights.shape, dropout_p)
-        return torch.matmul(weights.to(q.dtype), v)  # (B, h, T, d_v)
+        weights = torch.softmax(scores, dim=-1)  # (B, h, T, S), bf16
+        if dropout_p:  # the mask is fp32 (keep_mask): the product rounded back once
+            weights = (weights * keep_mask(weights.shape, dropout_p)).to(q.dtype)
+        return torch.matmul(weights, v)  # (B, h, T, d_v)
 
 
 def for_attention(t: Tensor) -> Tensor:
@@ -214,7 +216,7 @@ def for_attention(t: Tensor) -> Tensor:
     return t.float() if attention_precision(t.device, t.dtype) == "fp32" else t
 
 
-BF16_MATMULS = "bf16 matmuls, fp32 softmax"  # matmul_attention: a choice of training on a CPU
+BF16_MATMULS = "bf16 matmuls and softmax"  # matmul_attention: a choice of training on a CPU
 _cpu_bf16_matmuls = contextvars.ContextVar("cpu_bf16_matmuls", default=False)
 
 
