@@ -189,8 +189,10 @@ class _Workspace:
     def __init__(self, device: torch.device) -> None:
         self.flat = torch.empty(0, device=device)
 
-    def take(self, rows: int, V: int) -> Tensor:
-        """(rows, V), the buffer's first rows*V elements (it grows when they are more)."""
+    def take(self, logits: Tensor) -> Tensor:
+        """(rows, V) for logits (rows, V): the buffer's first rows*V elements (it grows when
+        they are more)."""
+        rows, V = logits.shape
         if self.flat.numel() < rows * V:
             self.flat = self.flat.new_empty(rows * V)
         return self.flat[: rows * V].view(rows, V)
@@ -509,9 +511,7 @@ def beam_search(
     states = constraint_states(constraint, src, max_lens, pad_id)  # (constraint, state) per prefix
     for t in range(1, T + 1):
         logits = model.decode_step(step_in, cache)
-        lprobs = output_log_probs(
-            logits, t, min_len, pad_id, bos_id, eos_id, out=space.take(*logits.shape)
-        )  # (n*b, V)
+        lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
