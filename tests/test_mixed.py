@@ -8,6 +8,7 @@ from _cli import TINY, config
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn import ModelConfig, Transformer
+from aiayn.model import BF16_MATMULS
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.mixed import WeightCopies
 from aiayn.train.trainer import Trainer
@@ -75,11 +76,16 @@ def test_fp32_is_the_module_itself() -> None:
     assert torch.equal(forward(src, src), want)
 
 
-def test_a_bf16_update_casts_about_once_per_parameter_tensor(tiny_corpus, tmp_path) -> None:
+def test_a_bf16_update_casts_about_once_per_parameter_tensor(
+    tiny_corpus, tmp_path, bf16_answer
+) -> None:
     # autocast alone cast each weight at every forward and its gradient at every backward,
-    # dropout's masks and attention's q, k and v one by one: 291 casts for these 97 tensors
+    # dropout's masks and attention's q, k and v one by one: 291 casts for these 97 tensors.
+    # On both attention paths: a native-bf16 class measured to take the bf16 matmuls (its fp32
+    # softmax had cast four (B, h, T, S) tensors a call: 1.49 casts a parameter tensor).
     layers = {**TINY, "N_enc": 3, "N_dec": 3}  # the small config's 97 parameter tensors
     trainer = Trainer(config(tiny_corpus, tmp_path, amp="bf16", model=layers))  # dropout 0.1
+    assert (trainer.attention == BF16_MATMULS) == (bf16_answer == "native")
     batches = iter(trainer.sampler)
     trainer.train_update(batches)  # the first update's one-off work out of the way
     casts = bf16_casts(lambda: trainer.train_update(batches))
