@@ -120,7 +120,8 @@ def _beam_reads(steps: int, constraint: OutputConstraint | None) -> Counter:
 )
 def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint, per_step):
     """Each further step adds the same reads; the rest are once per search (the length
-    limit, the constraints' start, the CPU's padding check, the n-best lists at the end)."""
+    limit, the constraints' start, the CPU's padding check, the n-best lists at the end) or
+    once when sentences finish."""
     short, long = _beam_reads(4, constraint), _beam_reads(8, constraint)
     added = long.copy()
     added.subtract(short)
@@ -131,5 +132,6 @@ def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint,
         "decode/beam.py:constraint_states",
         "decode/beam.py:add",
         "decode/beam.py:nbest_lists",
+        "decode/beam.py:fill_from_tail",  # how many sentences go on, when some finish
         "model.py:key_padding",
     }
