@@ -682,8 +682,7 @@ class Transformer(nn.Module):
         layers = []
         for layer in self.decoder:
             k, v = layer.src_attn.project_kv(memory)  # 2 x (n, h, S, d)
-            keys = keys_layout(k.to(dtype).transpose(2, 3).contiguous())  # stored (n, h, d, S)
-            layers.append(LayerCache(keys, v.to(dtype).contiguous()))
+            layers.append(LayerCache(k.to(dtype).contiguous(), v.to(dtype).contiguous()))
         return DecoderCache(layers, bias, capacity, self.cfg.attention_window)
 
     @torch.no_grad()
@@ -728,11 +727,7 @@ def count_parameters(cfg: ModelConfig) -> int:
 class LayerCache:
     """One decoder layer's cached keys and values: the encoder-decoder attention's (n, h, S, d),
     projected once per sentence, and the self-attention's in slots (n, h, capacity, W, d), made
-    at the first step (see ``DecoderCache``); ``spare``: buffers that ``keep`` fills in turn.
-
-    Keys are indexed as (..., d) like values but stored transposed, d before the positions
-    (``keys_layout``): the scores' product reads K^T, and from this layout it reads it in place
-    rather than gathering it from rows a whole slot apart (2x that product, outputs equal)."""
+    at the first step (see ``DecoderCache``); ``spare``: buffers that ``keep`` fills in turn."""
 
     memory_keys: Tensor
     memory_values: Tensor
@@ -750,7 +745,7 @@ class LayerCache:
         k, v = self.memory_keys, self.memory_values
         n, h = k.shape[:2]
         old = (self.keys, self.values)
-        self.keys = keys_layout(k.new_empty(n, h, k.size(3), capacity, width))
+        self.keys = k.new_empty(n, h, capacity, width, k.size(3))
         self.values = v.new_empty(n, h, capacity, width, v.size(3))
         W = old[0].size(3) if old[0].dim() == 5 else 0
         for new, was in zip((self.keys, self.values), old):
@@ -786,16 +781,14 @@ class LayerCache:
                     buffer[holes] = buffer[movers]
                 setattr(self, name, buffer[:n])
             return
-        stored = self.memory_keys.transpose(2, 3)  # (n, h, d, S), contiguous
-        self.memory_keys = stored.index_select(0, sentences).transpose(2, 3)
+        self.memory_keys = self.memory_keys.index_select(0, sentences)
         self.memory_values = self.memory_values.index_select(0, sentences)
         if self.keys.dim() != 5:
             return
         n = sentences.numel()
         if self.spare is None or self.spare[0].size(0) < n:
-            _, h, capacity, W, d = self.keys.shape
             self.spare = (
-                keys_layout(self.keys.new_empty(n, h, d, capacity, W)),
+                self.keys.new_empty(n, *self.keys.shape[1:]),
                 self.values.new_empty(n, *self.values.shape[1:]),
             )
         for old, new in zip((self.keys, self.values), self.spare):
@@ -814,12 +807,6 @@ def tail_moves(sentences: Tensor) -> tuple[Tensor, Tensor] | None:
     holes = (sentences != torch.arange(n, device=sentences.device)).nonzero().squeeze(1)
     movers = sentences[holes]
     return (holes, movers) if bool((movers >= n).all()) else None
-
-
-def keys_layout(stored: Tensor) -> Tensor:
-    """Keys stored (n, h, d, ...) -> indexed (n, h, ..., d): a view, d moved last (see
-    ``LayerCache``)."""
-    return stored.movedim(2, -1)
 
 
 @dataclass
