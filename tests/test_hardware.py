@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from aiayn import hardware
+from aiayn.decode import packed
 from aiayn.errors import UserError
 
 CPUINFO = """processor\t: 0
@@ -69,3 +74,35 @@ def test_this_machines_answer_agrees_with_its_cpuinfo(monkeypatch):
     support = hardware.bf16_support(torch.device("cpu"))
     if hardware.CPUINFO.is_file():
         assert support.native == ("avx512_bf16" in flags or "amx_bf16" in flags)
+
+
+_SWEEPS = """
+import torch
+from aiayn.decode.packed import PackedLinear
+from aiayn.hardware import keep_onednn_primitives
+keep_onednn_primitives()
+linear = PackedLinear(torch.nn.Linear(8, 8))
+for sweep in range(2):  # each row count is a shape of its own: a primitive each
+    for rows in range(1, ROWS + 1):
+        linear(torch.randn(rows, 8))
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "1024"])
+def test_onednn_keeps_a_primitive_per_shape_unless_the_user_set_a_capacity(preset):
+    # more shapes than oneDNN's default 1,024: a second sweep compiles none of them again,
+    # but where the user set the capacity themselves, theirs holds (and evicts)
+    if not packed.available():
+        pytest.skip("this PyTorch has no oneDNN linear ops")
+    rows = 1100
+    env = {k: v for k, v in os.environ.items() if k != hardware.ONEDNN_CACHE}
+    env |= {"ONEDNN_VERBOSE": "all"} | ({hardware.ONEDNN_CACHE: preset} if preset else {})
+    code = _SWEEPS.replace("ROWS", str(rows))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    compiled = out.count("create:cache_miss")
+    if preset is None:
+        assert rows <= compiled < rows + 20  # the first sweep's, and a weight reorder or two
+    else:
+        assert compiled >= 2 * rows

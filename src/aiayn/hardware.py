@@ -27,6 +27,10 @@ CPUINFO = Path("/proc/cpuinfo")
 REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
+# oneDNN keeps this many compiled primitives (its default is 1,024): see keep_onednn_primitives
+ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+ONEDNN_PRIMITIVES = 4096
+
 ASSUME_BF16 = "AIAYN_ASSUME_BF16"  # native | emulated: the CPU's answer, for tests and CI
 ASSUMED = ("native", "emulated")
 
@@ -89,3 +93,17 @@ def cpu_description(cpuinfo: Path = CPUINFO) -> str:
                 break  # every core lists the same flags
     present = [flag for flag in REPORTED_FLAGS if flag in flags]
     return f"{model}, flags: {', '.join(present) or 'none of ' + ', '.join(REPORTED_FLAGS)}"
+
+
+def keep_onednn_primitives(capacity: int = ONEDNN_PRIMITIVES) -> None:
+    """Let oneDNN keep ``capacity`` compiled primitives (kernels for one op at one shape) instead
+    of its default 1,024, unless the user set ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` themselves.
+
+    bf16 matmuls on the CPU and the packed decode linears are oneDNN's, and it compiles a
+    primitive for each new shape. A token-budget batch has a shape of its own (B x T varies from
+    batch to batch): at 1,024 the cache evicts the demo's shapes before the next epoch brings them
+    back, so bf16 training compiles in every update for the whole run; a larger cache compiles
+    less with every epoch, for memory (measured in docs/benchmarks.md, "oneDNN's primitive
+    cache"). oneDNN reads the capacity when it creates its first primitive, so call this before any oneDNN
+    op; later it changes nothing."""
+    os.environ.setdefault(ONEDNN_CACHE, str(capacity))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..hardware import bf16_support
+from ..hardware import bf16_support, keep_onednn_primitives
 from ..model import PositionwiseFeedForward
 
 
@@ -95,6 +95,8 @@ def pack_linears(model: nn.Module) -> nn.Module:
         return model
     if first.dtype == torch.bfloat16 and not bf16_packable():
         return model
+    if first.dtype == torch.float32:  # a primitive per row count: measured to pay in fp32 only
+        keep_onednn_primitives()
     model.eval()
     # The feed-forwards first, so that their Linears are packed once, by ``PackedFeedForward``.
     for kind, replacement in (

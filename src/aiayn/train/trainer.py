@@ -41,7 +41,7 @@ from ..decode.translate import eval_mode
 from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import mfu, paper_cost, real_lengths, training_flops
-from ..hardware import bf16_support
+from ..hardware import bf16_support, keep_onednn_primitives
 from ..model import BF16_MATMULS, Transformer, attention_precision, bf16_matmul_attention
 from . import distributed
 from .best import BestSoFar
@@ -150,6 +150,7 @@ def compile_layers(model: Transformer) -> None:
 class Trainer:
     def __init__(self, cfg: TrainConfig, device: str = "auto") -> None:
         self.cfg = cfg
+        keep_onednn_primitives()  # before the first bf16 matmul: every batch has its own shape
         self.dist = distributed.setup(device)
         self.device = self.dist.device
         if cfg.num_threads:
