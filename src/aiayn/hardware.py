@@ -104,6 +104,6 @@ def keep_onednn_primitives(capacity: int = ONEDNN_PRIMITIVES) -> None:
     batch to batch): at 1,024 the cache evicts the demo's shapes before the next epoch brings them
     back, so bf16 training compiles in every update for the whole run; a larger cache compiles
     less with every epoch, for memory (measured in docs/benchmarks.md, "oneDNN's primitive
-    cache"). oneDNN reads the capacity when it creates its first primitive, so call this before any oneDNN
-    op; later it changes nothing."""
+    cache"). oneDNN reads the capacity when it creates its first primitive, so call this before
+    any oneDNN op; later it changes nothing."""
     os.environ.setdefault(ONEDNN_CACHE, str(capacity))
