@@ -12,10 +12,10 @@ from _cli import run_cli
 from _decode_helpers import hypotheses
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
-from aiayn.cli.common import batching_option
+from aiayn.cli.common import batching_option, workers_arg
 from aiayn.decode import Batching, DecodeConfig, SampleConfig, SearchRequest, decode_ids
 from aiayn.decode import workers as workers_module
-from aiayn.decode.workers import run_batches
+from aiayn.decode.workers import MAX_AUTO_WORKERS, auto_workers, run_batches
 from aiayn.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -142,3 +142,46 @@ def test_evaluate_with_two_workers_writes_what_one_writes(tiny_run, tmp_path, ca
     assert (tmp_path / "hyp2.txt").read_text() == (tmp_path / "hyp1.txt").read_text()
     assert scores[0] == scores[1]
     assert set(asked) == {1, 2}  # --workers reached the search
+
+
+def test_auto_is_a_process_per_thread_on_the_cpu_and_one_on_a_gpu(monkeypatch):
+    for threads, expected in ((1, 1), (3, 3), (64, MAX_AUTO_WORKERS)):
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
+        assert auto_workers("cpu") == expected
+        args = argparse.Namespace(workers="auto", device="cpu", batch_size=None)
+        assert batching_option(args).workers == expected
+    assert auto_workers("cuda:0") == 1
+    gpu = argparse.Namespace(workers="auto", device="cuda:0")
+    assert batching_option(gpu) == Batching(workers=1)  # auto on a GPU is not refused
+    assert batching_option(argparse.Namespace(device="cpu")) == Batching(workers=1)  # no option
+    assert workers_arg("auto") == "auto" and workers_arg("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError, match="a number of processes or auto, not 'x'"):
+        workers_arg("x")
+
+
+def test_evaluate_without_workers_decodes_a_process_per_thread(
+    tiny_run, tmp_path, capsys, monkeypatch
+):
+    asked = []
+
+    def spy(decode_batch, n, *, workers=1):
+        asked.append(workers)
+        return workers_module.run_batches(decode_batch, n, workers=workers)
+
+    monkeypatch.setattr(importlib.import_module("aiayn.decode.translate"), "run_batches", spy)
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src = tmp_path / "src.txt"
+    src.write_text("In the beginning\nAnd God said\nlight\n\nAnd the earth was without form\n")
+    torch.set_num_threads(2)  # the one_thread fixture puts 1 back
+    outputs = []
+    for extra in ((), ("--workers", 1)):
+        hyp = tmp_path / f"hyp{len(outputs)}.txt"
+        argv = ("evaluate", "--checkpoint", ckpt, "--src", src, "--ref", src, "--output", hyp)
+        code, _, err = run_cli(capsys, *argv, "--batch-size", 1, *extra)
+        assert code == 0, err
+        outputs.append(hyp.read_text())
+    assert asked == [2, 1]  # the default reached the search as two processes
+    assert outputs[0] == outputs[1]
+    code, _, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", src, "--ref", src,
+                           "--workers", "many")  # fmt: skip
+    assert code == 2 and "--workers: a number of processes or auto, not 'many'" in err

@@ -197,16 +197,42 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
     p.add_argument("--batch-size", type=int, help="sentences in one batch at most (default: 64)")
     p.add_argument(
         "--workers",
-        type=int,
-        help="CPU processes decoding batches side by side, sharing the threads (default: 1; "
-        "2 on 2 cores is faster than 2 threads in one; the same outputs; with --engine "
-        "ctranslate2, its replicas)",
+        type=workers_arg,
+        default="auto",
+        help="CPU processes decoding batches side by side, sharing the threads; auto: one per "
+        "thread on the CPU (at most 8), 1 on a GPU (default: auto; 2 on 2 cores is faster than "
+        "2 threads in one; the same outputs; with --engine ctranslate2, its replicas)",
     )
     p.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar (shown on stderr, with sentences/s and ETA, when it is a terminal)",
     )
+
+
+def workers_arg(text: str) -> int | str:
+    """``--workers``: a count or "auto" (resolved by ``workers_option`` once the device is known)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of processes or auto, not {text!r}") from None
+
+
+def workers_option(args: argparse.Namespace) -> int:
+    """``--workers`` as a count, at least 1: "auto" is ``auto_workers`` on ``--device``; 1
+    for a command without the option."""
+    from ..decode.workers import auto_workers
+
+    workers = getattr(args, "workers", 1)
+    if workers in (None, "auto"):
+        return auto_workers(getattr(args, "device", "cpu"))
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if workers > 1 and getattr(args, "device", "cpu") != "cpu":
+        raise UserError(f"--workers are CPU processes: --device {args.device} decodes in one")
+    return workers
 
 
 def add_shortlist_args(p: argparse.ArgumentParser) -> None:
@@ -285,7 +311,7 @@ def shortlist_option(args: argparse.Namespace) -> Shortlist | None:
     return load_shortlist(args.shortlist, vocab, **chosen)
 
 
-_BATCHING = {"max_tokens": "--max-tokens", "batch_size": "--batch-size", "workers": "--workers"}
+_BATCHING = {"max_tokens": "--max-tokens", "batch_size": "--batch-size"}
 
 
 def search_request(args: argparse.Namespace, *, sampling: bool = False) -> SearchRequest:
@@ -305,17 +331,15 @@ def search_request(args: argparse.Namespace, *, sampling: bool = False) -> Searc
 
 
 def batching_option(args: argparse.Namespace) -> Batching:
-    """``--max-tokens``, ``--batch-size`` and ``--workers`` (``add_corpus_args``), each at
-    least 1; those not given keep the one policy's defaults."""
+    """``--max-tokens`` and ``--batch-size`` (``add_corpus_args``), each at least 1, those
+    not given keeping the one policy's defaults; and ``--workers`` (``workers_option``)."""
     from ..decode import Batching
 
     given = {k: getattr(args, k) for k in _BATCHING if getattr(args, k, None) is not None}
     for key, value in given.items():
         if value < 1:
             raise UserError(f"{_BATCHING[key]} must be at least 1, got {value}")
-    if given.get("workers", 1) > 1 and getattr(args, "device", "cpu") != "cpu":
-        raise UserError(f"--workers are CPU processes: --device {args.device} decodes in one")
-    return Batching(**given)
+    return Batching(**given, workers=workers_option(args))
 
 
 def window_option(args: argparse.Namespace) -> dict[str, int]:
@@ -619,5 +643,5 @@ def load_engine(args: argparse.Namespace):
         first_checkpoint(args.checkpoint),
         device=args.device,
         threads=torch.get_num_threads(),
-        workers=getattr(args, "workers", None) or 1,
+        workers=workers_option(args),
     )

@@ -31,6 +31,19 @@ DecodeBatch = Callable[[int], Any]  # batch number -> its hypotheses
 _job: DecodeBatch | None = None  # what the forked workers run: set in the parent before the fork
 
 
+MAX_AUTO_WORKERS = 8  # past it a many-core machine would hold that many searches' caches at once
+
+
+def auto_workers(device: torch.device | str) -> int:
+    """``--workers auto`` (the commands' default): on the CPU one process per intra-op thread
+    this process has, each then with one thread (at most ``MAX_AUTO_WORKERS``); one elsewhere.
+    A second process beats a second thread here because a step's small operations use one
+    core (docs/decoding.md, "Both cores"); a single batch is still decoded in this process."""
+    if torch.device(device).type != "cpu":
+        return 1
+    return max(1, min(torch.get_num_threads(), MAX_AUTO_WORKERS))
+
+
 def worker_threads(workers: int) -> int:
     """The intra-op threads each of ``workers`` processes gets: this process's, shared out."""
     return max(1, torch.get_num_threads() // workers)
