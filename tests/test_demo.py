@@ -1,5 +1,6 @@
 """The main job end to end on a budget of seconds, and the CLI on what it leaves behind."""
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -15,9 +16,13 @@ from _pictures import assert_picture
 from aiayn import checkpoint as ckpt
 from aiayn import demo as demo_module
 from aiayn.data import Vocab, bundled_corpus_paths
+from aiayn.decode.workers import auto_workers, run_batches
 from aiayn.demo import demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
+
+
+DEMO_WORKERS: list[int] = []  # ``workers`` of each search of the demo fixture's run, in order
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +35,14 @@ def demo(tmp_path_factory):
         "save_every_minutes=0.02",
         "valid_bleu_sentences=3",
     ]
+
+    def spy(decode_batch, n, *, workers=1):  # which workers the test split's search was given
+        DEMO_WORKERS.append(workers)
+        return run_batches(decode_batch, n, workers=workers)
+
     with pytest.MonkeyPatch.context() as patch:  # a CPU without native bf16, whatever runs it
         patch.setenv("AIAYN_ASSUME_BF16", "emulated")
+        patch.setattr(importlib.import_module("aiayn.decode.translate"), "run_batches", spy)
         report = run_demo(
             minutes=0.1,
             work=root / "work",
@@ -84,6 +95,11 @@ def test_demo_writes_every_artefact(demo):
     assert len(maps) == report["artefacts"]["n_attention_maps"] == 3 * 3 * 2  # 3 sentences,
     for path in maps:  # 3 kinds, 2 layers
         assert_picture(path)
+
+
+def test_demo_decodes_the_test_split_with_evaluates_default_workers(demo):
+    *validation, test_split = DEMO_WORKERS  # training's validation BLEU searches come first
+    assert test_split == auto_workers("cpu") and set(validation) == {1}
 
 
 def test_demo_bleu_is_sacrebleu_of_the_written_hypotheses(demo):

@@ -24,7 +24,8 @@ import torch
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
 from .data import bundled_corpus_paths, prepare_bundled
-from .decode import SearchRequest, for_decoding
+from .decode import Batching, SearchRequest, for_decoding
+from .decode.workers import auto_workers
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .files import check_not_input, read_lines, write_lines_atomic, write_text_atomic
@@ -156,8 +157,9 @@ def run_demo(
     sources, references = (read_lines(p) for p in bundled_corpus_paths()["test"])
     if test_limit is not None:
         sources, references = sources[:test_limit], references[:test_limit]
+    request = SearchRequest(batching=Batching(workers=auto_workers("cpu")))  # as `evaluate` does
     test: Evaluation = evaluate_model(
-        model, vocab, sources, references, SearchRequest(), lang="es", progress=True
+        model, vocab, sources, references, request, lang="es", progress=True
     )
     write_lines_atomic(out / "test.hyp.es", test.hypotheses)
 
