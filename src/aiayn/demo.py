@@ -121,6 +121,11 @@ def _start_run_dir(out: Path) -> None:
         write_text_atomic(out / DEMO_MARKER, "made by aiayn demo, which --fresh may delete\n")
 
 
+def _test_search() -> SearchRequest:
+    """The paper's search, in a decoding process per thread as ``aiayn evaluate`` runs it."""
+    return SearchRequest(batching=Batching(workers=auto_workers("cpu")))
+
+
 def run_demo(
     minutes: float = 15.0,
     work: Path = Path("work/bible"),
@@ -157,9 +162,8 @@ def run_demo(
     sources, references = (read_lines(p) for p in bundled_corpus_paths()["test"])
     if test_limit is not None:
         sources, references = sources[:test_limit], references[:test_limit]
-    request = SearchRequest(batching=Batching(workers=auto_workers("cpu")))  # as `evaluate` does
     test: Evaluation = evaluate_model(
-        model, vocab, sources, references, request, lang="es", progress=True
+        model, vocab, sources, references, _test_search(), lang="es", progress=True
     )
     write_lines_atomic(out / "test.hyp.es", test.hypotheses)
 
