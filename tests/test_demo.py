@@ -21,7 +21,6 @@ from aiayn.demo import demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
 
-
 DEMO_WORKERS: list[int] = []  # ``workers`` of each search of the demo fixture's run, in order
 
 
