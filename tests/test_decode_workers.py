@@ -5,6 +5,7 @@ import importlib
 import json
 import os
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,18 +121,30 @@ def test_workers_on_a_gpu_are_refused_by_name():
     assert batching_option(argparse.Namespace(workers=1, device="cuda:0")) == Batching(workers=1)
 
 
-def test_evaluate_with_two_workers_writes_what_one_writes(tiny_run, tmp_path, capsys, monkeypatch):
-    asked = []
+@pytest.fixture
+def asked(monkeypatch) -> list[int]:
+    """The ``workers`` that each corpus search of the test was given, in order."""
+    calls = []
 
     def spy(decode_batch, n, *, workers=1):
-        asked.append(workers)
+        calls.append(workers)
         return workers_module.run_batches(decode_batch, n, workers=workers)
 
     # the module, not the function that aiayn.decode re-exports under its name
     monkeypatch.setattr(importlib.import_module("aiayn.decode.translate"), "run_batches", spy)
-    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    return calls
+
+
+def five_lines(tmp_path: Path) -> Path:
+    """A source file of five lines (one empty): several batches at --batch-size 1."""
     src = tmp_path / "src.txt"
     src.write_text("In the beginning\nAnd God said\nlight\n\nAnd the earth was without form\n")
+    return src
+
+
+def test_evaluate_with_two_workers_writes_what_one_writes(tiny_run, tmp_path, capsys, asked):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    src = five_lines(tmp_path)
     scores = []
     for workers in (1, 2):
         hyp = tmp_path / f"hyp{workers}.txt"
@@ -159,19 +172,9 @@ def test_auto_is_a_process_per_thread_on_the_cpu_and_one_on_a_gpu(monkeypatch):
         workers_arg("x")
 
 
-def test_evaluate_without_workers_decodes_a_process_per_thread(
-    tiny_run, tmp_path, capsys, monkeypatch
-):
-    asked = []
-
-    def spy(decode_batch, n, *, workers=1):
-        asked.append(workers)
-        return workers_module.run_batches(decode_batch, n, workers=workers)
-
-    monkeypatch.setattr(importlib.import_module("aiayn.decode.translate"), "run_batches", spy)
+def test_evaluate_without_workers_decodes_a_process_per_thread(tiny_run, tmp_path, capsys, asked):
     ckpt = latest_checkpoint(tiny_run / "checkpoints")
-    src = tmp_path / "src.txt"
-    src.write_text("In the beginning\nAnd God said\nlight\n\nAnd the earth was without form\n")
+    src = five_lines(tmp_path)
     torch.set_num_threads(2)  # the one_thread fixture puts 1 back
     outputs = []
     for extra in ((), ("--workers", 1)):
