@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from aiayn.config import ModelConfig
-from aiayn.flops import forward_flops, mfu, paper_cost, real_lengths, training_flops
+from aiayn.flops import (
+    PROBE_SIDE,
+    forward_flops,
+    mfu,
+    paper_cost,
+    real_lengths,
+    square_side,
+    training_flops,
+)
 
 # d_model 4, h 2, d_ff 8, one layer each side, 10 words; one pair of s = 3 source and t = 2
 # target positions. Per position: W_Q, W_K, W_V, W_O 4 * (2 * 4 + 4) + 4 * 4 = 64 and the
@@ -54,3 +62,11 @@ def test_mfu_is_counted_flops_over_the_papers_cost_estimate():
     assert mfu(1e12, 10.0, 2e11) == pytest.approx(0.5)
     assert mfu(1e12, 10.0, 2e11, devices=2) == pytest.approx(0.25)
     assert paper_cost(10.0, 2, 2e11) == pytest.approx(4e12)
+
+
+def test_the_peaks_squares_shrink_to_fit_the_measures_time():
+    assert square_side(0.8e-3, 2048, 1.0) == 2048  # fp32 at 256 on a 2-core AVX2 VM
+    assert square_side(2.0e-3, 2048, 1.0) == 1024  # 17 GFLOP/s at 256: 2048 would take ~1 s
+    assert square_side(26.8e-3, 2048, 1.0) == 512  # emulated bf16 (63.8 s for one at 2048)
+    assert square_side(10.0, 2048, 1.0) == PROBE_SIDE  # never below the probe
+    assert square_side(1e-5, 4096, 1.0) == 4096  # a GPU: launch-bound at 256, 4096 as before

@@ -62,15 +62,31 @@ def training_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence
     return 3.0 * forward_flops(cfg, src_lens, tgt_lens)
 
 
+PROBE_SIDE = 256  # the matmul timed first, to size the measure's squares
+
+
+def square_side(probe_seconds: float, largest: int, seconds: float) -> int:
+    """The largest power-of-two side up to ``largest`` (at least ``PROBE_SIDE``) whose square
+    matmul, at the speed of a ``PROBE_SIDE`` one that took ``probe_seconds``, takes at most
+    ``seconds``: a slow path (bf16 where the CPU emulates it: minutes for one 2048 matmul,
+    docs/benchmarks.md) keeps the measure within its time. A small matmul runs below the peak,
+    so the estimate errs long; with the default second, fp32 keeps 2048 from 17 GFLOP/s at
+    the probe's size."""
+    n = largest
+    while n > PROBE_SIDE and probe_seconds * (n / PROBE_SIDE) ** 3 > seconds:
+        n //= 2
+    return n
+
+
 def measure_matmul_peak(
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
     seconds: float = 1.0,
     trials: int = 5,
 ) -> float:
-    """Sustained FLOP/s of square matmuls (2048 on CPU, 4096 on CUDA) on ``device`` in the
-    training dtype (default: fp32 on CPU, bf16 on CUDA) on the current threads: the
-    denominator of MFU.
+    """Sustained FLOP/s of square matmuls (2048 on CPU, 4096 on CUDA; smaller where one of
+    those would not fit in ``seconds``, ``square_side``) on ``device`` in the training dtype
+    (default: fp32 on CPU, bf16 on CUDA) on the current threads: the denominator of MFU.
 
     The best of ``trials`` windows of ``seconds / trials`` each: on a shared machine one window
     can catch a moment of contention, and a peak is what the hardware can do.
@@ -78,7 +94,13 @@ def measure_matmul_peak(
     device = torch.device(device)
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    n = 4096 if device.type == "cuda" else 2048
+    probe = torch.randn(PROBE_SIDE, PROBE_SIDE, device=device, dtype=dtype)
+    torch.matmul(probe, probe)  # the first call pays for the library's set-up
+    _sync(device)
+    start = time.perf_counter()
+    torch.matmul(probe, probe)
+    _sync(device)
+    n = square_side(time.perf_counter() - start, 4096 if device.type == "cuda" else 2048, seconds)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     torch.matmul(a, b)  # warm-up
