@@ -75,6 +75,20 @@ def test_batches_run_in_other_processes_each_once():
     assert {threads for _, (_, _, threads) in done} == {1}  # the parent's two, one per worker
 
 
+def test_a_process_takes_two_batches_at_least():
+    here = os.getpid()
+    torch.set_num_threads(4)
+    try:
+        job = lambda i: (os.getpid(), torch.get_num_threads())  # noqa: E731
+        three = dict(run_batches(job, 3, workers=4))  # one process: here, with all 4 threads
+        five = dict(run_batches(job, 5, workers=4))  # two processes, 2 threads each
+    finally:
+        torch.set_num_threads(1)  # the module's one_thread
+    assert set(three.values()) == {(here, 4)}
+    assert {threads for _, threads in five.values()} == {2}
+    assert here not in {pid for pid, _ in five.values()} and len(five) == 5
+
+
 def test_a_workers_error_reaches_the_caller():
     def decode_batch(i):
         if i == 3:
