@@ -38,7 +38,7 @@ def auto_workers(device: torch.device | str) -> int:
     """``--workers auto`` (the commands' default): on the CPU one process per intra-op thread
     this process has, each then with one thread (at most ``MAX_AUTO_WORKERS``); one elsewhere.
     A second process beats a second thread here because a step's small operations use one
-    core (docs/decoding.md, "Both cores"); a single batch is still decoded in this process."""
+    core (docs/decoding.md, "Both cores"); ``run_batches`` keeps one or two batches here."""
     if torch.device(device).type != "cpu":
         return 1
     return max(1, min(torch.get_num_threads(), MAX_AUTO_WORKERS))
@@ -55,9 +55,8 @@ def run_batches(
     """(batch number, ``decode_batch(number)``) for batches 0..n-1, in the order they finish:
     in ``workers`` forked processes, but never more than one per two batches (with one or two
     batches, here): a process for a single batch runs it on fewer threads and then idles while
-    the longest one finishes (a window of 64 + 36 verses decoded 0.78x one process's speed in
-    two, docs/decoding.md). A worker that dies (killed, out of memory) raises
-    ``BrokenProcessPool`` here rather than hanging."""
+    the longest one finishes (measured in docs/decoding.md, "Both cores"). A worker that dies
+    (killed, out of memory) raises ``BrokenProcessPool`` here rather than hanging."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     processes = min(workers, n // 2)
