@@ -20,8 +20,9 @@ decode_bf16: ``evaluate_model`` (what ``aiayn evaluate`` runs) with the fp32 and
 A-B-B-A, decoding seconds the median of a precision's two runs (whose outputs must be equal);
 sacrebleu's paired bootstrap (and approximate randomization) of bf16's outputs against fp32's
 (``metrics.significance``), outputs compared line by line. ``--attention`` says what the bf16
-model's decoder attention computes in (default: the shipped choice, ``BF16_ATTENTION``), so that
-both can be measured. compile: per update from log.jsonl; the steady rate over the
+model's decoder attention computes in (default: the chip's current choice,
+``decode.precision.decoder_attention``), so that both can be measured; the figure records it, and
+it becomes the chip's choice. compile: per update from log.jsonl; the steady rate over the
 updates after the first ``--warm``, the compile time as the compiled run's extra seconds to reach
 update ``--warm``.
 """
@@ -43,7 +44,7 @@ from aiayn import hardware, measured
 from aiayn.checkpoint import load_translator
 from aiayn.data import bundled_corpus_paths, prepare_bundled
 from aiayn.decode import SearchRequest, for_decoding
-from aiayn.decode.precision import BF16_ATTENTION, to_bf16
+from aiayn.decode.precision import decoder_attention
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
@@ -97,10 +98,11 @@ def decode_bf16(args: argparse.Namespace) -> dict[str, Any]:
     sources, references = read_lines(src)[: args.sentences], read_lines(ref)[: args.sentences]
     seconds: dict[str, list[float]] = {"fp32": [], "bf16": []}
     outputs: dict[str, list[str]] = {}
+    attention = args.attention or decoder_attention("cpu")
     for precision in ("fp32", "bf16", "bf16", "fp32"):  # A-B-B-A: drift hits both alike
         model, vocab = load_translator(args.checkpoint)
         if precision == "bf16":
-            model = to_bf16(model, attention=args.attention)
+            model = for_decoding(model, precision="bf16", attention=attention)
         else:
             model = for_decoding(model)
         result = evaluate_model(model, vocab, sources, references, SearchRequest(), "es")
@@ -118,7 +120,7 @@ def decode_bf16(args: argparse.Namespace) -> dict[str, Any]:
         "p_ar": round(bf16_bleu.p_ar, 4),
         "fp32_decode_s": round(statistics.median(seconds["fp32"]), 1),
         "bf16_decode_s": round(statistics.median(seconds["bf16"]), 1),
-        "attention": args.attention,
+        "attention": attention,
         "outputs": len(fp32),
         "unchanged": sum(a == b for a, b in zip(fp32, bf16)),
     }
@@ -180,8 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--attention",
         choices=["fp32", "bf16"],
-        default=BF16_ATTENTION,
-        help=f"decode_bf16: what the bf16 model's decoder attention computes in ({BF16_ATTENTION})",
+        help="decode_bf16: what the bf16 model's decoder attention computes in (default: the "
+        "chip's current choice, decode.precision.decoder_attention)",
     )
     args = parser.parse_args(argv)
     args.updates = args.updates or (100 if args.setting == "train_bf16" else 40)

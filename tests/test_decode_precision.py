@@ -13,7 +13,7 @@ import torch
 from _cli import one_line_error, run_cli
 from _decode_helpers import PAD, SHORT, hypotheses, random_src, tiny_model
 
-from aiayn import ModelConfig, Transformer, hardware
+from aiayn import ModelConfig, Transformer, hardware, measured
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.decode import (
     DecodeConfig,
@@ -24,7 +24,7 @@ from aiayn.decode import (
     gnmt_length_penalty,
     score_ids,
 )
-from aiayn.decode.precision import choose_precision, to_bf16
+from aiayn.decode.precision import BF16_ATTENTION, choose_precision, decoder_attention, to_bf16
 from aiayn.files import read_lines
 
 # bf16 keeps 8 significant bits: each weight, activation and logit is rounded by up to 2^-8 of
@@ -200,3 +200,29 @@ def test_bf16_decoding_attends_in_the_chosen_precision_and_padding_stays_invisib
         for i in range(len(src))
     ]
     assert hypotheses(batched) == hypotheses(single)
+
+
+@pytest.mark.parametrize(
+    ("figure", "want"),
+    [
+        ({"attention": "fp32"}, "fp32"),  # the chip measured its figure with fp32 attention
+        ({"attention": "bf16"}, "bf16"),
+        ({}, BF16_ATTENTION),  # a figure from before the attention was recorded
+        (None, BF16_ATTENTION),  # no figure for the chip
+    ],
+)
+def test_bf16_decoder_attention_defaults_to_what_the_chip_was_measured_with(
+    figure, want, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(hardware.ASSUME_BF16, "native")
+    chip = hardware.bf16_support(torch.device("cpu")).chip
+    table = {} if figure is None else {chip: {"decode_bf16": figure}}
+    monkeypatch.setattr(measured, "TABLE", tmp_path / "measured.json")
+    measured.TABLE.write_text(json.dumps(table))
+    assert decoder_attention("cpu") == want
+    model = to_bf16(tiny_model())
+    assert model.decode_attention == want
+    src = random_src()
+    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[want]
+    assert {layer.memory_keys.dtype for layer in cache.layers} == {dtype}

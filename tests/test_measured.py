@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from aiayn import hardware, measured
-from aiayn.decode.precision import BF16_ATTENTION, Precision, choose_precision
+from aiayn.decode.precision import Precision, choose_precision, decoder_attention
 from aiayn.model import BF16_MATMULS
 from aiayn.train.trainer import resolve_amp, resolve_attention, resolve_compile
 
@@ -318,7 +318,7 @@ def test_measure_auto_writes_the_figures_the_rules_read(
     )  # the same two updates, in two precisions
     assert decode["outputs"] == 4 and 0 <= decode["unchanged"] <= 4
     assert decode["fp32_decode_s"] > 0 < decode["bf16_decode_s"] and 0 < decode["p_bootstrap"] <= 1
-    assert decode["attention"] == BF16_ATTENTION  # the shipped choice for a bf16 decoder
+    assert decode["attention"] == decoder_attention("cpu")  # the chip's choice, unless --attention
     assert train["command"].startswith("benchmarks/measure_auto.py train_bf16 --data")
     assert train["cpu"] == hardware.cpu_description() and train["threads"] == 1
     out = capsys.readouterr().out

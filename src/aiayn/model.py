@@ -373,7 +373,7 @@ class MultiHeadAttention(nn.Module):
         )
         keys = cache.keys[:, :, step.first : t + m].flatten(2, 3)  # (n, h, P*W, d_k), a view
         values = cache.values[:, :, step.first : t + m].flatten(2, 3)
-        q = q.view(n, b * m, h, d_k).transpose(1, 2).to(keys.dtype)  # (n, h, b*m, d_k)
+        q = self._query_heads(q.view(n, b * m, h, d_k), keys.dtype)  # (n, h, b*m, d_k)
         return self._concat(cached_attention(q, keys, values, step.self_bias, self.scale), x)
 
     def step_src(self, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
@@ -381,15 +381,23 @@ class MultiHeadAttention(nn.Module):
         the b*m queries of a sentence attend together over its memory's keys and values,
         projected once (``new_cache``) and shared by its beams."""
         n, (B, m, _) = step.sentences, x.shape
-        q = self.W_Q(x).view(n, B // n * m, self.h, self.d_k).transpose(1, 2)  # (n, h, b*m, d_k)
         k, v = cache.memory_keys, cache.memory_values
-        return self._concat(cached_attention(q.to(k.dtype), k, v, step.memory_bias, self.scale), x)
+        q = self._query_heads(self.W_Q(x).view(n, B // n * m, self.h, self.d_k), k.dtype)
+        return self._concat(cached_attention(q, k, v, step.memory_bias, self.scale), x)
+
+    @staticmethod
+    def _query_heads(q: Tensor, dtype: torch.dtype) -> Tensor:
+        """(n, b*m, h, d_k) -> (n, h, b*m, d_k) in the cache's dtype: the batched product needs
+        the heads laid out as its batch, and a cast lays them out so in the same copy (without
+        a cast it is a view, and the product's reshape makes that copy)."""
+        return q.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
 
     def _concat(self, out: Tensor, x: Tensor) -> Tensor:
-        """Heads (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) -> W_O of their concat."""
+        """Heads (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) -> W_O of their concat; a
+        cast back to x's dtype lays the heads side by side in the same copy (else the reshape)."""
         B, m, _ = x.shape
-        out = out.transpose(1, 2).reshape(B, m, self.h * self.d_v)  # (n, b*m, h, d_v) -> rows
-        return self.W_O(out.to(x.dtype))
+        out = out.transpose(1, 2).to(x.dtype, memory_format=torch.contiguous_format)
+        return self.W_O(out.reshape(B, m, self.h * self.d_v))  # (n, b*m, h, d_v) -> rows
 
 
 # --- 3.2.3 Applications of attention: which positions a query may attend ---------------

@@ -28,8 +28,8 @@ from ..hardware import bf16_support
 from ..model import Transformer
 
 PRECISIONS = ("auto", "fp32", "bf16")
-# What a bf16 model's decoder attention computes in, chosen by measurement on the demo model
-# (docs/decoding.md#precision; `benchmarks/measure_auto.py decode_bf16 --attention`)
+# What a bf16 model's decoder attention computes in where its chip class has no decode_bf16
+# figure (``decoder_attention``; docs/decoding.md#precision)
 BF16_ATTENTION = "bf16"
 
 
@@ -84,11 +84,25 @@ def check_combination(quantize: str | None, precision: str) -> None:
         )
 
 
+def decoder_attention(device: torch.device | str) -> str:
+    """What a bf16 model's decoder attention computes in on ``device`` ("fp32" or "bf16"): what
+    its chip class's decode_bf16 figure was measured with, the setting ``auto`` rests on, else
+    ``BF16_ATTENTION``. It differs by chip: a step's batched products have a new shape each
+    step, and oneDNN (bf16) compiles a kernel per shape and copies the cache's strided slices,
+    MKL (fp32) neither; on AMX that outweighs bf16's halved bytes (docs/decoding.md#precision)."""
+    figure = measured.entry(bf16_support(torch.device(device)).chip, "decode_bf16")
+    return str(figure.get("attention", BF16_ATTENTION)) if figure else BF16_ATTENTION
+
+
 @torch.no_grad()
-def to_bf16(model: nn.Module, attention: str = BF16_ATTENTION) -> nn.Module:
+def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     """The model's weights and buffers (the positional encoding) as bf16, in place; every
     activation then follows, since each op computes in its inputs' dtype, but the decoder's
-    attention, which computes in ``attention`` ("fp32" or "bf16", ``Transformer.decode_attention``)."""
+    attention, which computes in ``attention`` ("fp32" or "bf16", ``Transformer.decode_attention``;
+    default: ``decoder_attention`` of the model's device)."""
+    if attention is None:
+        first = next(model.parameters(), None)
+        attention = decoder_attention(first.device if first is not None else "cpu")
     if attention not in ("fp32", "bf16"):
         raise ValueError(f"attention in fp32 or bf16, not {attention!r}")
     for module in model.modules():

@@ -35,16 +35,19 @@ QUANTIZE_MODES = ("int8",)
 
 
 def for_decoding(
-    model: nn.Module, quantize: str | None = None, precision: str = "fp32"
+    model: nn.Module,
+    quantize: str | None = None,
+    precision: str = "fp32",
+    attention: str | None = None,
 ) -> nn.Module:
     """A loaded model made ready for decoding, in place: ``quantize`` None keeps fp32 and packs the
     Linear weights for oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it
     is); "int8" quantizes them; ``precision`` "bf16" casts every weight to bf16 instead (not with
-    int8), packed too where oneDNN computes bf16 natively. Never for a model that will still be
-    trained."""
+    int8), packed too where oneDNN computes bf16 natively, its decoder attention in ``attention``
+    (``precision.to_bf16``). Never for a model that will still be trained."""
     check_combination(quantize, precision)
     if precision == "bf16":
-        return pack_linears(to_bf16(model))
+        return pack_linears(to_bf16(model, attention))
     if quantize is None:
         return pack_linears(model)
     if quantize not in QUANTIZE_MODES:
