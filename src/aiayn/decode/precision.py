@@ -26,6 +26,7 @@ from .. import measured
 from ..errors import UserError
 from ..hardware import bf16_support
 from ..model import Transformer
+from .translate import model_device
 
 PRECISIONS = ("auto", "fp32", "bf16")
 # What a bf16 model's decoder attention computes in where its chip class has no decode_bf16
@@ -101,8 +102,7 @@ def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     attention, which computes in ``attention`` ("fp32" or "bf16", ``Transformer.decode_attention``;
     default: ``decoder_attention`` of the model's device)."""
     if attention is None:
-        first = next(model.parameters(), None)
-        attention = decoder_attention(first.device if first is not None else "cpu")
+        attention = decoder_attention(model_device(model))
     if attention not in ("fp32", "bf16"):
         raise ValueError(f"attention in fp32 or bf16, not {attention!r}")
     for module in model.modules():
