@@ -238,7 +238,7 @@ def test_translate_cli_keeps_lines_and_order(demo):
     ]
     out = _translate_stdin(root / "run/averaged", lines)
     assert len(out) == len(lines)  # a line out for every line in, blank for blank
-    assert [i for i, line in enumerate(out) if not line] == [1, 4]
+    assert out[1] == out[4] == ""  # (the barely trained model may also translate a line as "")
     # each output is its own line's translation: the lines decoded one per batch (the demo's
     # few seconds of training may give two lines the same output; a swap of any others shows)
     alone = _translate_stdin(root / "run/averaged", lines, "--batch-size", "1")
