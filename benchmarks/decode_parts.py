@@ -8,7 +8,8 @@ replaced, at a full step's shapes (the demo model: 64 sentences x beam 4, d256, 
   (n, h, capacity, W, d) view (what ``LayerCache`` keeps), against keys stored transposed (tried
   and reverted: faster in bf16, slower in fp32, docs/benchmarks.md);
 - adding the beams' scores into a fresh (n, b, V) tensor, against into a kept buffer;
-- the step's top-2k of (n, b*V): ``Tensor.topk`` against ``beam.top_k``;
+- the step's top-2k of (n, b*V): ``Tensor.topk`` against ``beam.top_k``, and ``beam.top_k``
+  after the beams' scores are added in a pass of their own against adding them where it looks;
 - bf16 linears of a step's row counts: ``F.linear`` against packed for oneDNN (``PackedLinear``),
   where the CPU computes bf16 natively.
 Each pair's results are checked equal before it is timed.
@@ -80,11 +81,17 @@ def candidates(reps: int) -> None:
         lambda: torch.add(lprobs, scores, out=kept),
         reps,
     )
-    cand = (lprobs + scores).view(N, BEAMS * VOCAB)
+    summed = (lprobs + scores).view(N, BEAMS * VOCAB)
     pair(
         "top-2k of (n, b*V): topk -> beam.top_k",
-        lambda: cand.topk(2 * BEAMS, dim=1).values,
-        lambda: top_k(cand, 2 * BEAMS)[0],
+        lambda: summed.topk(2 * BEAMS, dim=1).values,
+        lambda: top_k(summed.view(N, BEAMS, VOCAB), 2 * BEAMS)[0],
+        reps,
+    )
+    pair(
+        "beam.top_k: the beams' scores added first -> added where it looks",
+        lambda: top_k(torch.add(lprobs, scores, out=kept), 2 * BEAMS)[0],
+        lambda: top_k(lprobs, 2 * BEAMS, scores.squeeze(-1))[0],
         reps,
     )
 

@@ -317,14 +317,17 @@ class _Candidates:
 def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
     """Extend every live prefix by every token and keep the 2k best candidates per sentence.
 
-    scores (n, b) log P of the prefixes, lprobs (n*b, V) -> candidates (n, 2k); lprobs is
-    overwritten (the candidates' scores are summed in place: no (n, b*V) tensor per step).
+    scores (n, b) log P of the prefixes, lprobs (n*b, V) -> candidates (n, 2k); lprobs may be
+    overwritten. A candidate's log P is its prefix's plus its token's, summed where ``top_k``
+    looks rather than in a pass over all n*b*V.
     """
     (n, b), V = scores.shape, lprobs.size(-1)
-    cand = lprobs.view(n, b, V).add_(scores.unsqueeze(-1)).view(n, b * V)  # (n, b*V)
     if b * V < 2 * k:  # tiny vocabularies: pad with impossible candidates
+        cand = lprobs.view(n, b, V).add_(scores.unsqueeze(-1)).view(n, b * V)
         cand = torch.cat([cand, cand.new_full((n, 2 * k - b * V), NEG_INF)], dim=1)
-    top, idx = top_k(cand, 2 * k)
+        top, idx = cand.topk(2 * k, dim=1)
+    else:
+        top, idx = top_k(lprobs.view(n, b, V), 2 * k, offsets=scores)
     beam_of, tok = idx // V, idx % V
     if b * V < 2 * k:
         beam_of.clamp_(max=b - 1)
@@ -335,26 +338,38 @@ TOP_K_BLOCK = 128  # columns per block of ``top_k``'s first pass (measured: 64-1
 TOP_K_BLOCKS_FROM = 2**17  # elements of x from which blocks pay (a few rows of a beam step)
 
 
-def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """``x.topk(k, dim=1)`` of x (n, L), best first, by blocks: PyTorch's CPU top-k sorts
-    candidates per row, several times the cost of reading it, while the k best elements lie in
-    the k blocks of ``TOP_K_BLOCK`` columns with the highest maxima (a block whose maximum is
-    below the k-th value holds none of them). So: each block's maximum (one vectorised pass),
-    the k best blocks, then top-k among their k x TOP_K_BLOCK columns and the columns left
-    over. The same values and indices (ties aside, which topk orders as it likes anyway)."""
-    n, L = x.shape
-    blocks = L // TOP_K_BLOCK
-    if blocks <= 4 * k or n * L < TOP_K_BLOCKS_FROM:  # the first pass would not pay
-        return x.topk(k, dim=1)
-    grid = x[:, : blocks * TOP_K_BLOCK].unflatten(1, (blocks, TOP_K_BLOCK))  # (n, blocks, B)
-    best = grid.amax(dim=-1).topk(k, dim=1).indices  # (n, k) blocks
-    offsets = torch.arange(TOP_K_BLOCK, device=x.device)
-    values = grid.gather(1, best[:, :, None].expand(-1, -1, TOP_K_BLOCK)).flatten(1)
-    columns = (best[:, :, None] * TOP_K_BLOCK + offsets).flatten(1)  # (n, k*B) of x
-    if blocks * TOP_K_BLOCK < L:  # the columns after the last whole block
-        rest = torch.arange(blocks * TOP_K_BLOCK, L, device=x.device)
-        values = torch.cat([values, x[:, blocks * TOP_K_BLOCK :]], dim=1)
-        columns = torch.cat([columns, rest.expand(n, -1)], dim=1)
+def top_k(x: Tensor, k: int, offsets: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The k best of each sentence's b*V candidates x[i, j, v] + offsets[i, j], best first:
+    x (n, b, V), offsets (n, b) (None: 0) -> values (n, k) and indices j * V + v (n, k); x may
+    be overwritten. What ``(x + offsets[..., None]).view(n, b * V).topk(k, dim=1)`` gives (ties
+    aside, which topk orders as it likes anyway), by blocks: PyTorch's CPU top-k sorts
+    candidates per row, several times the cost of reading it, while the k best lie in the k
+    blocks of ``TOP_K_BLOCK`` columns of a row of x with the highest maxima plus offset (a
+    block whose best is below the k-th value holds none of them). So: each block's maximum (one
+    vectorised pass), plus its row's offset, the k best blocks, then top-k among their
+    k x TOP_K_BLOCK columns and the columns after a row's last whole block, each plus its
+    offset. Rounding is monotonic, so a block's maximum plus the offset is its best sum
+    exactly, and every value is the sum that a pass over all of x would have made."""
+    n, b, V = x.shape
+    blocks = V // TOP_K_BLOCK
+    if offsets is None:
+        offsets = x.new_zeros(n, b)
+    if b * blocks <= 4 * k or x.numel() < TOP_K_BLOCKS_FROM:  # the first pass would not pay
+        return x.add_(offsets.unsqueeze(-1)).view(n, b * V).topk(k, dim=1)
+    grid = x[:, :, : blocks * TOP_K_BLOCK].unflatten(2, (blocks, TOP_K_BLOCK))  # (n, b, blocks, B)
+    maxima = grid.amax(dim=-1).add_(offsets.unsqueeze(-1))  # (n, b, blocks)
+    best = maxima.view(n, b * blocks).topk(k, dim=1).indices  # (n, k) of the b*blocks
+    beam, block = best // blocks, best % blocks
+    values = grid[torch.arange(n, device=x.device)[:, None], beam, block]  # (n, k, B)
+    values = values.add_(offsets.gather(1, beam).unsqueeze(-1)).flatten(1)  # (n, k*B)
+    within = torch.arange(TOP_K_BLOCK, device=x.device)  # a column's place in its block
+    columns = ((beam * V + block * TOP_K_BLOCK)[:, :, None] + within).flatten(1)  # (n, k*B)
+    if blocks * TOP_K_BLOCK < V:  # each row's columns after its last whole block
+        rest = x[:, :, blocks * TOP_K_BLOCK :].add(offsets.unsqueeze(-1))  # (n, b, r)
+        tail = torch.arange(blocks * TOP_K_BLOCK, V, device=x.device)  # (r,)
+        rest_columns = (torch.arange(b, device=x.device)[:, None] * V + tail).flatten()
+        values = torch.cat([values, rest.flatten(1)], dim=1)
+        columns = torch.cat([columns, rest_columns.expand(n, -1)], dim=1)
     top, j = values.topk(k, dim=1)
     return top, columns.gather(1, j)
 
