@@ -690,7 +690,8 @@ class Transformer(nn.Module):
         layers = []
         for layer in self.decoder:
             k, v = layer.src_attn.project_kv(memory)  # 2 x (n, h, S, d)
-            layers.append(LayerCache(k.to(dtype).contiguous(), v.to(dtype).contiguous()))
+            keys = k.to(dtype).transpose(2, 3).contiguous().transpose(2, 3)  # stored (n, h, d, S)
+            layers.append(LayerCache(keys, v.to(dtype).contiguous()))
         return DecoderCache(layers, bias, capacity, self.cfg.attention_window)
 
     @torch.no_grad()
@@ -735,7 +736,12 @@ def count_parameters(cfg: ModelConfig) -> int:
 class LayerCache:
     """One decoder layer's cached keys and values: the encoder-decoder attention's (n, h, S, d),
     projected once per sentence, and the self-attention's in slots (n, h, capacity, W, d), made
-    at the first step (see ``DecoderCache``); ``spare``: buffers that ``keep`` fills in turn."""
+    at the first step (see ``DecoderCache``); ``spare``: buffers that ``keep`` fills in turn.
+
+    The memory's keys are stored transposed, (n, h, d, S) in memory and seen through a view as
+    (n, h, S, d): the scores' product reads K^T, and MKL reads it 2-3x faster from contiguous
+    rows than as a transposed operand (outputs equal). The slots keep the values' layout: there
+    a step writes one position, which a transposed layout would scatter."""
 
     memory_keys: Tensor
     memory_values: Tensor
@@ -791,7 +797,8 @@ class LayerCache:
                         buffer[hole] = buffer[mover]
                 setattr(self, name, getattr(self, name)[:n])
             return
-        self.memory_keys = self.memory_keys.index_select(0, sentences)
+        stored = self.memory_keys.transpose(2, 3)  # (n, h, d, S), contiguous
+        self.memory_keys = stored.index_select(0, sentences).transpose(2, 3)
         self.memory_values = self.memory_values.index_select(0, sentences)
         if self.keys.dim() != 5:
             return
