@@ -24,6 +24,9 @@ TABLE = Path(__file__).with_name("measured.json")
 # updates; less is within the noise of a shared machine and not worth leaving the paper's fp32
 TRAIN_MIN_SPEEDUP = 1.25
 TRAIN_MAX_PPL_CHANGE = 0.03
+# bf16 matmul attention in training: its step at least 2% faster than with SDPA in fp32, above
+# the 0.4-0.8% that one step timed twice in one run differed by (cpu-amx, docs/benchmarks.md)
+TRAIN_ATTENTION_MIN_SPEEDUP = 1.02
 # decoding (docs/decoding.md#precision): on the demo model's test split, SacreBLEU within 0.2 of
 # fp32's and no difference that sacrebleu's paired bootstrap finds at the 5% level, and faster
 DECODE_MAX_BLEU_CHANGE = 0.2
@@ -90,9 +93,9 @@ def train_bf16(chip: str, table: Path | None = None) -> Decision:
 
 def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decision:
     """Attention as bf16 matmuls and softmax (``model.matmul_attention``) in bf16
-    training on a CPU: on where the trainer's bf16 step measured faster with it than with SDPA
-    in fp32, and the demo recipe's validation perplexity after the same updates within 3% of
-    fp32 training's."""
+    training on a CPU: on where the trainer's bf16 step measured at least 1.02x as fast with it
+    as with SDPA in fp32, and the demo recipe's validation perplexity after the same updates
+    within 3% of fp32 training's."""
     figure = entry(chip, "train_bf16_matmul_attention", table)
     if figure is None:  # measured by hand: two benchmarks (docs/benchmarks.md)
         return Decision(False, f"no train_bf16_matmul_attention figure for {chip} yet")
@@ -102,9 +105,13 @@ def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decisio
         f"bf16 matmul attention measured {speedup:.2f}x the bf16 step with SDPA in fp32, "
         f"perplexity {change:.1%} from fp32 training's on {chip} ({_source(figure)})"
     )
-    if speedup > 1 and _within(change, TRAIN_MAX_PPL_CHANGE):
+    if _within(TRAIN_ATTENTION_MIN_SPEEDUP, speedup) and _within(change, TRAIN_MAX_PPL_CHANGE):
         return Decision(True, said)
-    return Decision(False, f"{said}; needs a faster step within {TRAIN_MAX_PPL_CHANGE:.0%}")
+    return Decision(
+        False,
+        f"{said}; needs a step >= {TRAIN_ATTENTION_MIN_SPEEDUP}x as fast within "
+        f"{TRAIN_MAX_PPL_CHANGE:.0%}",
+    )
 
 
 def decode_bf16(chip: str, table: Path | None = None) -> Decision:
