@@ -160,7 +160,7 @@ def test_compiling_pays_where_it_has_caught_up_with_eager_within_45_s(table):
         (400, 97.0, True),
         (420, 100.0, False),
         (380, 103.5, False),
-        (417, 100.0, False),  # 1.007x: what timing the same step twice gave, not a speed-up
+        (417, 100.0, False),  # 1.007x: the noise of two runs on cpu-amx, not a speed-up
         (411, 100.0, True),  # 1.022x
     ],
 )

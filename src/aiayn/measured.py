@@ -24,8 +24,8 @@ TABLE = Path(__file__).with_name("measured.json")
 # updates; less is within the noise of a shared machine and not worth leaving the paper's fp32
 TRAIN_MIN_SPEEDUP = 1.25
 TRAIN_MAX_PPL_CHANGE = 0.03
-# bf16 matmul attention in training: its step at least 2% faster than with SDPA in fp32, above
-# the 0.4-0.8% that one step timed twice in one run differed by (cpu-amx, docs/benchmarks.md)
+# bf16 matmul attention in training: its step at least 2% faster than with SDPA in fp32; on
+# cpu-amx the two steps measured 1.004x and 1.008x apart in two runs: noise, not a gain
 TRAIN_ATTENTION_MIN_SPEEDUP = 1.02
 # decoding (docs/decoding.md#precision): on the demo model's test split, SacreBLEU within 0.2 of
 # fp32's and no difference that sacrebleu's paired bootstrap finds at the 5% level, and faster
