@@ -433,6 +433,31 @@ def test_nbest_lists_the_beams_best_first(translator):
     assert len({h["text"] for h in answer["nbest"]}) == 3
 
 
+def test_search_rules_are_another_toolkits_search_as_the_library_runs_it(translator):
+    """``search_rules``: the request's hypotheses and scores are those of ``decode_ids`` with
+    that toolkit's rules, and the scores are its length penalty's, not the paper's."""
+    from aiayn.decode.rules import SEARCH_RULES
+
+    vocab, model = translator.vocab, translator.model
+    sources = [vocab.encode_source(line) for line in SENTENCES[:3]]
+    with client(translator) as c:
+        answers = {
+            rules: c.post(
+                "/translate", json={"text": SENTENCES[:3], "beam": 2, "search_rules": rules}
+            ).json()["translations"]
+            for rules in ("paper", "fairseq")
+        }
+    for rules, answer in answers.items():
+        config = DecodeConfig(beam=2, rules=SEARCH_RULES[rules])
+        hyps = decode_ids(model, sources, SearchRequest(config).with_ids(vocab))
+        assert [a["text"] for a in answer] == [vocab.decode(h[0].tokens) for h in hyps]
+        assert [a["score"] for a in answer] == [h[0].score for h in hyps]
+        for a, h in zip(answer, hyps):  # |Y| counts the eos in both rules
+            penalty = config.rules.length_penalty(h[0].length, config.alpha)
+            assert a["score"] == pytest.approx(a["nbest"][0]["log_prob"] / penalty)
+    assert [a["score"] for a in answers["paper"]] != [a["score"] for a in answers["fairseq"]]
+
+
 def test_attention_is_the_best_hypothesis_against_its_source(translator):
     with client(translator) as c:
         answer = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True}).json()[
@@ -476,6 +501,17 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         ('{"text": ["a"], "temperature": 0.7}', 422, 'temperature needs "sample": true'),
         ('{"text": ["a"], "top_k": 5, "seed": 1}', 422, 'top_k needs "sample": true'),
         ('{"text": ["a"], "sample": "yes"}', 422, "sample: Input should be a valid boolean"),
+        (
+            '{"text": ["a"], "search_rules": "marian"}',
+            422,
+            "search_rules 'marian': choose one of paper, fairseq, hf, ct2",
+        ),
+        ('{"text": ["a"], "search_rules": 1}', 422, "search_rules: Input should be a valid string"),
+        (
+            '{"text": ["a"], "sample": true, "search_rules": "hf"}',
+            422,
+            "search_rules hf is a beam search's",
+        ),
         ('{"text": ["a"], "sample": true, "beam": 2}', 422, 'beam has no effect with "sample"'),
         ('{"text": ["a"], "sample": true, "nbest": 33}', 422, "nbest (33) samples: at most 32"),
         (
@@ -1310,6 +1346,7 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
         attention = c.post("/translate", json={"text": [SENTENCES[3]], "attention": True})
         refused = c.post("/translate", json={"text": [SENTENCES[0]], "constraints": [["Dios"]]})
         seeded = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "seed": 1})
+        ruled = c.post("/translate", json={"text": [SENTENCES[0]], "search_rules": "fairseq"})
         sampled = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "nbest": 2})
         info = c.get("/info").json()
     expected = _by_sentence(ours, SENTENCES, beam=2, nbest=2)
@@ -1329,5 +1366,6 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
     assert refused.status_code == 422
     assert "ctranslate2 engine takes prefixes only" in refused.json()["error"]
     assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
+    assert ruled.status_code == 422 and "engine runs the paper's search" in ruled.text
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"

@@ -1,7 +1,8 @@
 """The HTTP side: routes, request validation, limits and error messages (FastAPI + uvicorn).
 
     POST /translate  {"text": [...], "beam": 4, "alpha": 0.6, "nbest": 1, "attention": false,
-                      "prefix": [...], "constraints": [[...], ...], "alignments": false,
+                      "search_rules": "paper", "prefix": [...], "constraints": [[...], ...],
+                      "alignments": false,
                       "alignment_layer": -1, "sample": false, "top_k": 0, "top_p": 1.0,
                       "temperature": 1.0, "seed": 0}
     GET  /health     {"status": "ok", "batches": ..., ...}
@@ -41,6 +42,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
+from ..decode.rules import PAPER_RULES, SEARCH_RULES
 from ..errors import UserError
 from .batcher import Batcher, Overloaded, ShuttingDown
 from .translator import TranslateJob, Translator
@@ -113,6 +115,11 @@ class TranslateRequest(BaseModel):
     nbest: int = Field(
         1, ge=1, description="hypotheses per sentence, at most beam (with sample: samples)"
     )
+    search_rules: str = Field(
+        PAPER_RULES.name,
+        description="whose beam-search rules: the paper's, or fairseq's, Hugging Face's or "
+        f"CTranslate2's length penalty, stopping rule and length limit ({', '.join(SEARCH_RULES)})",
+    )
     attention: bool = Field(
         False, description="return the best hypothesis' encoder-decoder attention"
     )
@@ -143,6 +150,12 @@ class TranslateRequest(BaseModel):
         given = self.model_fields_set
         if self.sample and "beam" in given:
             raise UserError('beam has no effect with "sample": nbest gives the number of samples')
+        if self.search_rules not in SEARCH_RULES:
+            raise UserError(
+                f"search_rules {self.search_rules!r}: choose one of {', '.join(SEARCH_RULES)}"
+            )
+        if self.sample and self.search_rules != PAPER_RULES.name:
+            raise UserError(f'search_rules {self.search_rules} is a beam search\'s; "sample" draws')
         if self.sample and self.nbest > MAX_BEAM:
             raise UserError(f"nbest ({self.nbest}) samples: at most {MAX_BEAM} per sentence")
         if not self.sample and self.nbest > self.beam:
@@ -174,6 +187,7 @@ class TranslateRequest(BaseModel):
             max_len_a=DEFAULT.max_len_a,
             max_len_b=DEFAULT.max_len_b,
             nbest=1 if self.sample else self.nbest,
+            rules=SEARCH_RULES[self.search_rules],
         )
 
     def sampling(self) -> SampleConfig | None:
@@ -438,6 +452,12 @@ def _translate_job(
     """What the batcher hands to ``translator.decode``: the one place a request's decoding
     settings are built, each mistake a 422 (``_Refused``) before any decoding."""
     config = body.decode_config()
+    if config.rules != PAPER_RULES and "search_rules" not in translator.engine.supports:
+        raise _Refused(
+            422,
+            f"search_rules {body.search_rules}: the {translator.engine.name} engine runs the "
+            "paper's search (ours, --engine torch, follows every rule)",
+        )
     if body.seed is not None and not translator.engine.seeded_samples:
         raise _Refused(
             422,
