@@ -740,8 +740,9 @@ class LayerCache:
 
     The memory's keys are stored transposed, (n, h, d, S) in memory and seen through a view as
     (n, h, S, d): the scores' product reads K^T, and MKL reads it 2-3x faster from contiguous
-    rows than as a transposed operand (outputs equal). The slots keep the values' layout: there
-    a step writes one position, which a transposed layout would scatter."""
+    rows than as a transposed operand (the demo's test split: the same outputs, their scores
+    apart in the last bits). The slots keep the values' layout: a step writes one position,
+    which a transposed layout would scatter over d rows."""
 
     memory_keys: Tensor
     memory_values: Tensor
