@@ -411,24 +411,6 @@ def test_resume_refuses_another_vocabulary(tiny_corpus, tmp_path):
         Trainer(cfg).run(resume=ckpt)
 
 
-def test_a_finished_trainer_is_freed_when_its_last_reference_goes(tiny_corpus, tmp_path):
-    """No reference cycle keeps a trainer (its model, optimizer state and data) alive after a
-    run until the cyclic collector happens to run: ``aiayn demo`` decodes right after training,
-    in the same process. Found through the learning-rate lambda, which held the trainer."""
-    import gc
-    import weakref
-
-    trainer = Trainer(config(tiny_corpus, tmp_path / "run", max_updates=1))
-    trainer.run()
-    freed = weakref.ref(trainer)
-    gc.disable()
-    try:
-        del trainer
-        assert freed() is None
-    finally:
-        gc.enable()
-
-
 # --- one run per OUT: a lock the kernel releases when its holder dies -----------------------
 
 

@@ -227,10 +227,9 @@ class Trainer:
             eps=cfg.adam_eps,
             fused=self.device.type in ("cpu", "cuda"),
         )
-        d_model = self.model_cfg.d_model  # not self: a lambda holding the trainer would keep
-        # it (its model, optimizer state and data) alive after a run, until the cyclic GC ran
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: noam_rate(step + 1, d_model, cfg.warmup, cfg.lr_scale)
+            self.optimizer,
+            lambda step: noam_rate(step + 1, self.model_cfg.d_model, cfg.warmup, cfg.lr_scale),
         )
 
     # --- start-up checks ----------------------------------------------------------------
