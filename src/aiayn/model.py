@@ -866,6 +866,7 @@ class DecoderCache:
     ) -> None:
         self.layers, self.memory_bias = layers, memory_bias
         self.no_bias = layers[0].memory_keys.new_zeros(1, 1, 1)  # the mask without padding
+        self.hidden = self.no_bias.new_full((), float("-inf"))  # a masked slot, in its dtype
         self.capacity, self.window = capacity, window
         self.step = 0  # target positions already seen
         self.ancestry: Tensor | None = None  # (rows, step), from the first step
@@ -908,10 +909,9 @@ class DecoderCache:
             order = attention_mask(m, end, keys.device, causal=True, window=self.window)
             visible = visible & order[None, :, first:, None]  # (B, m, P, W)
         cells = (end - first) * W
-        hidden = self.no_bias.new_full((), float("-inf"))
         # (B, m, P, W) -> (n, 1, b*m, P*W), then one copy per head: half the work of filling
         # the (n, h, b*m, P*W) bias with -inf and masking it
-        bias = torch.where(visible.view(n, 1, -1, cells), 0.0, hidden)
+        bias = torch.where(visible.view(n, 1, -1, cells), 0.0, self.hidden)
         return bias.expand(-1, h, -1, -1).reshape(n * h, -1, cells)
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:

@@ -104,8 +104,9 @@ SEARCH_RULES: dict[str, SearchRules] = {
 PAPER_RULES = SEARCH_RULES["paper"]
 
 
-def search_rules(name: str) -> SearchRules:
-    """The rules of ``name`` (``--search-rules``), or a one-line UserError naming the choices."""
+def search_rules(name: str, option: str = "--search-rules") -> SearchRules:
+    """The rules of ``name``, or a one-line UserError naming ``option`` (the command's
+    ``--search-rules``, serve's ``search_rules`` field) and the choices."""
     if name not in SEARCH_RULES:
-        raise UserError(f"--search-rules {name!r}: choose one of {', '.join(SEARCH_RULES)}")
+        raise UserError(f"{option} {name!r}: choose one of {', '.join(SEARCH_RULES)}")
     return SEARCH_RULES[name]

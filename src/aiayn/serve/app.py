@@ -42,7 +42,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
-from ..decode.rules import PAPER_RULES, SEARCH_RULES
+from ..decode.rules import PAPER_RULES, SEARCH_RULES, search_rules
 from ..errors import UserError
 from .batcher import Batcher, Overloaded, ShuttingDown
 from .translator import TranslateJob, Translator
@@ -150,10 +150,7 @@ class TranslateRequest(BaseModel):
         given = self.model_fields_set
         if self.sample and "beam" in given:
             raise UserError('beam has no effect with "sample": nbest gives the number of samples')
-        if self.search_rules not in SEARCH_RULES:
-            raise UserError(
-                f"search_rules {self.search_rules!r}: choose one of {', '.join(SEARCH_RULES)}"
-            )
+        search_rules(self.search_rules, option="search_rules")
         if self.sample and self.search_rules != PAPER_RULES.name:
             raise UserError(f'search_rules {self.search_rules} is a beam search\'s; "sample" draws')
         if self.sample and self.nbest > MAX_BEAM:
@@ -187,7 +184,7 @@ class TranslateRequest(BaseModel):
             max_len_a=DEFAULT.max_len_a,
             max_len_b=DEFAULT.max_len_b,
             nbest=1 if self.sample else self.nbest,
-            rules=SEARCH_RULES[self.search_rules],
+            rules=search_rules(self.search_rules),
         )
 
     def sampling(self) -> SampleConfig | None:
