@@ -298,3 +298,28 @@ def test_finished_sentences_give_their_places_to_the_last_ones():
     assert fill_from_tail(torch.tensor([True, True])).tolist() == []
     assert tail_moves(torch.tensor([1, 0])) is None  # a swap: a mover from the kept places
     assert tail_moves(torch.tensor([0, 2, 1])) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_log_probs_in_the_workspace_equal_a_fresh_tensor(dtype):
+    """The search's log-probabilities: float32 logits normalised in place (``_Workspace.take``
+    hands them back), bf16 ones cast into the kept buffer; either way bit for bit what
+    ``output_log_probs`` computes into a fresh tensor, pad and bos (and eos before min_len)
+    impossible, the rest those of ``log_softmax``."""
+    from aiayn.decode.beam import _Workspace, output_log_probs
+
+    torch.manual_seed(0)
+    logits = (torch.randn(37, 1_003) * 4).to(dtype)
+    fresh = output_log_probs(logits.clone(), 2, 3, PAD, BOS, EOS)
+    space = _Workspace(torch.device("cpu"))
+    given = logits.clone()
+    out = space.take(given)
+    assert out.dtype == torch.float32 and (out is given) == (dtype == torch.float32)
+    lprobs = output_log_probs(given, 2, 3, PAD, BOS, EOS, out)
+    assert lprobs.data_ptr() == out.data_ptr()
+    assert torch.equal(lprobs, fresh)
+    assert lprobs[:, [PAD, BOS, EOS]].eq(float("-inf")).all()
+    others = torch.ones(1_003, dtype=torch.bool)
+    others[[PAD, BOS, EOS]] = False
+    full = torch.log_softmax(logits.float(), dim=-1)
+    torch.testing.assert_close(lprobs[:, others], full[:, others], rtol=0, atol=1e-6)

@@ -156,13 +156,12 @@ def output_log_probs(
 ) -> Tensor:
     """(B, V) logits of output position t (1-based) -> log-probabilities, with pad and bos
     impossible and eos impossible while t < min_len (the distribution is not renormalised).
-    ``out``: a (B, V) float32 tensor to write them into (``_Workspace``)."""
+    ``out``: a (B, V) float32 tensor to write them into (``_Workspace.take``), which may be
+    ``logits`` itself: normalised in place."""
     if out is None:
         lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
-    elif logits.dtype == torch.float32:
-        lprobs = torch.log_softmax(logits, dim=-1, out=out)
-    else:  # bf16 logits cast into out and normalised there: no fresh fp32 copy per step
-        lprobs = torch.log_softmax(out.copy_(logits), dim=-1, out=out)
+    else:  # in place in out (bf16 logits cast into it first): each row is written while cached
+        lprobs = torch.log_softmax(out if out is logits else out.copy_(logits), dim=-1, out=out)
     lprobs[:, pad_id] = NEG_INF
     lprobs[:, bos_id] = NEG_INF
     if t < min_len:
@@ -183,15 +182,20 @@ def at_limit(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchR
 
 
 class _Workspace:
-    """One float32 buffer for every step's (rows, V) log-probabilities: a fresh tensor of that
-    size per step costs the allocator's page faults, several times the arithmetic on it."""
+    """Where a step's (rows, V) log-probabilities are computed: float32 logits in place (the
+    search does not read them again, and each row written over itself while it is cached beats
+    a second buffer, docs/benchmarks.md); bf16 ones cast into one float32 buffer kept for every
+    step (a fresh tensor of that size per step costs the allocator's page faults, several
+    times the arithmetic on it)."""
 
     def __init__(self, device: torch.device) -> None:
         self.flat = torch.empty(0, device=device)
 
     def take(self, logits: Tensor) -> Tensor:
-        """(rows, V) for logits (rows, V): the buffer's first rows*V elements (it grows when
-        they are more)."""
+        """(rows, V) float32 for logits (rows, V): the logits themselves when float32, else the
+        buffer's first rows*V elements (it grows when they are more)."""
+        if logits.dtype == torch.float32:
+            return logits
         rows, V = logits.shape
         if self.flat.numel() < rows * V:
             self.flat = self.flat.new_empty(rows * V)
