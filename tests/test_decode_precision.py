@@ -192,6 +192,9 @@ def test_bf16_decoding_attends_in_the_chosen_precision_and_padding_stays_invisib
     want = {"fp32": torch.float32, "bf16": torch.bfloat16}[attention]
     cache = model.new_cache(model.encode(src), model.src_mask(src))
     assert {layer.memory_keys.dtype for layer in cache.layers} == {want}
+    for layer in cache.layers:  # cast into their layouts: keys (n, h, d, S), values (n, h, S, d)
+        assert layer.memory_keys.transpose(2, 3).is_contiguous()
+        assert layer.memory_values.is_contiguous()
     assert cache.memory_bias is not None and cache.memory_bias.dtype == want  # padded sources
     # each sentence decoded in a padded batch is the sentence decoded alone, bit for bit
     batched = beam_search(model, src, SHORT)

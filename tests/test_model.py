@@ -122,6 +122,9 @@ def test_cached_decode_step_reproduces_forward(overrides):
     full = model(src, tgt)  # (B, T, V)
     memory, mask = model.encode(src), model.src_mask(src)
     cache = model.new_cache(memory, mask)
+    for layer in cache.layers:  # the memory's keys stored (n, h, d, S), its values (n, h, S, d)
+        assert layer.memory_keys.transpose(2, 3).is_contiguous()
+        assert layer.memory_values.is_contiguous()
     for t in range(tgt.size(1)):
         logits = model.decode_step(tgt[:, t : t + 1], cache)
         assert torch.allclose(logits, full[:, t], atol=1e-5), f"step {t}"

@@ -315,9 +315,12 @@ class MultiHeadAttention(nn.Module):
         B, L, _ = x.shape
         return x.view(B, L, self.h, d).transpose(1, 2)  # (B, L, h*d) -> (B, h, L, d)
 
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder-decoder keys and values: (n, S, d_model) -> 2 x (n, h, S, d)."""
-        kv = for_attention(self.W_KV(memory))
+    def project_kv(self, memory: Tensor, cast: bool = True) -> tuple[Tensor, Tensor]:
+        """Encoder-decoder keys and values: (n, S, d_model) -> 2 x (n, h, S, d), views; in what
+        attention computes in (``for_attention``), or with ``cast`` False in the projection's
+        dtype, for a caller that casts them as it lays them out (``new_cache``: one copy)."""
+        kv = self.W_KV(memory)
+        kv = for_attention(kv) if cast else kv
         k, v = kv.split([self.h * self.d_k, self.h * self.d_v], dim=-1)
         return self._heads(k, self.d_k), self._heads(v, self.d_v)
 
@@ -336,8 +339,7 @@ class MultiHeadAttention(nn.Module):
         call's attention weights (B, h, T, S), computed by ``reference_attention`` (slower than
         the fused kernel, so only on request: attention maps, alignments).
         """
-        B, T, _ = x.shape
-        qk = self.h * self.d_k
+        T, qk = x.size(1), self.h * self.d_k
         if self.self_attention:
             q, k, v = for_attention(self.W_QKV(x)).split([qk, qk, self.h * self.d_v], dim=-1)
             q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
@@ -353,8 +355,7 @@ class MultiHeadAttention(nn.Module):
             weights.append(w)
         else:
             out = fused_attention(q, k, v, mask, self.scale, dropout_p, is_causal)
-        # (B, h, T, d_v) -> (B, T, h*d_v): concatenate the heads (in the model's dtype again)
-        return self.W_O(out.transpose(1, 2).reshape(B, T, self.h * self.d_v).to(x.dtype))
+        return self._concat(out, x)  # (B, h, T, d_v) -> W_O of the concatenated heads
 
     def step_self(self, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
         """Self-attention of the m new positions of n*b rows, x: (n*b, m, d_model) ->
@@ -393,11 +394,12 @@ class MultiHeadAttention(nn.Module):
         return q.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
 
     def _concat(self, out: Tensor, x: Tensor) -> Tensor:
-        """Heads (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) -> W_O of their concat; a
-        cast back to x's dtype lays the heads side by side in the same copy (else the reshape)."""
-        B, m, _ = x.shape
+        """Heads (B, h, T, d_v) of x (B, T, d_model), or (n, h, b*m, d_v) of the rows of x
+        (n*b, m, d_model) in a decode step -> W_O of their concat; a cast back to x's dtype lays
+        the heads side by side in the same copy (else the reshape would copy too)."""
+        B, T, _ = x.shape
         out = out.transpose(1, 2).to(x.dtype, memory_format=torch.contiguous_format)
-        return self.W_O(out.reshape(B, m, self.h * self.d_v))  # (n, b*m, h, d_v) -> rows
+        return self.W_O(out.reshape(B, T, self.h * self.d_v))  # (B, T, h, d_v) -> (B, T, h*d_v)
 
 
 # --- 3.2.3 Applications of attention: which positions a query may attend ---------------
@@ -689,9 +691,13 @@ class Transformer(nn.Module):
             bias = bias.contiguous()
         layers = []
         for layer in self.decoder:
-            k, v = layer.src_attn.project_kv(memory)  # 2 x (n, h, S, d)
-            keys = k.to(dtype).transpose(2, 3).contiguous().transpose(2, 3)  # stored (n, h, d, S)
-            layers.append(LayerCache(keys, v.to(dtype).contiguous()))
+            k, v = layer.src_attn.project_kv(memory, cast=False)  # 2 x (n, h, S, d)
+            # cast and laid out in one copy each (``copy``: also when the dtype is already it);
+            # the keys stored (n, h, d, S), seen as (n, h, S, d)
+            contiguous = torch.contiguous_format
+            keys = k.transpose(2, 3).to(dtype, memory_format=contiguous, copy=True)
+            values = v.to(dtype, memory_format=contiguous, copy=True)
+            layers.append(LayerCache(keys.transpose(2, 3), values))
         return DecoderCache(layers, bias, capacity, self.cfg.attention_window)
 
     @torch.no_grad()
