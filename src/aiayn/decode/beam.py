@@ -352,7 +352,7 @@ def top_k(x: Tensor, k: int, offsets: Tensor | None = None) -> tuple[Tensor, Ten
     block whose best is below the k-th value holds none of them). So: each block's maximum (one
     vectorised pass), plus its row's offset, the k best blocks, then top-k among their
     k x TOP_K_BLOCK columns and the columns after a row's last whole block, each plus its
-    offset. Rounding is monotonic, so a block's maximum plus the offset is its best sum
+    offset; the winners' indices follow from their places (no index made per candidate). Rounding is monotonic, so a block's maximum plus the offset is its best sum
     exactly, and every value is the sum that a pass over all of x would have made."""
     n, b, V = x.shape
     blocks = V // TOP_K_BLOCK
@@ -360,22 +360,26 @@ def top_k(x: Tensor, k: int, offsets: Tensor | None = None) -> tuple[Tensor, Ten
         offsets = x.new_zeros(n, b)
     if b * blocks <= 4 * k or x.numel() < TOP_K_BLOCKS_FROM:  # the first pass would not pay
         return x.add_(offsets.unsqueeze(-1)).view(n, b * V).topk(k, dim=1)
-    grid = x[:, :, : blocks * TOP_K_BLOCK].unflatten(2, (blocks, TOP_K_BLOCK))  # (n, b, blocks, B)
+    B = TOP_K_BLOCK
+    grid = x[:, :, : blocks * B].unflatten(2, (blocks, B))  # (n, b, blocks, B)
     maxima = grid.amax(dim=-1).add_(offsets.unsqueeze(-1))  # (n, b, blocks)
     best = maxima.view(n, b * blocks).topk(k, dim=1).indices  # (n, k) of the b*blocks
     beam, block = best // blocks, best % blocks
     values = grid[torch.arange(n, device=x.device)[:, None], beam, block]  # (n, k, B)
     values = values.add_(offsets.gather(1, beam).unsqueeze(-1)).flatten(1)  # (n, k*B)
-    within = torch.arange(TOP_K_BLOCK, device=x.device)  # a column's place in its block
-    columns = ((beam * V + block * TOP_K_BLOCK)[:, :, None] + within).flatten(1)  # (n, k*B)
-    if blocks * TOP_K_BLOCK < V:  # each row's columns after its last whole block
-        rest = x[:, :, blocks * TOP_K_BLOCK :].add(offsets.unsqueeze(-1))  # (n, b, r)
-        tail = torch.arange(blocks * TOP_K_BLOCK, V, device=x.device)  # (r,)
-        rest_columns = (torch.arange(b, device=x.device)[:, None] * V + tail).flatten()
-        values = torch.cat([values, rest.flatten(1)], dim=1)
-        columns = torch.cat([columns, rest_columns.expand(n, -1)], dim=1)
-    top, j = values.topk(k, dim=1)
-    return top, columns.gather(1, j)
+    starts = beam * V + block * B  # (n, k): the first column of each chosen block
+    r = V - blocks * B  # each row's columns after its last whole block
+    if r:
+        rest = x[:, :, blocks * B :].add(offsets.unsqueeze(-1))  # (n, b, r)
+        values = torch.cat([values, rest.flatten(1)], dim=1)  # (n, k*B + b*r)
+        tails = torch.arange(b, device=x.device) * V + blocks * B  # (b,) first tail columns
+        starts = torch.cat([starts, tails.expand(n, b)], dim=1)  # (n, k + b)
+    top, j = values.topk(k, dim=1)  # j: a place among the k blocks' columns, then the tails'
+    in_block = j < k * B
+    tail = (j - k * B).clamp(min=0)
+    segment = torch.where(in_block, j // B, k + tail // max(r, 1))  # which of the starts
+    within = torch.where(in_block, j % B, tail % max(r, 1))
+    return top, starts.gather(1, segment) + within
 
 
 def finish(
