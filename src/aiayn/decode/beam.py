@@ -352,8 +352,9 @@ def top_k(x: Tensor, k: int, offsets: Tensor | None = None) -> tuple[Tensor, Ten
     block whose best is below the k-th value holds none of them). So: each block's maximum (one
     vectorised pass), plus its row's offset, the k best blocks, then top-k among their
     k x TOP_K_BLOCK columns and the columns after a row's last whole block, each plus its
-    offset; the winners' indices follow from their places (no index made per candidate). Rounding is monotonic, so a block's maximum plus the offset is its best sum
-    exactly, and every value is the sum that a pass over all of x would have made."""
+    offset; the winners' indices follow from their places (no index made per candidate).
+    Rounding is monotonic, so a block's maximum plus the offset is its best sum exactly, and
+    every value is the sum that a pass over all of x would have made."""
     n, b, V = x.shape
     blocks = V // TOP_K_BLOCK
     if offsets is None:
