@@ -7,7 +7,8 @@ replaced, at a full step's shapes (the demo model: 64 sentences x beam 4, d256, 
 - the self-attention's scores product over 40 positions of 4 slots: K^T read from the cache's
   (n, h, capacity, W, d) view (what ``LayerCache`` keeps), against keys stored transposed (tried
   and reverted: faster in bf16, slower in fp32, docs/benchmarks.md);
-- adding the beams' scores into a fresh (n, b, V) tensor, against into a kept buffer;
+- a step's log-softmax of fp32 logits into a second buffer, against in place (what the search
+  does since 2026-12-03; in a step, where the rows come in cold, it saves more than here);
 - the step's top-2k of (n, b*V): ``Tensor.topk`` against ``beam.top_k``, and ``beam.top_k``
   after the beams' scores are added in a pass of their own against adding them where it looks;
 - bf16 linears of a step's row counts: ``F.linear`` against packed for oneDNN (``PackedLinear``),
@@ -75,10 +76,12 @@ def candidates(reps: int) -> None:
     scores = torch.randn(N, BEAMS, 1)
     lprobs = torch.randn(N, BEAMS, VOCAB)
     kept = torch.empty_like(lprobs)
-    pair(
-        "beams' scores added: into a fresh tensor -> a kept one",
-        lambda: lprobs + scores,
-        lambda: torch.add(lprobs, scores, out=kept),
+    logits = 3 * torch.randn(N * BEAMS, VOCAB)
+    second, work = torch.empty_like(logits), logits.clone()
+    pair(  # in place: the first call normalises the logits, the rest the same bytes again
+        "log-softmax of fp32 logits: into a second buffer -> in place",
+        lambda: torch.log_softmax(logits, dim=-1, out=second),
+        lambda: torch.log_softmax(work, dim=-1, out=work),
         reps,
     )
     summed = (lprobs + scores).view(N, BEAMS * VOCAB)
