@@ -1012,6 +1012,9 @@ class SlowTranslator:
     def constraints(self, sources, config, prefixes, phrases):
         return None
 
+    def check_supported(self, job):
+        return None  # it decodes whatever it is given
+
     def decode(self, jobs):
         return [[{"text": t}] for t in self.handle(["".join(map(chr, j.sources[0])) for j in jobs])]
 
@@ -1347,6 +1350,10 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
         refused = c.post("/translate", json={"text": [SENTENCES[0]], "constraints": [["Dios"]]})
         seeded = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "seed": 1})
         ruled = c.post("/translate", json={"text": [SENTENCES[0]], "search_rules": "fairseq"})
+        both = c.post(
+            "/translate",
+            json={"text": [SENTENCES[0]], "constraints": [["Dios"]], "search_rules": "hf"},
+        )
         sampled = c.post("/translate", json={"text": [SENTENCES[0]], "sample": True, "nbest": 2})
         info = c.get("/info").json()
     expected = _by_sentence(ours, SENTENCES, beam=2, nbest=2)
@@ -1364,8 +1371,10 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
         == (our_attention.json()["translations"][0]["attention"])
     )
     assert refused.status_code == 422
-    assert "ctranslate2 engine takes prefixes only" in refused.json()["error"]
+    assert "ctranslate2 engine cannot do: lexical_constraints" in refused.json()["error"]
     assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
-    assert ruled.status_code == 422 and "engine runs the paper's search" in ruled.text
+    assert ruled.status_code == 422 and "engine cannot do: search_rules" in ruled.text
+    assert both.status_code == 422  # one refusal names all that the engine lacks
+    assert "cannot do: lexical_constraints, search_rules" in both.json()["error"]
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"

@@ -449,12 +449,6 @@ def _translate_job(
     """What the batcher hands to ``translator.decode``: the one place a request's decoding
     settings are built, each mistake a 422 (``_Refused``) before any decoding."""
     config = body.decode_config()
-    if config.rules != PAPER_RULES and "search_rules" not in translator.engine.supports:
-        raise _Refused(
-            422,
-            f"search_rules {body.search_rules}: the {translator.engine.name} engine runs the "
-            "paper's search (ours, --engine torch, follows every rule)",
-        )
     if body.seed is not None and not translator.engine.seeded_samples:
         raise _Refused(
             422,
@@ -464,16 +458,18 @@ def _translate_job(
     try:
         constraints = translator.constraints(sources, config, body.prefix, body.constraints)
         layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
+        job = TranslateJob(
+            sources,
+            config,
+            body.attention,
+            sampling=body.sampling(),
+            constraints=constraints,
+            alignment_layer=layer,
+        )
+        translator.check_supported(job)  # the engine's refusals, all in one, before the queue
     except UserError as err:
         raise _Refused(422, str(err)) from None
-    return TranslateJob(
-        sources,
-        config,
-        body.attention,
-        sampling=body.sampling(),
-        constraints=constraints,
-        alignment_layer=layer,
-    )
+    return job
 
 
 async def _decoded(request: Request, job: TranslateJob) -> JSONResponse:

@@ -36,6 +36,7 @@ from ..decode import (
 )
 from ..decode.align import output_alignment
 from ..decode.engine import Engine, TorchEngine
+from ..decode.request import check_supported
 from ..errors import UserError
 from ..model import Transformer, count_parameters
 
@@ -127,12 +128,6 @@ class Translator:
         ``UserError`` naming a sentence whose constraint does not fit its output's length."""
         if prefixes is None and phrases is None:
             return None
-        lexical = any(p.strip() for words in phrases or [] for p in words)
-        if lexical and "lexical_constraints" not in self.engine.supports:
-            raise UserError(
-                f"constraints: the {self.engine.name} engine takes prefixes only, not lexical "
-                "constraints"
-            )
         prefixes = prefixes or [""] * len(sources)
         phrases = phrases or [[]] * len(sources)
         built = [
@@ -165,18 +160,8 @@ class Translator:
         by its place in its own request, so the random numbers of its samples do not depend on
         the other jobs (their probabilities may, in the last bits: ``aiayn.decode.sample``).
         """
-        if any(job.key != jobs[0].key for job in jobs):
-            raise ValueError("jobs decoded together must share one DecodeConfig and sampling")
-        request = SearchRequest(
-            jobs[0].config,
-            constraints=tuple(
-                c for job in jobs for c in job.constraints or [None] * len(job.sources)
-            ),
-            sampling=jobs[0].sampling,
-            first_index=tuple(i for job in jobs for i in range(len(job.sources))),
-        )
         sources = [s for job in jobs for s in job.sources]
-        nbest = self.engine.decode_ids(sources, request.with_ids(self.vocab))
+        nbest = self.engine.decode_ids(sources, self.search_request(jobs))
         answers, start = [], 0
         for job in jobs:
             answers.append(
@@ -187,6 +172,24 @@ class Translator:
             )
             start += len(job.sources)
         return answers
+
+    def search_request(self, jobs: list[TranslateJob]) -> SearchRequest:
+        """The one ``SearchRequest`` of jobs that share one key, their sentences in turn."""
+        if any(job.key != jobs[0].key for job in jobs):
+            raise ValueError("jobs decoded together must share one DecodeConfig and sampling")
+        return SearchRequest(
+            jobs[0].config,
+            constraints=tuple(
+                c for job in jobs for c in job.constraints or [None] * len(job.sources)
+            ),
+            sampling=jobs[0].sampling,
+            first_index=tuple(i for job in jobs for i in range(len(job.sources))),
+        ).with_ids(self.vocab)
+
+    def check_supported(self, job: TranslateJob) -> None:
+        """``UserError`` naming all that ``job`` asks which the engine cannot do (one refusal,
+        ``decode.request.check_supported``, the one the engine would make when decoding)."""
+        check_supported(self.search_request([job]), self.engine.name, self.engine.supports)
 
     def _answer(
         self, source: list[int], hyps: list[Hypothesis], job: TranslateJob
