@@ -330,11 +330,10 @@ def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
         cand = lprobs.view(n, b, V).add_(scores.unsqueeze(-1)).view(n, b * V)
         cand = torch.cat([cand, cand.new_full((n, 2 * k - b * V), NEG_INF)], dim=1)
         top, idx = cand.topk(2 * k, dim=1)
+        idx = idx.clamp_(max=b * V - 1)  # a pad extends the last beam (its log P stays -inf)
     else:
         top, idx = top_k(lprobs.view(n, b, V), 2 * k, offsets=scores)
     beam_of, tok = idx // V, idx % V
-    if b * V < 2 * k:
-        beam_of.clamp_(max=b - 1)
     return _Candidates(top, beam_of, tok, tok == eos_id)
 
 
