@@ -689,12 +689,11 @@ class Transformer(nn.Module):
             bias = torch.zeros(padding.shape, dtype=dtype, device=memory.device)
             bias = bias.masked_fill_(~padding, float("-inf")).expand(-1, self.cfg.h, -1, -1)
             bias = bias.contiguous()
-        layers = []
+        layers, contiguous = [], torch.contiguous_format
         for layer in self.decoder:
             k, v = layer.src_attn.project_kv(memory, cast=False)  # 2 x (n, h, S, d)
             # cast and laid out in one copy each (``copy``: also when the dtype is already it);
             # the keys stored (n, h, d, S), seen as (n, h, S, d)
-            contiguous = torch.contiguous_format
             keys = k.transpose(2, 3).to(dtype, memory_format=contiguous, copy=True)
             values = v.to(dtype, memory_format=contiguous, copy=True)
             layers.append(LayerCache(keys.transpose(2, 3), values))
