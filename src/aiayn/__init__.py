@@ -36,8 +36,8 @@ _LAZY = {
     "Translator": "translator",
     "Translation": "translator",
     "Candidate": "translator",
-    "prepare": "pipeline",
-    "train_model": "pipeline",
+    "prepare": "workflow",
+    "train_model": "workflow",
 }
 
 

@@ -190,9 +190,7 @@ class Translator:
         Translator's workers. ``sample``: True, or a ``SampleConfig``, draws instead of the beam
         search (``nbest`` samples per source)."""
         drawn = _sampling(sample, beam, nbest, rules)
-        config = DecodeConfig.choose(
-            preset, beam=beam, alpha=alpha, nbest=None if drawn else nbest, rules=rules
-        )
+        config = DecodeConfig.choose(preset, beam=beam, alpha=alpha, nbest=nbest, rules=rules)
         sizes = {"batch_size": batch_size, "max_tokens": max_tokens}
         batching = Batching(
             **{k: v for k, v in sizes.items() if v is not None}, workers=self.workers

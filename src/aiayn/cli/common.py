@@ -5,7 +5,6 @@ command wrote."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -504,30 +503,27 @@ def run_training(args: argparse.Namespace, command: str, **defaults: str) -> Non
     SIGTERM or Ctrl-C stops the run after the update in progress with a checkpoint, one line
     saying where and how to resume, and the exit status a shell gives the signal (143, 130).
     """
-    from ..flops import measure_matmul_peak
-    from ..train import distributed, load_train_config
-    from ..train.preemption import exit_code, stop_on_signals
-    from ..train.trainer import Trainer
+    from ..train.preemption import exit_code
+    from ..workflow import train_model
 
-    sets = list(args.set or [])
-    if args.init_from is not None:
-        sets.append(f"init_from={args.init_from}")
-    if args.init_from_keep is not None:
-        sets.append(f"init_from_keep={args.init_from_keep}")
-    cfg = load_train_config(args.config, sets, **defaults)
-    trainer = Trainer(cfg, device=args.device)
-    with stop_on_signals(trainer.request_stop):  # kept while the line is printed: whole
-        summary = trainer.run(resume=args.resume)
-        if trainer.preempted:
-            if trainer.dist.is_main:
-                print(_stopped_line(args, command, summary), file=sys.stderr)
-            distributed.teardown()
-            raise SystemExit(exit_code(trainer.stopped))
-    if trainer.dist.is_main:
-        peak = measure_matmul_peak(trainer.device, trainer.peak_dtype)
-        print(json.dumps({**summary, **trainer.cost(peak)}, indent=2))
-        say_wrote(command, cfg.out)
-    distributed.teardown()
+    def say_stopped(summary: dict[str, Any]) -> None:
+        print(_stopped_line(args, command, summary), file=sys.stderr)
+
+    run = train_model(
+        args.config,
+        overrides=args.set or [],
+        resume=args.resume,
+        device=args.device,
+        init_from=args.init_from,
+        init_from_keep=args.init_from_keep,
+        on_stopped=say_stopped,
+        **defaults,
+    )
+    if run.stopped is not None:
+        raise SystemExit(exit_code(run.stopped))
+    if run.main:
+        print(run.json())
+        say_wrote(command, run.out)
 
 
 def _stopped_line(args: argparse.Namespace, command: str, summary: dict[str, Any]) -> str:
