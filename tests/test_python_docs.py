@@ -10,8 +10,6 @@ import io
 import re
 from pathlib import Path
 
-import pytest
-
 from aiayn.checkpoint import latest_checkpoint
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "python.md"
