@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -25,15 +25,11 @@ from .files import (
     check_not_input,
     check_output_file,
     read_lines,
-    write_lines_atomic,
 )
 from .metrics import paper_bleu, sacre_bleu
 from .metrics.significance import MetricScore, significance
 from .model import Transformer
 from .train.loss import perplexity, teacher_forced
-
-if TYPE_CHECKING:
-    from .translator import Translator
 
 
 @dataclass
@@ -231,39 +227,3 @@ def read_evaluation_inputs(
         inputs = [src_path, ref_path, *(f for c in given for f in checkpoint_files(Path(c)))]
         check_not_input(hyp_path, inputs, option="--output")
     return read_test_pair(src_path, ref_path)
-
-
-def evaluate_translator(
-    translator: Translator,
-    sources: Sequence[str],
-    references: Sequence[str],
-    request: SearchRequest | None = None,
-    *,
-    hyp_path: str | Path | None = None,
-    lang: str = "de",
-    progress: bool = False,
-) -> Evaluation:
-    """``aiayn evaluate``: ``translator`` translates ``sources`` (its engine; ``request``
-    default: ``translator.request()``) and is scored against ``references`` (the perplexity is
-    its model's, in its precision); the hypotheses are written to ``hyp_path`` when given."""
-    if len(sources) != len(references):
-        raise UserError(f"{len(sources)} sources but {len(references)} references")
-    request = translator.request() if request is None else request
-    start = time.perf_counter()
-    windows = translator.windows(sources, request, progress=progress, total=len(sources))
-    hyps = [outputs[0].text if outputs else "" for window in windows for outputs in window]
-    decode_s = time.perf_counter() - start
-    engine = translator.engine.name if translator.engine is not None else "torch"
-    result = scored(
-        translator.model,
-        translator.vocab,
-        sources,
-        references,
-        hyps,
-        decode_s,
-        lang=lang,
-        engine=engine,
-    )
-    if hyp_path is not None:
-        write_lines_atomic(hyp_path, result.hypotheses)
-    return result

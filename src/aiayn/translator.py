@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -47,6 +48,7 @@ from .decode.precision import Precision, choose_precision
 from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
 from .decode.workers import resolve_workers
 from .errors import UserError
+from .evaluate import Evaluation
 from .hardware import resolve_device
 
 ENGINES = ("torch", "ctranslate2")
@@ -389,6 +391,40 @@ class Translator:
         with open_binary(source) as raw, atomic_file(output) as tmp:
             with open(tmp, "w", encoding="utf-8", newline="\n") as sink:
                 return translate_stream(TextStream(raw, sink, name=str(source)), self, search)
+
+    def evaluate(
+        self,
+        sources: Sequence[str],
+        references: Sequence[str],
+        request: SearchRequest | None = None,
+        *,
+        hyp_path: str | os.PathLike | None = None,
+        lang: str = "de",
+        progress: bool = False,
+    ) -> Evaluation:
+        """``aiayn evaluate``: ``sources`` translated as ``translate`` does (``request``
+        default: ``request()``) and scored against ``references``: SacreBLEU with its
+        signature, the paper's BLEU, chrF and TER with intervals, and our model's perplexity
+        of the references; the hypotheses are written to ``hyp_path`` when given."""
+        from .evaluate import scored
+        from .files import write_lines_atomic
+
+        check_sentences(sources, "sources")
+        check_sentences(references, "references")
+        if len(sources) != len(references):
+            raise UserError(f"{len(sources)} sources but {len(references)} references")
+        search = self.request() if request is None else request
+        start = time.perf_counter()
+        windows = self.windows(sources, search, progress=progress, total=len(sources))
+        hyps = [_best(outputs) for window in windows for outputs in window]
+        decode_s = time.perf_counter() - start
+        engine = self.engine.name if self.engine is not None else "torch"
+        result = scored(
+            self.model, self.vocab, sources, references, hyps, decode_s, lang=lang, engine=engine
+        )
+        if hyp_path is not None:
+            write_lines_atomic(hyp_path, result.hypotheses)
+        return result
 
     # ------------------------------------------------------------------------------------
     # Forced decoding

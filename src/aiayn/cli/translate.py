@@ -50,13 +50,12 @@ def _translate(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from ..evaluate import evaluate_translator, read_evaluation_inputs
+    from ..evaluate import read_evaluation_inputs
 
     request = search_request(args)  # every option, then every file, checked before loading
     sources, references = read_evaluation_inputs(args.src, args.ref, args.output, args.checkpoint)
     translator, request = open_decoding(args, "evaluate", request)
-    result = evaluate_translator(
-        translator,
+    result = translator.evaluate(
         sources,
         references,
         request,
