@@ -14,9 +14,10 @@ import aiayn
 from aiayn.checkpoint import latest_checkpoint
 from aiayn.cli.common import search_request
 from aiayn.cli.main import build_parser, main
-from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate
+from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate, translate_corpus
 from aiayn.decode.precision import choose_precision
 from aiayn.errors import UserError
+from aiayn.evaluate import evaluate_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -152,7 +153,7 @@ def test_a_closed_translator_refuses_to_decode(checkpoint):
         ("Jesus wept.", "must be a list of str, not one str: give [text] for one sentence"),
         ([None], "[0] is NoneType, not str"),
         (["Amen.", 3], "[1] is int, not str"),
-        (7, "must be a list of str, not int"),
+        (7, "of str, not int"),
     ],
 )
 def test_sentences_that_are_not_a_list_of_str_are_a_one_line_type_error(
@@ -163,6 +164,9 @@ def test_sentences_that_are_not_a_list_of_str_are_a_one_line_type_error(
         lambda: translator.score(sentences, ["x"]),
         lambda: translate(translator.model, sentences, translator.vocab),
         lambda: nbest_outputs(translator.model, sentences, translator.vocab),
+        lambda: list(translate_corpus(translator.model, sentences, translator.vocab)),
+        lambda: evaluate_model(translator.model, translator.vocab, sentences, ["x"]),
+        lambda: list(translator.windows(sentences, translator.request())),
     ]
     for call in calls:
         with pytest.raises(TypeError) as err:

@@ -19,7 +19,7 @@ from .data import Vocab
 from .data.collate import pad_rows
 from .decode import SearchRequest, translate, translate_corpus
 from .decode.engine import Engine, translate_with
-from .decode.translate import eval_mode
+from .decode.translate import check_sentences, eval_mode
 from .errors import UserError
 from .files import (
     check_not_input,
@@ -133,6 +133,8 @@ def evaluate_model(
     same batches, so the same outputs) and score them against ``references``.
 
     ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s."""
+    check_sentences(sources, "sources")
+    check_sentences(references, "references")
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()

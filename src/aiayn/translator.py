@@ -267,6 +267,7 @@ class Translator:
         (``translate_corpus``: sorted by length within it, given back in input order).
         ``per_window``: the request of a window of n lines (its constraints), given the
         request whose ``first_index`` is the window's first line."""
+        check_sentences(lines, "lines", stream=True)
         self._check_open()
         outputs = partial(
             self._outputs,

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .beam import Hypothesis
 from .request import ALL_FEATURES, Feature, SearchRequest, check_supported
-from .translate import OnTruncate, Progress, decode_ids, eval_mode, positions
+from .translate import OnTruncate, Progress, check_sentences, decode_ids, eval_mode, positions
 
 
 class Engine(Protocol):
@@ -82,6 +82,7 @@ def translate_with(
 ) -> list[str]:
     """``translate`` by any engine: sentences -> best translations ("" for a blank line). It
     is a ``WindowOutputs``, so ``translate_corpus(engine, ..., outputs=translate_with)``."""
+    check_sentences(lines, "lines")
     sources = [tokenizer.encode_source(line) for line in lines]
     nbest = engine.decode_ids(
         sources, request.with_ids(tokenizer), progress=progress, on_truncate=on_truncate
