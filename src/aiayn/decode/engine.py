@@ -2,8 +2,8 @@
 ``decode_ids`` does, so that ``evaluate`` and ``serve`` need not know which engine it is.
 
 ``TorchEngine`` is ours, the default and the reference. Another engine (CTranslate2, in
-``aiayn.export.engine``) is an application built on the library: the command line builds it
-and hands it to ``evaluate_checkpoint`` or the server, so that imports keep flowing one way.
+``aiayn.export.engine``) is an application built on the library: ``aiayn.Translator`` (an
+application too) opens it for the commands, so that imports keep flowing one way.
 
     engine = TorchEngine(model)
     for window in translate_corpus(engine, lines, vocab, request, outputs=translate_with):
