@@ -284,3 +284,26 @@ def test_train_model_returns_what_the_command_prints(capsys, tiny_corpus, tmp_pa
     assert run.summary.keys() == printed.keys()
     with pytest.raises(UserError, match="bogus"):
         aiayn.train_model({**keys, "out": str(tmp_path / "bad"), "bogus": 1})
+
+
+def test_another_engine_is_the_commands(capsys, checkpoint, test_en, tmp_path):
+    pytest.importorskip("ctranslate2")
+    import shutil
+
+    ckpt = tmp_path / "ckpt"  # the export is cached beside the checkpoint: a copy of ours
+    shutil.copytree(checkpoint, ckpt)
+    argv = [
+        "translate",
+        "--checkpoint",
+        str(ckpt),
+        "--input",
+        str(test_en),
+        "--engine",
+        "ctranslate2",
+    ]
+    printed = _cli(capsys, *argv).splitlines()
+    with aiayn.Translator(ckpt, engine="ctranslate2") as translator:
+        sources = test_en.read_text(encoding="utf-8").splitlines()
+        assert [r.text for r in translator.translate(sources)] == printed
+        with pytest.raises(UserError, match="token scores and alignments come from our model"):
+            translator.translate(sources[:1], alignments=True)

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Protocol, TextIO
+from typing import IO, TYPE_CHECKING, Any, Protocol, TextIO
 
-from .checkpoint import follow_pointer, load_vocab
+from .checkpoint import follow_pointer
 from .data import Vocab
 from .decode import (
     Batching,
@@ -44,6 +44,9 @@ from .decode import (
     translate_corpus,
 )
 from .decode.engine import Engine, TorchEngine
+
+if TYPE_CHECKING:
+    from .export.engine import CTranslate2Engine
 from .decode.precision import Precision, choose_precision
 from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
 from .decode.workers import resolve_workers
@@ -140,8 +143,8 @@ class Translator:
             self._model, self.vocab = self._load()
             self.engine: Engine | None = TorchEngine(self._model)
         else:
-            self.engine = _open_engine(self.checkpoints[0], self.device, self.workers)
-            self.vocab = load_vocab(self.checkpoints[0])
+            opened = _open_engine(self.checkpoints[0], self.device, self.workers)
+            self.engine, self.vocab = opened, opened.vocab  # the checkpoint's spm.model
 
     def _load(self) -> tuple[Any, Vocab]:
         return load_models(self.checkpoints, self.device, self.quantize, self.precision.name)
@@ -475,7 +478,7 @@ def _check_engine(engine: str, checkpoints: int, quantize: str | None, precision
         )
 
 
-def _open_engine(checkpoint: Path, device: str, workers: int) -> Engine:
+def _open_engine(checkpoint: Path, device: str, workers: int) -> CTranslate2Engine:
     """Another engine on ``checkpoint`` (CTranslate2's, exported beside it on first use)."""
     import torch
 
