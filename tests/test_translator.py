@@ -307,3 +307,10 @@ def test_another_engine_is_the_commands(capsys, checkpoint, test_en, tmp_path):
         assert [r.text for r in translator.translate(sources)] == printed
         with pytest.raises(UserError, match="token scores and alignments come from our model"):
             translator.translate(sources[:1], alignments=True)
+
+
+def test_the_command_lines_engine_choices_are_the_translators():
+    from aiayn import translator
+    from aiayn.cli import common
+
+    assert common.ENGINES == translator.ENGINES  # named twice: --help must not import torch
