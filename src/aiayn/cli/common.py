@@ -429,9 +429,9 @@ def sample_config(args: argparse.Namespace) -> SampleConfig | None:
 
 def open_translator(args: argparse.Namespace, command: str) -> Translator:
     """The ``aiayn.Translator`` of ``--checkpoint`` (an ensemble when repeated), ``--device``,
-    ``--precision``, ``--workers``, ``--engine`` and ``--quantize`` as parsed (those a command
-    lacks as the Translator's defaults; serve: one worker), its precision said on stderr with
-    ``--verbose``. The options an engine cannot honour are refused first, by name."""
+    ``--precision``, ``--workers``, ``--engine`` and ``--quantize`` as parsed (a command
+    without ``--workers``, score and serve, decodes in one process), its precision said on
+    stderr with ``--verbose``. The options an engine cannot honour are refused first, by name."""
     from ..translator import Translator
 
     check_engine_options(args)
