@@ -30,7 +30,7 @@ LAYERS = [
         "metrics",
     },
     {"train", "decode", "evaluate"},
-    {"analysis", "demo", "serve", "export", "parsing", "experiments"},
+    {"analysis", "demo", "serve", "export", "parsing", "experiments", "translator", "workflow"},
     {"cli", "__main__"},
 ]
 

@@ -21,6 +21,7 @@ TORCH_FREE = [
     "aiayn",
     "aiayn.config",
     "aiayn.errors",
+    "aiayn.workflow",
     "aiayn.files",
     "aiayn.metrics",
     "aiayn.metrics.significance",

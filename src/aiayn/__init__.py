@@ -1,5 +1,9 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), complete.
 
+From Python (docs/python.md): ``aiayn.Translator`` translates and scores with a trained
+checkpoint exactly as ``aiayn translate`` does; ``aiayn.prepare`` and ``aiayn.train_model`` are
+``aiayn prepare`` and ``aiayn train``.
+
 The top-level names are imported lazily, so that the torch-free parts can be used without
 importing torch: ``aiayn.config``, ``aiayn.metrics``, ``aiayn.parsing`` (all but its
 ``pipeline``), ``aiayn.data`` (torch loads when ``collate`` first pads a batch) and the command
@@ -10,17 +14,36 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ModelConfig", "PRESETS", "Transformer", "count_parameters"]
+__all__ = [
+    "ModelConfig",
+    "PRESETS",
+    "Transformer",
+    "count_parameters",
+    "Translator",
+    "Translation",
+    "Candidate",
+    "prepare",
+    "train_model",
+]
 __version__ = "0.1.0"
+
+# name -> the module that defines it, imported on first use
+_LAZY = {
+    "ModelConfig": "config",
+    "PRESETS": "config",
+    "Transformer": "model",
+    "count_parameters": "model",
+    "Translator": "translator",
+    "Translation": "translator",
+    "Candidate": "translator",
+    "prepare": "workflow",
+    "train_model": "workflow",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("ModelConfig", "PRESETS"):
-        from . import config
+    if name not in _LAZY:
+        raise AttributeError(f"module 'aiayn' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(config, name)
-    if name in ("Transformer", "count_parameters"):
-        from . import model
-
-        return getattr(model, name)
-    raise AttributeError(f"module 'aiayn' has no attribute {name!r}")
+    return getattr(import_module(f".{_LAZY[name]}", __name__), name)

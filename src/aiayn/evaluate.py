@@ -17,15 +17,14 @@ import torch
 from .checkpoint import checkpoint_files, load_translator
 from .data import Vocab
 from .data.collate import pad_rows
-from .decode import SearchRequest, for_decoding, translate, translate_corpus
+from .decode import SearchRequest, translate, translate_corpus
 from .decode.engine import Engine, translate_with
-from .decode.translate import eval_mode
+from .decode.translate import check_sentences, eval_mode
 from .errors import UserError
 from .files import (
     check_not_input,
     check_output_file,
     read_lines,
-    write_lines_atomic,
 )
 from .metrics import paper_bleu, sacre_bleu
 from .metrics.significance import MetricScore, significance
@@ -134,6 +133,8 @@ def evaluate_model(
     same batches, so the same outputs) and score them against ``references``.
 
     ``engine``: what decodes (None: ``model``, our search); the perplexity is ``model``'s."""
+    check_sentences(sources, "sources")
+    check_sentences(references, "references")
     if len(sources) != len(references):
         raise UserError(f"{len(sources)} sources but {len(references)} references")
     start = time.perf_counter()
@@ -143,8 +144,25 @@ def evaluate_model(
     )
     hyps = [hyp for window in windows for hyp in window]
     decode_s = time.perf_counter() - start
+    name = "torch" if engine is None else engine.name
+    return scored(model, vocab, sources, references, hyps, decode_s, lang=lang, engine=name)
+
+
+def scored(
+    model: Transformer,
+    vocab: Vocab,
+    sources: Sequence[str],
+    references: Sequence[str],
+    hyps: list[str],
+    decode_s: float,
+    *,
+    lang: str,
+    engine: str,
+) -> Evaluation:
+    """The ``Evaluation`` of hypotheses ``hyps`` (decoded in ``decode_s`` by ``engine``):
+    their BLEU, chrF and TER with intervals, and ``model``'s perplexity of the references."""
     score, signature = sacre_bleu(hyps, [list(references)])
-    scored = significance([("test", hyps)], references)  # one system: its intervals
+    intervals = significance([("test", hyps)], references)  # one system: its intervals
     return Evaluation(
         sacrebleu=score,
         signature=signature,
@@ -153,9 +171,9 @@ def evaluate_model(
         n=len(sources),
         hypotheses=hyps,
         decode_s=decode_s,
-        engine="torch" if engine is None else engine.name,
-        metrics=scored.scores[0],
-        metric_signatures=scored.signatures,
+        engine=engine,
+        metrics=intervals.scores[0],
+        metric_signatures=intervals.signatures,
     )
 
 
@@ -196,45 +214,18 @@ def check_test_pair(
         raise UserError(f"no {where} has text: nothing to {task}")
 
 
-def evaluate_checkpoint(
-    checkpoint: str | Path,
+def read_evaluation_inputs(
     src_path: str | Path,
     ref_path: str | Path,
     hyp_path: str | Path | None,
-    request: SearchRequest = SearchRequest(),
-    lang: str = "de",
-    device: str = "cpu",
-    progress: bool = True,
-    quantize: str | None = None,
-    engine: Engine | None = None,
-    precision: str = "fp32",
-) -> Evaluation:
-    """Translate ``src_path`` with ``checkpoint``, score against ``ref_path``, write hypotheses.
-
-    ``quantize``: None or "int8", ``precision``: "fp32" or "bf16" (see ``aiayn.decode.quantize``);
-    perplexity uses them too. ``engine``: what decodes instead of our search (the command line
-    builds it, e.g. CTranslate2's from ``aiayn.export.engine``); the perplexity stays ours.
-    Every input is checked before the model decodes anything: an output path that cannot be
-    written or that is one of the inputs, empty files and misaligned files fail at once, not
-    after hours of beam search.
-    """
+    checkpoint: str | Path | Sequence[str | Path],
+) -> tuple[list[str], list[str]]:
+    """The test pair, once every input is checked, before the model loads and decodes: an
+    output path that cannot be written or that is one of the inputs (``checkpoint``'s files
+    included), empty files and misaligned files fail at once, not after hours of beam search."""
     if hyp_path is not None:
         check_output_file(hyp_path)
-        inputs = [src_path, ref_path, *checkpoint_files(Path(checkpoint))]
+        given = [checkpoint] if isinstance(checkpoint, (str, Path)) else list(checkpoint)
+        inputs = [src_path, ref_path, *(f for c in given for f in checkpoint_files(Path(c)))]
         check_not_input(hyp_path, inputs, option="--output")
-    sources, references = read_test_pair(src_path, ref_path)
-    model, vocab = load_translator(checkpoint, device)
-    model = for_decoding(model, quantize, precision)
-    result = evaluate_model(
-        model,
-        vocab,
-        sources,
-        references,
-        request,
-        lang=lang,
-        progress=progress,
-        engine=engine,
-    )
-    if hyp_path is not None:
-        write_lines_atomic(hyp_path, result.hypotheses)
-    return result
+    return read_test_pair(src_path, ref_path)

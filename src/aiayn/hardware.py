@@ -45,6 +45,28 @@ class Bf16:
     chip: str  # "cpu-amx", "cpu-avx512_bf16", "cpu-no_bf16", "cuda", ...
 
 
+def resolve_device(name: str) -> str:
+    """``--device`` (or ``Translator(device=...)``) as torch takes it ("auto": cuda where there
+    is one, else cpu), or a one-line ``UserError``: torch names a device it cannot use in a
+    traceback from deep inside loading a checkpoint or starting a run."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise UserError(f"--device {name}: not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "cpu" or (device.type == "mps" and torch.backends.mps.is_available()):
+        return name
+    if device.type != "cuda":
+        raise UserError(f"--device {name}: not available here; use cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise UserError(f"--device {name}: CUDA is not available on this machine; use cpu")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise UserError(f"--device {name}: this machine has {count} CUDA devices (0-{count - 1})")
+    return name
+
+
 def bf16_support(device: torch.device) -> Bf16:
     """Native bf16 on ``device``: CUDA asks the driver, a CPU its instruction set (PyTorch's
     own cpuinfo probe, which works beyond Linux) unless ``AIAYN_ASSUME_BF16`` says otherwise."""

@@ -5,11 +5,9 @@ command wrote."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +15,7 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..decode import Batching, DecodeConfig, SampleConfig, SearchRequest
-    from ..decode.precision import Precision
-    from ..decode.shortlist import Shortlist
+    from ..translator import Translator
 
 # --search-rules' choices: aiayn.decode.rules.SEARCH_RULES' names (tested), named here so
 # that parsing the command line does not import torch.
@@ -221,18 +218,11 @@ def workers_arg(text: str) -> int | str:
 
 
 def workers_option(args: argparse.Namespace) -> int:
-    """``--workers`` as a count, at least 1: "auto" is ``auto_workers`` on ``--device``; 1
-    for a command without the option."""
-    from ..decode.workers import auto_workers
+    """``--workers`` as a count, at least 1 (``decode.workers.resolve_workers`` on
+    ``--device``, as ``aiayn.Translator`` resolves it); 1 for a command without the option."""
+    from ..decode.workers import resolve_workers
 
-    workers = getattr(args, "workers", 1)
-    if workers in (None, "auto"):
-        return auto_workers(getattr(args, "device", "cpu"))
-    if workers < 1:
-        raise UserError(f"--workers must be at least 1, got {workers}")
-    if workers > 1 and getattr(args, "device", "cpu") != "cpu":
-        raise UserError(f"--workers are CPU processes: --device {args.device} decodes in one")
-    return workers
+    return resolve_workers(getattr(args, "workers", 1), getattr(args, "device", "cpu"))
 
 
 def add_shortlist_args(p: argparse.ArgumentParser) -> None:
@@ -258,12 +248,6 @@ def add_shortlist_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def first_checkpoint(checkpoint: str | Path | Sequence[str | Path]) -> str | Path:
-    """The checkpoint whose vocabulary (and, for an engine, weights) a command reads: the one
-    given, or the first of an ensemble's."""
-    return checkpoint if isinstance(checkpoint, (str, Path)) else checkpoint[0]
-
-
 def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
     """``--checkpoint`` (each of them), ``--resume`` and ``--init-from`` given as a run's
     ``checkpoints/latest`` or ``checkpoints/best`` file: the checkpoint it names instead."""
@@ -278,18 +262,15 @@ def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
         setattr(args, name, followed if followed is not None else str(follow_pointer(value)))
 
 
-def shortlist_option(args: argparse.Namespace) -> Shortlist | None:
-    """The ``--shortlist`` given (``add_shortlist_args``), read for the checkpoint's
-    vocabulary; None without one."""
+def shortlist_sizes(args: argparse.Namespace) -> dict[str, int] | None:
+    """The sizes ``--shortlist`` is cut to (``add_shortlist_args``; those not given keep the
+    library's defaults), checked before anything loads; None without ``--shortlist``."""
     sizes = {"frequent": args.shortlist_frequent, "best": args.shortlist_best}
     if args.shortlist is None:
         given = [f"--shortlist-{k}" for k, v in sizes.items() if v is not None]
         if given:
             raise UserError(f"{given[0]} sizes a shortlist: give --shortlist FILE too")
         return None
-    from ..checkpoint import load_vocab
-    from ..decode.shortlist import load_shortlist
-
     for option in ("prefix", "constraints"):  # the library's message says "constraints"
         if getattr(args, option, None) is not None:
             raise UserError(
@@ -307,27 +288,43 @@ def shortlist_option(args: argparse.Namespace) -> Shortlist | None:
             "--shortlist-frequent 0 and --shortlist-best 0 leave only the special pieces: every "
             "output would be empty; give either at least 1"
         )
-    vocab = load_vocab(first_checkpoint(args.checkpoint))
-    return load_shortlist(args.shortlist, vocab, **chosen)
+    return chosen
 
 
 _BATCHING = {"max_tokens": "--max-tokens", "batch_size": "--batch-size"}
 
 
 def search_request(args: argparse.Namespace, *, sampling: bool = False) -> SearchRequest:
-    """The one search the options ask for (``aiayn.decode.request``): the decoding preset and
-    its overrides, batching, the shortlist and, given ``sampling``, ``--sample``'s draw."""
+    """The one search the options ask for (``aiayn.decode.request``), every option checked
+    before a model loads: the decoding preset and its overrides, batching and, given
+    ``sampling``, ``--sample``'s draw; the shortlist is read by ``open_decoding`` for the
+    checkpoint's vocabulary. Without options it is ``Translator.request()`` (tested)."""
     from ..decode import SearchRequest
 
+    check_engine_options(args)
     drawn = sample_config(args) if sampling else None
     if drawn is not None and getattr(args, "search_rules", "paper") != "paper":
         raise UserError(f"--search-rules {args.search_rules} is a beam search's; --sample draws")
-    return SearchRequest(
-        decode_config(args),
-        sampling=drawn,
-        shortlist=shortlist_option(args) if hasattr(args, "shortlist") else None,
-        batching=batching_option(args),
-    )
+    if hasattr(args, "shortlist"):
+        shortlist_sizes(args)
+    return SearchRequest(decode_config(args), sampling=drawn, batching=batching_option(args))
+
+
+def open_decoding(
+    args: argparse.Namespace, command: str, request: SearchRequest
+) -> tuple[Translator, SearchRequest]:
+    """The one ``aiayn.Translator`` (``open_translator``) of a command that decodes, and its
+    one request: ``request`` (``search_request``) with ``--shortlist`` read for its vocabulary."""
+    from dataclasses import replace
+
+    translator = open_translator(args, command)
+    sizes = shortlist_sizes(args) if hasattr(args, "shortlist") else None
+    if sizes is not None:
+        from ..decode.shortlist import load_shortlist
+
+        shortlist = load_shortlist(args.shortlist, translator.vocab, **sizes)
+        request = replace(request, shortlist=shortlist)
+    return translator, request
 
 
 def batching_option(args: argparse.Namespace) -> Batching:
@@ -365,27 +362,11 @@ def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:
 
 
 def check_device(name: str) -> str:
-    """``--device`` as torch takes it ("auto": cuda where there is one, else cpu), or a
-    one-line ``UserError``: torch names a device it cannot use in a traceback from deep
-    inside loading a checkpoint or starting a run."""
-    import torch
+    """``--device`` as torch takes it, or a one-line ``UserError`` (``hardware.resolve_device``,
+    which ``aiayn.Translator`` resolves its device with too)."""
+    from ..hardware import resolve_device
 
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"--device {name}: not a device; use cpu, cuda or cuda:N") from None
-    if device.type == "cpu" or (device.type == "mps" and torch.backends.mps.is_available()):
-        return name
-    if device.type != "cuda":
-        raise UserError(f"--device {name}: not available here; use cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise UserError(f"--device {name}: CUDA is not available on this machine; use cpu")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise UserError(f"--device {name}: this machine has {count} CUDA devices (0-{count - 1})")
-    return name
+    return resolve_device(name)
 
 
 def add_quantize_arg(p: argparse.ArgumentParser) -> None:
@@ -409,32 +390,18 @@ def add_precision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="say on stderr how the model decodes")
 
 
-def decode_precision(args: argparse.Namespace, command: str) -> Precision:
-    """The precision ``--precision`` (``add_precision_args``) resolves to for ``--device``,
-    ``--quantize`` and ``--engine``, said on stderr with ``--verbose``; a ``UserError`` for bf16 with int8."""
-    from ..decode.precision import choose_precision
-
-    engine = getattr(args, "engine", "torch")
-    precision = choose_precision(args.precision, args.device, args.quantize, engine)
-    if args.verbose:
-        print(f"aiayn {command}: precision {precision.name}: {precision.reason}", file=sys.stderr)
-    return precision
-
-
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha`` and
-    ``--search-rules`` where given."""
+    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha``, ``--nbest`` and
+    ``--search-rules`` where given (``DecodeConfig.choose``, as ``aiayn.Translator`` takes them)."""
     from ..decode import DecodeConfig
-    from ..decode.rules import search_rules
 
-    beam, nbest = getattr(args, "beam", None), getattr(args, "nbest", None)
-    given = (("beam", beam), ("alpha", args.alpha), ("nbest", nbest))
-    overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
-    if getattr(args, "search_rules", "paper") != "paper":
-        overrides["rules"] = search_rules(args.search_rules)
-    if nbest is not None and beam is None:  # K best need a beam of K at least
-        overrides["beam"] = max(nbest, DecodeConfig.preset(args.decode_preset).beam)
-    return DecodeConfig.preset(args.decode_preset, **overrides)
+    return DecodeConfig.choose(
+        args.decode_preset,
+        beam=getattr(args, "beam", None),
+        alpha=args.alpha,
+        nbest=getattr(args, "nbest", None),
+        rules=getattr(args, "search_rules", "paper"),
+    )
 
 
 _SAMPLING = {
@@ -460,13 +427,26 @@ def sample_config(args: argparse.Namespace) -> SampleConfig | None:
     return SampleConfig(samples=args.nbest or 1, **given)
 
 
-def load_decoder(args: argparse.Namespace, precision: Precision):
-    """(model ready for decoding, its vocabulary) from ``--checkpoint`` (an ensemble when
-    repeated), ``--device`` and ``--quantize`` as ``add_decode_args`` parsed them, in
-    ``precision`` (``decode_precision``)."""
-    from ..decode import load_models
+def open_translator(args: argparse.Namespace, command: str) -> Translator:
+    """The ``aiayn.Translator`` of ``--checkpoint`` (an ensemble when repeated), ``--device``,
+    ``--precision``, ``--workers``, ``--engine`` and ``--quantize`` as parsed (a command
+    without ``--workers``, score and serve, decodes in one process), its precision said on
+    stderr with ``--verbose``. The options an engine cannot honour are refused first, by name."""
+    from ..translator import Translator
 
-    return load_models(args.checkpoint, args.device, args.quantize, precision.name)
+    check_engine_options(args)
+    translator = Translator(
+        args.checkpoint,
+        device=args.device,
+        precision=getattr(args, "precision", "auto"),
+        workers=getattr(args, "workers", 1),
+        engine=getattr(args, "engine", "torch"),
+        quantize=getattr(args, "quantize", None),
+    )
+    if getattr(args, "verbose", False):
+        precision = translator.precision
+        print(f"aiayn {command}: precision {precision.name}: {precision.reason}", file=sys.stderr)
+    return translator
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
@@ -523,30 +503,27 @@ def run_training(args: argparse.Namespace, command: str, **defaults: str) -> Non
     SIGTERM or Ctrl-C stops the run after the update in progress with a checkpoint, one line
     saying where and how to resume, and the exit status a shell gives the signal (143, 130).
     """
-    from ..flops import measure_matmul_peak
-    from ..train import distributed, load_train_config
-    from ..train.preemption import exit_code, stop_on_signals
-    from ..train.trainer import Trainer
+    from ..train.preemption import exit_code
+    from ..workflow import train_model
 
-    sets = list(args.set or [])
-    if args.init_from is not None:
-        sets.append(f"init_from={args.init_from}")
-    if args.init_from_keep is not None:
-        sets.append(f"init_from_keep={args.init_from_keep}")
-    cfg = load_train_config(args.config, sets, **defaults)
-    trainer = Trainer(cfg, device=args.device)
-    with stop_on_signals(trainer.request_stop):  # kept while the line is printed: whole
-        summary = trainer.run(resume=args.resume)
-        if trainer.preempted:
-            if trainer.dist.is_main:
-                print(_stopped_line(args, command, summary), file=sys.stderr)
-            distributed.teardown()
-            raise SystemExit(exit_code(trainer.stopped))
-    if trainer.dist.is_main:
-        peak = measure_matmul_peak(trainer.device, trainer.peak_dtype)
-        print(json.dumps({**summary, **trainer.cost(peak)}, indent=2))
-        say_wrote(command, cfg.out)
-    distributed.teardown()
+    def say_stopped(summary: dict[str, Any]) -> None:
+        print(_stopped_line(args, command, summary), file=sys.stderr)
+
+    run = train_model(
+        args.config,
+        overrides=args.set or [],
+        resume=args.resume,
+        device=args.device,
+        init_from=args.init_from,
+        init_from_keep=args.init_from_keep,
+        on_stopped=say_stopped,
+        **defaults,
+    )
+    if run.stopped is not None:
+        raise SystemExit(exit_code(run.stopped))
+    if run.main:
+        print(run.json())
+        say_wrote(command, run.out)
 
 
 def _stopped_line(args: argparse.Namespace, command: str, summary: dict[str, Any]) -> str:
@@ -627,21 +604,3 @@ def check_engine_options(args: argparse.Namespace) -> None:
         raise UserError(
             f"--precision {precision} is not available with --engine {args.engine} (float32)"
         )
-
-
-def load_engine(args: argparse.Namespace):
-    """The ``--engine`` to decode with, built here so that the library never imports the
-    applications; None for torch (the command loads its own model)."""
-    check_engine_options(args)
-    if args.engine == "torch":
-        return None
-    import torch
-
-    from ..export.engine import CTranslate2Engine
-
-    return CTranslate2Engine.open(
-        first_checkpoint(args.checkpoint),
-        device=args.device,
-        threads=torch.get_num_threads(),
-        workers=workers_option(args),
-    )

@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..errors import UserError
+from ..workflow import DEFAULT_VOCAB_SIZE
 from .common import say_wrote, show_progress
-
-DEFAULT_VOCAB_SIZE = 8000
 
 
 def _info(args: argparse.Namespace) -> None:
@@ -20,40 +18,25 @@ def _info(args: argparse.Namespace) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> None:
-    from ..data import bundled_corpus_paths, prepare_corpus
-    from ..data.prepare import BIBLE_LANGS
+    from ..workflow import prepare
 
-    record = None  # the languages, where this command knows them (validation BLEU reads them)
-    if args.bundled:
-        splits, record = bundled_corpus_paths(), BIBLE_LANGS
-    elif args.wmt14:
-        from ..data.prepare import check_target
-        from ..data.wmt import download_wmt14
+    def pair(split: str) -> tuple[str, str] | None:
+        src, tgt = getattr(args, f"{split}_src"), getattr(args, f"{split}_tgt")
+        return (src, tgt) if src and tgt else None
 
-        check_target(Path(args.out))  # before hours of downloading
-        src, tgt = args.wmt14.split("-")[1], args.wmt14.split("-")[0]  # "de-en" -> en->de
-        splits = download_wmt14(args.wmt14, src, tgt, Path(args.out) / "raw")
-        record = {"src_lang": src, "tgt_lang": tgt}
-    else:
-        if not (args.train_src and args.train_tgt):
-            raise UserError("no input: give --bundled, --wmt14, or --train-src and --train-tgt")
-        splits = {"train": (Path(args.train_src), Path(args.train_tgt))}
-        for name in ("valid", "test"):
-            src, tgt = getattr(args, f"{name}_src"), getattr(args, f"{name}_tgt")
-            if src and tgt:
-                splits[name] = (Path(src), Path(tgt))
-    if args.vocab and args.vocab_size is not None:
-        raise UserError("--vocab reuses a vocabulary of its own size: give it or --vocab-size")
-    summary = prepare_corpus(
-        splits,
+    written = prepare(
         args.out,
-        vocab_size=DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
-        max_len=args.max_len,
+        bundled=args.bundled,
+        wmt14=args.wmt14,
+        train=pair("train"),
+        valid=pair("valid"),
+        test=pair("test"),
+        vocab_size=args.vocab_size,
         vocab=args.vocab,
+        max_len=args.max_len,
         workers=args.workers,
-        record=record,
     )
-    print(json.dumps(summary, indent=2))
+    print(written.json())
     say_wrote("prepare", args.out)
 
 

@@ -12,7 +12,6 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..decode import Output, OutputConstraint, SearchRequest
-    from ..decode.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,8 @@ class PerLine:
 @dataclass(frozen=True)
 class Outputs:
     """The best line of another search (``plain``: samples, constraints), n-best lines
-    (``moses``) or JSON lines (``jsonl``), decoded with or without sampling and constraints."""
+    (``moses``) or JSON lines (``jsonl``), decoded with or without sampling and constraints:
+    the ``LineFormat`` that ``aiayn.translator.translate_stream`` prints windows in."""
 
     fmt: str  # "plain", "moses" or "jsonl"
     token_scores: bool = False
@@ -98,50 +98,6 @@ class Outputs:
         for given in (self.prefix, self.constraints):
             if given is not None:
                 given.check_count(count)
-
-    def lines(
-        self,
-        model: Any,
-        texts: list[str],
-        vocab: Any,
-        request: SearchRequest,
-        **kwargs: Any,
-    ) -> list[str]:
-        """The lines printed for ``texts``, input lines ``request.first_index``, + 1, ...: a
-        window of ``translate_corpus`` (``kwargs``: its progress and on_truncate)."""
-        from ..decode import nbest_outputs
-
-        request = self.constrained(request, vocab, len(texts))
-        nbest = nbest_outputs(
-            model,
-            texts,
-            vocab,
-            request,
-            token_scores=self.token_scores,
-            alignment_layer=self.alignment_layer,
-            **kwargs,
-        )
-        return self.format(nbest, request.first_index)
-
-    def engine_lines(
-        self,
-        engine: Engine,
-        texts: list[str],
-        vocab: Any,
-        request: SearchRequest,
-        **kwargs: Any,
-    ) -> list[str]:
-        """``lines`` decoded by another engine (``aiayn.decode.engine``): its hypotheses' text
-        and scores; token scores and alignments need our model (the CLI refuses them)."""
-        from ..decode import Output
-
-        request = self.constrained(request, vocab, len(texts)).with_ids(vocab)
-        nbest = engine.decode_ids([vocab.encode_source(text) for text in texts], request, **kwargs)
-        outputs = [
-            [Output(vocab.decode(h.tokens), h.score, h.log_prob, h.length) for h in hyps]
-            for hyps in nbest
-        ]
-        return self.format(outputs, request.first_index)
 
     def constrained(self, request: SearchRequest, vocab: Any, n: int) -> SearchRequest:
         """``request`` for a window of ``n`` lines, each with its prefix and phrases."""

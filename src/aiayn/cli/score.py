@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 
 from ..errors import UserError
-from .common import add_decode_args, decode_config, decode_precision, load_decoder
+from .common import add_decode_args, decode_config, open_translator
 
 
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
@@ -41,27 +41,21 @@ def _tsv_pairs(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
 
 
 def _score(args: argparse.Namespace) -> None:
-    from ..decode import score_ids
     from ..train.loss import perplexity
 
     fmt = args.format or ("jsonl" if args.tokens else "tsv")
     if args.tokens and fmt != "jsonl":
         raise UserError("--tokens prints JSON lines: drop --format tsv")
-    precision = decode_precision(args, "score")
+    alpha = decode_config(args).alpha
     sources, references, name = read_pairs(args)
-    model, vocab = load_decoder(args, precision)
-    targets = [vocab.encode(r) + [vocab.eos_id] for r in references]
-    scores = score_ids(
-        model,
-        [vocab.encode_source(s) for s in sources],
-        targets,
-        alpha=decode_config(args).alpha,
-        name=name,
-    )
-    for score, target, sentence_id in zip(scores, targets, range(len(scores))):
+    translator = open_translator(args, "score")
+    scores = translator.score(sources, references, alpha=alpha, name=name)
+    vocab = translator.vocab
+    for score, reference, sentence_id in zip(scores, references, range(len(scores))):
         if fmt == "tsv":
             print("\t".join(("", "", "", "") if score is None else _tsv_fields(score)))
         else:
+            target = vocab.encode(reference) + [vocab.eos_id] if args.tokens else []
             pieces = [vocab.id_to_piece(t) for t in target] if args.tokens else None
             print(json.dumps(score_record(score, sentence_id, pieces), ensure_ascii=False))
     scored = [s for s in scores if s is not None]

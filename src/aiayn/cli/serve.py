@@ -9,8 +9,7 @@ from .common import (
     add_engine_arg,
     add_precision_args,
     add_quantize_arg,
-    decode_precision,
-    load_engine,
+    open_translator,
 )
 
 
@@ -20,7 +19,6 @@ def _serve(args: argparse.Namespace) -> None:
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
-    precision = decode_precision(args, "serve")
     limits = Limits(
         max_chars=args.max_chars,
         max_sentences=args.max_sentences,
@@ -29,16 +27,7 @@ def _serve(args: argparse.Namespace) -> None:
         max_queue=args.max_queue,
         deadline_s=args.deadline_s,
     )
-    run_server(
-        args.checkpoint,
-        host=args.host,
-        port=args.port,
-        device=args.device,
-        limits=limits,
-        quantize=args.quantize,
-        engine=load_engine(args),
-        precision=precision.name,
-    )
+    run_server(open_translator(args, "serve"), host=args.host, port=args.port, limits=limits)
 
 
 def add_serve(sub: argparse._SubParsersAction) -> None:

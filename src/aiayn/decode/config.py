@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from .rules import PAPER_RULES, SearchRules
+from .rules import PAPER_RULES, SearchRules, search_rules
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class DecodeConfig:
     rules: SearchRules = PAPER_RULES
 
     def __post_init__(self) -> None:
+        for name, kind in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, kind):
+                wanted = "an integer" if kind is int else "a number"
+                raise UserError(f"{name} must be {wanted}, got {value!r} ({type(value).__name__})")
         if self.beam < 1:
             raise UserError(f"beam must be >= 1, got {self.beam}")
         if not (math.isfinite(self.alpha) and self.alpha >= 0):
@@ -56,7 +61,34 @@ class DecodeConfig:
             raise UserError(
                 f"unknown decode preset {name!r}; choose one of: {', '.join(DECODE_PRESETS)}"
             )
+        unknown = sorted(set(overrides) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise UserError(
+                f"unknown decoding option {unknown[0]!r}; the options are: "
+                + ", ".join(cls.__dataclass_fields__)
+            )
         return replace(DECODE_PRESETS[name], **overrides)
+
+    @classmethod
+    def choose(
+        cls,
+        preset: str = "translation",
+        *,
+        beam: int | None = None,
+        alpha: float | None = None,
+        nbest: int | None = None,
+        rules: str = "paper",
+    ) -> DecodeConfig:
+        """The preset with the options given (None: the preset's), as ``--decode-preset``,
+        ``--beam``, ``--alpha``, ``--nbest`` and ``--search-rules`` ask and as
+        ``aiayn.Translator`` takes them: K best raise the beam to K unless it is given."""
+        given = (("beam", beam), ("alpha", alpha), ("nbest", nbest))
+        overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
+        if rules != "paper":
+            overrides["rules"] = search_rules(rules)
+        if isinstance(nbest, int) and beam is None:  # K best need a beam of K at least
+            overrides["beam"] = max(nbest, cls.preset(preset).beam)
+        return cls.preset(preset, **overrides)
 
     def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:
         """(B,) source lengths -> (B,) long maximum output lengths |Y| (eos included), >= 1."""
@@ -66,6 +98,15 @@ class DecodeConfig:
             limit = (self.max_len_a * src_len.to(torch.float64) + self.max_len_b).floor().long()
         return limit.clamp(min=1, max=cap) if cap is not None else limit.clamp(min=1)
 
+
+# The fields a caller sets by number, and the types they must have (int for a float is fine).
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "beam": int,
+    "alpha": (int, float),
+    "max_len_a": (int, float),
+    "max_len_b": int,
+    "nbest": int,
+}
 
 DECODE_PRESETS: dict[str, DecodeConfig] = {
     "translation": DecodeConfig(beam=4, alpha=0.6, max_len_a=1.0, max_len_b=50),

@@ -2,8 +2,8 @@
 ``decode_ids`` does, so that ``evaluate`` and ``serve`` need not know which engine it is.
 
 ``TorchEngine`` is ours, the default and the reference. Another engine (CTranslate2, in
-``aiayn.export.engine``) is an application built on the library: the command line builds it
-and hands it to ``evaluate_checkpoint`` or the server, so that imports keep flowing one way.
+``aiayn.export.engine``) is an application built on the library: ``aiayn.Translator`` (an
+application too) opens it for the commands, so that imports keep flowing one way.
 
     engine = TorchEngine(model)
     for window in translate_corpus(engine, lines, vocab, request, outputs=translate_with):
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .beam import Hypothesis
 from .request import ALL_FEATURES, Feature, SearchRequest, check_supported
-from .translate import OnTruncate, Progress, decode_ids, eval_mode, positions
+from .translate import OnTruncate, Progress, check_sentences, decode_ids, eval_mode, positions
 
 
 class Engine(Protocol):
@@ -82,6 +82,7 @@ def translate_with(
 ) -> list[str]:
     """``translate`` by any engine: sentences -> best translations ("" for a blank line). It
     is a ``WindowOutputs``, so ``translate_corpus(engine, ..., outputs=translate_with)``."""
+    check_sentences(lines, "lines")
     sources = [tokenizer.encode_source(line) for line in lines]
     nbest = engine.decode_ids(
         sources, request.with_ids(tokenizer), progress=progress, on_truncate=on_truncate

@@ -27,6 +27,7 @@ from .translate import (
     OnTruncate,
     Progress,
     Tokenizer,
+    check_sentences,
     decode_ids,
     eval_mode,
     fit_sources,
@@ -44,6 +45,7 @@ class Output:
     length: int
     tokens: list[tuple[str, float]] | None = None
     alignment: str | None = None  # Pharaoh pairs "i-j ..." (``align``)
+    ids: list[int] | None = None  # the output's token ids, eos left out (not printed)
 
     def moses(self, sentence_id: int) -> str:
         line = f"{sentence_id} ||| {self.text} ||| {self.score:.6f} ||| {self.log_prob:.6f}"
@@ -87,6 +89,7 @@ def nbest_outputs(
     Transformer or an Ensemble of them); None: none. ``token_scores`` and alignments need
     ``tokenizer.id_to_piece``. ``progress`` and ``on_truncate`` are ``decode_ids``'s.
     """
+    check_sentences(lines, "lines")
     request = request.with_ids(tokenizer)
     cap = positions(model, request.max_src_len)  # cut once: forced decoding reads them too
     sources = fit_sources(
@@ -101,7 +104,7 @@ def nbest_outputs(
         if alignment_layer is not None:
             alignment = output_alignment(model, sources[i], h.tokens, tokenizer, alignment_layer)
         text = tokenizer.decode(h.tokens)
-        return Output(text, h.score, h.log_prob, h.length, tokens.get((i, j)), alignment)
+        return Output(text, h.score, h.log_prob, h.length, tokens.get((i, j)), alignment, h.tokens)
 
     return [[output(i, j, h) for j, h in enumerate(hyps)] for i, hyps in enumerate(nbest)]
 

@@ -152,6 +152,27 @@ def _search(
     return sample(model, src, request.decode, request.sampling, indices=indices, **search)
 
 
+def check_sentences(lines: Any, what: str = "sentences", *, stream: bool = False) -> None:
+    """A one-line ``TypeError`` unless ``lines`` is a list (a sequence) of str: a str alone
+    would otherwise be translated character by character, and None deep in the tokenizer.
+    ``stream``: any iterable will do (its lines are checked as they are read, by the list
+    each window makes), but one str or bytes."""
+    if isinstance(lines, (str, bytes)):
+        raise TypeError(
+            f"{what} must be a list of str, not one {type(lines).__name__}: give [text] for "
+            "one sentence"
+        )
+    if stream:
+        if not isinstance(lines, Iterable):
+            raise TypeError(f"{what} must be an iterable of str, not {type(lines).__name__}")
+        return
+    if not isinstance(lines, Sequence):
+        raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}")
+    for i, line in enumerate(lines):
+        if not isinstance(line, str):
+            raise TypeError(f"{what}[{i}] is {type(line).__name__}, not str")
+
+
 def translate(
     model: Any,
     lines: Sequence[str],
@@ -166,6 +187,7 @@ def translate(
     Sources are read as ``tokenizer.encode_source`` makes them (subwords + eos), with the
     tokenizer's special ids; ``progress`` and ``on_truncate`` are ``decode_ids``'s.
     """
+    check_sentences(lines, "lines")
     sources = [tokenizer.encode_source(line) for line in lines]
     with eval_mode(model):
         nbest = decode_ids(
@@ -213,6 +235,7 @@ def translate_corpus(
     """
     if window < 1:
         raise ValueError(f"window must be at least 1, got {window}")
+    check_sentences(lines, "lines", stream=True)
     bar = progress_bar(total, progress, desc="translating")
     lines, first = iter(lines), 0
     try:

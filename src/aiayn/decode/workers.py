@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from ..errors import UserError
+
 DecodeBatch = Callable[[int], Any]  # batch number -> its hypotheses
 
 _job: DecodeBatch | None = None  # what the forked workers run: set in the parent before the fork
@@ -42,6 +44,20 @@ def auto_workers(device: torch.device | str) -> int:
     if torch.device(device).type != "cpu":
         return 1
     return max(1, min(torch.get_num_threads(), MAX_AUTO_WORKERS))
+
+
+def resolve_workers(workers: int | str | None, device: torch.device | str) -> int:
+    """``--workers`` (or ``Translator(workers=...)``) as a count, at least 1: "auto" (or None)
+    is ``auto_workers`` on ``device``; several need the CPU."""
+    if workers in (None, "auto"):
+        return auto_workers(device)
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise UserError(f"--workers is a number of processes or auto, not {workers!r}")
+    if workers < 1:
+        raise UserError(f"--workers must be at least 1, got {workers}")
+    if workers > 1 and torch.device(device).type != "cpu":
+        raise UserError(f"--workers are CPU processes: --device {device} decodes in one")
+    return workers
 
 
 def worker_threads(workers: int) -> int:

@@ -33,6 +33,7 @@ from ..checkpoint import checkpoint_files, load_translator, read_meta
 from ..data import Vocab, check_vocab, prepare_corpus
 from ..data import read_meta as read_dataset_meta
 from ..decode import Batching, DecodeConfig, SearchRequest, decode_ids
+from ..decode.translate import check_sentences
 from ..errors import UserError
 from ..files import check_not_input, write_lines_atomic
 from .constraint import TreeConstraint
@@ -360,6 +361,7 @@ def parse_lines(
 
     ``leaves``: how the checkpoint's training targets wrote preterminals; by default what the
     checkpoint records (``decode_leaves``)."""
+    check_sentences(lines, "lines")
     leaves = decode_leaves(checkpoint, leaves)
     model, vocab = load_translator(checkpoint, device)
     words = [line.split() for line in lines]

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import TYPE_CHECKING
 
 import h11
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..decode.engine import Engine
 from .app import Limits, create_app
 from .translator import Translator
+
+if TYPE_CHECKING:
+    from .. import translator as library
 
 HEADER_TIMEOUT_S = 10.0  # for a request's line and headers, which a client sends at once
 KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this long (uvicorn's default)
@@ -106,23 +109,17 @@ def make_server(
 
 
 def run_server(
-    checkpoint: str,
+    translator: library.Translator,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    device: str = "cpu",
     limits: Limits | None = None,
     shutdown_timeout_s: float = 30.0,
-    quantize: str | None = None,
-    engine: Engine | None = None,
-    precision: str = "fp32",
 ) -> None:
-    """Load ``checkpoint`` (``precision``: "fp32" or "bf16") and serve it until SIGINT/SIGTERM
-    (see the module docstring); ``engine``: what searches instead of our model
-    (``aiayn.decode.engine``)."""
-    translator = Translator.load(checkpoint, device, quantize, engine, precision)
+    """Serve ``translator`` (``aiayn.Translator``: a checkpoint loaded as ``aiayn translate``
+    loads it, with its engine) until SIGINT/SIGTERM (see the module docstring)."""
     server = make_server(
-        create_app(translator, limits or Limits()),
+        create_app(Translator.of(translator), limits or Limits()),
         host=host,
         port=port,
         shutdown_timeout_s=shutdown_timeout_s,

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -39,6 +39,9 @@ from ..decode.engine import Engine, TorchEngine
 from ..decode.request import check_supported
 from ..errors import UserError
 from ..model import Transformer, count_parameters
+
+if TYPE_CHECKING:
+    from .. import translator as library
 
 ENC_DEC = "encoder-decoder attention"
 PRECISION_NAMES = {torch.bfloat16: "bf16"}  # what /info calls the weights' dtype (else fp32)
@@ -108,6 +111,21 @@ class Translator:
             read_meta(Path(checkpoint)),
             quantized=quantize,
             engine=engine,
+        )
+
+    @classmethod
+    def of(cls, translator: library.Translator) -> Translator:
+        """The server's side of an ``aiayn.Translator`` (its model, vocabulary and engine, as
+        the command line loaded them): ``aiayn serve`` builds one Translator as ``translate``
+        does. With another engine, our model (attention, alignments) loads here."""
+        checkpoint = translator.checkpoints[0]
+        return cls(
+            translator.model,
+            translator.vocab,
+            checkpoint,
+            read_meta(checkpoint),
+            quantized=translator.quantize,
+            engine=translator.engine,
         )
 
     @property

@@ -1,0 +1,165 @@
+"""``aiayn prepare`` and ``aiayn train`` from Python: ``prepare`` and ``train_model`` return what
+the commands print (the dataset's summary, the run's summary and cost) and where they wrote,
+with the commands' checks and one-line errors (``UserError``), because the commands call them.
+
+    import aiayn
+    data = aiayn.prepare("work/mine", train=("corpus/train.en", "corpus/train.es"), vocab_size=300)
+    run = aiayn.train_model({"data": str(data.out), "out": "runs/mine", "preset": "tiny"})
+    print(run.out, run.summary["updates"])
+
+``train_model`` is not ``aiayn.train``: that name is the training package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+DEFAULT_VOCAB_SIZE = 8000
+Pair = tuple[str | os.PathLike, str | os.PathLike]
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where a command wrote (absolute) and the summary it prints as JSON."""
+
+    out: Path
+    summary: dict[str, Any]
+
+    def json(self) -> str:
+        """The summary as the command prints it."""
+        return json.dumps(self.summary, indent=2)
+
+
+@dataclass(frozen=True)
+class Trained(Written):
+    """A training run: its directory, its summary and cost (``aiayn train``'s JSON), the
+    signal that stopped it early ("SIGTERM", "SIGINT"; None: it ran to its end), and whether
+    this is the main process (the one that prints, of several under torchrun)."""
+
+    stopped: str | None = None
+    main: bool = True
+
+
+def prepare(
+    out: str | os.PathLike,
+    *,
+    bundled: bool = False,
+    wmt14: str | None = None,
+    train: Pair | None = None,
+    valid: Pair | None = None,
+    test: Pair | None = None,
+    vocab_size: int | None = None,
+    vocab: str | os.PathLike | None = None,
+    max_len: int = 256,
+    workers: int = 1,
+) -> Written:
+    """``aiayn prepare``: a shared BPE vocabulary and the binarised splits in ``out``, from
+    the bundled English->Spanish Bible (``bundled``), WMT14 (``wmt14``: "de-en" or "fr-en") or
+    your own (source, target) files (``train``, and optionally ``valid`` and ``test``).
+    ``vocab``: binarise with this SentencePiece model (a checkpoint's ``spm.model``) instead
+    of training one; ``vocab_size`` default 8000."""
+    from .data import bundled_corpus_paths, prepare_corpus
+    from .data.prepare import BIBLE_LANGS
+
+    record = None  # the languages, where they are known (validation BLEU reads them)
+    if bundled:
+        splits, record = bundled_corpus_paths(), BIBLE_LANGS
+    elif wmt14:
+        from .data.prepare import check_target
+        from .data.wmt import download_wmt14
+
+        if wmt14 not in ("de-en", "fr-en"):
+            raise UserError(f"--wmt14 {wmt14}: choose de-en or fr-en")
+        check_target(Path(out))  # before hours of downloading
+        src, tgt = wmt14.split("-")[1], wmt14.split("-")[0]  # "de-en" -> en->de
+        splits = download_wmt14(wmt14, src, tgt, Path(out) / "raw")
+        record = {"src_lang": src, "tgt_lang": tgt}
+    else:
+        if train is None or not all(train):
+            raise UserError("no input: give --bundled, --wmt14, or --train-src and --train-tgt")
+        given = {"train": train, "valid": valid, "test": test}
+        splits = {name: (Path(p[0]), Path(p[1])) for name, p in given.items() if p and all(p)}
+    if vocab and vocab_size is not None:
+        raise UserError("--vocab reuses a vocabulary of its own size: give it or --vocab-size")
+    summary = prepare_corpus(
+        splits,
+        out,
+        vocab_size=DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size,
+        max_len=max_len,
+        vocab=vocab,
+        workers=workers,
+        record=record,
+    )
+    return Written(Path(out).resolve(), summary)
+
+
+def train_model(
+    config: str | os.PathLike | dict[str, Any] | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    resume: str | None = "auto",
+    device: str = "auto",
+    init_from: str | os.PathLike | None = None,
+    init_from_keep: str | None = None,
+    on_stopped: Callable[[dict[str, Any]], None] | None = None,
+    **defaults: Any,
+) -> Trained:
+    """``aiayn train``: train as ``config`` says (a YAML/TOML/JSON file, a bundled recipe's
+    name, or a dict of ``TrainConfig`` keys), with ``overrides`` ("key=value", as ``--set``)
+    and ``defaults`` (keys the config and overrides replace); ``resume`` "auto" takes OUT's
+    latest checkpoint, None starts afresh. Returns the run's directory and the summary and
+    cost ``aiayn train`` prints (in the main process of several; elsewhere the summary).
+
+    SIGTERM or Ctrl-C (in the main thread) stops the run after the update in progress with a
+    checkpoint: the result's ``stopped`` names the signal, and ``on_stopped`` gets the summary
+    while a second signal is still held off (the command prints its resume line there)."""
+    from .flops import measure_matmul_peak
+    from .hardware import resolve_device
+    from .train import distributed
+    from .train.config import load_train_config, resolve_train_config
+    from .train.trainer import Trainer
+
+    sets = list(overrides)
+    if init_from is not None:
+        sets.append(f"init_from={init_from}")
+    if init_from_keep is not None:
+        sets.append(f"init_from_keep={init_from_keep}")
+    if isinstance(config, dict):
+        cfg = resolve_train_config(config, sets, defaults=defaults, where="config")
+    else:
+        cfg = load_train_config(config, sets, **defaults)
+    trainer = Trainer(cfg, device=resolve_device(device))
+    out = Path(cfg.out).resolve()
+    with _stop_on_signals(trainer.request_stop):  # held while on_stopped prints: whole
+        summary = trainer.run(resume=resume)
+        if trainer.preempted:
+            if on_stopped is not None and trainer.dist.is_main:
+                on_stopped(summary)
+            distributed.teardown()
+            return Trained(out, summary, trainer.stopped, trainer.dist.is_main)
+    main = trainer.dist.is_main
+    if main:
+        peak = measure_matmul_peak(trainer.device, trainer.peak_dtype)
+        summary = {**summary, **trainer.cost(peak)}
+    distributed.teardown()
+    return Trained(out, summary, main=main)
+
+
+@contextmanager
+def _stop_on_signals(request: Callable[[int], None]) -> Iterator[None]:
+    """``train.preemption.stop_on_signals`` where Python can install handlers (the main
+    thread); a run started from another thread stops only when it ends."""
+    from .train.preemption import stop_on_signals
+
+    main = threading.current_thread() is threading.main_thread()
+    with stop_on_signals(request) if main else nullcontext():
+        yield
