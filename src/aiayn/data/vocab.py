@@ -8,6 +8,7 @@ the decoders' start/stop logic rely on them; a model file with other ids is reje
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,6 +21,7 @@ from ..errors import UserError
 from .readers import iter_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SAMPLE_SEED = 1  # sentencepiece's sampling of input_sentence_size sentences: one per text
 
 
 def _trainer_error(message: str, vocab_size: int) -> UserError | None:
@@ -83,6 +85,9 @@ class Vocab:
         ``texts_or_files`` mixes sentences (``str``) and files (``Path``: one sentence a line).
         Pass both languages so that the vocabulary is shared. At most
         ``input_sentence_size`` sentences are sampled, which bounds training time on WMT.
+        The same text gives the same ``.model`` bytes on every run: the sample's seed is fixed,
+        and the model is taken from memory (sentencepiece records a ``model_prefix`` it is
+        given, a temporary directory's name, inside the file).
         """
         if vocab_size < 1:
             raise UserError(f"vocab size must be a positive number of pieces, got {vocab_size}")
@@ -95,14 +100,16 @@ class Vocab:
             # the text; keep the original (a UserError naming the file and line) to re-raise.
             try:
                 yield from _sentences(texts_or_files)
-            except Exception as e:
+            except BaseException as e:  # a signal's exception too (cli.common.stop_by_signals)
                 failures.append(e)
                 raise
 
+        model = io.BytesIO()
+        spm.set_random_generator_seed(SAMPLE_SEED)
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=sentences(),
-                model_prefix=str(prefix),
+                model_writer=model,
                 model_type="bpe",
                 vocab_size=vocab_size,
                 pad_id=PAD_ID,
@@ -125,7 +132,11 @@ class Vocab:
             if error is None:
                 raise
             raise error from None
-        return cls.load(prefix.with_name(prefix.name + ".model"))
+        path = prefix.with_name(prefix.name + ".model")
+        path.write_bytes(model.getvalue())
+        vocab = cls.load(path)
+        vocab.write_listing(prefix.with_name(prefix.name + ".vocab"))
+        return vocab
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:
