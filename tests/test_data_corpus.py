@@ -368,3 +368,18 @@ def test_a_stopped_prepare_says_so_in_one_line_and_leaves_the_old_dataset(tmp_pa
     ]
     assert not list(tmp_path.glob(".data.*"))
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+# --- evaluate scores in the language the training data recorded ------------------------------------
+
+
+def test_evaluate_takes_the_target_language_the_checkpoint_records(tmp_path, capsys):
+    from aiayn.cli.translate import _recorded_language
+
+    ckpt = tmp_path / "update_1"
+    ckpt.mkdir()
+    (ckpt / "meta.json").write_text(json.dumps({"dataset": {"record": {"tgt_lang": "es"}}}))
+    assert _recorded_language(str(ckpt)) == "es"
+    (ckpt / "meta.json").write_text(json.dumps({"dataset": {"splits": {}}}))
+    assert _recorded_language(str(ckpt)) == "de"
+    assert "records no target language: paper BLEU tokenises as German" in capsys.readouterr().err

@@ -205,13 +205,14 @@ def _evaluate(args: argparse.Namespace) -> None:
     precision = decode_precision(args, "evaluate")
     engine = load_engine(args)
     request = search_request(args)
+    lang = args.lang or _recorded_language(args.checkpoint)
     result = evaluate_checkpoint(
         args.checkpoint,
         args.src,
         args.ref,
         args.output,
         request,
-        lang=args.lang,
+        lang=lang,
         device=args.device,
         quantize=args.quantize,
         engine=engine,
@@ -219,9 +220,27 @@ def _evaluate(args: argparse.Namespace) -> None:
         progress=show_progress(args),
     )
     used = {"shortlist": request.shortlist.origin if request.shortlist else None}
-    print(json.dumps({**result.as_dict(), **precision.as_dict(), **used}, indent=2))
+    scored = {**result.as_dict(), "paper_bleu_lang": lang}
+    print(json.dumps({**scored, **precision.as_dict(), **used}, indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
+
+
+def _recorded_language(checkpoint: str | Path | Sequence[str | Path]) -> str:
+    """The target language the checkpoint's training data recorded (``aiayn prepare``
+    records it in the dataset's meta.json, and training copies that into every checkpoint),
+    for the paper BLEU's Moses tokeniser; "de" (the paper's) with a note when it records none."""
+    meta = Path(first_checkpoint(checkpoint)) / "meta.json"
+    try:
+        recorded = json.loads(meta.read_text(encoding="utf-8"))["dataset"]["record"]["tgt_lang"]
+    except (OSError, ValueError, KeyError, TypeError):
+        print(
+            f"aiayn evaluate: {meta} records no target language: paper BLEU tokenises as "
+            "German (de); give --lang for another",
+            file=sys.stderr,
+        )
+        return "de"
+    return str(recorded)
 
 
 def _diagnose(args: argparse.Namespace) -> None:
@@ -244,7 +263,11 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src", required=True, help="source text (.gz allowed)")
     p.add_argument("--ref", required=True, help="reference text (.gz allowed)")
     p.add_argument("--output", help="file to write the hypotheses to")
-    p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
+    p.add_argument(
+        "--lang",
+        help="target language for the paper BLEU's Moses tokeniser (default: the one the "
+        "checkpoint's training data records, else de)",
+    )
     add_engine_arg(p)
     add_corpus_args(p)
     add_shortlist_args(p)
