@@ -383,3 +383,24 @@ def test_evaluate_takes_the_target_language_the_checkpoint_records(tmp_path, cap
     (ckpt / "meta.json").write_text(json.dumps({"dataset": {"splits": {}}}))
     assert _recorded_language(str(ckpt)) == "de"
     assert "records no target language: paper BLEU tokenises as German" in capsys.readouterr().err
+
+
+# --- language identification (opt-in) ---------------------------------------------------------------
+
+
+def test_langid_keeps_the_bundled_verses_and_drops_swapped_or_foreign_sides():
+    pytest.importorskip("py3langid")
+    from aiayn.data import bundled_corpus_paths
+    from aiayn.data.clean import Cleaner, Cleaning, language_identifier
+    from aiayn.files import iter_lines
+
+    fits = language_identifier(("en", "es"))
+    cleaner = Cleaner(Cleaning(langid=True), training=False, language_fits=fits, langs=("en", "es"))
+    src, tgt = bundled_corpus_paths()["valid"]
+    pairs = list(zip(iter_lines(src), iter_lines(tgt)))
+    kept = sum(cleaner.keep(s, t) for s, t in pairs)
+    assert kept >= 0.995 * len(pairs)  # good verses are kept (docs/data.md: 1401 of 1403)
+    lost = cleaner.counts["language"]
+    assert not any(cleaner.keep(t, s) for s, t in pairs[:200])  # sides swapped: all caught
+    assert not cleaner.keep(pairs[0][0], "Le chat dort sur la table de la cuisine.")
+    assert cleaner.counts["language"] == lost + 201

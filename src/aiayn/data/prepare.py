@@ -145,7 +145,7 @@ def prepare_corpus(
         progress=progress,
     )
     if plan.cleaning.langid:
-        plan.language_of = language_identifier((plan.languages.src, plan.languages.tgt))
+        plan.language_fits = language_identifier((plan.languages.src, plan.languages.tgt))
     try:
         meta = _build(
             plan,

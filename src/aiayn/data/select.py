@@ -47,7 +47,7 @@ class Plan:
     languages: Languages
     sizes: HeldOutSizes
     progress: bool = False
-    language_of: Callable[[str], str] | None = None  # Cleaning.langid's identifier
+    language_fits: Callable[[str, str, str], bool] | None = None  # Cleaning.langid's test
 
 
 def _held_out_cleaning(cleaning: Cleaning) -> Cleaning:
@@ -138,7 +138,7 @@ def clean_train(plan: Plan, out: Path, held: HeldOut, carved: dict[int, str]) ->
         plan.cleaning,
         training=True,
         held_out=held if held.sizes else None,
-        language_of=plan.language_of,
+        language_fits=plan.language_fits,
         langs=(plan.languages.src, plan.languages.tgt),
     )
     files = (out / CLEAN_TEXT[0], out / CLEAN_TEXT[1])
