@@ -29,7 +29,7 @@ from .vocab import Vocab
 
 SIDES = ("src", "tgt")
 META, VOCAB_MODEL = "meta.json", "spm.model"
-_ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens|offsets)\.npy")
+_ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens\.npy|offsets\.npy|txt)")
 _CHUNK = 10_000  # pairs encoded per sentencepiece call (bounds memory, uses threads)
 
 
@@ -233,8 +233,15 @@ def write_meta(
 
 
 def split_files(split: str) -> list[str]:
-    """The names of the arrays of ``split`` in a dataset directory."""
-    return [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
+    """The names of the arrays of ``split`` in a dataset directory, and of a held-out split's
+    text (``held_out_text``: what ``aiayn evaluate`` reads)."""
+    arrays = [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
+    return arrays + ([] if split == "train" else held_out_text(split))
+
+
+def held_out_text(split: str) -> list[str]:
+    """The text files of held-out ``split`` (source, target) as prepare kept it."""
+    return [f"{split}.{side}.txt" for side in SIDES]
 
 
 def dataset_files(splits: Iterable[str]) -> list[str]:

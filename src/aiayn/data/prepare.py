@@ -33,6 +33,7 @@ from .binarize import (
     META,
     binarize_split,
     dataset_files,
+    held_out_text,
     is_dataset_file,
     read_meta,
     split_files,
@@ -275,6 +276,8 @@ def _build(
         where = _files(plan.corpora.get(split, [])) or "carved from train"
         _check_kept(split, where, {**counts, "max_len": max_len}, held_counts[split].counts, plan)
         summary[split] = {**counts, **_read_counts(held_counts[split].counts)}
+        for side, name in enumerate(held_out_text(split)):  # evaluate's --src and --ref
+            write_lines_atomic(out / name, [pair[side] for pair in pairs])
     for path in text.files:
         path.unlink()
     record = {**plan.languages.record(), **(record or {})}
