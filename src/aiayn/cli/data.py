@@ -163,9 +163,43 @@ def add_info(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_info)
 
 
-def add_prepare(sub: argparse._SubParsersAction) -> None:
+def _add_cleaning_args(p: argparse.ArgumentParser) -> None:
+    """``prepare``'s held-out, overlap and cleaning options (docs/data.md)."""
     from ..data.clean import RATIO
 
+    held = p.add_argument_group("held-out splits and overlap")
+    held.add_argument("--valid-size", type=int, default=0, help="carve N valid pairs from train")
+    held.add_argument("--test-size", type=int, default=0, help="carve N test pairs from train")
+    held.add_argument("--seed", type=int, default=1, help="the draw of --valid/test-size")
+    held.add_argument(
+        "--keep-overlap",
+        action="store_true",
+        help="count training pairs whose pair or source is in valid/test, but keep them",
+    )
+    clean = p.add_argument_group("cleaning (training corpora; valid/test lose empty pairs only)")
+    clean.add_argument(
+        "--ratio",
+        type=float,
+        default=RATIO,
+        help="drop pairs where one side has more than RATIO times the other's words, as Moses "
+        f"clean-corpus-n.perl -ratio (default: {RATIO:g}, its own; fairseq uses 1.5; 0: off)",
+    )
+    clean.add_argument("--max-words", type=int, help="drop pairs over this many words a side")
+    clean.add_argument("--keep-duplicates", action="store_true", help="keep repeated pairs")
+    clean.add_argument(
+        "--keep-copies", action="store_true", help="keep pairs with source == target"
+    )
+    clean.add_argument(
+        "--langid",
+        action="store_true",
+        help="drop pairs whose sides are not in --src-lang/--tgt-lang (py3langid; pip install py3langid)",
+    )
+    clean.add_argument(
+        "--no-clean", action="store_true", help="only empty and invalid UTF-8 pairs are dropped"
+    )
+
+
+def add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare",
         help="clean a corpus, train the shared BPE vocabulary and binarise it",
@@ -197,36 +231,7 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--src-lang", help="source language code (default: the files' .LANG suffix)")
     p.add_argument("--tgt-lang", help="target language code (default: the files' .LANG suffix)")
-    held = p.add_argument_group("held-out splits and overlap")
-    held.add_argument("--valid-size", type=int, default=0, help="carve N valid pairs from train")
-    held.add_argument("--test-size", type=int, default=0, help="carve N test pairs from train")
-    held.add_argument("--seed", type=int, default=1, help="the draw of --valid/test-size")
-    held.add_argument(
-        "--keep-overlap",
-        action="store_true",
-        help="count training pairs whose pair or source is in valid/test, but keep them",
-    )
-    clean = p.add_argument_group("cleaning (training corpora; valid/test lose empty pairs only)")
-    clean.add_argument(
-        "--ratio",
-        type=float,
-        default=RATIO,
-        help="drop pairs where one side has more than RATIO times the other's words, as Moses "
-        f"clean-corpus-n.perl -ratio (default: {RATIO:g}, its own; fairseq uses 1.5; 0: off)",
-    )
-    clean.add_argument("--max-words", type=int, help="drop pairs over this many words a side")
-    clean.add_argument("--keep-duplicates", action="store_true", help="keep repeated pairs")
-    clean.add_argument(
-        "--keep-copies", action="store_true", help="keep pairs with source == target"
-    )
-    clean.add_argument(
-        "--langid",
-        action="store_true",
-        help="drop pairs whose sides are not in --src-lang/--tgt-lang (py3langid; pip install py3langid)",
-    )
-    clean.add_argument(
-        "--no-clean", action="store_true", help="only empty and invalid UTF-8 pairs are dropped"
-    )
+    _add_cleaning_args(p)
     p.add_argument("--vocab-size", type=int, help=f"default: {DEFAULT_VOCAB_SIZE}")
     p.add_argument(
         "--vocab",

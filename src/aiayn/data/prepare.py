@@ -112,41 +112,28 @@ def prepare_corpus(
     SentencePiece model ``vocab``, e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``)
     and binarise every split into ``out_dir``.
 
-    A split is a pair of line-aligned files, a ``Corpus`` or a list of them (named training
-    corpora, each with its weight). ``cleaning`` says which filters run (``clean.Cleaning``;
-    default: only empty and invalid lines go, a curated corpus as it is); valid and test only
-    ever lose empty, invalid and over-long pairs. ``held_out`` carves valid/test pairs out of
-    the training corpora. ``languages`` (else the files' suffixes) go into ``meta.json``'s
-    record with ``record``. ``max_len`` bounds subwords per side (longer pairs skipped);
-    ``max_words`` optionally bounds whitespace words. ``user_defined_symbols`` become atomic
-    vocabulary pieces (see ``Vocab.train``). ``workers`` processes binarise
-    (``binarize_split``: the same files as one). Returns the ``meta.json`` contents plus
-    timings.
+    A split is a pair of line-aligned files, a ``Corpus`` or a list of them (named, weighted).
+    ``cleaning``: the filters (``clean.Cleaning``; default: only empty and invalid pairs go);
+    valid and test lose only empty, invalid and over-long pairs. ``held_out`` carves valid/test
+    out of train. ``languages`` (else the files' suffixes) and ``record`` go into ``meta.json``.
+    ``max_len`` bounds subwords per side, ``max_words`` whitespace words (longer pairs
+    skipped). ``user_defined_symbols``: atomic pieces (``Vocab.train``). ``workers`` processes
+    binarise (the same files as one). Returns the ``meta.json`` contents plus timings.
 
-    The dataset is built in a temporary directory beside ``out_dir`` and renamed into place at
-    the end (see ``check_target`` for what may already be there), so a failed or interrupted
-    prepare leaves a previous dataset untouched: never a new vocabulary beside old ids.
+    The dataset is built in a temporary directory beside ``out_dir`` and renamed into place
+    (``check_target``: what may be there), so a failed or interrupted prepare leaves a previous
+    dataset untouched: never a new vocabulary beside old ids.
     """
-    corpora = {split: _as_corpora(split, value) for split, value in splits.items()}
-    sizes = held_out or HeldOutSizes()
+    corpora, sizes = {s: _as_corpora(s, v) for s, v in splits.items()}, held_out or HeldOutSizes()
     names = _split_names(corpora, sizes)
     inputs = _checked_inputs(corpora, max_len, max_words, workers, vocab)
     out = Path(out_dir).resolve()
     for output in [out, *(out / name for name in dataset_files(names))]:
         check_not_input(output, inputs)
     check_target(out)
+    plan = _plan(corpora, cleaning, max_words, languages, sizes, progress)  # its errors first
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out)
-    base = cleaning or Cleaning.off()
-    plan = Plan(
-        corpora=corpora,
-        cleaning=replace(base, max_words=max_words) if max_words is not None else base,
-        languages=resolve_languages(languages or Languages(), _all(corpora)),
-        sizes=sizes,
-        progress=progress,
-    )
-    if plan.cleaning.langid:
-        plan.language_fits = language_identifier((plan.languages.src, plan.languages.tgt))
     try:
         meta = _build(
             plan,
@@ -164,6 +151,29 @@ def prepare_corpus(
         raise
     _replace_dataset(tmp, out)
     return meta
+
+
+def _plan(
+    corpora: dict[str, list[Corpus]],
+    cleaning: Cleaning | None,
+    max_words: int | None,
+    languages: Languages | None,
+    sizes: HeldOutSizes,
+    progress: bool,
+) -> Plan:
+    """What ``prepare_corpus`` will do, resolved: the filters (none asked for: only empty and
+    invalid pairs go), the languages (given, else the files' suffixes) and langid's test."""
+    base = cleaning or Cleaning.off()
+    plan = Plan(
+        corpora=corpora,
+        cleaning=replace(base, max_words=max_words) if max_words is not None else base,
+        languages=resolve_languages(languages or Languages(), _all(corpora)),
+        sizes=sizes,
+        progress=progress,
+    )
+    if plan.cleaning.langid:
+        plan.language_fits = language_identifier((plan.languages.src, plan.languages.tgt))
+    return plan
 
 
 def _as_corpora(split: str, value: SplitInput) -> list[Corpus]:

@@ -22,6 +22,17 @@ from .readers import iter_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SAMPLE_SEED = 1  # sentencepiece's sampling of input_sentence_size sentences: one per text
+# the trainer options every vocabulary shares: BPE, the fixed special ids, a shuffled sample
+_FIXED_OPTIONS = dict(
+    model_type="bpe",
+    pad_id=PAD_ID,
+    unk_id=UNK_ID,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    shuffle_input_sentence=True,
+    max_sentence_length=1 << 14,
+    minloglevel=2,
+)
 
 
 def _trainer_error(message: str, vocab_size: int) -> UserError | None:
@@ -85,9 +96,8 @@ class Vocab:
         ``texts_or_files`` mixes sentences (``str``) and files (``Path``: one sentence a line).
         Pass both languages so that the vocabulary is shared. At most
         ``input_sentence_size`` sentences are sampled, which bounds training time on WMT.
-        The same text gives the same ``.model`` bytes on every run: the sample's seed is fixed,
-        and the model is taken from memory (sentencepiece records a ``model_prefix`` it is
-        given, a temporary directory's name, inside the file).
+        Same text, same ``.model`` bytes: the sample is seeded, and the model comes from memory
+        (a ``model_prefix``, a temporary directory's name, would be recorded in the file).
         """
         if vocab_size < 1:
             raise UserError(f"vocab size must be a positive number of pieces, got {vocab_size}")
@@ -110,20 +120,13 @@ class Vocab:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=sentences(),
                 model_writer=model,
-                model_type="bpe",
                 vocab_size=vocab_size,
-                pad_id=PAD_ID,
-                unk_id=UNK_ID,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
                 character_coverage=character_coverage,
                 byte_fallback=byte_fallback,
                 num_threads=num_threads,
                 input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True,
-                max_sentence_length=1 << 14,
-                minloglevel=2,
                 user_defined_symbols=list(user_defined_symbols),
+                **_FIXED_OPTIONS,
             )
         except RuntimeError as e:
             if failures:
