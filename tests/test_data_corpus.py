@@ -404,3 +404,31 @@ def test_langid_keeps_the_bundled_verses_and_drops_swapped_or_foreign_sides():
     assert not any(cleaner.keep(t, s) for s, t in pairs[:200])  # sides swapped: all caught
     assert not cleaner.keep(pairs[0][0], "Le chat dort sur la table de la cuisine.")
     assert cleaner.counts["language"] == lost + 201
+
+
+# --- named corpora through the binariser: counts per corpus, the same files with workers ---------
+
+
+def test_binarised_corpus_counts_are_the_same_with_workers(tmp_path, capsys):
+    from aiayn.data.binarize import binarize_split
+
+    src, tgt = write_pairs(tmp_path, "train", distinct_pairs(60, seed=2))
+    prepare(capsys, "--train-src", src, "--train-tgt", tgt, "--out", tmp_path / "d")
+    vocab = Vocab.load(tmp_path / "d/spm.model")
+    # one pair in each group is over max_tokens: the groups' kept counts must say which
+    pairs = distinct_pairs(40, seed=3)
+    for i in (2, 17, 33):
+        pairs[i] = (" ".join([pairs[i][0]] * 8), pairs[i][1])
+    results = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        out.mkdir()
+        counts = binarize_split(
+            pairs, vocab, out, "train", 20, chunk_pairs=7, workers=workers, group_sizes=[10, 10, 20]
+        )
+        results[workers] = (counts, {p.name: p.read_bytes() for p in out.iterdir()})
+    assert results[1] == results[2]
+    fits = [max(len(vocab.encode(s)), len(vocab.encode(t))) <= 20 for s, t in pairs]
+    expected = [sum(fits[:10]), sum(fits[10:20]), sum(fits[20:])]
+    assert results[1][0]["group_pairs"] == expected and sum(expected) == results[1][0]["pairs"]
+    assert not fits[2] and not fits[17] and not fits[33] and 0 < sum(fits) < 40
