@@ -10,8 +10,9 @@ for training pairs only, ``overlap`` (the pair or its source is in valid or test
 after ``normalise``) and ``duplicate`` (the exact pair was kept before).
 
 Duplicates are found by hashing: one 8-byte BLAKE2b digest per kept pair, held as a Python
-int in a set (about 70 bytes a pair with the set's slack: ~350 MB for 5M pairs), the only
-memory that grows with the corpus. Two different pairs share a digest with probability about
+int in a set: 70 to 90 bytes a pair with the int's object and the set's slack (the table
+doubles as it grows), about 450 MB for 5M pairs, the only memory that grows with the corpus;
+it is freed before the vocabulary is trained, whose sample is prepare's peak. Two different pairs share a digest with probability about
 n^2 / 2^65 (1e-6 for 5M pairs), which would drop one pair too many.
 """
 
@@ -191,6 +192,10 @@ class Cleaner:
                 return "duplicate"
             self._seen.add(key)
         return None
+
+    def forget_seen(self) -> None:
+        """Free the digests of the pairs kept so far (the end of a duplicate-checked pass)."""
+        self._seen = set()
 
     def _languages_match(self, src: str, tgt: str) -> bool:
         src_lang, tgt_lang = self.langs

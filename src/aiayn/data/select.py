@@ -164,6 +164,7 @@ def clean_train(plan: Plan, out: Path, held: HeldOut, carved: dict[int, str]) ->
             sizes.append(counts.get("kept", 0))
             corpora.append(_corpus_record(corpus, counts, n_carved))
     bar.close()
+    cleaner.forget_seen()  # the duplicate set is done with: not held through the vocabulary's peak
     return TrainText(files, sizes, corpora, cleaner)
 
 
