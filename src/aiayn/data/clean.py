@@ -19,7 +19,7 @@ n^2 / 2^65 (1e-6 for 5M pairs), which would drop one pair too many.
 from __future__ import annotations
 
 import hashlib
-import unicodedata
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -81,34 +81,37 @@ def language_identifier(langs: tuple[str | None, str | None]) -> Callable[[str, 
 
 
 def digest(*texts: str) -> int:
-    """An 8-byte hash of ``texts`` (joined by a tab, which a stripped side cannot contain
-    in a TSV) as an int: what the duplicate and overlap sets hold."""
+    """An 8-byte hash of ``texts`` (joined by a tab) as an int: what the duplicate set holds."""
     h = hashlib.blake2b("\t".join(texts).encode("utf-8"), digest_size=8)
     return int.from_bytes(h.digest(), "little")
 
 
+_NOT_WORD = re.compile(r"[^\w\s]+")  # punctuation and symbols: neither letter, digit nor space
+
+
 def normalise(text: str) -> str:
-    """``text`` as the overlap check compares it: case folded, punctuation removed, runs of
-    spaces made one (so "Hello, World!" and "hello world" are the same sentence)."""
-    kept = "".join(c for c in text.casefold() if not unicodedata.category(c).startswith("P"))
-    return " ".join(kept.split())
+    """``text`` as the overlap check compares it: case folded, punctuation (and symbols)
+    removed, runs of spaces made one (so "Hello, World!" and "hello world" are the same)."""
+    return " ".join(_NOT_WORD.sub("", text.casefold()).split())
 
 
 class HeldOut:
     """The valid and test pairs the training pairs are checked against: their pairs and
-    sources, exactly and normalised, and which of them were found in train."""
+    sources, exactly and normalised, and which of them were found in train. Held as strings
+    (held-out splits are small), so a match is never a hash's accident."""
 
     KINDS = ("pair", "source", "normalised_pair", "normalised_source")
 
     def __init__(self) -> None:
-        self.keys: dict[str, dict[int, list[tuple[str, int]]]] = {k: {} for k in self.KINDS}
+        self.keys: dict[str, dict[str, list[tuple[str, int]]]] = {k: {} for k in self.KINDS}
         self.sizes: dict[str, int] = {}
         self.found: dict[str, set[int]] = {}  # split -> indices of its pairs seen in train
 
     def add(self, split: str, pairs: Iterable[tuple[str, str]]) -> None:
         n = 0
         for i, (src, tgt) in enumerate(pairs):
-            for kind, key in zip(self.KINDS, _keys(src, tgt)):
+            n_src = normalise(src)
+            for kind, key in zip(self.KINDS, _keys(src, tgt, n_src)):
                 self.keys[kind].setdefault(key, []).append((split, i))
             n += 1
         self.sizes[split] = n
@@ -117,8 +120,11 @@ class HeldOut:
     def match(self, src: str, tgt: str) -> str | None:
         """The first kind of overlap of training pair (``src``, ``tgt``), if any, noting the
         held-out pairs it matches."""
+        n_src = normalise(src)
+        if n_src not in self.keys["normalised_source"]:  # every kind of match implies this one
+            return None
         hit = None
-        for kind, key in zip(self.KINDS, _keys(src, tgt)):
+        for kind, key in zip(self.KINDS, _keys(src, tgt, n_src)):
             for split, i in self.keys[kind].get(key, ()):
                 self.found[split].add(i)
                 hit = hit or kind
@@ -131,9 +137,8 @@ class HeldOut:
         }
 
 
-def _keys(src: str, tgt: str) -> tuple[int, int, int, int]:
-    n_src = normalise(src)
-    return digest(src, tgt), digest(src), digest(n_src, normalise(tgt)), digest(n_src)
+def _keys(src: str, tgt: str, n_src: str) -> tuple[str, str, str, str]:
+    return f"{src}\t{tgt}", src, f"{n_src}\t{normalise(tgt)}", n_src
 
 
 class Cleaner:
