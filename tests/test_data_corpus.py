@@ -432,3 +432,21 @@ def test_binarised_corpus_counts_are_the_same_with_workers(tmp_path, capsys):
     expected = [sum(fits[:10]), sum(fits[10:20]), sum(fits[20:])]
     assert results[1][0]["group_pairs"] == expected and sum(expected) == results[1][0]["pairs"]
     assert not fits[2] and not fits[17] and not fits[33] and 0 < sum(fits) < 40
+
+
+def test_a_tmx_names_its_languages_by_its_header_and_units(tmp_path, capsys):
+    pairs = distinct_pairs(60, seed=10)
+    units = "\n".join(
+        f'<tu><tuv xml:lang="en-US"><seg>{s}</seg></tuv><tuv xml:lang="es"><seg>{t}</seg></tuv></tu>'
+        for s, t in pairs
+    )
+    path = tmp_path / "memory.tmx"
+    path.write_text(TMX.format(units=units))  # its header says srclang="en"
+    meta, _ = prepare(capsys, "--train-tmx", path, "--out", tmp_path / "data")
+    assert meta["record"] == {"src_lang": "en", "tgt_lang": "es"}
+    assert meta["splits"]["train"]["pairs"] == 60
+    assert decoded(tmp_path / "data", "train", "tgt")[:2] == [t for _, t in pairs[:2]]
+
+
+def test_normalise_folds_case_punctuation_and_spaces():
+    assert normalise("  Hello,   World! «Qué» tal? ") == "hello world qué tal"

@@ -133,7 +133,45 @@ def resolve_languages(given: Languages, corpora: list[Corpus]) -> Languages:
                     f"{path}: its suffix says {side} language {lang!r}, but {source} says "
                     f"{known!r}; give --{side}-lang to choose"
                 )
+    for corpus in corpora:
+        if corpus.kind == "tmx" and None in (found.src, found.tgt):
+            _tmx_direction(found, corpus)
     return found
+
+
+def tmx_languages(path: Path) -> tuple[str | None, list[str]]:
+    """(the header's ``srclang``, the languages of the first unit) of a TMX file: where its
+    languages are read from when none are given; the rest of the file is not read."""
+    srclang = None
+    with open_binary(path) as f:
+        try:
+            for _, elem in ET.iterparse(f, events=("end",)):
+                if elem.tag == "header":
+                    srclang = _primary(elem.get("srclang") or "") or None
+                elif elem.tag == "tu":
+                    return srclang, list(_segments(elem))
+        except ET.ParseError as e:
+            line, column = e.position
+            raise UserError(
+                f"{path}: line {line}, column {column}: not valid TMX ({e.msg})"
+            ) from None
+    return srclang, []
+
+
+def _tmx_direction(found: Languages, corpus: Corpus) -> None:
+    """Fill in what ``found`` lacks from a TMX file: its header's ``srclang`` is the source,
+    the other language of a two-language unit the target."""
+    srclang, langs = tmx_languages(corpus.files[0])
+    if found.src is None and srclang in langs:
+        found.src, found.found_in["src"] = srclang, str(corpus.files[0])
+    others = [lang for lang in langs if lang != found.src]
+    if found.tgt is None and found.src in langs and len(others) == 1:
+        found.tgt, found.found_in["tgt"] = others[0], str(corpus.files[0])
+
+
+def _primary(lang: str) -> str:
+    """The primary subtag of a language tag, lower case: ``en-GB`` -> ``en``."""
+    return re.split(r"[-_]", lang.lower())[0]
 
 
 def iter_corpus(corpus: Corpus, langs: Languages) -> Iterator[Pair]:
@@ -197,7 +235,10 @@ def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
     their ``xml:lang`` (its primary subtag: ``en-GB`` is ``en``); a unit without one of the
     two languages gives an empty side. Each unit is dropped once read: memory stays flat."""
     if not (langs.src and langs.tgt):
-        raise UserError(f"{path}: a TMX file holds many languages: give --src-lang and --tgt-lang")
+        raise UserError(
+            f"{path}: which of the TMX file's languages is the source and which the target? "
+            "give --src-lang and --tgt-lang"
+        )
     with open_binary(path) as f:
         parents: list[ET.Element] = []
         try:
@@ -222,11 +263,9 @@ def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
 def _segments(tu: ET.Element) -> dict[str, str]:
     found = {}
     for tuv in tu.iter("tuv"):
-        lang = (tuv.get(_XML_LANG) or tuv.get("lang") or "").lower()
+        lang = tuv.get(_XML_LANG) or tuv.get("lang") or ""
         seg = tuv.find("seg")
-        found[re.split(r"[-_]", lang)[0]] = (
-            "".join(seg.itertext()).strip() if seg is not None else ""
-        )
+        found[_primary(lang)] = "".join(seg.itertext()).strip() if seg is not None else ""
     return found
 
 
