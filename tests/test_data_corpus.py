@@ -450,3 +450,14 @@ def test_a_tmx_names_its_languages_by_its_header_and_units(tmp_path, capsys):
 
 def test_normalise_folds_case_punctuation_and_spaces():
     assert normalise("  Hello,   World! «Qué» tal? ") == "hello world qué tal"
+
+
+def test_a_corpus_that_cleaning_empties_is_one_line_naming_the_filters(tmp_path, capsys):
+    src, tgt = tmp_path / "copies.en", tmp_path / "copies.es"
+    src.write_text("el gato\nla casa\n")
+    tgt.write_text("el gato\nla casa\n")
+    code, _, err = run_cli(
+        capsys, "prepare", "--train-src", src, "--train-tgt", tgt, "--out", tmp_path / "o"
+    )
+    assert code == 2 and err.count("\n") == 1
+    assert f"train split ({src}, {tgt}): 0 of 2 pairs kept" in err and "2 copy" in err

@@ -273,6 +273,9 @@ def _build(
     for split, pairs in held_pairs.items():
         held.add(split, pairs)
     text = clean_train(plan, out, held, held_counts.pop("_carved"))
+    if not sum(text.group_sizes):  # before the vocabulary trainer complains of an empty file
+        nothing = {"pairs": 0, "skipped_too_long_tokens": 0, "max_len": max_len}
+        _check_kept("train", _files(plan.corpora["train"]), nothing, text.cleaner.counts, plan)
     tagged = any(c.back_translated for c in plan.corpora["train"])
     vocab = _vocabulary(
         out, vocab, text.files, vocab_size, num_threads, [*user_defined_symbols, *[TAG_BT] * tagged]
