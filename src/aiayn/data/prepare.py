@@ -268,34 +268,36 @@ def _build(
     workers: int,
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    held_pairs, held_counts = held_out_splits(plan)
+    held_out = held_out_splits(plan)
     held = HeldOut()
-    for split, pairs in held_pairs.items():
+    for split, pairs in held_out.pairs.items():
         held.add(split, pairs)
-    text = clean_train(plan, out, held, held_counts.pop("_carved"))
+    text = clean_train(plan, out, held, held_out.carved)
     if not sum(text.group_sizes):  # before the vocabulary trainer complains of an empty file
         nothing = {"pairs": 0, "skipped_too_long_tokens": 0, "max_len": max_len}
         _check_kept("train", _files(plan.corpora["train"]), nothing, text.cleaner.counts, plan)
+    clean_s = time.perf_counter() - start
     tagged = any(c.back_translated for c in plan.corpora["train"])
-    vocab = _vocabulary(
-        out, vocab, text.files, vocab_size, num_threads, [*user_defined_symbols, *[TAG_BT] * tagged]
-    )
-    vocab_s = time.perf_counter() - start
+    symbols = [*user_defined_symbols, *([TAG_BT] if tagged else [])]
+    vocab = _vocabulary(out, vocab, text.files, vocab_size, num_threads, symbols)
+    vocab_s = time.perf_counter() - start - clean_s
     summary = {"train": _binarise_train(plan, text, vocab, out, max_len, workers)}
     if held.sizes:
         summary["train"]["overlap"] = {**text.cleaner.overlap, "held_out": held.report()}
-    for split, pairs in held_pairs.items():
+    for split, pairs in held_out.pairs.items():
         counts = binarize_split(pairs, vocab, out, split, max_len, workers=workers)
         where = _files(plan.corpora.get(split, [])) or "carved from train"
-        _check_kept(split, where, {**counts, "max_len": max_len}, held_counts[split].counts, plan)
-        summary[split] = {**counts, **_read_counts(held_counts[split].counts)}
+        read = held_out.cleaners[split].counts
+        _check_kept(split, where, {**counts, "max_len": max_len}, read, plan)
+        summary[split] = {**counts, **_read_counts(read)}
         for side, name in enumerate(held_out_text(split)):  # evaluate's --src and --ref
             write_lines_atomic(out / name, [pair[side] for pair in pairs])
     for path in text.files:
         path.unlink()
     record = {**plan.languages.record(), **(record or {})}
     meta = write_meta(out, vocab, summary, record or None)
-    return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
+    seconds = {"clean": clean_s, "vocab": vocab_s, "total": time.perf_counter() - start}
+    return {**meta, "seconds": seconds}
 
 
 def _vocabulary(

@@ -55,34 +55,41 @@ def _held_out_cleaning(cleaning: Cleaning) -> Cleaning:
     return Cleaning(ratio=None, max_words=cleaning.max_words, copies=False, duplicates=False)
 
 
-def held_out_splits(plan: Plan) -> tuple[dict[str, list[tuple[str, str]]], dict[str, Any]]:
-    """({split: pairs} of valid and test, {split: counts}), and the carved line numbers in
-    ``counts["_carved"]`` ({global index: split}) for ``clean_train`` to skip."""
+@dataclass
+class HeldOutText:
+    """The valid and test pairs (``pairs[split]``), each split's ``Cleaner`` with its counts,
+    and the carved pairs' indices among the carvable training pairs (``carved[index]``: the
+    split it went to), which ``clean_train`` skips."""
+
+    pairs: dict[str, list[tuple[str, str]]]
+    cleaners: dict[str, Cleaner]
+    carved: dict[int, str]
+
+
+def held_out_splits(plan: Plan) -> HeldOutText:
+    """The valid and test pairs: from their own corpora (read whole: they are small), or
+    carved out of the training corpora."""
     pairs: dict[str, list[tuple[str, str]]] = {}
-    counts: dict[str, Any] = {}
+    cleaners: dict[str, Cleaner] = {}
     keep = _held_out_cleaning(plan.cleaning)
     for split in ("valid", "test"):
         if split in plan.corpora:
-            cleaner = Cleaner(keep, training=False)
+            cleaner = cleaners[split] = Cleaner(keep, training=False)
             pairs[split] = [
                 (s, t)
                 for c in plan.corpora[split]
                 for s, t in iter_corpus(c, plan.languages)
                 if cleaner.keep(s, t)
             ]
-            counts[split] = cleaner
     carved = _draw(plan)
     if carved:
-        cleaners = {s: Cleaner(keep, training=False) for s in set(carved.values())}
-        for split in cleaners:
-            pairs[split] = []
+        for split in sorted(set(carved.values())):
+            pairs[split], cleaners[split] = [], Cleaner(keep, training=False)
         for index, (src, tgt) in _carvable_pairs(plan):
             split = carved.get(index)
             if split is not None and cleaners[split].keep(src, tgt):
                 pairs[split].append((src, tgt))
-        counts.update(cleaners)
-    counts["_carved"] = carved
-    return pairs, counts
+    return HeldOutText(pairs, cleaners, carved)
 
 
 def _carvable_pairs(plan: Plan) -> Iterator[tuple[int, tuple[str | None, str | None]]]:
