@@ -222,9 +222,12 @@ def test_tmx_units_stream_by_language_tag(tmp_path):
         for s, t in pairs
     )
     path = tmp_path / "memory.tmx"
-    path.write_text(TMX.format(units=units + '\n<tu><tuv xml:lang="fr"><seg>x</seg></tuv></tu>'))
+    broken = '<tu><tuv xml:lang="en"><seg>two\n  lines</seg></tuv><tuv xml:lang="es"><seg>dos</seg></tuv></tu>'
+    alone = '<tu><tuv xml:lang="fr"><seg>x</seg></tuv></tu>'
+    path.write_text(TMX.format(units="\n".join([units, broken, alone])))
     corpus = Corpus("tm", "tmx", (path,))
-    assert list(iter_corpus(corpus, Languages("en", "es"))) == [*pairs, ("", "")]
+    got = list(iter_corpus(corpus, Languages("en", "es")))
+    assert got == [*pairs, ("two lines", "dos"), ("", "")]
 
 
 def test_a_broken_tmx_names_the_line(tmp_path, capsys):

@@ -261,11 +261,12 @@ def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
 
 
 def _segments(tu: ET.Element) -> dict[str, str]:
+    # a segment may span lines in the XML: one sentence is one line of the dataset's text
     found = {}
     for tuv in tu.iter("tuv"):
         lang = tuv.get(_XML_LANG) or tuv.get("lang") or ""
         seg = tuv.find("seg")
-        found[_primary(lang)] = "".join(seg.itertext()).strip() if seg is not None else ""
+        found[_primary(lang)] = " ".join("".join(seg.itertext()).split()) if seg is not None else ""
     return found
 
 
