@@ -464,3 +464,29 @@ def test_a_corpus_that_cleaning_empties_is_one_line_naming_the_filters(tmp_path,
     )
     assert code == 2 and err.count("\n") == 1
     assert f"train split ({src}, {tgt}): 0 of 2 pairs kept" in err and "2 copy" in err
+
+
+def test_a_signal_while_the_vocabulary_reads_its_text_comes_through_sentencepiece(tmp_path):
+    from aiayn.cli.common import Stopped
+
+    def sentences():
+        yield from [f"{w} runs" for w in WORDS] * 20
+        raise Stopped(signal.SIGINT)  # what the handler raises when Ctrl-C comes
+
+    with pytest.raises(Stopped):
+        Vocab.train(sentences(), tmp_path / "spm", 40)
+
+
+def test_langid_drops_the_swapped_pairs_of_a_corpus(tmp_path, capsys):
+    pytest.importorskip("py3langid")
+    from aiayn.data import bundled_corpus_paths
+    from aiayn.files import iter_lines
+
+    src, tgt = bundled_corpus_paths()["valid"]
+    pairs = list(zip(iter_lines(src), iter_lines(tgt)))[:100]
+    pairs[10:20] = [(t, s) for s, t in pairs[10:20]]  # sides swapped, as crawls have them
+    files = write_pairs(tmp_path, "mixed", pairs)
+    train = ("--train-src", files[0], "--train-tgt", files[1])
+    meta, err = prepare(capsys, *train, "--langid", "--out", tmp_path / "d", "--vocab-size", "300")
+    assert meta["splits"]["train"]["cleaning"]["language"] == 10
+    assert "10 language" in err
