@@ -19,6 +19,7 @@ from aiayn.data import Vocab, bundled_corpus_paths, check_vocab, prepare_corpus,
 from aiayn.data import binarize as binarize_module
 from aiayn.data import prepare as prepare_module
 from aiayn.data.binarize import binarize_split, dataset_files, split_files
+from aiayn.data.corpora import Corpus, Languages, iter_corpus
 from aiayn.data.readers import iter_lines, iter_parallel
 from aiayn.errors import UserError
 from aiayn.files import temp_dir_beside
@@ -296,47 +297,42 @@ def run_prepare(capsys, *args: str) -> str:
     return err
 
 
-def test_invalid_utf8_in_training_text_names_file_and_line(tmp_path, capsys):
+def test_invalid_utf8_in_training_text_drops_that_pair_and_counts_it(tmp_path, capsys):
     # Line 3001 is past sentencepiece's first read, where its trainer used to wrap the error.
     src, tgt = write_pair(tmp_path, "train", 3001)
     data = src.read_bytes().split(b"\n")
     data[3000] = b"caf\xe9 " + data[3000]
     src.write_bytes(b"\n".join(data))
-    err = run_prepare(
-        capsys,
-        "--train-src",
-        str(src),
-        "--train-tgt",
-        str(tgt),
-        "--out",
-        str(tmp_path / "o"),
-        "--vocab-size",
-        "60",
+    out = tmp_path / "o"
+    main(
+        ["prepare", "--train-src", str(src), "--train-tgt", str(tgt), "--out", str(out)]
+        + ["--vocab-size", "60", "--no-clean"]
     )
-    assert f"{src}: line 3001: invalid UTF-8" in err
-    assert leftovers(tmp_path) == [] and not (tmp_path / "o").exists()
+    train = json.loads((out / "meta.json").read_text())["splits"]["train"]
+    assert (train["read"], train["skipped_invalid_utf8"], train["pairs"]) == (3001, 1, 3000)
+    assert "1 invalid_utf8" in capsys.readouterr().err
 
 
-def test_invalid_utf8_in_a_valid_split_names_file_and_line(corpus, tmp_path, capsys):
+def test_invalid_utf8_in_a_valid_split_drops_that_pair_and_counts_it(corpus, tmp_path, capsys):
     src, tgt = write_pair(tmp_path, "valid", 5)
     tgt.write_bytes(tgt.read_bytes() + b"\xff\n")
     src.write_bytes(src.read_bytes() + b"x\n")
-    err = run_prepare(
-        capsys,
-        "--train-src",
-        str(corpus["train"][0]),
-        "--train-tgt",
-        str(corpus["train"][1]),
-        "--valid-src",
-        str(src),
-        "--valid-tgt",
-        str(tgt),
-        "--out",
-        str(tmp_path / "o"),
-        "--vocab-size",
-        "60",
+    out = tmp_path / "o"
+    main(
+        ["prepare", "--train-src", str(corpus["train"][0]), "--train-tgt", str(corpus["train"][1])]
+        + [
+            "--valid-src",
+            str(src),
+            "--valid-tgt",
+            str(tgt),
+            "--out",
+            str(out),
+            "--vocab-size",
+            "60",
+        ]
     )
-    assert f"{tgt}: line 6: invalid UTF-8" in err and not (tmp_path / "o").exists()
+    valid = json.loads((out / "meta.json").read_text())["splits"]["valid"]
+    assert (valid["read"], valid["skipped_invalid_utf8"], valid["pairs"]) == (6, 1, 5)
 
 
 @pytest.mark.parametrize("content", ["", "\n  \n\t\n"])
@@ -394,12 +390,16 @@ def test_bad_sizes_are_one_line_errors(corpus, tmp_path, capsys, flags, message)
     assert not (tmp_path / "o").exists() and leftovers(tmp_path) == []
 
 
-@pytest.mark.parametrize("flags", [[], ["--train-src", "only-one-side.en"]])
-def test_prepare_without_inputs_is_a_one_line_error(tmp_path, capsys, flags):
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ([], "no input: give --bundled, --wmt14, --data-spec, --corpus, or --train-src and"),
+        (["--train-src", "only-one-side.en"], "--train-src and --train-tgt go together"),
+    ],
+)
+def test_prepare_without_inputs_is_a_one_line_error(tmp_path, capsys, flags, message):
     err = run_prepare(capsys, "--out", str(tmp_path / "o"), *flags)
-    assert err.startswith(
-        "aiayn prepare: error: no input: give --bundled, --wmt14, or --train-src and --train-tgt"
-    )
+    assert err.startswith(f"aiayn prepare: error: {message}")
     assert not (tmp_path / "o").exists()
 
 
@@ -452,13 +452,8 @@ def test_prepare_counts_lines_by_lf_only(tmp_path):
     src.write_bytes(b"one\r\ntwo\rstill two\nthree\r\r\n")
     tgt.write_bytes(b"uno\ndos\ntres\n")
     assert list(iter_lines(src)) == ["one", "two\rstill two", "three\r"]
-    stats = prepare_module.ReadStats()
-    assert [s for s, _ in iter_parallel(src, tgt, stats=stats)] == [
-        "one",
-        "two\rstill two",
-        "three",
-    ]
-    assert stats.read == 3
+    corpus = Corpus("a", "pair", (src, tgt))
+    assert [s for s, _ in iter_corpus(corpus, Languages())] == ["one", "two\rstill two", "three"]
 
 
 @settings(max_examples=100, deadline=None)

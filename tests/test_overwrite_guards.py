@@ -243,7 +243,7 @@ def test_translate_file_and_stdin_split_lines_alike(tiny_run, tmp_path, capsys, 
 
 
 def test_evaluate_and_prepare_readers_follow_the_same_rule(tmp_path):
-    from aiayn.data.readers import iter_lines as corpus_lines
+    from aiayn.data.corpora import text_lines as corpus_lines  # what prepare reads with
 
     path = tmp_path / "x.txt"
     path.write_bytes(MIXED)

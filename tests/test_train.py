@@ -940,8 +940,8 @@ def test_prepare_bundled_records_the_languages_validation_bleu_takes(
 def test_validation_bleu_without_a_recorded_language_asks_for_valid_bleu_lang(
     tiny_corpus, tmp_path, capsys
 ):
-    text, vocab = _other_text(tmp_path), tiny_corpus / "spm.model"
-    data = _prepare(capsys, text, tmp_path / "data", "--vocab", vocab)  # own files: no language
+    text, vocab = _other_text(tmp_path, suffixes=("src", "tgt")), tiny_corpus / "spm.model"
+    data = _prepare(capsys, text, tmp_path / "data", "--vocab", vocab)  # no language named
     assert "record" not in json.loads((data / "meta.json").read_text())
     cfg = config(data, tmp_path / "run", validate=True, valid_bleu_sentences=2)
     with pytest.raises(UserError, match=r"meta.json records no language: set valid_bleu_lang"):
@@ -951,6 +951,32 @@ def test_validation_bleu_without_a_recorded_language_asks_for_valid_bleu_lang(
     )
     assert Trainer(given).bleu_lang == "fr"
     assert Trainer(config(data, tmp_path / "run", validate=True)).bleu_sample is None  # no BLEU
+
+
+def test_the_demo_recipe_validates_a_german_dataset_with_german_tokenisation(
+    tiny_corpus, tmp_path, capsys
+):
+    # the text is the bundled Spanish; what matters is the language the files say
+    text, vocab = _other_text(tmp_path, suffixes=("en", "de")), tiny_corpus / "spm.model"
+    data = _prepare(capsys, text, tmp_path / "de", "--vocab", vocab)
+    assert json.loads((data / "meta.json").read_text())["record"]["tgt_lang"] == "de"
+    assert load_train_config("demo", [f"data={data}"]).valid_bleu_lang == "de"
+    given = load_train_config("demo", [f"data={data}", "valid_bleu_lang=fr"])
+    assert given.valid_bleu_lang == "fr"  # the user's, not the recipe's: the trainer checks it
+
+
+def test_the_demo_recipe_refuses_a_dataset_that_records_no_language(tiny_corpus, tmp_path, capsys):
+    text, vocab = _other_text(tmp_path, suffixes=("src", "tgt")), tiny_corpus / "spm.model"
+    data = _prepare(capsys, text, tmp_path / "own", "--vocab", vocab)
+    run = tmp_path / "run"
+    sets = [f"data={data}", f"out={run}", "max_updates=1", "preset=tiny"]
+    sets += [f"model.{k}={v}" for k, v in TINY.items()]
+    code, _, err = run_cli(capsys, "train", "demo", *(a for s in sets for a in ("--set", s)))
+    assert code == 2
+    one_line_error(err, "valid_bleu_lang=es is the demo recipe's", "records no language")
+    assert not run.exists()
+    user = load_train_config("demo", [f"data={data}", "valid_bleu_lang=de"])
+    assert user.valid_bleu_lang == "de"  # said by the user: taken
 
 
 def test_resuming_a_fine_tuned_run_without_init_from_keeps_its_own(tiny_run, tiny_corpus, tmp_path):
@@ -1086,13 +1112,16 @@ def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
 # --- fine-tuning: a new run from another run's checkpoint ------------------------------------
 
 
-def _other_text(tmp_path: Path, start: int = 3000, n: int = 60) -> tuple[Path, Path]:
-    """``n`` pairs of the bundled corpus that the tiny runs never saw."""
+def _other_text(
+    tmp_path: Path, start: int = 3000, n: int = 60, suffixes: tuple[str, str] = ("en", "es")
+) -> tuple[Path, Path]:
+    """``n`` pairs of the bundled corpus that the tiny runs never saw, in files named
+    ``other.SUFFIX`` (prepare reads a language from a suffix like ``en``)."""
     from aiayn.data import bundled_corpus_paths
     from aiayn.files import iter_lines
 
     paths = []
-    for side, path in zip(("en", "es"), bundled_corpus_paths()["train"]):
+    for side, path in zip(suffixes, bundled_corpus_paths()["train"]):
         lines = [line for i, line in enumerate(iter_lines(path)) if start <= i < start + n]
         paths.append(tmp_path / f"other.{side}")
         paths[-1].write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -1101,7 +1130,9 @@ def _other_text(tmp_path: Path, start: int = 3000, n: int = 60) -> tuple[Path, P
 
 def _prepare(capsys, text: tuple[Path, Path], out: Path, *options: str) -> Path:
     src, tgt = text
+    # valid is train here (a perplexity to compare, not a score): kept although they overlap
     splits = ["--train-src", src, "--train-tgt", tgt, "--valid-src", src, "--valid-tgt", tgt]
+    options = ("--keep-overlap", *options)
     code, _, err = run_cli(capsys, "prepare", *splits, "--out", out, "--max-len", "48", *options)
     assert code == 0, err
     return out

@@ -19,6 +19,7 @@ them (an ensemble).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -396,6 +397,18 @@ class Translator:
             with open(tmp, "w", encoding="utf-8", newline="\n") as sink:
                 return translate_stream(TextStream(raw, sink, name=str(source)), self, search)
 
+    def target_language(self) -> str | None:
+        """The target language the checkpoint's training data recorded (``aiayn prepare``
+        records it in the dataset's meta.json and training copies that into every
+        checkpoint), or None."""
+        meta = Path(self.checkpoints[0]) / "meta.json"
+        try:
+            return str(
+                json.loads(meta.read_text(encoding="utf-8"))["dataset"]["record"]["tgt_lang"]
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def evaluate(
         self,
         sources: Sequence[str],
@@ -403,13 +416,15 @@ class Translator:
         request: SearchRequest | None = None,
         *,
         hyp_path: str | os.PathLike | None = None,
-        lang: str = "de",
+        lang: str | None = None,
         progress: bool = False,
     ) -> Evaluation:
         """``aiayn evaluate``: ``sources`` translated as ``translate`` does (``request``
         default: ``request()``) and scored against ``references``: SacreBLEU with its
-        signature, the paper's BLEU, chrF and TER with intervals, and our model's perplexity
-        of the references; the hypotheses are written to ``hyp_path`` when given."""
+        signature, the paper's BLEU (Moses-tokenised in ``lang``, default the target language
+        the checkpoint's data records, else German, the paper's), chrF and TER with intervals,
+        and our model's perplexity of the references; the hypotheses are written to
+        ``hyp_path`` when given."""
         from .evaluate import scored
         from .files import write_lines_atomic
 
@@ -423,6 +438,7 @@ class Translator:
         hyps = [_best(outputs) for window in windows for outputs in window]
         decode_s = time.perf_counter() - start
         engine = self.engine.name if self.engine is not None else "torch"
+        lang = lang or self.target_language() or "de"
         result = scored(
             self.model, self.vocab, sources, references, hyps, decode_s, lang=lang, engine=engine
         )

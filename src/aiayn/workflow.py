@@ -57,22 +57,38 @@ def prepare(
     train: Pair | None = None,
     valid: Pair | None = None,
     test: Pair | None = None,
+    corpora: dict[str, list[Any]] | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    cleaning: Any = "default",
+    valid_size: int = 0,
+    test_size: int = 0,
+    seed: int = 1,
     vocab_size: int | None = None,
     vocab: str | os.PathLike | None = None,
     max_len: int = 256,
     workers: int = 1,
+    progress: bool = False,
 ) -> Written:
     """``aiayn prepare``: a shared BPE vocabulary and the binarised splits in ``out``, from
     the bundled English->Spanish Bible (``bundled``), WMT14 (``wmt14``: "de-en" or "fr-en") or
-    your own (source, target) files (``train``, and optionally ``valid`` and ``test``).
+    your own (source, target) files (``train``, and optionally ``valid`` and ``test``) and
+    corpora (``corpora``: split -> list of ``data.corpora.Corpus``: TSV, TMX, named, weighted).
+    Your own data is cleaned (``cleaning``: a ``data.clean.Cleaning``, default the command's
+    filters; None: only empty and invalid pairs go) and ``valid_size``/``test_size`` pairs are
+    carved out of train with ``seed``; the bundled corpus and WMT14 are taken as they are.
     ``vocab``: binarise with this SentencePiece model (a checkpoint's ``spm.model``) instead
     of training one; ``vocab_size`` default 8000."""
     from .data import bundled_corpus_paths, prepare_corpus
+    from .data.clean import Cleaning
+    from .data.corpora import Corpus, Languages
     from .data.prepare import BIBLE_LANGS
+    from .data.select import HeldOutSizes
 
     record = None  # the languages, where they are known (validation BLEU reads them)
-    if bundled:
-        splits, record = bundled_corpus_paths(), BIBLE_LANGS
+    languages = held_out = None
+    if bundled:  # curated corpora are taken as they are: no cleaning
+        splits, record, cleaning = bundled_corpus_paths(), BIBLE_LANGS, None
     elif wmt14:
         from .data.prepare import check_target
         from .data.wmt import download_wmt14
@@ -82,12 +98,24 @@ def prepare(
         check_target(Path(out))  # before hours of downloading
         src, tgt = wmt14.split("-")[1], wmt14.split("-")[0]  # "de-en" -> en->de
         splits = download_wmt14(wmt14, src, tgt, Path(out) / "raw")
-        record = {"src_lang": src, "tgt_lang": tgt}
+        record, cleaning = {"src_lang": src, "tgt_lang": tgt}, None
     else:
-        if train is None or not all(train):
-            raise UserError("no input: give --bundled, --wmt14, or --train-src and --train-tgt")
-        given = {"train": train, "valid": valid, "test": test}
-        splits = {name: (Path(p[0]), Path(p[1])) for name, p in given.items() if p and all(p)}
+        splits = {name: list(given) for name, given in (corpora or {}).items()}
+        for name, pair in (("train", train), ("valid", valid), ("test", test)):
+            if pair and all(pair):
+                corpus = Corpus.from_dict({"src": pair[0], "tgt": pair[1]}, f"{name}=", name)
+                splits.setdefault(name, []).append(corpus)
+        if "train" not in splits:
+            raise UserError(
+                "no input: give --bundled, --wmt14, --data-spec, --corpus, or --train-src and "
+                "--train-tgt (or --train-tsv, --train-tmx)"
+            )
+        for name in ("valid", "test"):
+            if len(splits.get(name, [])) > 1:
+                raise UserError(f"one {name} corpus at most, got {len(splits[name])}")
+        languages = Languages(src_lang, tgt_lang)
+        cleaning = Cleaning() if cleaning == "default" else cleaning or Cleaning.off()
+        held_out = HeldOutSizes(valid_size, test_size, seed)
     if vocab and vocab_size is not None:
         raise UserError("--vocab reuses a vocabulary of its own size: give it or --vocab-size")
     summary = prepare_corpus(
@@ -98,6 +126,10 @@ def prepare(
         vocab=vocab,
         workers=workers,
         record=record,
+        cleaning=cleaning,
+        languages=languages,
+        held_out=held_out,
+        progress=progress,
     )
     return Written(Path(out).resolve(), summary)
 

@@ -55,16 +55,25 @@ def _evaluate(args: argparse.Namespace) -> None:
     request = search_request(args)  # every option, then every file, checked before loading
     sources, references = read_evaluation_inputs(args.src, args.ref, args.output, args.checkpoint)
     translator, request = open_decoding(args, "evaluate", request)
+    lang = args.lang or translator.target_language()
+    if lang is None:
+        print(
+            f"aiayn evaluate: {translator.checkpoints[0]} records no target language: paper BLEU "
+            "tokenises as German (de); give --lang for another",
+            file=sys.stderr,
+        )
+        lang = "de"
     result = translator.evaluate(
         sources,
         references,
         request,
         hyp_path=args.output,
-        lang=args.lang,
+        lang=lang,
         progress=show_progress(args),
     )
     used = {"shortlist": request.shortlist.origin if request.shortlist else None}
-    print(json.dumps({**result.as_dict(), **translator.precision.as_dict(), **used}, indent=2))
+    scored = {**result.as_dict(), "paper_bleu_lang": lang}
+    print(json.dumps({**scored, **translator.precision.as_dict(), **used}, indent=2))
     if args.output:
         say_wrote("evaluate", args.output)
 
@@ -89,7 +98,11 @@ def add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src", required=True, help="source text (.gz allowed)")
     p.add_argument("--ref", required=True, help="reference text (.gz allowed)")
     p.add_argument("--output", help="file to write the hypotheses to")
-    p.add_argument("--lang", default="de", help="target language for the Moses tokeniser")
+    p.add_argument(
+        "--lang",
+        help="target language for the paper BLEU's Moses tokeniser (default: the one the "
+        "checkpoint's training data records, else de)",
+    )
     add_engine_arg(p)
     add_corpus_args(p)
     add_shortlist_args(p)

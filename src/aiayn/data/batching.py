@@ -30,7 +30,9 @@ class TokenBudgetSampler:
     takes batches ``r, r + W, ...`` of the first ``W * (n_batches // W)``: the remaining
     ``n_batches % W`` batches of that epoch are dropped, so every rank does the same number
     of steps (a different remainder is dropped each epoch when shuffling). Pairs that alone
-    exceed a budget are never batched; ``n_skipped`` counts them.
+    exceed a budget are never batched; ``n_skipped`` counts them. ``corpora`` ((start, end,
+    weight) of each named corpus's index range: ``corpus_ranges``) resamples each epoch's
+    pairs by weight first (``weighted_epoch``).
     """
 
     def __init__(
@@ -43,6 +45,7 @@ class TokenBudgetSampler:
         rank: int = 0,
         world_size: int = 1,
         shuffle: bool = True,
+        corpora: list[tuple[int, int, float]] | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world_size {world_size}")
@@ -50,6 +53,9 @@ class TokenBudgetSampler:
         self.tgt_cost = np.asarray(tgt_lens, dtype=np.int64) + 1  # + bos (tgt_in) / eos (tgt_out)
         self.max_src_tokens, self.max_tgt_tokens = max_src_tokens, max_tgt_tokens
         self.seed, self.rank, self.world_size, self.shuffle = seed, rank, world_size, shuffle
+        # all weights 1: no resampling, so the order is exactly the unweighted one
+        weighted = corpora is not None and any(w != 1 for _, _, w in corpora)
+        self.corpora = corpora if weighted else None
         fits = (self.src_cost <= max_src_tokens) & (self.tgt_cost <= max_tgt_tokens)
         self.usable = np.flatnonzero(fits)
         self.n_skipped = int(len(fits) - len(self.usable))
@@ -58,6 +64,8 @@ class TokenBudgetSampler:
 
     def _order(self, epoch: int) -> np.ndarray:
         idx = self.usable
+        if self.corpora is not None:
+            idx = weighted_epoch(idx, self.corpora, np.random.default_rng((self.seed, epoch, 2)))
         if self.shuffle:
             idx = np.random.default_rng((self.seed, epoch)).permutation(idx)
         # lexsort: last key is primary; stable, so the shuffle breaks ties.
@@ -137,3 +145,30 @@ class TokenBudgetSampler:
             "padding_fraction": 1.0
             - (sum(real_src) + sum(real_tgt)) / (sum(padded_src) + sum(padded_tgt)),
         }
+
+
+def corpus_ranges(train_meta: dict[str, Any]) -> list[tuple[int, int, float]] | None:
+    """(start, end, weight) of each named corpus in a train split's ``meta.json`` record
+    (``prepare`` writes them corpus after corpus), or ``None`` for a dataset without them."""
+    corpora = train_meta.get("corpora")
+    if not corpora:
+        return None
+    ends = np.cumsum([c["pairs"] for c in corpora]).tolist()
+    starts = [0, *ends[:-1]]
+    return [(s, e, float(c["weight"])) for s, e, c in zip(starts, ends, corpora)]
+
+
+def weighted_epoch(
+    usable: np.ndarray, corpora: list[tuple[int, int, float]], rng: np.random.Generator
+) -> np.ndarray:
+    """One epoch's pair indices with each corpus sampled by its weight (OpenNMT-py's corpus
+    ``weight``, applied at batching time rather than by copying files): weight 2 takes every
+    pair twice, 0.5 a random half, 1.5 every pair once and a random half again. ``usable``
+    (sorted) are the indices that fit the budget."""
+    parts = []
+    for start, end, weight in corpora:
+        members = usable[np.searchsorted(usable, start) : np.searchsorted(usable, end)]
+        whole, fraction = divmod(weight, 1.0)
+        parts.extend([members] * int(whole))
+        parts.append(rng.choice(members, round(fraction * len(members)), replace=False))
+    return np.concatenate(parts)

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import chain, compress, islice
@@ -28,7 +29,7 @@ from .vocab import Vocab
 
 SIDES = ("src", "tgt")
 META, VOCAB_MODEL = "meta.json", "spm.model"
-_ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens|offsets)\.npy")
+_ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens\.npy|offsets\.npy|txt)")
 _CHUNK = 10_000  # pairs encoded per sentencepiece call (bounds memory, uses threads)
 
 
@@ -103,7 +104,7 @@ class _Encoded(NamedTuple):
     pickle as bytes, so a worker hands them back far cheaper than lists of ints."""
 
     sides: dict[str, tuple[np.ndarray, np.ndarray]]
-    too_long: int
+    keep: np.ndarray  # (chunk,) bool: which input pairs were kept
 
 
 def _encode_chunk(
@@ -116,7 +117,7 @@ def _encode_chunk(
     sides = {
         side: flatten(list(compress(ids, keep)), dtype) for side, ids in zip(SIDES, (srcs, tgts))
     }
-    return _Encoded(sides, keep.count(False))
+    return _Encoded(sides, np.array(keep, dtype=bool))
 
 
 _worker_vocab: Vocab | None = None  # a binarising worker's own copy, loaded once per process
@@ -124,6 +125,8 @@ _worker_vocab: Vocab | None = None  # a binarising worker's own copy, loaded onc
 
 def _load_worker_vocab(path: Path) -> None:
     global _worker_vocab
+    # Ctrl-C reaches the whole process group: the parent stops the pool and says so, once
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_vocab = Vocab.load(path)
 
 
@@ -169,7 +172,8 @@ def binarize_split(
     max_tokens: int | None = None,
     chunk_pairs: int = _CHUNK,
     workers: int = 1,
-) -> dict[str, int]:
+    group_sizes: list[int] | None = None,
+) -> dict[str, Any]:
     """Encode ``pairs`` into ``out_dir/{split}.{src,tgt}.*.npy``; returns kept/skipped counts.
 
     Pairs with more than ``max_tokens`` subwords on either side are skipped (counted), because
@@ -179,13 +183,21 @@ def binarize_split(
     one reads the text and writes the chunks in their order: the files are byte for byte one
     worker's. The workers are spawned, so a script that calls this with ``workers`` > 1 needs
     multiprocessing's ``if __name__ == "__main__":`` guard (``aiayn`` has it).
+    ``group_sizes``: the input is consecutive groups of that many pairs (named corpora); the
+    result's ``group_pairs`` says how many of each were kept.
     """
     dtype = token_dtype(len(vocab))
     writers = {side: _SideWriter(out_dir / f"{split}.{side}", dtype) for side in SIDES}
     too_long = 0
+    kept = np.zeros(len(group_sizes or []), np.int64)
+    ends, start = np.cumsum(group_sizes or [], dtype=np.int64), 0  # ends: (groups,)
     try:
         for encoded in _encoded_chunks(iter(pairs), vocab, max_tokens, chunk_pairs, workers):
-            too_long += encoded.too_long
+            too_long += int((~encoded.keep).sum())
+            if group_sizes is not None:
+                positions = start + np.flatnonzero(encoded.keep)  # kept pairs' input indices
+                np.add.at(kept, np.searchsorted(ends, positions, side="right"), 1)
+            start += len(encoded.keep)
             for side, (lengths, tokens) in encoded.sides.items():
                 writers[side].append(lengths, tokens)
     finally:
@@ -196,6 +208,7 @@ def binarize_split(
         "skipped_too_long_tokens": too_long,
         "src_tokens": writers["src"].tokens.n,
         "tgt_tokens": writers["tgt"].tokens.n,
+        **({"group_pairs": kept.tolist()} if group_sizes is not None else {}),
     }
 
 
@@ -220,8 +233,15 @@ def write_meta(
 
 
 def split_files(split: str) -> list[str]:
-    """The names of the arrays of ``split`` in a dataset directory."""
-    return [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
+    """The names of the arrays of ``split`` in a dataset directory, and of a held-out split's
+    text (``held_out_text``: what ``aiayn evaluate`` reads)."""
+    arrays = [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
+    return arrays + ([] if split == "train" else held_out_text(split))
+
+
+def held_out_text(split: str) -> list[str]:
+    """The text files of held-out ``split`` (source, target) as prepare kept it."""
+    return [f"{split}.{side}.txt" for side in SIDES]
 
 
 def dataset_files(splits: Iterable[str]) -> list[str]:

@@ -12,10 +12,13 @@ import os
 import shutil
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from importlib import resources
 from itertools import islice
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from ..errors import UserError
 from ..files import (
@@ -30,15 +33,20 @@ from .binarize import (
     META,
     binarize_split,
     dataset_files,
+    held_out_text,
     is_dataset_file,
     read_meta,
     split_files,
     write_meta,
 )
-from .readers import ReadStats, iter_lines, iter_parallel
+from .clean import Cleaning, HeldOut, language_identifier
+from .corpora import TAG_BT, Corpus, Languages, resolve_languages, text_lines
+from .readers import iter_lines
+from .select import HeldOutSizes, Plan, clean_train, held_out_splits
 from .vocab import Vocab
 
 PathPair = tuple[str | os.PathLike, str | os.PathLike]
+SplitInput = PathPair | Corpus | list[Corpus]
 BIBLE_SPLITS = ("train", "valid", "test")
 # what meta.json records of the bundled corpus's languages (validation BLEU's tokeniser reads it)
 BIBLE_LANGS = {"src_lang": "en", "tgt_lang": "es"}
@@ -84,7 +92,7 @@ def bundled_corpus_paths(src: str = "en", tgt: str = "es") -> dict[str, tuple[Pa
 
 
 def prepare_corpus(
-    splits: dict[str, PathPair],
+    splits: dict[str, SplitInput],
     out_dir: str | os.PathLike,
     vocab_size: int = 8000,
     max_len: int | None = 256,
@@ -94,36 +102,44 @@ def prepare_corpus(
     record: dict[str, Any] | None = None,
     vocab: str | os.PathLike | None = None,
     workers: int = 1,
+    *,
+    cleaning: Cleaning | None = None,
+    languages: Languages | None = None,
+    held_out: HeldOutSizes | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """Train the vocabulary on ``splits["train"]`` (or copy the SentencePiece model ``vocab``,
-    e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``) and binarise every split
-    into ``out_dir``.
+    """Clean ``splits["train"]``, train the vocabulary on what is kept (or copy the
+    SentencePiece model ``vocab``, e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``)
+    and binarise every split into ``out_dir``.
 
-    ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
-    bounds whitespace words while reading. ``user_defined_symbols`` become atomic
-    vocabulary pieces (see ``Vocab.train``). ``record`` goes into ``meta.json`` as it is
-    (``write_meta``), and from there into every checkpoint trained on the dataset. ``workers``
-    processes binarise (``binarize_split``: the same files as one). Returns the ``meta.json``
-    contents plus timings.
+    A split is a pair of line-aligned files, a ``Corpus`` or a list of them (named, weighted).
+    ``cleaning``: the filters (``clean.Cleaning``; default: only empty and invalid pairs go);
+    valid and test lose only empty, invalid and over-long pairs. ``held_out`` carves valid/test
+    out of train. ``languages`` (else the files' suffixes) and ``record`` go into ``meta.json``.
+    ``max_len`` bounds subwords per side, ``max_words`` whitespace words (longer pairs
+    skipped). ``user_defined_symbols``: atomic pieces (``Vocab.train``). ``workers`` processes
+    binarise (the same files as one). Returns the ``meta.json`` contents plus timings.
 
-    The dataset is built in a temporary directory beside ``out_dir`` and renamed into place at
-    the end (see ``check_target`` for what may already be there), so a failed or interrupted
-    prepare leaves a previous dataset untouched: never a new vocabulary beside old ids.
+    The dataset is built in a temporary directory beside ``out_dir`` and renamed into place
+    (``check_target``: what may be there), so a failed or interrupted prepare leaves a previous
+    dataset untouched: never a new vocabulary beside old ids.
     """
-    inputs = _checked_inputs(splits, max_len, max_words, workers, vocab)
+    corpora, sizes = {s: _as_corpora(s, v) for s, v in splits.items()}, held_out or HeldOutSizes()
+    names = _split_names(corpora, sizes)
+    inputs = _checked_inputs(corpora, max_len, max_words, workers, vocab)
     out = Path(out_dir).resolve()
-    for output in [out, *(out / name for name in dataset_files(splits))]:
+    for output in [out, *(out / name for name in dataset_files(names))]:
         check_not_input(output, inputs)
     check_target(out)
+    plan = _plan(corpora, cleaning, max_words, languages, sizes, progress)  # its errors first
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out)
     try:
         meta = _build(
-            splits,
+            plan,
             tmp,
             vocab_size,
             max_len,
-            max_words,
             num_threads,
             user_defined_symbols,
             record=record,
@@ -137,22 +153,70 @@ def prepare_corpus(
     return meta
 
 
+def _plan(
+    corpora: dict[str, list[Corpus]],
+    cleaning: Cleaning | None,
+    max_words: int | None,
+    languages: Languages | None,
+    sizes: HeldOutSizes,
+    progress: bool,
+) -> Plan:
+    """What ``prepare_corpus`` will do, resolved: the filters (none asked for: only empty and
+    invalid pairs go), the languages (given, else the files' suffixes) and langid's test."""
+    base = cleaning or Cleaning.off()
+    plan = Plan(
+        corpora=corpora,
+        cleaning=replace(base, max_words=max_words) if max_words is not None else base,
+        languages=resolve_languages(languages or Languages(), _all(corpora)),
+        sizes=sizes,
+        progress=progress,
+    )
+    if plan.cleaning.langid:
+        plan.language_fits = language_identifier((plan.languages.src, plan.languages.tgt))
+    return plan
+
+
+def _as_corpora(split: str, value: SplitInput) -> list[Corpus]:
+    if isinstance(value, Corpus):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(c, Corpus) for c in value):
+        return value
+    src, tgt = value
+    return [Corpus(split, "pair", (Path(src), Path(tgt)))]
+
+
+def _all(corpora: dict[str, list[Corpus]]) -> list[Corpus]:
+    return [c for group in corpora.values() for c in group]
+
+
+def _split_names(corpora: dict[str, list[Corpus]], sizes: HeldOutSizes) -> list[str]:
+    names = list(corpora)
+    for split, n in (("valid", sizes.valid), ("test", sizes.test)):
+        if n and split in corpora:
+            raise UserError(
+                f"--{split}-size carves a {split} split out of train: give it or {split} files"
+            )
+        if n:
+            names.append(split)
+    return names
+
+
 def _checked_inputs(
-    splits: dict[str, PathPair],
+    corpora: dict[str, list[Corpus]],
     max_len: int | None,
     max_words: int | None,
     workers: int,
     vocab: str | os.PathLike | None,
 ) -> list[Path]:
     """``prepare_corpus``'s input files, each checked (with the limits) before any work."""
-    if "train" not in splits:
-        raise UserError(f"prepare_corpus needs a 'train' split, got {sorted(splits)}")
+    if "train" not in corpora:
+        raise UserError(f"prepare_corpus needs a 'train' split, got {sorted(corpora)}")
     for name, value in (("max_len", max_len), ("max_words", max_words)):
         if value is not None and value < 1:
             raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
     if workers < 1:  # before the vocabulary's minutes of training
         raise UserError(f"workers must be a positive number of processes, got {workers}")
-    inputs = [Path(p) for pair in splits.values() for p in pair]
+    inputs = [path for corpus in _all(corpora) for path in corpus.files]
     if vocab is not None:
         Vocab.load(vocab)  # a UserError now if it is not one, before any work
         inputs.append(Path(vocab))
@@ -161,6 +225,10 @@ def _checked_inputs(
             raise UserError(f"{path}: no such file")
         if path.is_dir():
             raise UserError(f"{path}: is a directory; expected a text file of sentences")
+    for corpus in corpora["train"]:
+        for path in corpus.files if corpus.kind != "tmx" else ():
+            if not any(line and line.strip() for line in text_lines(path)):
+                raise UserError(f"{path}: empty training file (no line with text)")
     return inputs
 
 
@@ -188,11 +256,10 @@ def check_target(out: Path) -> None:
 
 
 def _build(
-    splits: dict[str, PathPair],
+    plan: Plan,
     out: Path,
     vocab_size: int,
     max_len: int | None,
-    max_words: int | None,
     num_threads: int,
     user_defined_symbols: Sequence[str],
     *,
@@ -201,39 +268,123 @@ def _build(
     workers: int,
 ) -> dict[str, Any]:
     start = time.perf_counter()
-    train_src, train_tgt = (Path(p) for p in splits["train"])
-    if vocab is not None:
-        shutil.copyfile(vocab, out / "spm.model")
-        vocab = Vocab.load(out / "spm.model")
-        vocab.write_listing(out / "spm.vocab")  # what training one writes beside it
-    else:
-        vocab = Vocab.train(
-            _nonempty(train_src, train_tgt),
+    held_out = held_out_splits(plan)
+    held = HeldOut()
+    for split, pairs in held_out.pairs.items():
+        held.add(split, pairs)
+    text = clean_train(plan, out, held, held_out.carved)
+    if not sum(text.group_sizes):  # before the vocabulary trainer complains of an empty file
+        nothing = {"pairs": 0, "skipped_too_long_tokens": 0, "max_len": max_len}
+        _check_kept("train", _files(plan.corpora["train"]), nothing, text.cleaner.counts, plan)
+    clean_s = time.perf_counter() - start
+    tagged = any(c.back_translated for c in plan.corpora["train"])
+    symbols = [*user_defined_symbols, *([TAG_BT] if tagged else [])]
+    vocab = _vocabulary(out, vocab, text.files, vocab_size, num_threads, symbols)
+    vocab_s = time.perf_counter() - start - clean_s
+    summary = {"train": _binarise_train(plan, text, vocab, out, max_len, workers)}
+    if held.sizes:
+        summary["train"]["overlap"] = {**text.cleaner.overlap, "held_out": held.report()}
+    for split, pairs in held_out.pairs.items():
+        counts = binarize_split(pairs, vocab, out, split, max_len, workers=workers)
+        where = _files(plan.corpora.get(split, [])) or "carved from train"
+        read = held_out.cleaners[split].counts
+        _check_kept(split, where, {**counts, "max_len": max_len}, read, plan)
+        summary[split] = {**counts, **_read_counts(read)}
+        for side, name in enumerate(held_out_text(split)):  # evaluate's --src and --ref
+            write_lines_atomic(out / name, [pair[side] for pair in pairs])
+    for path in text.files:
+        path.unlink()
+    record = {**plan.languages.record(), **(record or {})}
+    meta = write_meta(out, vocab, summary, record or None)
+    seconds = {"clean": clean_s, "vocab": vocab_s, "total": time.perf_counter() - start}
+    return {**meta, "seconds": seconds}
+
+
+def _vocabulary(
+    out: Path,
+    given: Path | None,
+    text: tuple[Path, Path],
+    vocab_size: int,
+    num_threads: int,
+    symbols: list[str],
+) -> Vocab:
+    """The given SentencePiece model copied into ``out``, or one trained on ``text``."""
+    if given is None:
+        return Vocab.train(
+            _nonempty(*text),
             out / "spm",
             vocab_size,
             num_threads=num_threads,
-            user_defined_symbols=user_defined_symbols,
+            user_defined_symbols=symbols,
         )
-    vocab_s = time.perf_counter() - start
-    summary: dict[str, dict[str, int]] = {}
-    for split, (src_path, tgt_path) in splits.items():
-        stats = ReadStats()
-        pairs = iter_parallel(src_path, tgt_path, max_words, stats)
-        counts = binarize_split(pairs, vocab, out, split, max_len, workers=workers)
-        if counts["pairs"] == 0:
-            raise UserError(
-                f"{split} split ({src_path}, {tgt_path}): 0 of {stats.read} pairs kept: "
-                f"{stats.empty} with an empty side, {stats.too_long} over max_words={max_words}, "
-                f"{counts['skipped_too_long_tokens']} over max_len={max_len} subwords"
-            )
-        summary[split] = {
-            **counts,
-            "read": stats.read,
-            "skipped_empty": stats.empty,
-            "skipped_too_long_words": stats.too_long,
-        }
-    meta = write_meta(out, vocab, summary, record)
-    return {**meta, "seconds": {"vocab": vocab_s, "total": time.perf_counter() - start}}
+    shutil.copyfile(given, out / "spm.model")
+    vocab = Vocab.load(out / "spm.model")
+    vocab.write_listing(out / "spm.vocab")  # what training one writes beside it
+    missing = [s for s in symbols if vocab.piece_to_id(s) == vocab.unk_id]
+    if missing:
+        raise UserError(
+            f"{given}: has no piece {missing[0]}, which this data needs; train a vocabulary"
+        )
+    return vocab
+
+
+def _binarise_train(
+    plan: Plan, text: Any, vocab: Vocab, out: Path, max_len: int | None, workers: int
+) -> dict[str, Any]:
+    kept = sum(text.group_sizes)
+    pairs = tqdm(
+        zip(iter_lines(text.files[0]), iter_lines(text.files[1])),
+        desc="binarising",
+        unit=" pairs",
+        total=kept,
+        disable=not plan.progress,
+    )
+    counts = binarize_split(
+        pairs, vocab, out, "train", max_len, workers=workers, group_sizes=text.group_sizes
+    )
+    for corpus, n in zip(text.corpora, counts.pop("group_pairs")):
+        corpus["pairs"] = n
+    where = _files(plan.corpora["train"])
+    _check_kept("train", where, {**counts, "max_len": max_len}, text.cleaner.counts, plan)
+    return {
+        **counts,
+        **_read_counts(text.cleaner.counts),
+        "cleaning": {k: v for k, v in text.cleaner.counts.items() if k not in ("read", "kept")},
+        "corpora": text.corpora,
+    }
+
+
+def _files(corpora: list[Corpus]) -> str:
+    return ", ".join(str(path) for corpus in corpora for path in corpus.files)
+
+
+def _read_counts(counts: dict[str, int]) -> dict[str, int]:
+    """The counts every split has recorded from the start."""
+    return {
+        "read": counts["read"],
+        "skipped_empty": counts["empty"],
+        "skipped_too_long_words": counts["too_long_words"],
+        "skipped_invalid_utf8": counts["invalid_utf8"],
+    }
+
+
+def _check_kept(
+    split: str, where: str, counts: dict[str, Any], read: dict[str, int], plan: Plan
+) -> None:
+    """A ``UserError`` if ``split`` (from ``where``) kept no pair, saying what dropped them."""
+    if counts["pairs"]:
+        return
+    others = ", ".join(
+        f"{n} {k}"
+        for k, n in read.items()
+        if n and k not in ("read", "kept", "empty", "too_long_words")
+    )
+    raise UserError(
+        f"{split} split ({where}): 0 of {read['read']} pairs kept: {read['empty']} with an empty "
+        f"side, {read['too_long_words']} over max_words={plan.cleaning.max_words}, "
+        f"{counts['skipped_too_long_tokens']} over max_len={counts['max_len']} subwords"
+        + (f", {others}" if others else "")
+    )
 
 
 def _replace_dataset(new: Path, out: Path) -> None:

@@ -8,6 +8,7 @@ the decoders' start/stop logic rely on them; a model file with other ids is reje
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,6 +21,18 @@ from ..errors import UserError
 from .readers import iter_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SAMPLE_SEED = 1  # sentencepiece's sampling of input_sentence_size sentences: one per text
+# the trainer options every vocabulary shares: BPE, the fixed special ids, a shuffled sample
+_FIXED_OPTIONS = dict(
+    model_type="bpe",
+    pad_id=PAD_ID,
+    unk_id=UNK_ID,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    shuffle_input_sentence=True,
+    max_sentence_length=1 << 14,
+    minloglevel=2,
+)
 
 
 def _trainer_error(message: str, vocab_size: int) -> UserError | None:
@@ -83,6 +96,8 @@ class Vocab:
         ``texts_or_files`` mixes sentences (``str``) and files (``Path``: one sentence a line).
         Pass both languages so that the vocabulary is shared. At most
         ``input_sentence_size`` sentences are sampled, which bounds training time on WMT.
+        Same text, same ``.model`` bytes: the sample is seeded, and the model comes from memory
+        (a ``model_prefix``, a temporary directory's name, would be recorded in the file).
         """
         if vocab_size < 1:
             raise UserError(f"vocab size must be a positive number of pieces, got {vocab_size}")
@@ -95,28 +110,23 @@ class Vocab:
             # the text; keep the original (a UserError naming the file and line) to re-raise.
             try:
                 yield from _sentences(texts_or_files)
-            except Exception as e:
+            except BaseException as e:  # a signal's exception too (cli.common.stop_by_signals)
                 failures.append(e)
                 raise
 
+        model = io.BytesIO()
+        spm.set_random_generator_seed(SAMPLE_SEED)
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=sentences(),
-                model_prefix=str(prefix),
-                model_type="bpe",
+                model_writer=model,
                 vocab_size=vocab_size,
-                pad_id=PAD_ID,
-                unk_id=UNK_ID,
-                bos_id=BOS_ID,
-                eos_id=EOS_ID,
                 character_coverage=character_coverage,
                 byte_fallback=byte_fallback,
                 num_threads=num_threads,
                 input_sentence_size=input_sentence_size,
-                shuffle_input_sentence=True,
-                max_sentence_length=1 << 14,
-                minloglevel=2,
                 user_defined_symbols=list(user_defined_symbols),
+                **_FIXED_OPTIONS,
             )
         except RuntimeError as e:
             if failures:
@@ -125,7 +135,11 @@ class Vocab:
             if error is None:
                 raise
             raise error from None
-        return cls.load(prefix.with_name(prefix.name + ".model"))
+        path = prefix.with_name(prefix.name + ".model")
+        path.write_bytes(model.getvalue())
+        vocab = cls.load(path)
+        vocab.write_listing(prefix.with_name(prefix.name + ".vocab"))
+        return vocab
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:

@@ -13,6 +13,7 @@ import json
 import math
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -326,7 +327,9 @@ def recipe_config(name: str, sets: list[str] = (), **keys: Any) -> TrainConfig:
     """The bundled recipe ``name`` (``aiayn/configs/NAME.yaml``) with ``keys`` in place of its
     own (a run's data, out, budget) and then ``sets``, by ``resolve_train_config``'s rule."""
     path = bundled_configs()[name]
-    return resolve_train_config({**read_config_file(path), **keys}, sets, where=str(path))
+    data = {**read_config_file(path), **keys}
+    cfg = resolve_train_config(data, sets, where=str(path))
+    return recipe_language(cfg, data, sets, recipe=name)
 
 
 def load_train_config(
@@ -339,7 +342,38 @@ def load_train_config(
     """
     file = find_config(path) if path else None
     data = read_config_file(file) if file else {}
-    return resolve_train_config(data, sets, defaults=defaults, where=str(file or "config"))
+    cfg = resolve_train_config(data, sets, defaults=defaults, where=str(file or "config"))
+    if file is not None and not Path(path).exists():  # a bundled recipe, by its name
+        cfg = recipe_language(cfg, data, sets, recipe=str(path))
+    return cfg
+
+
+def recipe_language(
+    cfg: TrainConfig, data: dict[str, Any], sets: Sequence[str], *, recipe: str
+) -> TrainConfig:
+    """``cfg`` with a bundled recipe's ``valid_bleu_lang`` (``data``: the recipe's keys) kept
+    to the data it was written for: the dataset's recorded target language replaces it, and a
+    dataset that records none is refused, since the recipe's language (the demo's Spanish)
+    would score another language's BLEU with the wrong tokeniser. A language given with
+    ``--set`` is the user's and stays."""
+    given_by_user = any(s.split("=", 1)[0].strip() == "valid_bleu_lang" for s in sets)
+    if given_by_user or "valid_bleu_lang" not in data:
+        return cfg
+    if not (cfg.validate and cfg.valid_bleu_sentences):
+        return cfg
+    meta_path = Path(cfg.data) / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return cfg  # no dataset there (yet): the trainer names the problem
+    recorded = meta.get("record", {}).get("tgt_lang") if isinstance(meta, dict) else None
+    if recorded:
+        return dataclasses.replace(cfg, valid_bleu_lang=recorded)
+    raise UserError(
+        f"valid_bleu_lang={cfg.valid_bleu_lang} is the {recipe} recipe's, for its own data, and "
+        f"{meta_path} records no language: prepare the data with --tgt-lang LANG, or "
+        "--set valid_bleu_lang=LANG (or valid_bleu_sentences=0)"
+    )
 
 
 def resolve_train_config(

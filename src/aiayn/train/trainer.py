@@ -35,6 +35,7 @@ from tqdm import tqdm
 from .. import checkpoint as ckpt
 from .. import measured
 from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..data.batching import corpus_ranges
 from ..data.binarize import META
 from ..decode import DecodeConfig
 from ..decode.translate import eval_mode
@@ -182,6 +183,7 @@ class Trainer:
             seed=cfg.seed,
             rank=self.dist.rank,
             world_size=self.dist.world_size,
+            corpora=corpus_ranges(self.train_data.meta["splits"]["train"]),
         )
         self._check_data()
         self.bleu_sample, self.bleu_lang = None, ""
