@@ -53,11 +53,16 @@ def ours(model: Any, sources: Sequence[list[int]], rules: SearchRules) -> list[l
 
 
 def hf_outputs(
-    model: Any, sources: Sequence[list[int]], max_len: int = HF_MAX_LEN, batch: int = 32
+    model: Any,
+    sources: Sequence[list[int]],
+    max_len: int = HF_MAX_LEN,
+    batch: int = 32,
+    **options: Any,
 ) -> list[list[int]]:
     """transformers' beam search (``generate``, ``early_stopping=False``, ``max_length``
     ``max_len`` + 1: it counts the decoder's start) on our model exported to MarianMT: each
-    source's best output, eos removed."""
+    source's best output, eos removed. ``options``: more of ``generate``'s (e.g. the
+    repetition guards)."""
     from aiayn.export.hf import to_marian
 
     marian = to_marian(model, DecodeConfig(beam=BEAM, alpha=ALPHA))
@@ -78,6 +83,7 @@ def hf_outputs(
                 length_penalty=ALPHA,
                 early_stopping=False,
                 max_length=max_len + 1,
+                **options,
             )
         for i, row in zip(members, generated.tolist()):
             row = row[1:]  # without the start token (bos)

@@ -85,6 +85,20 @@ def add_decode_args(
             "|X|+50), or fairseq's, Hugging Face's or CTranslate2's length penalty, stopping "
             "rule and length limit (docs/decoding.md; default: paper)",
         )
+        p.add_argument(
+            "--no-repeat-ngram-size",
+            type=int,
+            metavar="N",
+            help="never repeat an N-gram of the output (transformers' definition; not in the "
+            "paper; default: off)",
+        )
+        p.add_argument(
+            "--repetition-penalty",
+            type=float,
+            metavar="P",
+            help="multiply the log-probability of every token already in the output by P "
+            "(> 1 penalises; transformers' beam-search definition; default: 1, off)",
+        )
     if preset == "parsing":
         p.add_argument(
             "--constrained",
@@ -421,14 +435,18 @@ def decode_precision(args: argparse.Namespace, command: str) -> Precision:
     return precision
 
 
+_GUARDS = ("no_repeat_ngram_size", "repetition_penalty")  # DecodeConfig's, as flags
+
+
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha`` and
-    ``--search-rules`` where given."""
+    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha``,
+    ``--search-rules`` and the repetition guards where given."""
     from ..decode import DecodeConfig
     from ..decode.rules import search_rules
 
     beam, nbest = getattr(args, "beam", None), getattr(args, "nbest", None)
     given = (("beam", beam), ("alpha", args.alpha), ("nbest", nbest))
+    given += tuple((name, getattr(args, name, None)) for name in _GUARDS)
     overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
     if getattr(args, "search_rules", "paper") != "paper":
         overrides["rules"] = search_rules(args.search_rules)
@@ -589,6 +607,10 @@ _NOT_CTRANSLATE2 = {
     "token_scores": ("--token-scores", "they come from our model's forced decoding"),
     "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
     "shortlist": ("--shortlist", "it is our search's (CTranslate2 has its own vocabulary map)"),
+    "repetition_penalty": (
+        "--repetition-penalty",
+        "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
+    ),
 }
 
 

@@ -41,6 +41,7 @@ from torch import Tensor
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
+from .repetition import guard_repetition
 from .rules import SearchRules
 
 NEG_INF = float("-inf")
@@ -538,6 +539,10 @@ def beam_search(
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
+        if config.guards_repetition:
+            lprobs = guard_repetition(
+                lprobs, prefixes, config.no_repeat_ngram_size, config.repetition_penalty
+            )
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, config=config)
         rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, config=config)

@@ -1,7 +1,8 @@
 """The HTTP side: routes, request validation, limits and error messages (FastAPI + uvicorn).
 
     POST /translate  {"text": [...], "beam": 4, "alpha": 0.6, "nbest": 1, "attention": false,
-                      "search_rules": "paper", "prefix": [...], "constraints": [[...], ...],
+                      "search_rules": "paper", "no_repeat_ngram_size": 0,
+                      "repetition_penalty": 1.0, "prefix": [...], "constraints": [[...], ...],
                       "alignments": false,
                       "alignment_layer": -1, "sample": false, "top_k": 0, "top_p": 1.0,
                       "temperature": 1.0, "seed": 0}
@@ -120,6 +121,12 @@ class TranslateRequest(BaseModel):
         description="whose beam-search rules: the paper's, or fairseq's, Hugging Face's or "
         f"CTranslate2's length penalty, stopping rule and length limit ({', '.join(SEARCH_RULES)})",
     )
+    no_repeat_ngram_size: int = Field(
+        0, ge=0, description="never repeat an n-gram of this size in the output (0: off)"
+    )
+    repetition_penalty: float = Field(
+        1.0, gt=0.0, le=10.0, description="> 1 penalises tokens already in the output (1: off)"
+    )
     attention: bool = Field(
         False, description="return the best hypothesis' encoder-decoder attention"
     )
@@ -185,6 +192,8 @@ class TranslateRequest(BaseModel):
             max_len_b=DEFAULT.max_len_b,
             nbest=1 if self.sample else self.nbest,
             rules=search_rules(self.search_rules),
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            repetition_penalty=self.repetition_penalty,
         )
 
     def sampling(self) -> SampleConfig | None:
