@@ -85,20 +85,7 @@ def add_decode_args(
             "|X|+50), or fairseq's, Hugging Face's or CTranslate2's length penalty, stopping "
             "rule and length limit (docs/decoding.md; default: paper)",
         )
-        p.add_argument(
-            "--no-repeat-ngram-size",
-            type=int,
-            metavar="N",
-            help="never repeat an N-gram of the output (transformers' definition; not in the "
-            "paper; default: off)",
-        )
-        p.add_argument(
-            "--repetition-penalty",
-            type=float,
-            metavar="P",
-            help="multiply the log-probability of every token already in the output by P "
-            "(> 1 penalises; transformers' beam-search definition; default: 1, off)",
-        )
+        _add_guard_args(p)
     if preset == "parsing":
         p.add_argument(
             "--constrained",
@@ -112,6 +99,24 @@ def add_decode_args(
         add_precision_args(p)
     if outputs:
         add_output_args(p)
+
+
+def _add_guard_args(p: argparse.ArgumentParser) -> None:
+    """The repetition guards (``aiayn.decode.repetition``), for every rule and sampling."""
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        metavar="N",
+        help="never repeat an N-gram of the output (transformers' definition; not in the "
+        "paper; default: off)",
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        metavar="P",
+        help="multiply the log-probability of every token already in the output by P "
+        "(> 1 penalises; transformers' beam-search definition; default: 1, off)",
+    )
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:

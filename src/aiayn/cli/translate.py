@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -47,6 +47,7 @@ def translate_stream(
     precision: str = "fp32",
     output: Outputs | None = None,
     engine: Engine | None = None,
+    around: Callable[[Any], Any] | None = None,
     **corpus: Any,
 ) -> int:
     """Translate every line of the byte stream ``source`` to ``sink``, one line per line, order
@@ -64,12 +65,14 @@ def translate_stream(
     ``output``: what to print besides the best line (n-best lists, JSON lines, token scores,
     alignments) and the prefixes and constraints (default: the best line only). ``engine``:
     what decodes instead of our search (``aiayn.decode.engine``; ``checkpoint`` is then not
-    loaded).
+    loaded). ``around``: wraps what a window becomes (``document.SplitOutputs``: --split).
     """
     from ..decode import translate_corpus
     from ..files import split_lines
 
     decoder, vocab, outputs = _decoder(checkpoint, device, quantize, precision, output, engine)
+    if around is not None:
+        outputs = around(outputs)
     lines = _Lines(name)
     raw = split_lines(source)
     texts = lines.texts(_prompted(raw, sink) if prompt else raw)
@@ -180,6 +183,7 @@ def _translate(args: argparse.Namespace) -> None:
     count = count_lines(args.input) if args.input and (progress or output is not None) else None
     if output is not None and count is not None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
+    split = _split_option(args, output)
     engine = load_engine(args)  # refuses the options it cannot honour first
     translate_stream(
         args.checkpoint,
@@ -193,9 +197,46 @@ def _translate(args: argparse.Namespace) -> None:
         precision=precision.name,
         output=output,
         engine=engine,
+        around=split,
         progress=progress,
         total=count if progress else None,
         **corpus,
+    )
+    if split is not None:
+        _say_split(split)
+
+
+def _split_option(args: argparse.Namespace, output: Outputs | None) -> Any:
+    """``--split``'s wrapper of the window outputs, or None; its limit and language come from
+    the checkpoint's meta (``document.trained_limit``, the dataset's source language)."""
+    if args.split is None:
+        return None
+    if output is not None:
+        raise UserError(
+            "--split joins sentences back into lines: n-best lists, JSON, scores, alignments, "
+            "prefixes and constraints are per sentence (give one sentence a line instead)"
+        )
+    from functools import partial as bind
+
+    from ..checkpoint import read_meta
+    from ..text.document import SplitCounts, SplitOutputs, trained_limit
+
+    meta = read_meta(first_checkpoint(args.checkpoint))
+    lang = args.split
+    if lang == "auto":
+        lang = meta.get("dataset", {}).get("record", {}).get("src_lang", "en")
+    limit, name = trained_limit(meta), args.input or "<stdin>"
+    return bind(SplitOutputs, lang=lang, limit=limit, name=name, counts=SplitCounts())
+
+
+def _say_split(split: Any) -> None:
+    """How many lines --split split, and cut for length, on stderr."""
+    counts, limit = split.keywords["counts"], split.keywords["limit"]
+    print(
+        f"aiayn translate: --split: {counts.lines} line(s) held several sentences; "
+        f"{counts.cut} had a sentence longer than the {limit} source positions the model was "
+        "trained on, cut at clause punctuation or spaces",
+        file=sys.stderr,
     )
 
 
@@ -256,6 +297,15 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
     add_decode_args(p, outputs=True, ensemble=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
+    p.add_argument(
+        "--split",
+        nargs="?",
+        const="auto",
+        metavar="LANG",
+        help="split each line into sentences (Moses' rules for LANG, default the checkpoint's "
+        "source language), translate them, join them back: one line out per line in, long "
+        "sentences cut at clause punctuation (docs/documents.md)",
+    )
     add_engine_arg(p)
     add_corpus_args(p, window=True)
     add_shortlist_args(p)

@@ -182,18 +182,21 @@ def binarize_split(
     """
     dtype = token_dtype(len(vocab))
     writers = {side: _SideWriter(out_dir / f"{split}.{side}", dtype) for side in SIDES}
-    too_long = 0
+    too_long, longest = 0, 0
     try:
         for encoded in _encoded_chunks(iter(pairs), vocab, max_tokens, chunk_pairs, workers):
             too_long += encoded.too_long
             for side, (lengths, tokens) in encoded.sides.items():
                 writers[side].append(lengths, tokens)
+                if side == "src" and len(lengths):
+                    longest = max(longest, int(lengths.max()))
     finally:
         for writer in writers.values():
             writer.close()
     return {
         "pairs": writers["src"].offsets.n - 1,
         "skipped_too_long_tokens": too_long,
+        "longest_src_tokens": longest,  # what a model trained on it has seen (--split's limit)
         "src_tokens": writers["src"].tokens.n,
         "tgt_tokens": writers["tgt"].tokens.n,
     }

@@ -18,15 +18,24 @@ Both read each row's output so far, ``prefixes`` (rows, t-1), the tokens after t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .config import DecodeConfig
 
 NEG_INF = float("-inf")
 
 
-def guard_repetition(lprobs: Tensor, prefixes: Tensor, ngram: int, penalty: float) -> Tensor:
+def guard_repetition(lprobs: Tensor, prefixes: Tensor, config: DecodeConfig) -> Tensor:
     """(rows, V) log-probabilities of the step after ``prefixes`` (rows, t-1) with repeated
-    tokens penalised (``penalty`` != 1) and n-gram repeats banned (``ngram`` > 0)."""
+    tokens penalised (``config.repetition_penalty`` != 1) and n-gram repeats banned
+    (``config.no_repeat_ngram_size`` > 0)."""
+    if not config.guards_repetition:  # a branch per step, no work: the search as it was
+        return lprobs
+    ngram, penalty = config.no_repeat_ngram_size, config.repetition_penalty
     if penalty != 1.0 and prefixes.size(1):
         lprobs = penalize_repeats(lprobs, prefixes, penalty)
     if ngram and prefixes.size(1) >= ngram:

@@ -140,10 +140,7 @@ def sample(
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n, V)
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(s) for c, s in states])
-        if config.guards_repetition:
-            lprobs = guard_repetition(
-                lprobs, tokens, config.no_repeat_ngram_size, config.repetition_penalty
-            )
+        lprobs = guard_repetition(lprobs, tokens, config)  # as it is unless asked
         tok = draw(sampling_log_weights(lprobs, sampling), _uniforms(generators, rows, N))
         log_prob += lprobs.gather(1, tok[:, None]).squeeze(1).double()
         tokens = torch.cat([tokens, tok[:, None]], dim=1)  # (n, t)
