@@ -184,6 +184,7 @@ def _translate(args: argparse.Namespace) -> None:
     if output is not None and count is not None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
     split = _split_option(args, output)
+    around = _markup_option(args, output) or split
     engine = load_engine(args)  # refuses the options it cannot honour first
     translate_stream(
         args.checkpoint,
@@ -197,7 +198,7 @@ def _translate(args: argparse.Namespace) -> None:
         precision=precision.name,
         output=output,
         engine=engine,
-        around=split,
+        around=around,
         progress=progress,
         total=count if progress else None,
         **corpus,
@@ -227,6 +228,25 @@ def _split_option(args: argparse.Namespace, output: Outputs | None) -> Any:
         lang = meta.get("dataset", {}).get("record", {}).get("src_lang", "en")
     limit, name = trained_limit(meta), args.input or "<stdin>"
     return bind(SplitOutputs, lang=lang, limit=limit, name=name, counts=SplitCounts())
+
+
+def _markup_option(args: argparse.Namespace, output: Outputs | None) -> Any:
+    """``--markup`` / ``--placeholders``' wrapper of the window outputs, or None."""
+    user = tuple(args.placeholder_pattern or ())
+    if args.markup is None and not args.placeholders and not user:
+        return None
+    if output is not None or args.split is not None:
+        raise UserError(
+            "--markup and --placeholders put tags back into the best line of one sentence: "
+            "not with --split, n-best lists, JSON, scores, alignments, prefixes or constraints"
+        )
+    from ..text.marked import MarkupOutputs
+    from ..text.placeholders import placeholder_pattern
+
+    pattern = placeholder_pattern(
+        markup=args.markup is not None, built_in=args.placeholders, user=user
+    )
+    return lambda _: MarkupOutputs(args.markup, pattern)
 
 
 def _say_split(split: Any) -> None:
@@ -306,10 +326,33 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
         "source language), translate them, join them back: one line out per line in, long "
         "sentences cut at clause punctuation (docs/documents.md)",
     )
+    _add_markup_args(p)
     add_engine_arg(p)
     add_corpus_args(p, window=True)
     add_shortlist_args(p)
     p.set_defaults(func=_translate)
+
+
+def _add_markup_args(p: argparse.ArgumentParser) -> None:
+    """--markup, --placeholders, --placeholder-pattern (aiayn.text.markup)."""
+    p.add_argument(
+        "--markup",
+        choices=["xml", "html"],
+        help="the lines carry tags: keep them out of the model and put them back around the "
+        "aligned words; the output is well formed when the input was (docs/documents.md)",
+    )
+    p.add_argument(
+        "--placeholders",
+        action="store_true",
+        help="keep printf and brace format strings, URLs, e-mail addresses, numbers and "
+        "entities out of the model and put them back verbatim",
+    )
+    p.add_argument(
+        "--placeholder-pattern",
+        action="append",
+        metavar="REGEX",
+        help="also keep what REGEX matches verbatim (may repeat)",
+    )
 
 
 def add_diagnose(sub: argparse._SubParsersAction) -> None:
