@@ -119,7 +119,37 @@ def test_cli_refuses_repetition_penalty_on_ctranslate2_before_exporting(capsys, 
     from aiayn.cli.main import main
 
     argv = ["translate", "--checkpoint", str(tmp_path), "--engine", "ctranslate2"]
-    with pytest.raises(SystemExit):
-        main([*argv, "--repetition-penalty", "1.2"])
-    err = capsys.readouterr().err
-    assert "--repetition-penalty is not available with --engine ctranslate2" in err
+    for option, value in (("--repetition-penalty", "1.2"), ("--no-repeat-ngram-size", "3")):
+        with pytest.raises(SystemExit):
+            main([*argv, option, value])
+        assert f"{option} is not available with --engine ctranslate2" in capsys.readouterr().err
+
+
+def test_ctranslate2_bans_the_same_ngrams_but_renormalises(tiny_corpus, tmp_path):
+    """Why the CTranslate2 engine refuses the ban: under its own rules with one beam (the
+    argmax, which renormalising cannot change) it picks our tokens, so the banned sets agree;
+    with four its scores, renormalised over the tokens left, rank the beams otherwise."""
+    pytest.importorskip("ctranslate2")
+    from _export_models import corpus_lines, trained_like_model
+
+    from aiayn.data import Vocab
+
+    vocab = Vocab.load(tiny_corpus / "spm.model")
+    model = trained_like_model(len(vocab), eos_scale=4.0)
+    sources = [vocab.encode_source(line) for line in corpus_lines("test", 0, 48)]
+    rules = replace(SEARCH_RULES["ct2"], max_len=LIMIT)
+    same = {}
+    for beam in (1, 4):
+        config = DecodeConfig(beam=beam, alpha=bench.ALPHA, rules=rules, no_repeat_ngram_size=2)
+        ours = [h[0].tokens if h else [] for h in decode_ids(model, sources, SearchRequest(config))]
+        theirs = bench.ct2_outputs(
+            model,
+            vocab,
+            sources,
+            tmp_path / str(beam),
+            max_len=LIMIT,
+            beam_size=beam,
+            no_repeat_ngram_size=2,
+        )
+        same[beam] = sum(a == b for a, b in zip(ours, theirs))
+    assert same[1] == len(sources) and same[4] < len(sources)

@@ -616,6 +616,10 @@ _NOT_CTRANSLATE2 = {
         "--repetition-penalty",
         "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
     ),
+    "no_repeat_ngram_size": (
+        "--no-repeat-ngram-size",
+        "CTranslate2 bans on the logits and renormalises; ours and transformers' do not",
+    ),
 }
 
 

@@ -3,14 +3,15 @@ loops ("...mentmentment..."), with the definitions of transformers' ``generate``
 
 ``no_repeat_ngram_size`` n: a token that would complete an n-gram already in the output is
 impossible (log-probability -inf). transformers' ``NoRepeatNGramLogitsProcessor``, fairseq's
-``--no-repeat-ngram-size`` and CTranslate2's ``no_repeat_ngram_size`` all ban this same set.
+``--no-repeat-ngram-size`` and CTranslate2's ``no_repeat_ngram_size`` all ban this same set;
+CTranslate2 bans on the logits, so the tokens left are renormalised: another beam search.
 
 ``repetition_penalty`` p (CTRL, Keskar et al. 2019): the score s of every token already in the
 output becomes s * p when s < 0, else s / p. transformers' beam search applies it to the
 step's log-probabilities (``log_softmax`` first, then its logits processors), and so does ours:
 the penalised log-probabilities are what the hypotheses' scores add up. CTranslate2 applies
 the same formula to the logits, before normalising, so its penalty is another search: the
-CTranslate2 engine refuses it (``request.check_supported``).
+CTranslate2 engine refuses both guards (``request.check_supported``).
 
 Both read each row's output so far, ``prefixes`` (rows, t-1), the tokens after the start token
 (which is never an output token, so the n-grams and the penalised set are transformers').

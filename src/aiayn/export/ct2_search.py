@@ -217,18 +217,15 @@ def _batches(members: list[int], limits: list[int], size: int, *, exact: bool) -
 
 def _search_options(config: DecodeConfig, sampling: Any, patience: float) -> dict[str, Any]:
     """CTranslate2's options for the paper's beam search, or for sampling (beam 1, log P
-    unnormalised: length_penalty 0), with the n-gram ban where asked (its definition is ours)."""
-    guard = {"no_repeat_ngram_size": config.no_repeat_ngram_size}
+    unnormalised: length_penalty 0)."""
     if sampling is None:
         return dict(
-            **guard,
             beam_size=config.beam,
             patience=patience,
             num_hypotheses=round(config.beam * patience),  # all it finishes, for our ranking
             length_penalty=config.alpha,
         )
     return dict(
-        **guard,
         beam_size=1,
         num_hypotheses=sampling.samples,
         length_penalty=0.0,

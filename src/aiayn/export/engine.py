@@ -116,10 +116,10 @@ class CTranslate2Engine:
     max_len: int  # the model's positions: the longest source and output
     workers: int = 1  # CTranslate2's replicas (inter_threads), each with its share of threads
     name: str = "ctranslate2"
-    # prefixes (``target_prefix``), sampling and no_repeat_ngram_size (the same ban); not its
-    # seed: CTranslate2 seeds its sampler per process, not by SampleConfig.seed; not its
-    # repetition_penalty, which it applies to logits, ours to log-probabilities
-    supports: frozenset[Feature] = frozenset({"prefixes", "sampling", "no_repeat_ngram"})
+    # prefixes (``target_prefix``) and sampling; not its seed: CTranslate2 seeds its sampler
+    # per process, not by SampleConfig.seed; not its repetition guards, which it applies to
+    # the logits (the ban renormalised), ours and transformers' to the log-probabilities
+    supports: frozenset[Feature] = frozenset({"prefixes", "sampling"})
     seeded_samples: bool = False
 
     @classmethod
