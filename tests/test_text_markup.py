@@ -164,5 +164,12 @@ def test_translate_markup_on_the_command_line(tiny, tmp_path, capsys):
     assert len(lines) == 12
     for source, line in zip(strings, lines):
         assert well_formed(line, "xml") and not (_kept(source) - _kept(line))
+    first = sorted((tiny[0].parent).glob("update_*"))[0]  # an ensemble aligns by its mean
+    code, out, _ = run_cli(
+        capsys, *argv, "--checkpoint", first, "--markup", "xml", "--placeholders"
+    )
+    assert code == 0
+    for source, line in zip(strings, out.split("\n")[:-1]):
+        assert well_formed(line, "xml") and not (_kept(source) - _kept(line))
     code, _, err = run_cli(capsys, *argv, "--markup", "xml", "--split")
     assert code == 2 and "not with --split" in err
