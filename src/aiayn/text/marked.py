@@ -11,7 +11,7 @@ from typing import Any
 
 from ..decode.align import cross_attention, pharaoh
 from ..decode.engine import TorchEngine
-from .markup import proportional, put_back, take_apart
+from .markup import Marked, proportional, put_back, take_apart
 
 
 @dataclass
@@ -48,7 +48,15 @@ class MarkupOutputs:
             outs.append(put_back(m, translation, pairs, markup=self.markup is not None))
         return outs
 
-    def _pairs(self, model, source, tokens, tokenizer, m, translation) -> list[tuple[int, int]]:
+    def _pairs(
+        self,
+        model: Any,
+        source: list[int],
+        tokens: list[int],
+        tokenizer: Any,
+        m: Marked,
+        translation: str,
+    ) -> list[tuple[int, int]]:
         """(source word, target word) pairs: the model's attention, else by position."""
         if not tokens:
             return []

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from xml.sax.saxutils import escape
@@ -172,7 +173,14 @@ def put_back(marked: Marked, translation: str, pairs: list[tuple[int, int]], mar
     return marked.lead + _join(items) + marked.trail
 
 
-def _render(node, span, place, words, items, markup) -> None:
+def _render(
+    node: Element,
+    span: tuple[int, int],
+    place: Callable[[Leaf | Element], tuple[int, int]],
+    words: list[str],
+    items: list[tuple[str, str]],
+    markup: bool,
+) -> None:
     """Append ``node``'s items: its target words [span) with its children inside, each
     child's span clamped into it and after the siblings before it."""
     lo, hi = span
