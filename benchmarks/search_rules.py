@@ -53,11 +53,16 @@ def ours(model: Any, sources: Sequence[list[int]], rules: SearchRules) -> list[l
 
 
 def hf_outputs(
-    model: Any, sources: Sequence[list[int]], max_len: int = HF_MAX_LEN, batch: int = 32
+    model: Any,
+    sources: Sequence[list[int]],
+    max_len: int = HF_MAX_LEN,
+    batch: int = 32,
+    **options: Any,
 ) -> list[list[int]]:
     """transformers' beam search (``generate``, ``early_stopping=False``, ``max_length``
     ``max_len`` + 1: it counts the decoder's start) on our model exported to MarianMT: each
-    source's best output, eos removed."""
+    source's best output, eos removed. ``options``: more of ``generate``'s (e.g. the
+    repetition guards)."""
     from aiayn.export.hf import to_marian
 
     marian = to_marian(model, DecodeConfig(beam=BEAM, alpha=ALPHA))
@@ -78,6 +83,7 @@ def hf_outputs(
                 length_penalty=ALPHA,
                 early_stopping=False,
                 max_length=max_len + 1,
+                **options,
             )
         for i, row in zip(members, generated.tolist()):
             row = row[1:]  # without the start token (bos)
@@ -91,10 +97,12 @@ def ct2_outputs(
     sources: Sequence[list[int]],
     workdir: Path,
     max_len: int = CT2_MAX_LEN,
+    **options: Any,
 ) -> list[list[int]]:
     """CTranslate2's beam search (``translate_batch`` with its defaults but beam, length
     penalty and ``max_decoding_length``: patience 1, eos not returned) on our model exported
-    to ``workdir``; pad and bos suppressed, as our search forbids them."""
+    to ``workdir``; pad and bos suppressed, as our search forbids them. ``options``: more of
+    ``translate_batch``'s, or other values for those (e.g. ``beam_size``)."""
     import ctranslate2
 
     from aiayn.export.ctranslate2 import export_ctranslate2
@@ -103,14 +111,14 @@ def ct2_outputs(
     threads = torch.get_num_threads()
     translator = ctranslate2.Translator(str(out), compute_type="float32", intra_threads=threads)
     pieces = [[vocab.id_to_piece(i) for i in s[:-1]] for s in sources]  # it appends eos
-    results = translator.translate_batch(
-        [p for p in pieces if p],
+    given = dict(
         beam_size=BEAM,
         length_penalty=ALPHA,
         max_decoding_length=max_len,
         suppress_sequences=[[vocab.id_to_piece(vocab.pad_id)], [vocab.id_to_piece(vocab.bos_id)]],
         max_batch_size=32,
     )
+    results = translator.translate_batch([p for p in pieces if p], **{**given, **options})
     found = iter(results)
     return [[vocab.piece_to_id(p) for p in next(found).hypotheses[0]] if p else [] for p in pieces]
 

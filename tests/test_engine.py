@@ -77,8 +77,8 @@ def _translate(capsys, ckpt, source, *options) -> list[str]:
 
 @pytest.mark.parametrize(
     "options",
-    [(), ("--nbest", "3"), ("--nbest", "2", "--format", "jsonl")],
-    ids=["best", "nbest", "jsonl"],
+    [(), ("--nbest", "3"), ("--nbest", "2", "--format", "jsonl"), ("--split",)],
+    ids=["best", "nbest", "jsonl", "split"],
 )
 def test_translate_with_ctranslate2_prints_what_torch_prints(capsys, ckpt, source, options):
     ours = _translate(capsys, ckpt, source, *options)
@@ -96,6 +96,21 @@ def test_translate_with_ctranslate2_prints_what_torch_prints(capsys, ckpt, sourc
     if options:  # moses lines: id ||| text ||| score ||| log-prob
         ours, theirs = ([line.split(" ||| ")[:2] for line in lines] for lines in (ours, theirs))
     assert theirs == ours
+
+
+def test_markup_through_ctranslate2_keeps_its_guarantees(capsys, ckpt, tmp_path):
+    """CTranslate2 returns no attention: tags and placeholders go by position, still verbatim
+    and well formed."""
+    from aiayn.text.markup import well_formed
+
+    strings = ["Save <b>%s files</b> to {folder} now", "<i>See</i> https://x.org/a &amp; 3"]
+    src = tmp_path / "strings.txt"
+    src.write_text("".join(s + "\n" for s in strings), encoding="utf-8")
+    options = ("--markup", "xml", "--placeholders", "--engine", "ctranslate2")
+    for source, out in zip(strings, _translate(capsys, ckpt, src, *options)):
+        assert well_formed(out, "xml"), out
+        for kept in ("<b>", "</b>", "%s", "{folder}", "<i>", "https://x.org/a", "&amp;", "3"):
+            assert out.count(kept) >= source.count(kept), (source, out)
 
 
 def test_workers_are_ctranslate2_replicas_with_the_same_outputs(capsys, ckpt, source):

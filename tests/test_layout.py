@@ -29,7 +29,7 @@ LAYERS = [
         "data",
         "metrics",
     },
-    {"train", "decode", "evaluate"},
+    {"train", "decode", "evaluate", "text"},
     {"analysis", "demo", "serve", "export", "parsing", "experiments", "translator", "workflow"},
     {"cli", "__main__"},
 ]

@@ -37,6 +37,11 @@ TORCH_FREE = [
     "aiayn.data.vocab",
     "aiayn.data.collate",
     "aiayn.data.lexical",
+    "aiayn.text",
+    "aiayn.text.segment",
+    "aiayn.text.document",
+    "aiayn.text.placeholders",
+    "aiayn.text.markup",
 ]
 # Modules that do need torch: the hook must report them, or the check proves nothing.
 NEEDS_TORCH = ["aiayn.model", "aiayn.parsing.pipeline"]

@@ -185,18 +185,25 @@ class Translator:
         alpha: float | None = None,
         nbest: int | None = None,
         rules: str = "paper",
+        no_repeat_ngram_size: int | None = None,
+        repetition_penalty: float | None = None,
         sample: SampleConfig | bool | None = None,
         shortlist: str | os.PathLike | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
     ) -> SearchRequest:
         """The ``SearchRequest`` of these options, named as the command line's (``--beam``,
-        ``--alpha``, ``--nbest``, ``--search-rules``, ``--shortlist``, ``--batch-size``,
-        ``--max-tokens``), the others as the preset has them; the batches go to this
+        ``--alpha``, ``--nbest``, ``--search-rules``, ``--no-repeat-ngram-size``,
+        ``--repetition-penalty``, ``--shortlist``, ``--batch-size``, ``--max-tokens``), the
+        others as the preset has them; the batches go to this
         Translator's workers. ``sample``: True, or a ``SampleConfig``, draws instead of the beam
         search (``nbest`` samples per source)."""
         drawn = _sampling(sample, beam, nbest, rules)
-        config = DecodeConfig.choose(preset, beam=beam, alpha=alpha, nbest=nbest, rules=rules)
+        guards = {"no_repeat_ngram_size": no_repeat_ngram_size}
+        guards["repetition_penalty"] = repetition_penalty
+        config = DecodeConfig.choose(
+            preset, beam=beam, alpha=alpha, nbest=nbest, rules=rules, **guards
+        )
         sizes = {"batch_size": batch_size, "max_tokens": max_tokens}
         batching = Batching(
             **{k: v for k, v in sizes.items() if v is not None}, workers=self.workers
@@ -289,6 +296,32 @@ class Translator:
             total=total,
             on_truncate=on_truncate,
             outputs=outputs,
+        )
+
+    def best_lines(
+        self, lines: Iterable[str], request: SearchRequest, stream: TextStream
+    ) -> Iterator[list[str]]:
+        """The best translation of each of ``lines``, a window at a time, through
+        ``stream.around`` (``text.document.SplitOutputs``: --split; ``text.marked.MarkupOutputs``:
+        --markup), which wraps our search (``decode.translate``) or the engine's."""
+        from .decode import translate
+        from .decode.engine import translate_with
+
+        self._check_open()
+        if isinstance(self.engine, TorchEngine):
+            decoder, inner = self.model, translate
+        else:
+            decoder, inner = self.engine, translate_with
+        return translate_corpus(
+            decoder,
+            lines,
+            self.vocab,
+            request,
+            window=stream.window,
+            progress=stream.progress,
+            total=stream.total,
+            on_truncate=stream.say_truncated,
+            outputs=stream.around(inner),
         )
 
     def _outputs(
@@ -563,6 +596,7 @@ class TextStream:
     progress: bool = False
     total: int | None = None
     command: str = "translate"
+    around: Callable[[Any], Any] | None = None  # --split, --markup: wraps the best lines
 
     def say_truncated(self, index: int, tokens: int, cap: int) -> None:
         """``on_truncate`` of ``translate_corpus``: ``index`` counts the input's lines from 0."""
@@ -592,6 +626,12 @@ def translate_stream(
     lines = _Lines(stream.name)
     raw = split_lines(stream.source)
     texts = lines.texts(_prompted(raw, stream.sink) if stream.prompt else raw)
+    if stream.around is not None:  # the best lines, split and joined or marked up
+        for best in translator.best_lines(texts, request, stream):
+            stream.sink.write("".join(line + "\n" for line in best))
+            stream.sink.flush()
+        lines.check()
+        return lines.count
     per_window = None
     if output is not None:
         per_window = partial(_output_constraints, output, translator.vocab)

@@ -81,38 +81,17 @@ def prepare(
     of training one; ``vocab_size`` default 8000."""
     from .data import bundled_corpus_paths, prepare_corpus
     from .data.clean import Cleaning
-    from .data.corpora import Corpus, Languages
+    from .data.corpora import Languages
     from .data.prepare import BIBLE_LANGS
     from .data.select import HeldOutSizes
 
-    record = None  # the languages, where they are known (validation BLEU reads them)
-    languages = held_out = None
+    record = languages = held_out = None  # record: the languages where known (validation BLEU)
     if bundled:  # curated corpora are taken as they are: no cleaning
         splits, record, cleaning = bundled_corpus_paths(), BIBLE_LANGS, None
     elif wmt14:
-        from .data.prepare import check_target
-        from .data.wmt import download_wmt14
-
-        if wmt14 not in ("de-en", "fr-en"):
-            raise UserError(f"--wmt14 {wmt14}: choose de-en or fr-en")
-        check_target(Path(out))  # before hours of downloading
-        src, tgt = wmt14.split("-")[1], wmt14.split("-")[0]  # "de-en" -> en->de
-        splits = download_wmt14(wmt14, src, tgt, Path(out) / "raw")
-        record, cleaning = {"src_lang": src, "tgt_lang": tgt}, None
+        splits, record, cleaning = *_wmt14(wmt14, Path(out)), None
     else:
-        splits = {name: list(given) for name, given in (corpora or {}).items()}
-        for name, pair in (("train", train), ("valid", valid), ("test", test)):
-            if pair and all(pair):
-                corpus = Corpus.from_dict({"src": pair[0], "tgt": pair[1]}, f"{name}=", name)
-                splits.setdefault(name, []).append(corpus)
-        if "train" not in splits:
-            raise UserError(
-                "no input: give --bundled, --wmt14, --data-spec, --corpus, or --train-src and "
-                "--train-tgt (or --train-tsv, --train-tmx)"
-            )
-        for name in ("valid", "test"):
-            if len(splits.get(name, [])) > 1:
-                raise UserError(f"one {name} corpus at most, got {len(splits[name])}")
+        splits = _own_splits(corpora, {"train": train, "valid": valid, "test": test})
         languages = Languages(src_lang, tgt_lang)
         cleaning = Cleaning() if cleaning == "default" else cleaning or Cleaning.off()
         held_out = HeldOutSizes(valid_size, test_size, seed)
@@ -126,12 +105,45 @@ def prepare(
         vocab=vocab,
         workers=workers,
         record=record,
-        cleaning=cleaning,
-        languages=languages,
-        held_out=held_out,
         progress=progress,
+        **{"cleaning": cleaning, "languages": languages, "held_out": held_out},
     )
     return Written(Path(out).resolve(), summary)
+
+
+def _wmt14(pair: str, out: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """(splits, languages record) of WMT14 ``pair`` ("de-en": English->German), downloaded
+    into ``out``/raw."""
+    from .data.prepare import check_target
+    from .data.wmt import download_wmt14
+
+    if pair not in ("de-en", "fr-en"):
+        raise UserError(f"--wmt14 {pair}: choose de-en or fr-en")
+    check_target(out)  # before hours of downloading
+    src, tgt = pair.split("-")[1], pair.split("-")[0]  # "de-en" -> en->de
+    return download_wmt14(pair, src, tgt, out / "raw"), {"src_lang": src, "tgt_lang": tgt}
+
+
+def _own_splits(
+    corpora: dict[str, list[Any]] | None, pairs: dict[str, Pair | None]
+) -> dict[str, list[Any]]:
+    """Each split's corpora: ``corpora``'s and the (source, target) file pairs, checked."""
+    from .data.corpora import Corpus
+
+    splits = {name: list(given) for name, given in (corpora or {}).items()}
+    for name, pair in pairs.items():
+        if pair and all(pair):
+            corpus = Corpus.from_dict({"src": pair[0], "tgt": pair[1]}, f"{name}=", name)
+            splits.setdefault(name, []).append(corpus)
+    if "train" not in splits:
+        raise UserError(
+            "no input: give --bundled, --wmt14, --data-spec, --corpus, or --train-src and "
+            "--train-tgt (or --train-tsv, --train-tmx)"
+        )
+    for name in ("valid", "test"):
+        if len(splits.get(name, [])) > 1:
+            raise UserError(f"one {name} corpus at most, got {len(splits[name])}")
+    return splits
 
 
 def train_model(

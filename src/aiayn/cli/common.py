@@ -85,6 +85,7 @@ def add_decode_args(
             "|X|+50), or fairseq's, Hugging Face's or CTranslate2's length penalty, stopping "
             "rule and length limit (docs/decoding.md; default: paper)",
         )
+        _add_guard_args(p)
     if preset == "parsing":
         p.add_argument(
             "--constrained",
@@ -98,6 +99,24 @@ def add_decode_args(
         add_precision_args(p)
     if outputs:
         add_output_args(p)
+
+
+def _add_guard_args(p: argparse.ArgumentParser) -> None:
+    """The repetition guards (``aiayn.decode.repetition``), for every rule and sampling."""
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        metavar="N",
+        help="never repeat an N-gram of the output (transformers' definition; not in the "
+        "paper; default: off)",
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        metavar="P",
+        help="multiply the log-probability of every token already in the output by P "
+        "(> 1 penalises; transformers' beam-search definition; default: 1, off)",
+    )
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
@@ -420,8 +439,9 @@ def add_precision_args(p: argparse.ArgumentParser) -> None:
 
 
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha``, ``--nbest`` and
-    ``--search-rules`` where given (``DecodeConfig.choose``, as ``aiayn.Translator`` takes them)."""
+    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha``, ``--nbest``,
+    ``--search-rules`` and the repetition guards where given (``DecodeConfig.choose``, as
+    ``aiayn.Translator`` takes them)."""
     from ..decode import DecodeConfig
 
     return DecodeConfig.choose(
@@ -430,6 +450,8 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
         alpha=args.alpha,
         nbest=getattr(args, "nbest", None),
         rules=getattr(args, "search_rules", "paper"),
+        no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", None),
+        repetition_penalty=getattr(args, "repetition_penalty", None),
     )
 
 
@@ -595,6 +617,14 @@ _NOT_CTRANSLATE2 = {
     "token_scores": ("--token-scores", "they come from our model's forced decoding"),
     "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
     "shortlist": ("--shortlist", "it is our search's (CTranslate2 has its own vocabulary map)"),
+    "repetition_penalty": (
+        "--repetition-penalty",
+        "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
+    ),
+    "no_repeat_ngram_size": (
+        "--no-repeat-ngram-size",
+        "CTranslate2 bans on the logits and renormalises; ours and transformers' do not",
+    ),
 }
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
+from ..errors import UserError
 from .common import (
     add_corpus_args,
     add_decode_args,
@@ -36,17 +38,76 @@ def _translate(args: argparse.Namespace) -> None:
     count = count_lines(args.input) if args.input and (progress or output is not None) else None
     if output is not None and count is not None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
+    split = _split_option(args, output)
+    around = _markup_option(args, output) or split
     translator, request = open_decoding(args, "translate", request)
     stream = TextStream(
         open_binary(args.input) if args.input else sys.stdin.buffer,  # bytes: aiayn.files splits
         sys.stdout,
         name=args.input or "<stdin>",
         prompt=interactive,
+        around=around,
         progress=progress,
         total=count if progress else None,
         **corpus,
     )
     translate_stream(stream, translator, request, output)
+    if split is not None:
+        _say_split(split)
+
+
+def _split_option(args: argparse.Namespace, output: Outputs | None) -> Any:
+    """``--split``'s wrapper of the window outputs, or None; its limit and language come from
+    the checkpoint's meta (``document.trained_limit``, the dataset's source language)."""
+    if args.split is None:
+        return None
+    if output is not None:
+        raise UserError(
+            "--split joins sentences back into lines: n-best lists, JSON, scores, alignments, "
+            "prefixes and constraints are per sentence (give one sentence a line instead)"
+        )
+    from functools import partial as bind
+
+    from ..checkpoint import follow_pointer, read_meta
+    from ..text.document import SplitCounts, SplitOutputs, trained_limit
+
+    checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
+    meta = read_meta(follow_pointer(checkpoints[0]))
+    lang = args.split
+    if lang == "auto":
+        lang = meta.get("dataset", {}).get("record", {}).get("src_lang", "en")
+    limit, name = trained_limit(meta), args.input or "<stdin>"
+    return bind(SplitOutputs, lang=lang, limit=limit, name=name, counts=SplitCounts())
+
+
+def _markup_option(args: argparse.Namespace, output: Outputs | None) -> Any:
+    """``--markup`` / ``--placeholders``' wrapper of the window outputs, or None."""
+    user = tuple(args.placeholder_pattern or ())
+    if args.markup is None and not args.placeholders and not user:
+        return None
+    if output is not None or args.split is not None:
+        raise UserError(
+            "--markup and --placeholders put tags back into the best line of one sentence: "
+            "not with --split, n-best lists, JSON, scores, alignments, prefixes or constraints"
+        )
+    from ..text.marked import MarkupOutputs
+    from ..text.placeholders import placeholder_pattern
+
+    pattern = placeholder_pattern(
+        markup=args.markup is not None, built_in=args.placeholders, user=user
+    )
+    return lambda _: MarkupOutputs(args.markup, pattern)
+
+
+def _say_split(split: Any) -> None:
+    """How many lines --split split, and cut for length, on stderr."""
+    counts, limit = split.keywords["counts"], split.keywords["limit"]
+    print(
+        f"aiayn translate: --split: {counts.lines} line(s) held several sentences; "
+        f"{counts.cut} had a sentence longer than the {limit} source positions the model was "
+        "trained on, cut at clause punctuation or spaces",
+        file=sys.stderr,
+    )
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -114,10 +175,42 @@ def add_translate(sub: argparse._SubParsersAction) -> None:
     add_decode_args(p, outputs=True, ensemble=True)
     p.add_argument("--input", help="a text file (default: stdin)")
     p.add_argument("--interactive", action="store_true", help="prompt and answer line by line")
+    p.add_argument(
+        "--split",
+        nargs="?",
+        const="auto",
+        metavar="LANG",
+        help="split each line into sentences (Moses' rules for LANG, default the checkpoint's "
+        "source language), translate them, join them back: one line out per line in, long "
+        "sentences cut at clause punctuation (docs/documents.md)",
+    )
+    _add_markup_args(p)
     add_engine_arg(p)
     add_corpus_args(p, window=True)
     add_shortlist_args(p)
     p.set_defaults(func=_translate)
+
+
+def _add_markup_args(p: argparse.ArgumentParser) -> None:
+    """--markup, --placeholders, --placeholder-pattern (aiayn.text.markup)."""
+    p.add_argument(
+        "--markup",
+        choices=["xml", "html"],
+        help="the lines carry tags: keep them out of the model and put them back around the "
+        "aligned words; the output is well formed when the input was (docs/documents.md)",
+    )
+    p.add_argument(
+        "--placeholders",
+        action="store_true",
+        help="keep printf and brace format strings, URLs, e-mail addresses, numbers and "
+        "entities out of the model and put them back verbatim",
+    )
+    p.add_argument(
+        "--placeholder-pattern",
+        action="append",
+        metavar="REGEX",
+        help="also keep what REGEX matches verbatim (may repeat)",
+    )
 
 
 def add_diagnose(sub: argparse._SubParsersAction) -> None:

@@ -188,7 +188,7 @@ def binarize_split(
     """
     dtype = token_dtype(len(vocab))
     writers = {side: _SideWriter(out_dir / f"{split}.{side}", dtype) for side in SIDES}
-    too_long = 0
+    too_long, longest = 0, 0
     kept = np.zeros(len(group_sizes or []), np.int64)
     ends, start = np.cumsum(group_sizes or [], dtype=np.int64), 0  # ends: (groups,)
     try:
@@ -200,12 +200,15 @@ def binarize_split(
             start += len(encoded.keep)
             for side, (lengths, tokens) in encoded.sides.items():
                 writers[side].append(lengths, tokens)
+                if side == "src" and len(lengths):
+                    longest = max(longest, int(lengths.max()))
     finally:
         for writer in writers.values():
             writer.close()
     return {
         "pairs": writers["src"].offsets.n - 1,
         "skipped_too_long_tokens": too_long,
+        "longest_src_tokens": longest,  # what a model trained on it has seen (--split's limit)
         "src_tokens": writers["src"].tokens.n,
         "tgt_tokens": writers["tgt"].tokens.n,
         **({"group_pairs": kept.tolist()} if group_sizes is not None else {}),

@@ -41,6 +41,7 @@ from torch import Tensor
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
+from .repetition import guard_repetition
 from .rules import SearchRules
 
 NEG_INF = float("-inf")
@@ -514,8 +515,7 @@ def beam_search(
     Shapes: n sentences still decoding (of B), b live beams per sentence (1 at the first step,
     then k = ``config.beam``), V vocabulary, t the step (= output position); row = sentence * b
     + beam. The memory stays in the cache, one per sentence: the model shares it among a
-    sentence's beams. Each step: ``expand``, ``finish``, ``prune``, then the sentences that are
-    done leave the batch.
+    sentence's beams. Each step: ``expand``, ``finish``, ``prune``; done sentences leave.
     """
     k, alpha, min_len = config.beam, config.alpha, max(min_len, config.rules.min_len)
     mask = model.src_mask(src)  # (n, 1, 1, S)
@@ -538,6 +538,7 @@ def beam_search(
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
+        lprobs = guard_repetition(lprobs, prefixes, config)  # as it is unless asked
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, config=config)
         rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, config=config)

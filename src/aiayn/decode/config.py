@@ -25,7 +25,9 @@ class DecodeConfig:
     source eos when the data pipeline appends one). ``nbest`` hypotheses are returned per input.
     ``rules``: the length penalty, stopping rule and length limit the search follows (the
     paper's, or another toolkit's: ``rules.SEARCH_RULES``); a fixed ``rules.max_len``
-    replaces ``max_len_a`` and ``max_len_b``.
+    replaces ``max_len_a`` and ``max_len_b``. ``no_repeat_ngram_size`` (0: off) and
+    ``repetition_penalty`` (1: off): the repetition guards of ``repetition.py`` (not in the
+    paper; transformers' definitions).
     """
 
     beam: int = 4
@@ -34,6 +36,8 @@ class DecodeConfig:
     max_len_b: int = 50
     nbest: int = 1
     rules: SearchRules = PAPER_RULES
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         for name, kind in _FIELD_TYPES.items():
@@ -49,10 +53,21 @@ class DecodeConfig:
             raise UserError(f"max_len_a must be finite, got {self.max_len_a}")
         if not 1 <= self.nbest <= self.beam:
             raise UserError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
+        if self.no_repeat_ngram_size < 0:
+            raise UserError(f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise UserError(
+                f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty}"
+            )
         if self.max_len_a < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
             raise UserError(
                 f"max_len_a={self.max_len_a}, max_len_b={self.max_len_b} allow no output"
             )
+
+    @property
+    def guards_repetition(self) -> bool:
+        """Whether a repetition guard is on (the search skips them otherwise)."""
+        return self.no_repeat_ngram_size > 0 or self.repetition_penalty != 1.0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> DecodeConfig:
@@ -78,11 +93,15 @@ class DecodeConfig:
         alpha: float | None = None,
         nbest: int | None = None,
         rules: str = "paper",
+        no_repeat_ngram_size: int | None = None,
+        repetition_penalty: float | None = None,
     ) -> DecodeConfig:
         """The preset with the options given (None: the preset's), as ``--decode-preset``,
-        ``--beam``, ``--alpha``, ``--nbest`` and ``--search-rules`` ask and as
-        ``aiayn.Translator`` takes them: K best raise the beam to K unless it is given."""
+        ``--beam``, ``--alpha``, ``--nbest``, ``--search-rules`` and the repetition guards ask
+        and as ``aiayn.Translator`` takes them: K best raise the beam to K unless it is given."""
         given = (("beam", beam), ("alpha", alpha), ("nbest", nbest))
+        given += (("no_repeat_ngram_size", no_repeat_ngram_size),)
+        given += (("repetition_penalty", repetition_penalty),)
         overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
         if rules != "paper":
             overrides["rules"] = search_rules(rules)

@@ -38,6 +38,8 @@ Feature = Literal[
     "sampling",
     "shortlist",
     "search_rules",  # another toolkit's (``rules.SEARCH_RULES``)
+    "no_repeat_ngram",  # DecodeConfig.no_repeat_ngram_size (``repetition.py``)
+    "repetition_penalty",  # DecodeConfig.repetition_penalty, on log-probabilities
 ]
 ALL_FEATURES: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 
@@ -144,6 +146,10 @@ class SearchRequest:
             used.add("shortlist")
         if self.decode.rules != PAPER_RULES:
             used.add("search_rules")
+        if self.decode.no_repeat_ngram_size:
+            used.add("no_repeat_ngram")
+        if self.decode.repetition_penalty != 1.0:
+            used.add("repetition_penalty")
         per_source = self.constraints if isinstance(self.constraints, tuple) else [self.constraints]
         for c in per_source:
             if c is not None:

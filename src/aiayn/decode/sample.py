@@ -42,6 +42,7 @@ from .beam import (
 )
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
+from .repetition import guard_repetition
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def sample(
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n, V)
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(s) for c, s in states])
+        lprobs = guard_repetition(lprobs, tokens, config)  # as it is unless asked
         tok = draw(sampling_log_weights(lprobs, sampling), _uniforms(generators, rows, N))
         log_prob += lprobs.gather(1, tok[:, None]).squeeze(1).double()
         tokens = torch.cat([tokens, tok[:, None]], dim=1)  # (n, t)

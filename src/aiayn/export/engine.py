@@ -117,7 +117,8 @@ class CTranslate2Engine:
     workers: int = 1  # CTranslate2's replicas (inter_threads), each with its share of threads
     name: str = "ctranslate2"
     # prefixes (``target_prefix``) and sampling; not its seed: CTranslate2 seeds its sampler
-    # per process, not by SampleConfig.seed
+    # per process, not by SampleConfig.seed; not its repetition guards, which it applies to
+    # the logits (the ban renormalised), ours and transformers' to the log-probabilities
     supports: frozenset[Feature] = frozenset({"prefixes", "sampling"})
     seeded_samples: bool = False
 

@@ -1,7 +1,9 @@
 """The HTTP side: routes, request validation, limits and error messages (FastAPI + uvicorn).
 
     POST /translate  {"text": [...], "beam": 4, "alpha": 0.6, "nbest": 1, "attention": false,
-                      "search_rules": "paper", "prefix": [...], "constraints": [[...], ...],
+                      "search_rules": "paper", "no_repeat_ngram_size": 0,
+                      "repetition_penalty": 1.0, "split": false, "markup": null,
+                      "placeholders": false, "prefix": [...], "constraints": [[...], ...],
                       "alignments": false,
                       "alignment_layer": -1, "sample": false, "top_k": 0, "top_p": 1.0,
                       "temperature": 1.0, "seed": 0}
@@ -31,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass
 from importlib.resources import files
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -45,6 +47,7 @@ from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
 from ..decode.rules import PAPER_RULES, SEARCH_RULES, search_rules
 from ..errors import UserError
 from .batcher import Batcher, Overloaded, ShuttingDown
+from .text import text_request
 from .translator import TranslateJob, Translator
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
@@ -120,6 +123,21 @@ class TranslateRequest(BaseModel):
         description="whose beam-search rules: the paper's, or fairseq's, Hugging Face's or "
         f"CTranslate2's length penalty, stopping rule and length limit ({', '.join(SEARCH_RULES)})",
     )
+    no_repeat_ngram_size: int = Field(
+        0, ge=0, description="never repeat an n-gram of this size in the output (0: off)"
+    )
+    repetition_penalty: float = Field(
+        1.0, gt=0.0, le=10.0, description="> 1 penalises tokens already in the output (1: off)"
+    )
+    split: bool = Field(
+        False, description="split each text into sentences and join their translations back"
+    )
+    markup: Literal["xml", "html"] | None = Field(
+        None, description="the texts carry tags: put them back around the aligned words"
+    )
+    placeholders: bool = Field(
+        False, description="keep format strings, URLs, e-mail, numbers, entities verbatim"
+    )
     attention: bool = Field(
         False, description="return the best hypothesis' encoder-decoder attention"
     )
@@ -185,6 +203,8 @@ class TranslateRequest(BaseModel):
             max_len_b=DEFAULT.max_len_b,
             nbest=1 if self.sample else self.nbest,
             rules=search_rules(self.search_rules),
+            no_repeat_ngram_size=self.no_repeat_ngram_size,
+            repetition_penalty=self.repetition_penalty,
         )
 
     def sampling(self) -> SampleConfig | None:
@@ -391,8 +411,14 @@ def _add_routes(app: FastAPI, translator: Translator, limits: Limits) -> None:
 
     @app.post("/translate")
     async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
+        try:
+            text = text_request(body, translator)  # split, markup, placeholders (serve/text.py)
+        except UserError as err:
+            raise _Refused(422, str(err)) from None
+        body = body if text is None else text.body
         sources = _sources(translator, limits, body)
-        return await _decoded(request, _translate_job(translator, body, sources))
+        job = _translate_job(translator, body, sources)
+        return await _decoded(request, job, None if text is None else text.finish)
 
     @app.get("/health")
     async def health(request: Request) -> dict:
@@ -472,7 +498,9 @@ def _translate_job(
     return job
 
 
-async def _decoded(request: Request, job: TranslateJob) -> JSONResponse:
+async def _decoded(
+    request: Request, job: TranslateJob, finish: Callable[[list], list] | None = None
+) -> JSONResponse:
     """``job`` through the batcher, as the answer to send; a failure's traceback goes to the
     log under the request's id, never into the answer (it may hold server paths or input)."""
     batcher: Batcher = request.app.state.batcher
@@ -490,4 +518,4 @@ async def _decoded(request: Request, job: TranslateJob) -> JSONResponse:
         )
     if answers is None:  # nobody reads this; 499 is what access logs call a hang-up
         return _error(499, "the client closed the connection")
-    return JSONResponse({"translations": answers})
+    return JSONResponse({"translations": answers if finish is None else finish(answers)})

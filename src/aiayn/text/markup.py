@@ -1,0 +1,252 @@
+"""Markup and placeholders through a translation (``--markup``, ``--placeholders``): taken out
+of the text before it is encoded, put back into the translation.
+
+Taken out, not replaced by sentinel tokens for the model to copy: what never goes through the
+model comes back verbatim in every output, however small or untrained the model (a model
+copies most sentinels, not all). Where each goes is the model's own view: the encoder-decoder
+alignments (``aiayn.decode.align``) map the source words around it to target words. A
+placeholder or self-closing tag goes after the target word aligned to the source word before
+it; a pair of tags wraps the target words aligned to the words it wrapped (from the first to
+the last of them). An engine without attention (CTranslate2) places them proportionally.
+
+Well formed by construction: the tags form a tree as in the source, each element's target
+span is kept inside its parent's and apart from its siblings', and the model's words are
+escaped (``&``, ``<``, ``>``) under ``--markup``. A tag without its pair is kept as a
+placeholder. ``well_formed`` checks an output with the standard library's parsers.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from xml.sax.saxutils import escape
+
+VOID = frozenset(
+    "area base br col embed hr img input link meta param source track wbr".split()
+)  # HTML elements without a closing tag
+
+
+@dataclass
+class Leaf:
+    """A placeholder or self-closing tag, at character ``at`` of the plain text."""
+
+    text: str
+    at: int
+
+
+@dataclass
+class Element:
+    """A pair of tags around characters [start, end) of the plain text."""
+
+    open: str
+    close: str = ""
+    start: int = 0
+    end: int = 0
+    children: list[Leaf | Element] = field(default_factory=list)
+
+
+@dataclass
+class Marked:
+    """A string taken apart: its words for the model, and what goes back around them."""
+
+    plain: str  # the text without tags and placeholders, spaces as they were
+    root: Element  # the tree of tags and placeholders, offsets into ``plain``
+    lead: str  # the string's own leading and trailing spaces
+    trail: str
+
+    @property
+    def words(self) -> list[re.Match[str]]:
+        return list(re.finditer(r"\S+", self.plain))
+
+    @property
+    def source(self) -> str:
+        """What the model translates: the words, one space apart."""
+        return " ".join(m.group() for m in self.words)
+
+
+def _name(tag: str) -> str:
+    return re.match(r"</?([\w:.-]+)", tag).group(1).lower()
+
+
+def _glued(plain: list[str], body: str, at: int) -> bool:
+    """Whether a thing taken out stood between two words with no space."""
+    before = next((p for p in reversed(plain) if p), "")
+    return bool(before) and not before[-1].isspace() and at < len(body) and not body[at].isspace()
+
+
+def take_apart(text: str, pattern: re.Pattern[str], html: bool = False) -> Marked:
+    """``text`` as plain text and a tree of what ``pattern`` matched (its ``tag`` group: tags,
+    paired by name; its ``ph`` group: placeholders). ``html``: void elements need no close."""
+    body = text.strip()
+    lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+    root = Element("")
+    stack, plain, at = [root], [], 0
+    for m in pattern.finditer(body):
+        plain.append(body[at : m.start()])
+        at, here, tag = m.end(), sum(map(len, plain)), m.group()
+        if (
+            m.lastgroup != "tag"
+            or tag.endswith("/>")
+            or tag[1] in "!?"
+            or (html and _name(tag) in VOID and not tag.startswith("</"))
+        ):
+            stack[-1].children.append(Leaf(tag, here))
+            if _glued(plain, body, at):  # "one<br>two": still two words
+                plain.append(" ")
+        elif not tag.startswith("</"):
+            stack.append(Element(tag, start=here))
+        elif len(stack) > 1 and _name(stack[-1].open) == _name(tag):
+            element = stack.pop()
+            element.close, element.end = tag, here
+            stack[-1].children.append(element)
+        else:  # a close without its open: kept, as a placeholder
+            stack[-1].children.append(Leaf(tag, here))
+    plain.append(body[at:])
+    while len(stack) > 1:  # an open without its close: a placeholder, its contents lifted
+        element = stack.pop()
+        stack[-1].children += [Leaf(element.open, element.start), *element.children]
+    root.end = sum(map(len, plain))
+    return Marked("".join(plain), root, lead, trail)
+
+
+@dataclass
+class _Projection:
+    """Source words -> target words, from (source word, target word) alignment pairs."""
+
+    to_target: list[list[int]]
+    n_target: int
+
+    @classmethod
+    def of(cls, pairs: list[tuple[int, int]], n_source: int, n_target: int) -> _Projection:
+        to_target: list[list[int]] = [[] for _ in range(n_source)]
+        for i, j in pairs:
+            if i < n_source and j < n_target:
+                to_target[i].append(j)
+        return cls(to_target, n_target)
+
+    def point(self, p: int) -> int:
+        """Where a thing before source word p goes: after the target word aligned to the
+        nearest word before p, else before the one aligned to the nearest after."""
+        for i in range(min(p, len(self.to_target)) - 1, -1, -1):
+            if self.to_target[i]:
+                return max(self.to_target[i]) + 1
+        for i in range(p, len(self.to_target)):
+            if self.to_target[i]:
+                return min(self.to_target[i])
+        return self.n_target if p > 0 else 0
+
+    def span(self, a: int, b: int) -> tuple[int, int]:
+        """The target words aligned to source words [a, b), first to last."""
+        found = [j for i in range(a, b) for j in self.to_target[i]]
+        if not found:
+            return (self.point(a),) * 2
+        return min(found), max(found) + 1
+
+
+def proportional(n_source: int, n_target: int) -> list[tuple[int, int]]:
+    """Alignment pairs by position alone (an engine without attention)."""
+    return [(j * n_source // n_target, j) for j in range(n_target)] if n_source else []
+
+
+def put_back(marked: Marked, translation: str, pairs: list[tuple[int, int]], markup: bool) -> str:
+    """The translation of ``marked.source`` with its tags and placeholders put back where
+    ``pairs`` (source word, target word) take them; the model's words escaped under
+    ``markup``."""
+    starts = [m.start() for m in marked.words]
+    ends = [m.end() for m in marked.words]
+    words = translation.split()
+    proj = _Projection.of(pairs, len(starts), len(words))
+
+    def word_at(c: int) -> int:  # the words that start before character c
+        return sum(s < c for s in starts)
+
+    def place(node: Leaf | Element) -> tuple[int, int]:
+        if isinstance(node, Leaf):
+            return (proj.point(word_at(node.at)),) * 2
+        return proj.span(sum(e <= node.start for e in ends), word_at(node.end))
+
+    items: list[tuple[str, str]] = []
+    _render(marked.root, (0, len(words)), place, words, items, markup)
+    return marked.lead + _join(items) + marked.trail
+
+
+def _render(
+    node: Element,
+    span: tuple[int, int],
+    place: Callable[[Leaf | Element], tuple[int, int]],
+    words: list[str],
+    items: list[tuple[str, str]],
+    markup: bool,
+) -> None:
+    """Append ``node``'s items: its target words [span) with its children inside, each
+    child's span clamped into it and after the siblings before it."""
+    lo, hi = span
+    placed = sorted(
+        (
+            (max(lo, min(s, hi)), max(lo, min(e, hi)), k)
+            for k, (s, e) in enumerate(map(place, node.children))
+        ),
+        key=lambda x: (x[0], x[2]),
+    )
+    at = lo
+    for s, e, k in placed:
+        child = node.children[k]
+        s = max(s, at)
+        items += [("w", escape(w) if markup else w) for w in words[at:s]]
+        if isinstance(child, Leaf):
+            items.append(("leaf", child.text))
+            at = s
+            continue
+        e = max(e, s)
+        items.append(("open", child.open))
+        _render(child, (s, e), place, words, items, markup)
+        items.append(("close", child.close))
+        at = e
+    items += [("w", escape(w) if markup else w) for w in words[at:hi]]
+
+
+def _join(items: list[tuple[str, str]]) -> str:
+    """Items with a space between two that stand apart (an open tag sticks to what follows
+    it, a close tag to what precedes it)."""
+    out, before = [], None
+    for kind, text in items:
+        if before in ("w", "leaf", "close") and kind in ("w", "leaf", "open"):
+            out.append(" ")
+        out.append(text)
+        before = kind
+    return "".join(out)
+
+
+class _HTMLCheck(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.stack: list[str] = []
+        self.broken = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.stack and self.stack[-1] == tag:
+            self.stack.pop()
+        elif tag not in VOID:
+            self.broken = True
+
+
+def well_formed(text: str, markup: str) -> bool:
+    """Whether ``text`` is well-formed XML content ("xml": the standard library's parser) or
+    HTML whose tags all close in order ("html")."""
+    if markup == "xml":
+        try:
+            ET.fromstring(f"<r>{text}</r>")
+        except ET.ParseError:
+            return False
+        return True
+    check = _HTMLCheck()
+    check.feed(text)
+    check.close()
+    return not check.broken and not check.stack

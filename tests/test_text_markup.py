@@ -1,0 +1,175 @@
+"""Markup and placeholders through a translation (``aiayn.text.markup``, ``--markup``,
+``--placeholders``): what was taken out comes back verbatim, tags around the aligned words,
+and the output is well formed, on 360 software-like strings through the tiny model."""
+
+import random
+import re
+from collections import Counter
+
+import pytest
+from _cli import run_cli
+
+from aiayn.checkpoint import latest_checkpoint, load_translator
+from aiayn.decode import DecodeConfig, SearchRequest
+from aiayn.errors import UserError
+from aiayn.text.marked import MarkupOutputs
+from aiayn.text.markup import put_back, take_apart, well_formed
+from aiayn.text.placeholders import BUILT_IN, placeholder_pattern
+
+WORDS = (
+    "the file was saved open your account settings now delete all messages from this folder".split()
+)
+PLACEHOLDERS = {
+    "printf": ["%s", "%d", "%1$s", "%2$d", "%-5.2f", "%@", "%%"],
+    "python": ["%(name)s", "%(count)d"],
+    "braces": ["{name}", "{0}", "{count}", "{{user}}", "{user.email}"],
+    "url": [
+        "https://example.com/help",
+        "http://a.example.org/x?id=3&amp;y=4",
+        "https://ex.io/a/b.html",
+    ],
+    "email": ["support@example.com", "a.b+c@mail.example.org"],
+    "number": ["3", "42", "1,000", "2.5", "10.000,50"],
+    "entity": ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;", "&#x2014;"],
+}
+TAGS = [
+    ("<b>", "</b>"),
+    ("<i>", "</i>"),
+    ('<a href="https://example.com/x?a=1">', "</a>"),
+    ('<span class="warn">', "</span>"),
+    ("<strong>", "</strong>"),
+]
+EMPTY = ["<br/>", '<img src="icon.png"/>', "<!-- note -->"]
+
+
+def software_strings(n: int = 360, seed: int = 0) -> list[str]:
+    """``n`` well-formed XML strings: words with placeholders of every kind, tags, nested
+    tags, self-closing tags, URLs and entities, some with spaces around."""
+    rng = random.Random(seed)
+    kinds = list(PLACEHOLDERS)
+
+    def phrase(depth: int) -> str:
+        parts = []
+        for _ in range(rng.randint(2, 6)):
+            r = rng.random()
+            if r < 0.45:
+                parts.append(rng.choice(WORDS))
+            elif r < 0.75:
+                parts.append(rng.choice(PLACEHOLDERS[rng.choice(kinds)]))
+            elif r < 0.9 and depth < 2:
+                open_, close = rng.choice(TAGS)
+                parts.append(f"{open_}{phrase(depth + 1)}{close}")
+            else:
+                parts.append(rng.choice(EMPTY))
+        return " ".join(parts)
+
+    out = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]  # every kind in every seventh string at least
+        s = f"{phrase(0)} {rng.choice(PLACEHOLDERS[kind])} {phrase(0)}"
+        if i % 5 == 0:
+            s = f"  {s}."
+        out.append(s)
+    return out
+
+
+PATTERN = placeholder_pattern(markup=True, built_in=True)
+
+
+def _kept(source: str) -> Counter:
+    """What must come back verbatim: every placeholder and tag of ``source``."""
+    return Counter(m.group() for m in PATTERN.finditer(source))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_run):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    return ckpt, *load_translator(ckpt)
+
+
+def test_every_placeholder_verbatim_and_every_output_well_formed(tiny, one_thread):
+    _, model, vocab = tiny
+    strings = software_strings()
+    assert all(well_formed(s, "xml") for s in strings)
+    for kind, examples in PLACEHOLDERS.items():  # each kind is in the set, found as one piece
+        assert any(e in s for s in strings for e in examples), kind
+        assert all(PATTERN.fullmatch(e) for e in examples), kind
+    request = SearchRequest(DecodeConfig.preset("translation", beam=2))
+    outs = MarkupOutputs("xml", PATTERN)(
+        model, strings, vocab, request, progress=False, on_truncate=None
+    )
+    assert len(outs) == len(strings) >= 300
+    for source, out in zip(strings, outs):
+        assert not (_kept(source) - _kept(out)), (source, out)  # nothing lost or changed
+        assert well_formed(out, "xml"), (source, out)
+        assert out[: len(out) - len(out.lstrip())] == source[: len(source) - len(source.lstrip())]
+    urls = [u for s in strings for u in re.findall(BUILT_IN["url"], s)]
+    assert len(urls) > 50 and all(any(u in o for o in outs) for u in urls)
+
+
+def test_tags_wrap_the_words_aligned_to_those_they_wrapped():
+    marked = take_apart("Click <b>here</b> to save %s now", PATTERN)
+    assert marked.source == "Click here to save now"
+    # target "Guarde ahora haciendo clic aquí": here -> aquí, save -> Guarde, now -> ahora
+    pairs = [(3, 0), (4, 1), (0, 2), (0, 3), (1, 4)]
+    out = put_back(marked, "Guarde ahora haciendo clic aquí", pairs, markup=True)
+    assert out == "Guarde %s ahora haciendo clic <b>aquí</b>"
+
+
+def test_nested_and_crossing_projections_stay_well_formed():
+    marked = take_apart("<a href='x'><b>one</b> two</a> <i>three</i>", PATTERN)
+    # the aligner crosses them: one -> 2, two -> 0, three -> 1
+    out = put_back(marked, "uno dos tres", [(1, 0), (2, 1), (0, 2)], markup=True)
+    assert well_formed(out, "xml") and out.count("<b>") == out.count("</b>") == 1
+    assert out == "<a href='x'>uno dos <b>tres</b></a> <i></i>"
+
+
+def test_the_models_own_markup_characters_are_escaped():
+    marked = take_apart("<b>a</b>", PATTERN)
+    assert put_back(marked, "x < y & z", [(0, 0)], markup=True) == "<b>x</b> &lt; y &amp; z"
+    plain = take_apart("%s a", placeholder_pattern(markup=False, built_in=True))
+    assert put_back(plain, "x < y", [(0, 0)], markup=False) == "%s x < y"
+
+
+def test_unpaired_tags_are_kept_as_placeholders():
+    marked = take_apart("a </b> c <i> d", PATTERN)
+    assert marked.source == "a c d"
+    out = put_back(marked, "A C D", [(0, 0), (1, 1), (2, 2)], markup=True)
+    assert out == "A </b> C <i> D"
+
+
+def test_html_void_elements_need_no_close():
+    pattern = placeholder_pattern(markup=True, built_in=False)
+    marked = take_apart("line one<br>line <b>two</b>", pattern, html=True)
+    out = put_back(marked, "l1 o l2 t", [(0, 0), (1, 1), (2, 2), (3, 3)], markup=True)
+    assert out == "l1 o <br> l2 <b>t</b>" and well_formed(out, "html")
+    assert not well_formed("<b>x</i>", "html") and not well_formed("<b>x", "xml")
+
+
+def test_a_user_pattern_comes_first_and_a_bad_one_is_refused():
+    pattern = placeholder_pattern(markup=False, built_in=True, user=(r"\$\w+",))
+    assert take_apart("pay $amount now", pattern).source == "pay now"
+    with pytest.raises(UserError, match=r"--placeholder-pattern '\(': "):
+        placeholder_pattern(markup=False, built_in=True, user=("(",))
+
+
+def test_translate_markup_on_the_command_line(tiny, tmp_path, capsys):
+    src = tmp_path / "strings.txt"
+    strings = software_strings(12, seed=1)
+    src.write_text("".join(s + "\n" for s in strings), encoding="utf-8")
+    argv = ("translate", "--checkpoint", tiny[0], "--beam", 1, "--input", src)
+    code, out, _ = run_cli(capsys, *argv, "--markup", "xml", "--placeholders")
+    assert code == 0
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 12
+    for source, line in zip(strings, lines):
+        assert well_formed(line, "xml") and not (_kept(source) - _kept(line))
+    first = sorted((tiny[0].parent).glob("update_*"))[0]  # an ensemble aligns by its mean
+    code, out, _ = run_cli(
+        capsys, *argv, "--checkpoint", first, "--markup", "xml", "--placeholders"
+    )
+    assert code == 0
+    for source, line in zip(strings, out.split("\n")[:-1]):
+        assert well_formed(line, "xml") and not (_kept(source) - _kept(line))
+    code, _, err = run_cli(capsys, *argv, "--markup", "xml", "--split")
+    assert code == 2 and "not with --split" in err
