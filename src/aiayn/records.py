@@ -54,6 +54,7 @@ TOPICS = tuple(PAGES)
 # the chip classes of aiayn.hardware.Bf16.chip, which aiayn.measured keys its figures by
 CLASSES = ("cpu-amx", "cpu-avx512_bf16", "cpu-no_bf16", "cuda")
 HEADLINE = "headline"
+HEADLINE_FIGURES = 3  # a README row shows a record's first three figures; its page shows all
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
 CPUINFO = Path("/proc/cpuinfo")
 # the flags that decide bf16 and int8 speed on x86, in the order a report lists them
@@ -301,19 +302,14 @@ def render_topic(records: list[Record], topic: str) -> str:
     if not rows:
         return "No record yet.\n"
     lines = [
-        "| what | result | class | threads | date | commit | command |",
-        "|---|---|---|---|---|---|---|",
+        "| what | result | class | threads | date | commit | command | conditions |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = [r.what, format_figures(r.figures), f"`{r.machine_class}`", str(r.threads)]
-        cells += [r.date[:10], r.commit, f"`{r.command}`"]
+        cells += [r.date[:10], r.commit, f"`{r.command}`", r.notes]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    notes = [f"- {r.what}: {r.notes}" for r in rows if r.notes]
-    return "\n".join(lines) + "\n\n" + _machines(rows) + "\n" + _notes_block(notes)
-
-
-def _notes_block(notes: list[str]) -> str:
-    return "\n" + "\n".join(notes) + "\n" if notes else ""
+    return "\n".join(lines) + "\n\n" + _machines(rows) + "\n"
 
 
 def render_headline(records: list[Record]) -> str:
@@ -327,7 +323,8 @@ def render_headline(records: list[Record]) -> str:
         page = PAGES[r.topic]
         name = Path(page.partition("#")[0]).stem
         link = f"[{name}]({page})"
-        cells = [r.what, format_figures(r.figures), f"`{r.machine_class}`", r.date[:10], link]
+        figures = dict(list(r.figures.items())[:HEADLINE_FIGURES])
+        cells = [r.what, format_figures(figures), f"`{r.machine_class}`", r.date[:10], link]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n\n" + _machines(rows) + "\n"
 
