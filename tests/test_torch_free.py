@@ -23,6 +23,7 @@ TORCH_FREE = [
     "aiayn.errors",
     "aiayn.workflow",
     "aiayn.files",
+    "aiayn.records",
     "aiayn.metrics",
     "aiayn.metrics.significance",
     "aiayn.analysis.compare",

@@ -5,7 +5,7 @@ checkpoint exactly as ``aiayn translate`` does; ``aiayn.prepare`` and ``aiayn.tr
 ``aiayn prepare`` and ``aiayn train``.
 
 The top-level names are imported lazily, so that the torch-free parts can be used without
-importing torch: ``aiayn.config``, ``aiayn.metrics``, ``aiayn.parsing`` (all but its
+importing torch: ``aiayn.config``, ``aiayn.records``, ``aiayn.metrics``, ``aiayn.parsing`` (all but its
 ``pipeline``), ``aiayn.data`` (torch loads when ``collate`` first pads a batch) and the command
 line's parser (``aiayn --help``). ``tests/test_torch_free.py`` checks each.
 """
