@@ -30,7 +30,7 @@ LAYERS = [
         "metrics",
     },
     {"train", "decode", "evaluate"},
-    {"analysis", "demo", "serve", "export", "parsing", "experiments"},
+    {"analysis", "demo", "measure", "serve", "export", "parsing", "experiments"},
     {"cli", "__main__"},
 ]
 
