@@ -1,7 +1,8 @@
 """The README and the documentation pages: a newcomer's screen, and no page lost.
 
-The README opens with the two commands a fresh machine needs (CI runs the second one), stays
-short, and links only to what exists; every page under docs/ is in the nav of mkdocs.yml, so the
+The README opens with one sentence of what aiayn is and the two commands a fresh machine needs
+(CI runs the second one), stays short (a front page: its tables rendered from records, no dated
+prose), and links only to what exists; no docs page has a dated heading (the history is git's); every page under docs/ is in the nav of mkdocs.yml, so the
 site shows it. ``make docs`` (part of ``make test``) runs ``mkdocs build --strict``, which checks
 the links and anchors inside docs/.
 """
@@ -19,7 +20,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-MAX_README_LINES = 150
+MAX_README_LINES = 120
+MAX_README_BYTES = 8 * 1024
+MAX_CELL = 200  # characters in one table cell of the README
+DATE = re.compile(
+    r"\b20\d\d-\d\d(-\d\d)?\b|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* 20\d\d\b"
+)
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -53,7 +59,10 @@ def readme_commands() -> list[str]:
     text = README.read_text(encoding="utf-8")
     start, lines = fenced_blocks(text)[0]
     before = [line for line in text.splitlines()[:start] if line.strip()]
-    assert len(before) == 1 and before[0].startswith("# "), "only the title precedes the commands"
+    assert len(before) == 2 and before[0].startswith("# "), "the title, one sentence, the commands"
+    sentence = before[1]
+    one = sentence.endswith(".") and not re.search(r"[.!?] [A-Z]", sentence)
+    assert one, f"one sentence: {sentence!r}"
     return commands(lines)
 
 
@@ -69,6 +78,48 @@ def test_ci_runs_the_readmes_test_command():
 def test_readme_fits_a_screen_or_two():
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) < MAX_README_LINES, f"README.md has {len(lines)} lines"
+    size = README.stat().st_size
+    assert size < MAX_README_BYTES, f"README.md has {size} bytes"
+
+
+def prose_and_cells(text: str) -> tuple[list[str], list[str]]:
+    """The lines outside code blocks and tables, and the cells of the tables."""
+    inside = {
+        i for start, lines in fenced_blocks(text) for i in range(start, start + len(lines) + 2)
+    }
+    prose, cells = [], []
+    for i, line in enumerate(text.splitlines()):
+        if i in inside:
+            continue
+        if line.startswith("|"):
+            cells.extend(cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip("|")))
+        else:
+            prose.append(line)
+    return prose, cells
+
+
+def test_readme_table_cells_are_short():
+    _, cells = prose_and_cells(README.read_text(encoding="utf-8"))
+    assert cells, "the README has its results table"
+    long = [cell for cell in cells if len(cell) > MAX_CELL]
+    assert not long, f"README.md: a table cell over {MAX_CELL} characters: {long[0][:80]}..."
+
+
+def test_readme_prose_holds_no_date():
+    prose, _ = prose_and_cells(README.read_text(encoding="utf-8"))
+    dated = [line for line in prose if DATE.search(line)]
+    assert not dated, f"README.md: a date in prose (dates belong to records/): {dated[0]}"
+
+
+def test_no_docs_page_has_a_dated_heading():
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        inside = {
+            i for start, lines in fenced_blocks(text) for i in range(start, start + len(lines) + 2)
+        }
+        for i, line in enumerate(text.splitlines()):
+            if line.startswith("#") and i not in inside and DATE.search(line):
+                raise AssertionError(f"{page.relative_to(ROOT)}:{i + 1}: a dated heading: {line}")
 
 
 def slug(heading: str) -> str:

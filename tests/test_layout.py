@@ -20,6 +20,7 @@ LAYERS = [
     {
         "errors",
         "files",
+        "records",
         "hardware",
         "measured",
         "config",

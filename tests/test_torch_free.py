@@ -22,6 +22,7 @@ TORCH_FREE = [
     "aiayn.config",
     "aiayn.errors",
     "aiayn.files",
+    "aiayn.records",
     "aiayn.metrics",
     "aiayn.metrics.significance",
     "aiayn.analysis.compare",

@@ -1,7 +1,7 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017), complete.
 
 The top-level names are imported lazily, so that the torch-free parts can be used without
-importing torch: ``aiayn.config``, ``aiayn.metrics``, ``aiayn.parsing`` (all but its
+importing torch: ``aiayn.config``, ``aiayn.records``, ``aiayn.metrics``, ``aiayn.parsing`` (all but its
 ``pipeline``), ``aiayn.data`` (torch loads when ``collate`` first pads a batch) and the command
 line's parser (``aiayn --help``). ``tests/test_torch_free.py`` checks each.
 """

@@ -14,18 +14,13 @@ that only a Zen 4 or an AMX CPU would show appears on an AVX2 machine too.
 from __future__ import annotations
 
 import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .errors import UserError
-
-CPUINFO = Path("/proc/cpuinfo")
-# the flags that decide bf16 and int8 speed on x86, in the order a report lists them
-REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-
+from .records import CPUINFO, REPORTED_FLAGS, cpu_model_and_flags
 
 # oneDNN keeps this many compiled primitives (its default is 1,024): see keep_onednn_primitives
 ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
@@ -82,15 +77,7 @@ def _detected_cpu() -> Bf16:
 def cpu_description(cpuinfo: Path = CPUINFO) -> str:
     """``"AMD EPYC, flags: avx2"``: the CPU's model and the flags that decide bf16 / int8
     speed, as every speed figure in the docs names them (machines change between days)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break  # every core lists the same flags
+    model, flags = cpu_model_and_flags(cpuinfo)
     present = [flag for flag in REPORTED_FLAGS if flag in flags]
     return f"{model}, flags: {', '.join(present) or 'none of ' + ', '.join(REPORTED_FLAGS)}"
 
