@@ -613,6 +613,7 @@ def main() -> None:
         "--test-limit", type=int, help="score the first N test sentences only (smoke runs)"
     )
     p.add_argument("--out", default="runs/peers", help="results and both runs")
+    p.add_argument("--record", help="write the comparison as a record into this folder")
     args = p.parse_args()
     try:
         if not (math.isfinite(args.minutes) and args.minutes > 0):
@@ -671,6 +672,31 @@ def main() -> None:
     )
     publish_dir(tmp, out)
     print(f"\n{table}\nSacreBLEU {signature}\nwrote {out}/results.json and results.md")
+    if args.record:
+        record(rows, args, len(references))
+
+
+def record(rows: list[dict[str, Any]], args: argparse.Namespace, sentences: int) -> None:
+    """Ours against fairseq as a record (``aiayn.records``, topic demo)."""
+    from aiayn.records import make_record, write_record
+
+    ours, theirs = rows
+    rec = make_record(
+        topic="demo",
+        what=f"the demo recipe, ours against fairseq, {args.minutes:g} minutes each",
+        figures={
+            "SacreBLEU, last 3 averaged": f"{ours['sacrebleu_avg3']:.2f} / "
+            f"{theirs['sacrebleu_avg3']:.2f}",
+            "target tokens/s": f"{ours['target_tokens_per_s']:,.0f} / "
+            f"{theirs['target_tokens_per_s']:,.0f}",
+            "updates": f"{ours['updates']:,} / {theirs['updates']:,}",
+        },
+        command="benchmarks/demo_vs_fairseq.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers={"fairseq": args.fairseq_version},
+        notes=f"ours / fairseq; {sentences} test sentences, beam {BEAM}",
+    )
+    print(f"wrote {write_record(rec, args.record)}")
 
 
 if __name__ == "__main__":
