@@ -75,6 +75,7 @@ from aiayn.records import make_record, package_version, write_record  # noqa: E4
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 OUT_LEN, BEAM = 40, 4
 CONFIGS = {
+    "tiny": dict(N_enc=1, N_dec=1, d_model=32, h=2, d_ff=64, vocab_size=300),  # a check, seconds
     "d256": dict(N_enc=3, N_dec=3, d_model=256, h=4, d_ff=1024, vocab_size=8000),
     "base": dict(N_enc=6, N_dec=6, d_model=512, h=8, d_ff=2048, vocab_size=8000),
 }
@@ -348,7 +349,7 @@ def each_thread(threads: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=["d256", "base"], choices=list(CONFIGS))
     parser.add_argument("--n1", type=int, default=8, help="sentences decoded one at a time")
     parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
     parser.add_argument("--repeats", type=int, default=3)
