@@ -44,7 +44,9 @@ lint: setup
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
 
+# The benchmark suite (benchmarks/README.md): every topic, its figures written as records into
+# records/. Hours on 2 CPU cores, nothing else running; BENCH='--only train,decode' for some.
+BENCH ?=
 bench: setup
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"
-	$(BIN)/python benchmarks/train_throughput.py
-	$(BIN)/python benchmarks/decode_throughput.py
+	$(BIN)/python benchmarks/run_all.py $(BENCH)
