@@ -8,7 +8,8 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
-MINUTES ?= 15
+# `make demo MINUTES=15` stops the demo on the clock instead of after its fixed updates
+MINUTES ?=
 BIN := $(VENV)/bin
 
 .PHONY: setup demo test test-oracles lint docs bench
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/aiayn demo --minutes $(MINUTES)
+	$(BIN)/aiayn demo $(if $(MINUTES),--minutes $(MINUTES))
 
 # The lint tests ran in `make lint` just before: not twice.
 test: setup lint docs

@@ -1,4 +1,8 @@
-"""The main job end to end on a budget of seconds, and the CLI on what it leaves behind."""
+"""The main job end to end on a budget of a few updates, and the CLI on what it leaves behind.
+
+Every run here stops on a count of updates, so what it trains is the same on any machine; the
+wall-clock budget (``--minutes``) is tested with a clock the test moves.
+"""
 
 import importlib
 import json
@@ -6,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sacrebleu
@@ -15,13 +21,18 @@ from _pictures import assert_picture
 
 from aiayn import checkpoint as ckpt
 from aiayn import demo as demo_module
+from aiayn import records
 from aiayn.data import Vocab, bundled_corpus_paths
 from aiayn.decode.workers import auto_workers, run_batches
-from aiayn.demo import demo_train_config, format_report, run_demo
+from aiayn.demo import DEMO_UPDATES, demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
+from aiayn.train import TrainConfig
+from aiayn.train import trainer as trainer_module
+from aiayn.train.config import recipe_config
 
 DEMO_WORKERS: list[int] = []  # ``workers`` of each search of the demo fixture's run, in order
+UPDATES = 24  # the fixture's budget: a checkpoint every 6 updates, 4 in all
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +42,7 @@ def demo(tmp_path_factory):
         "preset=tiny",
         "max_src_tokens=600",
         "max_tgt_tokens=600",
-        "save_every_minutes=0.02",
+        "save_every_updates=6",
         "valid_bleu_sentences=3",
     ]
 
@@ -43,7 +54,7 @@ def demo(tmp_path_factory):
         patch.setenv("AIAYN_ASSUME_BF16", "emulated")
         patch.setattr(importlib.import_module("aiayn.decode.translate"), "run_batches", spy)
         report = run_demo(
-            minutes=0.1,
+            updates=UPDATES,
             work=root / "work",
             out=root / "run",
             sets=sets,
@@ -87,7 +98,7 @@ def test_demo_writes_every_artefact(demo):
             assert ckpt.read_meta(kept[name])["valid"]["valid_ppl"] == r["valid_ppl"]
     assert validations[-1]["update"] == report["training"]["updates"] >= 1
     assert validations[-1]["valid_ppl"] == report["training"]["valid_ppl"]
-    assert report["training"]["elapsed_s"] >= 6
+    assert report["training"]["updates"] == UPDATES
     # the pictures
     assert_picture(run / "training.png")
     maps = sorted((run / "attention").glob("*.png"))
@@ -163,7 +174,7 @@ def test_demo_rerun_reuses_data_and_training(demo):
     vocab = root / "work/spm.model"
     stamp = vocab.stat().st_mtime_ns
     again = run_demo(
-        minutes=0.1,
+        updates=UPDATES,
         work=root / "work",
         out=root / "run",
         sets=["preset=tiny", "max_src_tokens=600", "max_tgt_tokens=600", "valid_bleu_sentences=3"],
@@ -186,6 +197,96 @@ def test_demo_fresh_deletes_a_run_the_demo_made(demo, tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="stopped after --fresh"):
         run_demo(out=run, work=root / "work", sets=["preset=tiny"], fresh=True)
     assert not run.exists()
+
+
+def test_demo_stops_after_its_updates_and_says_that_its_time_is_what_varies(demo):
+    _, report = demo
+    assert report["train_config"]["max_minutes"] is None
+    assert report["training"]["updates"] == report["train_config"]["max_updates"] == UPDATES
+    text = format_report(report)
+    assert f"Training stopped after {UPDATES} updates, as on every CPU" in text
+    assert "the minutes are this machine's" in text
+
+
+def test_demo_writes_a_record_of_its_run_in_the_run_directory(demo):
+    root, report = demo
+    path = Path(report["record"])  # a rerun of the demo adds its own record beside it
+    assert path.parent == root / "run/records" and path.name.startswith("demo-")
+    record = records.check(json.loads(path.read_text(encoding="utf-8")), str(path))
+    assert record.topic == "demo" and record.figures["updates"] == UPDATES
+    assert record.figures["SacreBLEU"] == round(report["test"]["sacrebleu"], 2)
+    assert record.figures["paper BLEU"] == round(report["test"]["paper_bleu"], 2)
+    assert record.figures["end to end"] == f"{report['end_to_end_s'] / 60:.1f} min"
+    assert record.command.startswith(f"aiayn demo --updates {UPDATES} --set preset=tiny")
+    assert record.what == f"`aiayn demo`, {UPDATES} updates, test split of 6 verses"
+    assert record.threads == torch.get_num_threads() and record.torch == torch.__version__
+
+
+def test_the_demo_stops_on_updates_by_default_and_on_the_clock_when_given_minutes(tmp_path):
+    by_updates = demo_train_config(tmp_path, tmp_path / "out")
+    assert (by_updates.max_updates, by_updates.max_minutes) == (DEMO_UPDATES, None)
+    assert (by_updates.save_every_updates, by_updates.save_every_minutes) == (146, None)
+    recipe = recipe_config("demo", [])  # `aiayn train demo` stops where `aiayn demo` does
+    assert (recipe.max_updates, recipe.save_every_updates) == (DEMO_UPDATES, 146)
+    by_clock = demo_train_config(tmp_path, tmp_path / "out", minutes=15)
+    assert (by_clock.max_updates, by_clock.max_minutes) == (None, 15)
+    assert (by_clock.save_every_updates, by_clock.save_every_minutes) == (None, 1)
+
+
+def test_a_wall_clock_budget_stops_training_when_the_clock_says_so(tiny_corpus, tmp_path):
+    """--minutes: the trainer's clock moves 10 s an update here, so 0.5 minutes is 3 updates on
+    any machine."""
+    cfg = TrainConfig(
+        data=str(tiny_corpus),
+        out=str(tmp_path / "run"),
+        preset="tiny",
+        model={"N_enc": 1, "N_dec": 1, "d_model": 32, "d_ff": 64, "h": 2},
+        max_src_tokens=400,
+        max_tgt_tokens=400,
+        max_updates=None,
+        max_minutes=0.5,
+        save_every_minutes=None,
+        save_every_updates=2,
+        validate=False,
+        num_threads=1,
+        amp="none",
+    )
+    trainer = trainer_module.Trainer(cfg)
+    clock = SimpleNamespace(monotonic=lambda: trainer.update * 10.0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trainer_module, "time", clock)
+        summary = trainer.run(resume=None)
+    assert trainer.stopped == "max_minutes"
+    assert summary["updates"] == 3 and summary["elapsed_s"] == 30.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], {"minutes": None, "updates": None}),
+        (["--minutes", "15"], {"minutes": 15.0, "updates": None}),
+        (["--updates", "500", "--record", "recs"], {"minutes": None, "updates": 500}),
+    ],
+)
+def test_demo_cli_passes_its_budget_and_record_directory(capsys, monkeypatch, argv, expected):
+    seen = {}
+
+    def fake_run_demo(**kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stopped before the demo")
+
+    monkeypatch.setattr(demo_module, "run_demo", fake_run_demo)
+    with pytest.raises(RuntimeError, match="stopped before the demo"):
+        run_cli(capsys, "demo", *argv)
+    assert {k: seen[k] for k in expected} == expected
+    assert seen["record"] == (Path("recs") if "--record" in argv else None)
+
+
+def test_demo_cli_refuses_both_budgets_and_a_budget_below_one(capsys):
+    code, _, err = run_cli(capsys, "demo", "--minutes", "15", "--updates", "100")
+    assert code == 2 and "not allowed with argument" in err
+    code, _, err = run_cli(capsys, "demo", "--updates", "0")
+    assert code == 2 and "must be a positive number, not 0" in err
 
 
 def test_demo_set_lands_even_when_it_equals_the_preset_default(tmp_path):
@@ -291,8 +392,7 @@ def test_evaluate_cli_reports_both_bleus(demo, tmp_path):
 
 
 def test_average_cli_chooses_how_many_by_perplexity(tiny_run, tmp_path, capsys):
-    # tiny_run's 3 checkpoints (one an update), not the demo's: the demo trains for seconds of
-    # wall clock, so under load it could leave fewer than the 3 this asks for
+    # tiny_run's 3 checkpoints (one an update): three of them, whatever the demo keeps
     src, ref = tmp_path / "src.en", tmp_path / "ref.es"
     valid_src, valid_ref = (read_lines(p)[:40] for p in bundled_corpus_paths()["valid"])
     src.write_text("\n".join(valid_src) + "\n")

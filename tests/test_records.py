@@ -175,3 +175,15 @@ def test_the_committed_tables_are_a_fresh_render_of_the_committed_records():
 @pytest.mark.lint
 def test_every_committed_record_loads():
     assert records.load_records(ROOT / "records"), "records/ holds the measurements"
+
+
+@pytest.mark.lint
+def test_each_recorded_topic_has_its_table_where_the_readme_links_to_it():
+    from test_docs import anchors
+
+    topics = {record.topic for record in records.load_records(ROOT / "records")}
+    for topic in sorted(topics):
+        page, _, anchor = records.PAGES[topic].partition("#")
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert f"<!-- results:{topic} -->" in text, f"{page} has no table of {topic}'s records"
+        assert anchor in anchors(ROOT / page), f"{page} has no heading #{anchor}"

@@ -90,7 +90,7 @@ def keep_onednn_primitives(capacity: int = ONEDNN_PRIMITIVES) -> None:
     primitive for each new shape. A token-budget batch has a shape of its own (B x T varies from
     batch to batch): at 1,024 the cache evicts the demo's shapes before the next epoch brings them
     back, so bf16 training compiles in every update for the whole run; a larger cache compiles
-    less with every epoch, for memory (measured in docs/benchmarks.md, "oneDNN's primitive
+    less with every epoch, for memory (measured in docs/training.md, "oneDNN's primitive
     cache"). oneDNN reads the capacity when it creates its first primitive, so call this before
     any oneDNN op; later it changes nothing."""
     os.environ.setdefault(ONEDNN_CACHE, str(capacity))

@@ -14,6 +14,8 @@ def _demo(args: argparse.Namespace) -> None:
 
     report = run_demo(
         minutes=args.minutes,
+        updates=args.updates,
+        record=Path(args.record) if args.record else None,
         work=Path(args.work),
         out=Path(args.out),
         sets=args.set or [],
@@ -24,11 +26,43 @@ def _demo(args: argparse.Namespace) -> None:
     say_wrote("demo", args.work, args.out)
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
 def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="train + evaluate an English->Spanish translator on the bundled corpus"
     )
-    p.add_argument("--minutes", type=float, default=15.0, help="training budget (wall clock)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--updates",
+        type=_positive_int,
+        help="training updates (default: aiayn.demo.DEMO_UPDATES, 2,200: about 15 minutes on 2 "
+        "laptop cores); the same number gives the same BLEU on every CPU",
+    )
+    budget.add_argument(
+        "--minutes",
+        type=_positive_float,
+        help="stop on the wall clock after this many minutes of training instead (the updates, "
+        "and the BLEU, then depend on the machine)",
+    )
+    p.add_argument(
+        "--record",
+        metavar="DIR",
+        help="write the run's record (aiayn.records) into DIR, e.g. records/ of a clone "
+        "(default: the run directory's records/)",
+    )
     p.add_argument("--work", default="work/bible", help="where the prepared corpus goes")
     p.add_argument("--out", default="runs/demo", help="run directory")
     p.add_argument(
