@@ -349,12 +349,13 @@ def test_measure_writes_the_figures_the_rules_read(
     monkeypatch.setenv(measured.USER_TABLE, str(table))
     tiny = ["--data", str(tiny_corpus), "--preset", "tiny", "--updates", "2", "--threads", "1"]
     checkpoint = sorted((tiny_run / "checkpoints").glob("update_*"))[-1]
-    threads = torch.get_num_threads()
+    threads, meta = torch.get_num_threads(), (tiny_corpus / "meta.json").read_text()
     try:
         main(["measure", "train_bf16", *tiny])
         main(["measure", "decode_bf16", "--checkpoint", str(checkpoint), "--sentences", "4"])
     finally:
         torch.set_num_threads(threads)  # the command sets the process's, as a command may
+    assert (tiny_corpus / "meta.json").read_text() == meta  # a prepared dataset is only read
     written = json.loads(table.read_text())["cpu-avx512_bf16"]
     assert set(written) == {"train_bf16", "decode_bf16"}
     train, decode = written["train_bf16"], written["decode_bf16"]
