@@ -29,7 +29,8 @@ test: setup lint docs
 	$(BIN)/python -m pytest -m "not oracle and not lint"
 
 # The opt-in oracles (docs/install.md): EVALB's C program, CTranslate2 agreement on a model
-# trained for it, the torch.compile tests. Tens of minutes on 2 CPU cores; not in `make test`.
+# trained for it, the demo model under each toolkit's own search (AIAYN_ORACLE_CHECKPOINT,
+# default runs/demo/averaged; fairseq's with AIAYN_FAIRSEQ_PYTHON), the torch.compile tests. Tens of minutes on 2 CPU cores; not in `make test`.
 test-oracles: setup
 	$(BIN)/python -m pytest -m oracle
 
@@ -45,7 +46,9 @@ lint: setup
 docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
 
+# The benchmark suite (benchmarks/README.md): every topic, its figures written as records into
+# records/. Hours on 2 CPU cores, nothing else running; BENCH='--only train,decode' for some.
+BENCH ?=
 bench: setup
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[bench]"
-	$(BIN)/python benchmarks/train_throughput.py
-	$(BIN)/python benchmarks/decode_throughput.py
+	$(BIN)/python benchmarks/run_all.py $(BENCH)

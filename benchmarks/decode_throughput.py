@@ -28,6 +28,19 @@ Prints target tokens/s (40 x sentences / seconds) per system and batch size, and
     python benchmarks/decode_throughput.py --quantize int8      # ours int8 vs CTranslate2 int8
     python benchmarks/decode_throughput.py --testset runs/demo/averaged [--quantize int8]
     python benchmarks/decode_throughput.py --testset runs/demo/averaged --unpacked --limit 300
+
+``--engine CHECKPOINT``: ``--engine ctranslate2`` (``CTranslate2Engine.decode_ids``, the paper's
+search: GNMT re-ranking, |Y| <= |X| + 50 per sentence, patience ``PATIENCE``) in this process,
+after PyTorch has decoded a sentence so that both OpenMP runtimes are up, against raw
+CTranslate2 (``translate_batch(beam_size=4, length_penalty=0.6)`` of the same export in
+``ct2_worker.py``, the longest source's limit for every sentence) with its default patience 1
+(what its users get) and with the engine's (what the rest of the engine costs), on the first
+``--limit`` (300) test verses, ``--repeats`` rounds interleaved; ``--workers N``: N replicas on
+both sides. Writes the export cache beside the checkpoint, as the engine does.
+
+    python benchmarks/decode_throughput.py --engine runs/demo/averaged --repeats 3
+
+``--record DIR`` writes each comparison's figures as a record (``aiayn.records``, topic decoding).
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,10 +70,12 @@ from aiayn.decode import (  # noqa: E402
 from aiayn.decode.workers import run_batches  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 from aiayn.export.hf import to_marian  # noqa: E402
+from aiayn.records import make_record, package_version, write_record  # noqa: E402
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 OUT_LEN, BEAM = 40, 4
 CONFIGS = {
+    "tiny": dict(N_enc=1, N_dec=1, d_model=32, h=2, d_ff=64, vocab_size=300),  # a check, seconds
     "d256": dict(N_enc=3, N_dec=3, d_model=256, h=4, d_ff=1024, vocab_size=8000),
     "base": dict(N_enc=6, N_dec=6, d_model=512, h=8, d_ff=2048, vocab_size=8000),
 }
@@ -222,10 +238,10 @@ def test_split_times(
     tmp: str,
     unpacked: bool = False,
     limit: int | None = None,
-) -> None:
+) -> dict[str, float]:
     """The real job: the bundled test split (its first ``limit`` verses), ours (as ``aiayn
     evaluate`` decodes) vs CTranslate2; with ``unpacked`` also our fp32 model without packed
-    weights, and how many outputs it shares with the packed one."""
+    weights, and how many outputs it shares with the packed one. Returns the median seconds."""
     from aiayn.checkpoint import VOCAB, load_transformer
     from aiayn.data import Vocab, bundled_corpus_paths
     from aiayn.files import read_lines
@@ -251,8 +267,11 @@ def test_split_times(
         ct2(sources=[names.source(s) for s in ids], batch=64, beam=BEAM, max_len=max_len)
         return time.perf_counter() - start
 
+    seconds: dict[str, list[float]] = {"ours": [], "ct2": []}
     for repeat in range(repeats):
         (t_ours, out), t_ct2 = ours(model), theirs()
+        seconds["ours"].append(t_ours)
+        seconds["ct2"].append(t_ct2)
         line = (
             f"[test split, {len(ids)} sentences, {quantize_mode or 'fp32'}] repeat {repeat + 1}: "
             f"ours {t_ours:.1f} s ({len(ids) / t_ours:.1f} sent/s)  ct2 {t_ct2:.1f} s "
@@ -264,11 +283,73 @@ def test_split_times(
             line += f"  unpacked {t_plain:.1f} s, ours/unpacked speed {t_plain / t_ours:.2f}, identical {same}/{len(out)}"
         print(line, flush=True)
     ct2.close()
+    return {side: statistics.median(times) for side, times in seconds.items()} | {"n": len(ids)}
+
+
+def engine_times(checkpoint: str, limit: int, rounds: int, workers: int) -> dict[str, float]:
+    """Median seconds of ``--engine ctranslate2`` and of raw CTranslate2 twice (patience 1 and
+    the engine's), interleaved over ``rounds``, on the first ``limit`` test verses."""
+    from aiayn.checkpoint import load_translator
+    from aiayn.data import bundled_corpus_paths
+    from aiayn.export.ct2_search import PATIENCE
+    from aiayn.export.engine import CTranslate2Engine, cached_export
+    from aiayn.files import read_lines
+
+    threads = torch.get_num_threads()
+    model, vocab = load_translator(checkpoint)
+    lines = read_lines(bundled_corpus_paths()["test"][0])[:limit]
+    translate(model, lines[:1], vocab)  # PyTorch's thread pool is up
+    engine = CTranslate2Engine.open(checkpoint, threads=threads, workers=workers)
+    raw = Ct2Process(str(cached_export(checkpoint)), "float32", threads, workers)
+    ids = [vocab.encode_source(line, model.cfg.max_len) for line in lines]
+    pieces = [[vocab.id_to_piece(i) for i in s[:-1]] for s in ids]
+    max_len = int(DecodeConfig().max_len(torch.tensor([max(map(len, ids))]), model.cfg.max_len))
+    seconds: dict[str, list[float]] = {"engine": [], "raw": [], "raw_same_patience": []}
+    request = SearchRequest(batching=Batching(workers=workers)).with_ids(vocab)
+    for _ in range(rounds):
+        start = time.perf_counter()
+        engine.decode_ids(ids, request)
+        seconds["engine"].append(time.perf_counter() - start)
+        for side, patience in (("raw", 1.0), ("raw_same_patience", PATIENCE)):
+            answer = raw(
+                sources=pieces, batch=64, beam=4, max_len=max_len, length_penalty=0.6,
+                patience=patience,
+            )  # fmt: skip
+            seconds[side].append(answer["seconds"])
+    raw.close()
+    medians = {side: statistics.median(times) for side, times in seconds.items()}
+    print(json.dumps({"sentences": len(ids), "seconds": seconds, "median_s": medians}, indent=1))
+    print(
+        f"engine / raw speed {medians['raw'] / medians['engine']:.2f} (raw with the engine's "
+        f"patience {PATIENCE}: {medians['raw_same_patience'] / medians['engine']:.2f})"
+    )
+    return medians | {"n": len(ids)}
+
+
+def record(directory: str, what: str, figures: dict, args: argparse.Namespace) -> None:
+    """One comparison's figures as a record, with CTranslate2's and transformers' versions."""
+    peers = {"ctranslate2": package_version("ctranslate2")}
+    if "hf" in args.peers and not (args.testset or args.engine or args.quantize):
+        peers["transformers"] = package_version("transformers")
+    rec = make_record(
+        topic="decoding",
+        what=what,
+        figures=figures,
+        command="benchmarks/decode_throughput.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers=peers,
+        notes=f"best of {args.repeats} interleaved repeats" if not args.testset else "",
+    )
+    print(f"wrote {write_record(rec, directory)}")
+
+
+def each_thread(threads: int) -> str:
+    return "one thread each" if threads == 1 else f"{threads} threads each"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", default=["d256", "base"], choices=list(CONFIGS))
     parser.add_argument("--n1", type=int, default=8, help="sentences decoded one at a time")
     parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
     parser.add_argument("--repeats", type=int, default=3)
@@ -288,19 +369,53 @@ def main() -> None:
     parser.add_argument(
         "--testset", metavar="CHECKPOINT", help="time the bundled test split instead"
     )
-    parser.add_argument("--limit", type=int, help="--testset: only the first LIMIT verses")
+    parser.add_argument(
+        "--engine", metavar="CHECKPOINT", help="--engine ctranslate2 against raw CTranslate2"
+    )
+    parser.add_argument(
+        "--limit", type=int, help="--testset, --engine: the first LIMIT verses (--engine: 300)"
+    )
+    parser.add_argument("--record", help="write the figures as records into this folder")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     precision = args.quantize or "fp32"
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, beam {BEAM}, {precision}")
-    if args.testset:
+    if args.engine:
+        t = engine_times(args.engine, args.limit or 300, args.repeats, args.workers)
+        figures = {"engine / raw CTranslate2 speed": f"{t['raw'] / t['engine']:.2f}x"}
+        figures["with the engine's patience"] = f"{t['raw_same_patience'] / t['engine']:.2f}x"
+        what = f"--engine ctranslate2 against raw CTranslate2, {t['n']} test verses, " + (
+            each_thread(args.threads)
+        )
+    elif args.testset:
         with tempfile.TemporaryDirectory() as tmp:
-            test_split_times(
+            t = test_split_times(
                 args.testset, args.quantize, args.repeats, tmp, args.unpacked, args.limit
             )
+        figures = {"ours / CTranslate2": f"{t['ct2'] / t['ours']:.2f}x"}
+        figures |= {"ours s": round(t["ours"], 1), "CTranslate2 s": round(t["ct2"], 1)}
+        what = f"the test split ({t['n']} verses), against CTranslate2 ({precision}), " + (
+            each_thread(args.threads)
+        )
+    else:
+        peers = [PEER_NAMES[p] for p in args.peers if not (args.quantize and p == "hf")]
+        against = f"against {' and '.join(peers)}" if peers else "ours alone"
+        for name, figures in synthetic(args, precision).items():
+            what = f"beam {BEAM}, {name}, {against} ({precision}), {each_thread(args.threads)}"
+            if args.record:
+                record(args.record, what, figures, args)
         return
+    if args.record:
+        record(args.record, what, figures, args)
+
+
+def synthetic(args: argparse.Namespace, precision: str) -> dict[str, dict[str, str]]:
+    """Each config's rates, batch 1 and 32, and ours over each peer: the figures by config."""
+    results: dict[str, dict[str, str]] = {}
     peers = [p for p in args.peers if not (args.quantize and p == "hf")]
+    label = lambda k: "ours" if k == "aiayn" else k  # noqa: E731
     for name in args.configs:
+        results[name] = figures = {}
         fp32 = our_model(CONFIGS[name])
         model = for_decoding(our_model(CONFIGS[name]), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
@@ -328,13 +443,23 @@ def main() -> None:
                 pairs = [("aiayn", b) for b in others] + [
                     (w, b) for w in rates if w.startswith("workers") for b in ["aiayn", *others]
                 ]
-                label = lambda k: "ours" if k == "aiayn" else k  # noqa: E731
+                figures[f"ours tokens/s, batch {size}"] = round(rates["aiayn"])
+                for other in others:
+                    ratio = f"{rates['aiayn'] / rates[other]:.2f}x"
+                    figures[f"ours / {PEER_NAMES.get(other, other)}, batch {size}"] = ratio
                 ratios = "  ".join(
                     f"{label(a)}/{label(b)} {rates[a] / rates[b]:.2f}" for a, b in pairs
                 )
                 print(f"[{name} {precision}] batch {size:2d}: tok/s  {line}   {ratios}", flush=True)
             if ct2 is not None:
                 ct2.close()
+        # the headline first: ours over a peer at batch 32
+        order = sorted(figures, key=lambda k: (not k.startswith("ours / "), "batch 32" not in k))
+        results[name] = {k: figures[k] for k in order}
+    return results
+
+
+PEER_NAMES = {"ct2": "CTranslate2", "hf": "HF Marian"}
 
 
 if __name__ == "__main__":

@@ -406,7 +406,8 @@ def run_ours(tmp: Path, work: Path, args: argparse.Namespace, test: tuple[Path, 
             str(out),
             "--test-limit",
             "1",
-        ],
+        ]
+        + [word for override in args.set or [] for word in ("--set", override)],
         env,
         tmp / "ours.demo.log",
         "aiayn demo",
@@ -606,14 +607,39 @@ def fairseq_version(python: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--fairseq-python", required=True, help="python of the venv that holds fairseq")
+    p.add_argument("--fairseq-python", help="python of the venv that holds fairseq (required)")
     p.add_argument("--minutes", type=float, default=15.0, help="training budget of each system")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of each system")
     p.add_argument(
         "--test-limit", type=int, help="score the first N test sentences only (smoke runs)"
     )
     p.add_argument("--out", default="runs/peers", help="results and both runs")
+    p.add_argument("--record", help="write the comparison as a record into this folder")
+    p.add_argument(
+        "--dry-run",
+        type=int,
+        metavar="UPDATES",
+        help="print, as JSON, the fairseq-train and fairseq-generate arguments for a run of ours "
+        "that made UPDATES updates (the demo recipe at --minutes), and the dictionary of PIECES "
+        "(one a line, from --pieces); nothing is run or written",
+    )
+    p.add_argument("--pieces", type=Path, help="--dry-run: our vocabulary, a piece a line by id")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a variant of the demo recipe for both systems (aiayn demo --set)",
+    )
     args = p.parse_args()
+    if args.dry_run is not None:
+        try:
+            print(json.dumps(dry_run(args), indent=1, ensure_ascii=False))
+        except UserError as e:
+            print(f"{BENCHMARK}: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        return
+    if not args.fairseq_python:
+        p.error("--fairseq-python is required (but for --dry-run)")
     try:
         if not (math.isfinite(args.minutes) and args.minutes > 0):
             raise UserError(f"--minutes must be a positive number, got {args.minutes}")
@@ -671,6 +697,49 @@ def main() -> None:
     )
     publish_dir(tmp, out)
     print(f"\n{table}\nSacreBLEU {signature}\nwrote {out}/results.json and results.md")
+    if args.record:
+        record(rows, args, len(references))
+
+
+def dry_run(args: argparse.Namespace) -> dict[str, Any]:
+    """The fairseq side of the comparison as data: what would be run, for a look or a test."""
+    from aiayn.data.prepare import BUNDLED_VOCAB_SIZE
+    from aiayn.demo import demo_train_config
+
+    placeholder = Path("WORK")
+    cfg = demo_train_config(placeholder, placeholder / "ours", args.minutes, args.set or [])
+    model = cfg.model_config(BUNDLED_VOCAB_SIZE)
+    save_every = save_every_updates(cfg, args.dry_run)
+    bin_, save = placeholder / "bin", placeholder / "checkpoints"
+    pieces = read_lines(args.pieces) if args.pieces else None
+    return {
+        "train": fairseq_train_args(cfg, model, bin_, save, save_every),
+        "generate": fairseq_generate_args(bin_, save / "average.pt"),
+        "dictionary": fairseq_dictionary(pieces) if pieces is not None else None,
+    }
+
+
+def record(rows: list[dict[str, Any]], args: argparse.Namespace, sentences: int) -> None:
+    """Ours against fairseq as a record (``aiayn.records``, topic demo)."""
+    from aiayn.records import make_record, write_record
+
+    ours, theirs = rows
+    rec = make_record(
+        topic="demo",
+        what=f"the demo recipe, ours against fairseq, {args.minutes:g} minutes each",
+        figures={
+            "SacreBLEU, last 3 averaged": f"{ours['sacrebleu_avg3']:.2f} / "
+            f"{theirs['sacrebleu_avg3']:.2f}",
+            "target tokens/s": f"{ours['target_tokens_per_s']:,.0f} / "
+            f"{theirs['target_tokens_per_s']:,.0f}",
+            "updates": f"{ours['updates']:,} / {theirs['updates']:,}",
+        },
+        command="benchmarks/demo_vs_fairseq.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers={"fairseq": args.fairseq_version},
+        notes=f"ours / fairseq; {sentences} test sentences, beam {BEAM}",
+    )
+    print(f"wrote {write_record(rec, args.record)}")
 
 
 if __name__ == "__main__":

@@ -130,9 +130,10 @@ def arrays(dataset: Path) -> dict[str, str]:
     return digests
 
 
-def measure_size(base: list[tuple[str, str]], n: int, args: argparse.Namespace) -> None:
+def measure_size(base: list[tuple[str, str]], n: int, args: argparse.Namespace) -> dict:
     """One corpus of ``n`` pairs: prepared whole once (the vocabulary trained), then binarised
-    once per worker count with that vocabulary; prints a row for each run."""
+    once per worker count with that vocabulary; prints a row for each run and returns the
+    figures of the whole preparation and of binarising with the most workers."""
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         src, tgt = Path(tmp) / "train.en", Path(tmp) / "train.es"
         size = write_corpus(base, n, src, tgt)
@@ -162,6 +163,28 @@ def measure_size(base: list[tuple[str, str]], n: int, args: argparse.Namespace) 
                 f"{same} |",
                 flush=True,
             )
+    trained, last = rows[0][2], rows[-1]
+    return {
+        "pairs/s, prepared whole": round(n / trained["wall"]),
+        f"binarised pairs/s, {last[1]} worker(s)": round(n / last[2]["binarise"]),
+        "peak RSS MB, all processes": round(max(r["tree_mb"] for _, _, r, _ in rows)),
+        "files as the first's": "yes" if all(r[3] != "NO" for r in rows) else "NO",
+    }
+
+
+def record(n: int, figures: dict, args: argparse.Namespace) -> None:
+    """One corpus size's figures as a record (``aiayn.records``, topic data)."""
+    from aiayn.records import make_record, write_record
+
+    rec = make_record(
+        topic="data",
+        what=f"`aiayn prepare`, {n:,} synthetic pairs, {args.vocab_size:,}-piece vocabulary",
+        figures=figures,
+        command="benchmarks/prepare_scale.py " + " ".join(sys.argv[1:]),
+        threads=max(args.workers),
+        notes=f"load average {os.getloadavg()[0]:.1f} at the end",
+    )
+    print(f"wrote {write_record(rec, args.record)}")
 
 
 def main() -> None:
@@ -179,6 +202,7 @@ def main() -> None:
     parser.add_argument(
         "--dir", default=None, help="where the temporary corpora go (default: $TMPDIR)"
     )
+    parser.add_argument("--record", help="write each size's figures as a record into this folder")
     args = parser.parse_args()
     args.workers = [int(w) for w in args.workers.split(",")]
     base, _ = read_parallel(*bundled_corpus_paths()["train"])
@@ -194,7 +218,9 @@ def main() -> None:
     )
     print("|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|", flush=True)
     for n in (parse_size(s) for s in args.sizes.split(",")):
-        measure_size(base, n, args)
+        figures = measure_size(base, n, args)
+        if args.record:
+            record(n, figures, args)
     print(f"load average {os.getloadavg()[0]:.1f} at the end (other jobs share the machine)")
 
 

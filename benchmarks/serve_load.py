@@ -274,6 +274,28 @@ def print_modes(results: dict, args) -> None:
         )
 
 
+def record(results: dict, args: argparse.Namespace) -> None:
+    """Dynamic batching on against off as a record (``aiayn.records``, topic serving)."""
+    from aiayn.records import make_record, package_version, write_record
+
+    on, off = results["on"], results["off"]
+    rec = make_record(
+        topic="serving",
+        what=f"`aiayn serve`, {args.clients} clients, dynamic batching on / off",
+        figures={
+            "on / off": f"{on['sentences_per_s'] / off['sentences_per_s']:.1f}x",
+            "sentences/s": f"{on['sentences_per_s']:.2f} / {off['sentences_per_s']:.2f}",
+            "p50": f"{on['p50_s']:.1f} / {off['p50_s']:.1f} s",
+            "p99": f"{on['p99_s']:.1f} / {off['p99_s']:.1f} s",
+        },
+        command="benchmarks/serve_load.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers={"uvicorn": package_version("uvicorn")},
+        notes=f"beam {args.beam}, {args.requests} requests a client, {args.checkpoint}",
+    )
+    print(f"wrote {write_record(rec, args.record)}")
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -299,6 +321,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--overload", type=float, default=3.0, help="offered load / capacity")
     p.add_argument("--capacity-seconds", type=float, default=60.0)
     p.add_argument("--overload-seconds", type=float, default=120.0)
+    p.add_argument("--record", help="write the on/off comparison as a record into this folder")
     return p.parse_args()
 
 
@@ -323,6 +346,8 @@ def main() -> None:
     shed = run_overload(lines, expected, args) if "overload" in args.runs else None
     if results:
         print_modes(results, args)
+    if args.record and {"on", "off"} <= set(results):
+        record(results, args)
     if shed is not None:
         print_overload(shed, args)
         if not shed["checks_pass"]:

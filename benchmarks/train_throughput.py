@@ -11,11 +11,17 @@ and aiayn.train.loss degrades least.
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py
     # all peers (a separate venv holding transformers and fairseq-fixed)
     PYTHONPATH=src /work/benchvenv/bin/python benchmarks/train_throughput.py
-    # ours as trained, fp32 and bf16 autocast, compiled (compile=true) and not: compile time,
-    # graphs, speed-up and when it pays back, the figures compile=auto is decided on (~3 minutes)
+    # bf16 against fp32 on a CPU with native bf16: each row and its bf16 autocast twin (ours
+    # with the attention the trainer takes), bf16 / fp32 per system; the demo recipe's own
+    # bf16 figure (A-B-B-A, perplexity too) is `aiayn measure train_bf16`
+    PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py --configs small --bf16 \
+        --peers ours+lsloss+fusedadam,torch.nn+fusedadam,hf-marian+fusedadam
+    # ours as trained, compiled (compile=true) and not: compile time, graphs, speed-up and when
+    # it pays back (compile=auto's own figure: `aiayn measure compile`)
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py --configs small --reps 3 \
-        --steps 3 --peers ours+lsloss+fusedadam,ours+lsloss+fusedadam+compile,\
-    ours+lsloss+fusedadam+bf16,ours+lsloss+fusedadam+bf16+compile
+        --steps 3 --peers ours+lsloss+fusedadam,ours+lsloss+fusedadam+compile
+
+``--record DIR`` writes each config's figures as a record (``aiayn.records``, topic training).
 
 One training step, identical for every peer: forward, label-smoothed cross-entropy (eps_ls 0.1,
 padding ignored, summed and divided by the number of target tokens), backward, Adam (0.9, 0.98,
@@ -50,8 +56,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn import hardware, measured
 from aiayn.config import ModelConfig
 from aiayn.flops import measure_matmul_peak, mfu, real_lengths, training_flops
+from aiayn.records import make_record, package_version, write_record
 
 PAD, BOS, EOS = 1, 0, 2  # fairseq's Dictionary layout; every peer is told pad = 1
 FIRST_WORD = 4  # ids below are specials in fairseq's Dictionary
@@ -532,10 +540,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument(
+        "--bf16", action="store_true", help="each row also in bf16 autocast: bf16 / fp32 per row"
+    )
+    p.add_argument("--record", help="write each config's figures as a record into this folder")
     args = p.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     peers = args.peers.split(",")
+    twins = bf16_twins(peers) if args.bf16 else {}
+    peers += list(twins.values())
     print(
         f"torch {torch.__version__}, {args.threads} threads, batch {args.batch} x "
         f"lengths {args.min_len}..{args.max_len}, Adam {args.adam}, "
@@ -559,6 +573,66 @@ def main(argv: list[str] | None = None) -> None:
         f"{peak / 1e9:.1f} GFLOP/s"
     )
     report(results, peak)
+    if twins:
+        report_bf16(results, twins)
+    if args.record:
+        for name, rates in results.items():
+            path = write_record(config_record(name, rates, twins, args), args.record)
+            print(f"wrote {path}")
+
+
+def bf16_twins(rows: list[str]) -> dict[str, str]:
+    """Each row's bf16 autocast twin; ours takes the attention the trainer would take on this
+    CPU (bf16 matmuls where its class measured them to pay). Refused without native bf16,
+    where PyTorch emulates bf16 through fp32 and every twin would be slower."""
+    support = hardware.bf16_support(torch.device("cpu"))
+    if not support.native:
+        sys.exit(f"train_throughput --bf16: {support.reason}: nothing to measure")
+    mmattn = measured.train_bf16_matmul_attention(support.chip).on
+    return {
+        row: row + "+bf16" + ("+mmattn" if mmattn and row.startswith("ours") else "")
+        for row in rows
+        if "bf16" not in row.split("+")
+    }
+
+
+def report_bf16(results: dict[str, dict[str, list[float]]], twins: dict[str, str]) -> None:
+    """bf16 over fp32 for each row and its twin, best repetitions."""
+    print(
+        "\n| config | row | fp32 tokens/s (best) | bf16 | bf16 / fp32 |\n|---|---|---:|---:|---:|"
+    )
+    for cfg, rates in results.items():
+        for row, twin in twins.items():
+            if row in rates and twin in rates:
+                fp32, bf16 = max(rates[row]), max(rates[twin])
+                print(f"| {cfg} | {row} | {fp32:,.0f} | {bf16:,.0f} | {bf16 / fp32:.2f}x |")
+
+
+PEER_PACKAGES = {"hf-marian": "transformers", "fairseq": "fairseq-fixed"}
+
+
+def config_record(name: str, rates: dict[str, list[float]], twins: dict[str, str], args):
+    """One config's best tokens/s per row (and bf16 / fp32 per twin) as a record."""
+    sh, best = SHAPES[name], {row: max(v) for row, v in rates.items()}
+    ours = [r for r in best if r.startswith("ours") and r not in twins.values()]
+    others = [r for r in best if not r.startswith("ours") and r not in twins.values()]
+    figures: dict[str, float | int | str] = {}
+    if twins:
+        figures |= {f"{r} bf16 / fp32": f"{best[t] / best[r]:.2f}x" for r, t in twins.items()}
+    if ours and others:
+        figures["ours / fastest peer"] = f"{best[ours[0]] / max(best[r] for r in others):.2f}x"
+    figures |= {f"{row} tokens/s": round(rate) for row, rate in best.items()}
+    shape = f"d{sh.d_model} {sh.N}+{sh.N}, {'bf16 against fp32' if twins else 'fp32'}"
+    peers = {row.split("+")[0] for row in others}
+    return make_record(
+        topic="training",
+        what=f"training step, {shape}, against the peers" if others else f"training step, {shape}",
+        figures=figures,
+        command="benchmarks/train_throughput.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers={p: package_version(PEER_PACKAGES.get(p, "torch")) for p in peers},
+        notes=f"best of {args.reps} interleaved repetitions of {args.steps} steps",
+    )
 
 
 def report(results: dict[str, dict[str, list[float]]], peak: float) -> None:

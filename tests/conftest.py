@@ -1,5 +1,6 @@
 """Shared fixtures: a small prepared slice of the bundled corpus for training tests, and the
-CPU's bf16 answer pinned so that no result depends on the CPU that runs the suite."""
+CPU's bf16 answer and the table of measured figures pinned so that no result depends on the CPU
+that runs the suite or on what ``aiayn measure`` wrote there."""
 
 import os
 from pathlib import Path
@@ -7,13 +8,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import hardware
+from aiayn import hardware, measured
 from aiayn.data.prepare import prepare_bundled_slice
 
 # Every test sees a CPU without native bf16 (so every `auto` is fp32 and eager) unless it asks for
 # `bf16_answer`, which runs it under both answers; `AIAYN_ASSUME_BF16=native make test` runs the
 # whole suite as a native-bf16 CPU would.
 os.environ.setdefault(hardware.ASSUME_BF16, "emulated")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_user_table(tmp_path_factory):
+    """This machine's own figures (``aiayn measure``) unread: every ``auto`` decides from the
+    package's table, or from the one a test writes."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(measured.USER_TABLE, str(tmp_path_factory.mktemp("user") / "measured.json"))
+        yield
 
 
 @pytest.fixture(params=hardware.ASSUMED)

@@ -2,10 +2,9 @@
 worked by hand, and, under Hugging Face's search rules, transformers' ``generate`` exactly."""
 
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
+import peer_search as bench
 import pytest
 import torch
 from _decode_helpers import B_, EOS, SRC, A, ScriptedModel
@@ -15,9 +14,6 @@ from aiayn.decode.repetition import ban_repeated_ngrams, penalize_repeats
 from aiayn.decode.request import check_supported
 from aiayn.decode.rules import SEARCH_RULES
 from aiayn.errors import UserError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import search_rules as bench  # noqa: E402
 
 # a b a b ... loops: after "a b a" the model wants b again (.6), then eos.
 LOOP = {

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py in its CPU mode, the same code as on a GPU on tiny shapes, run here
+"""scripts/gpu_check.py in its CPU mode, the same code as on a GPU on tiny shapes, run here
 so that the GPU check never rots: every section runs, and its JSON holds the assertions."""
 
 import json
@@ -11,15 +11,15 @@ import torch
 
 from aiayn.errors import UserError
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
 import gpu_check  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cpu_check(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("gpu_check") / "check"
-    command = [sys.executable, str(BENCHMARKS / "gpu_check.py"), "--device", "cpu"]
+    command = [sys.executable, str(SCRIPTS / "gpu_check.py"), "--device", "cpu"]
     result = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True)
     return result, out
 

@@ -1,17 +1,16 @@
 """No host syncs in the step: where a training update and a beam-search step read tensor values
 on the host (each read a device-to-host sync on a GPU), counted on the CPU by
-``benchmarks/host_reads.py``; and the model on a device whose values cannot be read at all.
+``tests/host_reads.py``; and the model on a device whose values cannot be read at all.
 
-``benchmarks/gpu_check.py`` counts the same steps on a GPU with ``torch.cuda.set_sync_debug_mode``.
+``scripts/gpu_check.py`` counts the same steps on a GPU with ``torch.cuda.set_sync_debug_mode``.
 """
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
 from _cli import config
+from host_reads import HostReads
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiayn import ModelConfig, Transformer
@@ -19,9 +18,6 @@ from aiayn.decode import DecodeConfig, beam_search
 from aiayn.decode.beam import AllBut, constrain
 from aiayn.decode.constraints import OutputConstraint
 from aiayn.train.trainer import Trainer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from host_reads import HostReads  # noqa: E402
 
 
 def test_the_model_reads_no_value_on_a_device():

@@ -31,7 +31,17 @@ LAYERS = [
         "metrics",
     },
     {"train", "decode", "evaluate", "text"},
-    {"analysis", "demo", "serve", "export", "parsing", "experiments", "translator", "workflow"},
+    {
+        "analysis",
+        "demo",
+        "measure",
+        "serve",
+        "export",
+        "parsing",
+        "experiments",
+        "translator",
+        "workflow",
+    },
     {"cli", "__main__"},
 ]
 

@@ -3,16 +3,20 @@ what amp, --precision and compile resolve to under both of the CPU's bf16 answer
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from aiayn import hardware, measured
+from aiayn.cli.main import main
 from aiayn.decode.precision import Precision, choose_precision, decoder_attention
+from aiayn.errors import UserError
 from aiayn.model import BF16_MATMULS
 from aiayn.train.trainer import resolve_amp, resolve_attention, resolve_compile
 
@@ -136,7 +140,7 @@ def test_a_decode_figure_of_the_old_rule_decides_nothing_and_says_what_it_lacks(
     assert not decision.on
     assert decision.reason == (
         "the decode_bf16 figure for cpu-amx lacks bf16_decode_s, fp32_decode_s, p_bootstrap "
-        "(`python benchmarks/measure_auto.py decode_bf16` measures them)"
+        "(`aiayn measure decode_bf16` measures them)"
     )
     table("cpu-amx", "decode_bf16", decode_figure())  # read from the table: the rule's verdict
     assert measured.decode_bf16("cpu-amx") == measured.decode_rule(decode_figure(), "cpu-amx")
@@ -182,7 +186,10 @@ def test_a_class_without_a_figure_keeps_fp32_and_names_the_command_that_measures
     ):
         decision = decide("cpu-amx")
         assert not decision.on
-        assert f"benchmarks/measure_auto.py {setting}" in decision.reason
+        assert (
+            decision.reason
+            == f"no {setting} figure for cpu-amx yet (`aiayn measure {setting}` measures it)"
+        )
 
 
 # --- the shipped table -----------------------------------------------------------------------
@@ -291,30 +298,64 @@ def test_compile_auto_follows_the_figure_of_the_cpus_class(table, bf16_answer, p
     assert resolve_compile(False, CPU) == (False, "compile=false")
 
 
-# --- the command that fills the table ---------------------------------------------------------
+# --- this machine's table, and the command that fills it ---------------------------------------
 
 
-@pytest.fixture(scope="module")
-def measure_auto():
-    script = Path(__file__).parents[1] / "benchmarks" / "measure_auto.py"
-    spec = importlib.util.spec_from_file_location("measure_auto", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_this_machines_figure_wins_over_the_packages(table, tmp_path, monkeypatch):
+    table("cpu-amx", "train_bf16", train_figure(1000, 1100))  # the package's: does not pay
+    table("cpu-amx", "compile", compile_figure(100, 150, 10))
+    mine = tmp_path / "mine.json"
+    monkeypatch.setenv(measured.USER_TABLE, str(mine))
+    assert not measured.train_bf16("cpu-amx").on  # no table of this machine yet: the package's
+    mine.write_text(json.dumps({"cpu-amx": {"train_bf16": train_figure(1000, 1400)}}))
+    decision = measured.train_bf16("cpu-amx")
+    assert decision.on and "1.40x" in decision.reason
+    assert measured.compile_step("cpu-amx").on  # a setting it lacks: still the package's
+    assert not measured.train_bf16("cpu-amx", measured.TABLE).on  # a table named: that one only
 
 
-def test_measure_auto_writes_the_figures_the_rules_read(
-    measure_auto, tiny_corpus, tiny_run, tmp_path, monkeypatch, capsys
+def test_this_machines_table_is_in_the_users_cache_unless_named(monkeypatch, tmp_path):
+    monkeypatch.delenv(measured.USER_TABLE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert measured.user_table() == tmp_path / "aiayn" / "measured.json"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert measured.user_table() == Path.home() / ".cache" / "aiayn" / "measured.json"
+    monkeypatch.setenv(measured.USER_TABLE, str(tmp_path / "t.json"))
+    assert measured.user_table() == tmp_path / "t.json"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [("{", "line 1: not a table of measured figures"), ("[]", "not a table of measured")],
+)
+def test_a_broken_table_of_this_machine_is_a_one_line_error_naming_it(
+    text, error, tmp_path, monkeypatch
+):
+    mine = tmp_path / "mine.json"
+    mine.write_text(text)
+    monkeypatch.setenv(measured.USER_TABLE, str(mine))
+    with pytest.raises(UserError, match=f"^{re.escape(str(mine))}: {error}"):
+        measured.train_bf16("cpu-amx")
+
+
+def test_measure_writes_the_figures_the_rules_read(
+    tiny_corpus, tiny_run, tmp_path, monkeypatch, capsys
 ):
     """On tiny shapes, as a check that the command never rots: each setting's figure lands
-    under the chip's class with where it was measured, and the line it prints is the rule's."""
+    under the chip's class with the command that measures it again, and what it prints is the
+    rule's decision, which auto then takes from this machine's table."""
     monkeypatch.setenv(hardware.ASSUME_BF16, "native")
-    table = tmp_path / "measured.json"
-    common = ["--table", str(table), "--threads", "1"]
-    tiny = ["--data", str(tiny_corpus), "--preset", "tiny", "--updates", "2", *common]
-    measure_auto.main(["train_bf16", *tiny])
+    table = tmp_path / "cache" / "measured.json"  # its folder made too
+    monkeypatch.setenv(measured.USER_TABLE, str(table))
+    tiny = ["--data", str(tiny_corpus), "--preset", "tiny", "--updates", "2", "--threads", "1"]
     checkpoint = sorted((tiny_run / "checkpoints").glob("update_*"))[-1]
-    measure_auto.main(["decode_bf16", "--checkpoint", str(checkpoint), "--sentences", "4", *common])
+    threads, meta = torch.get_num_threads(), (tiny_corpus / "meta.json").read_text()
+    try:
+        main(["measure", "train_bf16", *tiny])
+        main(["measure", "decode_bf16", "--checkpoint", str(checkpoint), "--sentences", "4"])
+    finally:
+        torch.set_num_threads(threads)  # the command sets the process's, as a command may
+    assert (tiny_corpus / "meta.json").read_text() == meta  # a prepared dataset is only read
     written = json.loads(table.read_text())["cpu-avx512_bf16"]
     assert set(written) == {"train_bf16", "decode_bf16"}
     train, decode = written["train_bf16"], written["decode_bf16"]
@@ -326,26 +367,46 @@ def test_measure_auto_writes_the_figures_the_rules_read(
     assert decode["outputs"] == 4 and 0 <= decode["unchanged"] <= 4
     assert decode["fp32_decode_s"] > 0 < decode["bf16_decode_s"] and 0 < decode["p_bootstrap"] <= 1
     assert decode["attention"] == decoder_attention("cpu")  # the chip's choice, unless --attention
-    assert train["command"].startswith("benchmarks/measure_auto.py train_bf16 --data")
+    assert train["command"] == (
+        f"aiayn measure train_bf16 --threads 1 --data {tiny_corpus} --updates 2 --preset tiny"
+    )
+    assert decode["command"] == (
+        f"aiayn measure decode_bf16 --threads 1 --checkpoint {checkpoint} "
+        f"--attention {decode['attention']} --sentences 4"
+    )
     assert train["cpu"] == hardware.cpu_description() and train["threads"] == 1
     out = capsys.readouterr().out
-    for setting, decide in (
-        ("train_bf16", measured.train_bf16),
-        ("decode_bf16", measured.decode_bf16),
-    ):
-        decision = decide("cpu-avx512_bf16", table)
+    for setting in ("train_bf16", "decode_bf16"):
+        decision = measured.decide(setting, "cpu-avx512_bf16")  # from this machine's table
         assert f"auto: {'on' if decision.on else 'off'}: {decision.reason}" in out, setting
+        assert decision == measured.decide(setting, "cpu-avx512_bf16", table)
 
 
-def test_measure_auto_refuses_bf16_on_a_chip_without_it_and_keeps_the_table(
-    measure_auto, tiny_corpus, tmp_path, monkeypatch
+def test_measure_refuses_bf16_on_a_chip_without_it_and_keeps_the_table(
+    tiny_corpus, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setenv(hardware.ASSUME_BF16, "emulated")
     table = tmp_path / "measured.json"
     table.write_text("{}")
-    with pytest.raises(SystemExit, match="^measure_auto: train_bf16: the CPU has no native bf16"):
-        measure_auto.main(["train_bf16", "--table", str(table), "--data", str(tiny_corpus)])
-    with pytest.raises(SystemExit, match="decode_bf16 needs --checkpoint"):
-        monkeypatch.setenv(hardware.ASSUME_BF16, "native")
-        measure_auto.main(["decode_bf16", "--table", str(table)])
+    with pytest.raises(SystemExit):
+        main(["measure", "train_bf16", "--table", str(table), "--data", str(tiny_corpus)])
+    assert capsys.readouterr().err == (
+        "aiayn measure: error: train_bf16: the CPU has no native bf16 "
+        f"({hardware.ASSUME_BF16}=emulated), where auto never chooses bf16\n"
+    )
+    monkeypatch.setenv(hardware.ASSUME_BF16, "native")
+    with pytest.raises(SystemExit):
+        main(["measure", "decode_bf16", "--table", str(table)])
+    assert capsys.readouterr().err.endswith(
+        "error: decode_bf16 needs --checkpoint (the demo model: runs/demo/averaged)\n"
+    )
     assert table.read_text() == "{}"
+
+
+def test_measure_help_in_a_fresh_interpreter_names_the_settings():
+    """``aiayn measure --help`` in a fresh interpreter (the same parser a wheel installs)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "aiayn", "measure", "--help"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "{train_bf16,decode_bf16,compile}" in result.stdout and "--table" in result.stdout

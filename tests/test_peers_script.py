@@ -1,23 +1,31 @@
-"""benchmarks/demo_vs_fairseq.py without fairseq: the recipe as fairseq flags, the dictionary
-that keeps our ids, and the readers of fairseq's logs and outputs."""
+"""benchmarks/demo_vs_fairseq.py without fairseq, run as a user runs it: the recipe as fairseq
+flags and the dictionary that keeps our ids (``--dry-run``), and its one-line errors."""
 
-import dataclasses
-import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from aiayn.demo import demo_train_config
-from aiayn.errors import UserError
-
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "demo_vs_fairseq.py"
 
-spec = importlib.util.spec_from_file_location("demo_vs_fairseq", SCRIPT)
-peers = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(peers)
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+
+
+def dry_run(*args: str) -> dict:
+    done = run("--dry-run", *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def one_line_error(done: subprocess.CompletedProcess, message: str) -> None:
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("demo_vs_fairseq: error: "), done.stderr
+    assert message in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
 def _flags(args: list[str]) -> dict[str, str | bool]:
@@ -30,34 +38,37 @@ def _flags(args: list[str]) -> dict[str, str | bool]:
     return flags
 
 
-def test_dictionary_keeps_every_piece_at_our_id():
+def test_dictionary_keeps_every_piece_at_our_id(tmp_path):
     ours = ["<pad>", "<unk>", "<s>", "</s>", "▁the", "s", "“", "▁Yahweh"]
-    lines = peers.fairseq_dictionary(ours)
+    (tmp_path / "pieces").write_text("\n".join(ours) + "\n", encoding="utf-8")
+    lines = dry_run("1", "--pieces", str(tmp_path / "pieces"))["dictionary"]
     # fairseq numbers <s>, <pad>, </s>, <unk> 0-3 and then the file's entries in order
     fairseq_ids = {line.rsplit(" ", 1)[0]: 4 + k for k, line in enumerate(lines)}
     assert fairseq_ids == {"▁the": 4, "s": 5, "“": 6, "▁Yahweh": 7}
     assert all(line.endswith(" 1") for line in lines)
 
 
-@pytest.mark.parametrize("bad", ["a b", "", "<pad>"])
-def test_dictionary_refuses_a_piece_fairseq_cannot_hold(bad):
-    with pytest.raises(UserError, match="piece 5"):
-        peers.fairseq_dictionary(["<pad>", "<unk>", "<s>", "</s>", "▁x", bad])
+@pytest.mark.parametrize("bad", ["a b", "<pad>"])
+def test_dictionary_refuses_a_piece_fairseq_cannot_hold(bad, tmp_path):
+    pieces = ["<pad>", "<unk>", "<s>", "</s>", "▁x", bad]
+    (tmp_path / "pieces").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+    one_line_error(run("--dry-run", "1", "--pieces", str(tmp_path / "pieces")), "piece 5")
 
 
-def test_dictionary_of_a_real_vocabulary_has_one_line_per_piece(tiny_corpus):
+def test_dictionary_of_a_real_vocabulary_has_one_line_per_piece(tiny_corpus, tmp_path):
     from aiayn.data import Vocab
 
     vocab = Vocab.load(tiny_corpus / "spm.model")
-    lines = peers.fairseq_dictionary([vocab.sp.id_to_piece(i) for i in range(len(vocab))])
+    pieces = [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+    (tmp_path / "pieces").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+    lines = dry_run("1", "--pieces", str(tmp_path / "pieces"))["dictionary"]
     assert len(lines) == len(vocab) - 4
     assert len({line.rsplit(" ", 1)[0] for line in lines}) == len(lines)
 
 
-def test_train_flags_are_the_demo_recipe(tmp_path):
-    cfg = demo_train_config(tmp_path, tmp_path / "out", minutes=15)
-    model = cfg.model_config(8000)
-    flags = _flags(peers.fairseq_train_args(cfg, model, tmp_path / "bin", tmp_path / "ckpt", 190))
+def test_train_flags_are_the_demo_recipe():
+    # ours made 2,864 updates in 15 minutes, a checkpoint a minute: fairseq saves every 191
+    flags = _flags(dry_run("2864", "--minutes", "15")["train"])
     assert float(flags["--lr"]) == pytest.approx(0.5 * 256**-0.5 * 300**-0.5)  # 1.804e-3
     assert float(flags["--lr"]) == pytest.approx(1.8042e-3, abs=1e-7)
     expected = {
@@ -76,130 +87,37 @@ def test_train_flags_are_the_demo_recipe(tmp_path):
         "--max-tokens": "1024",
         "--required-batch-size-multiple": "1",
         "--seed": "1",
-        "--save-interval-updates": "190",
+        "--save-interval-updates": "191",
         "--keep-interval-updates": "3",
         "--num-workers": "0",
     }
     assert {k: flags[k] for k in expected} == expected
     assert float(flags["--stop-time-hours"]) == pytest.approx(0.25)
     assert flags["--share-all-embeddings"] is True and flags["--disable-validation"] is True
+    assert _flags(dry_run("3")["train"])["--save-interval-updates"] == "1"  # never 0
 
 
-def test_train_flags_refuse_what_fairseq_would_train_differently(tmp_path):
-    cfg = demo_train_config(tmp_path, tmp_path / "out", minutes=1)
-    pre_ln = dataclasses.replace(cfg.model_config(8000), norm="pre")
-    with pytest.raises(UserError, match="post-LN"):
-        peers.fairseq_train_args(cfg, pre_ln, tmp_path, tmp_path, 1)
-    cfg.max_tgt_tokens = 2048
-    with pytest.raises(UserError, match="max_src_tokens and max_tgt_tokens"):
-        peers.fairseq_train_args(cfg, cfg.model_config(8000), tmp_path, tmp_path, 1)
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.norm=pre", "the fairseq side covers post-LN"),
+        ("max_tgt_tokens=2048", "max_src_tokens and max_tgt_tokens must be equal"),
+    ],
+)
+def test_train_flags_refuse_what_fairseq_would_train_differently(override, message):
+    one_line_error(run("--dry-run", "1", "--set", override), message)
 
 
 def test_generate_flags_beam_and_length():
-    flags = _flags(peers.fairseq_generate_args(Path("bin"), Path("avg3.pt")))
+    flags = _flags(dry_run("1")["generate"])
     assert (flags["--beam"], flags["--lenpen"], flags["--max-len-a"], flags["--max-len-b"]) == (
         "4",
         "0.6",
         "1",
         "50",
     )
-    assert flags["--path"] == "avg3.pt" and flags["--gen-subset"] == "test"
+    assert flags["--path"] == "WORK/checkpoints/average.pt" and flags["--gen-subset"] == "test"
     assert flags["--required-batch-size-multiple"] == "1"
-
-
-def test_save_interval_matches_ours_in_updates(tmp_path):
-    cfg = demo_train_config(tmp_path, tmp_path / "out", minutes=15)  # a checkpoint every minute
-    assert peers.save_every_updates(cfg, 2864) == 191
-    assert peers.save_every_updates(cfg, 3) == 1
-
-
-def _epoch(epoch: int, updates: int, wpb: float, wall: float) -> str:
-    record = {
-        "epoch": epoch,
-        "train_loss": "5.1",
-        "train_wpb": str(wpb),
-        "train_num_updates": str(updates),
-        "train_train_wall": str(wall),
-        "train_wall": str(wall + 3),
-    }
-    return f"2026-11-30 14:04:11 | INFO | train | {json.dumps(record)}"
-
-
-def test_train_log_sums_epochs():
-    inner = '2026-11-30 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "9", "num_updates": "10"}'
-    lines = [
-        "INFO | fairseq_cli.train | {'_name': None}",
-        inner,
-        _epoch(1, 100, 900.0, 40),
-        "not json {",
-        _epoch(2, 130, 1000.0, 12),
-    ]
-    assert peers.read_fairseq_train_log(lines) == {
-        "updates": 130,
-        "target_tokens": 100 * 900.0 + 30 * 1000.0,
-        "train_s": 52.0,
-    }
-    with pytest.raises(UserError, match="no end-of-epoch line"):
-        peers.read_fairseq_train_log([inner])
-
-
-def test_hypotheses_in_test_order():
-    lines = [
-        "S-1\t▁b",
-        "H-1\t-0.5\t▁dos ▁palabras",
-        "D-1\t-0.5\tdos palabras",
-        "P-1\t-0.1 -0.2",
-        "H-0\t-1.2\t▁uno",
-        "H-2\t-3.0\t",
-    ]
-    assert peers.read_fairseq_hypotheses(lines, 3) == [["▁uno"], ["▁dos", "▁palabras"], []]
-    with pytest.raises(UserError, match="no hypothesis for 1 of 4 sentences"):
-        peers.read_fairseq_hypotheses(lines, 4)
-
-
-def test_averaged_checkpoints_are_the_last_three_by_update():
-    names = [
-        "checkpoint_1_99.pt",
-        "checkpoint_2_100.pt",
-        "checkpoint_1_9.pt",
-        "checkpoint_last.pt",
-        "checkpoint_2_120.pt",
-        "checkpoint_2_110.pt.tmp",
-    ]
-    assert peers.averaged_inputs(names, 131) == [
-        "checkpoint_2_100.pt",
-        "checkpoint_2_120.pt",
-        "checkpoint_last.pt",
-    ]
-    # the last update saved as an interval checkpoint too: it is checkpoint_last, not counted twice
-    assert peers.averaged_inputs(names, 120) == [
-        "checkpoint_1_99.pt",
-        "checkpoint_2_100.pt",
-        "checkpoint_last.pt",
-    ]
-
-
-def test_table_rows():
-    row = {
-        "system": "x",
-        "updates": 1234,
-        "train_s": 30.4,
-        "target_tokens_per_s": 1500.2,
-        "sacrebleu_last": 1.234,
-        "sacrebleu_avg3": 2.0,
-    }
-    assert peers.format_table([row]).splitlines()[-1] == "| x | 1,234 | 30 | 1,500 | 1.23 | 2.00 |"
-
-
-def test_out_is_replaced_only_if_this_script_wrote_it(tmp_path):
-    peers.check_out(tmp_path / "absent")
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "results.json").write_text('{"benchmark": "table3"}')
-    with pytest.raises(UserError, match="not written by this script"):
-        peers.check_out(foreign)
-    (foreign / "results.json").write_text('{"benchmark": "demo_vs_fairseq"}')
-    peers.check_out(foreign)
 
 
 @pytest.mark.parametrize(
@@ -208,23 +126,18 @@ def test_out_is_replaced_only_if_this_script_wrote_it(tmp_path):
         (["--out", "{mine}"], "{mine} exists and was not written by this script"),
         (["--out", "{new}", "--minutes", "0"], "--minutes must be a positive number"),
         (["--out", "{new}"], "--fairseq-python {python}: cannot run it"),
+        # an --out it wrote may be replaced: the next check is the interpreter's
+        (["--out", "{written}"], "--fairseq-python {python}: cannot run it"),
     ],
 )
-def test_command_line_errors_are_one_line(tmp_path, monkeypatch, capsys, extra, message):
-    names = {"mine": tmp_path / "mine", "new": tmp_path / "new", "python": tmp_path / "no-python"}
+def test_command_line_errors_are_one_line_and_touch_nothing(tmp_path, extra, message):
+    names = {key: tmp_path / key for key in ("mine", "new", "written")}
+    names["python"] = tmp_path / "no-python"
     names["mine"].mkdir()
     (names["mine"] / "notes.txt").write_text("keep me")
-    argv = ["demo_vs_fairseq.py", "--fairseq-python", str(names["python"])] + [
-        a.format(**names) for a in extra
-    ]
-    monkeypatch.setattr(sys, "argv", argv)
-    with pytest.raises(SystemExit) as exit_:
-        peers.main()
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert (
-        err.startswith(f"demo_vs_fairseq: error: {message.format(**names)}")
-        and err.count("\n") == 1
-    )
+    names["written"].mkdir()
+    (names["written"] / "results.json").write_text('{"benchmark": "demo_vs_fairseq"}')
+    done = run("--fairseq-python", str(names["python"]), *[a.format(**names) for a in extra])
+    one_line_error(done, "error: " + message.format(**names))
     assert (names["mine"] / "notes.txt").read_text() == "keep me"
-    assert not names["new"].exists() and sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "written"]

@@ -5,20 +5,26 @@
 ``amp: auto``, ``--precision auto`` and ``compile: auto`` each turn a speed-up on only where a
 measurement on that class of chip (``hardware.Bf16.chip``) has shown that it pays, by the rules
 below; a class with no figure keeps the paper's fp32 and the eager step. The figures live in
-``measured.json`` beside this module, one entry per class and setting, each with the CPU, torch
-version, date and the command that measured it (``benchmarks/measure_auto.py``, which also writes
-the entry), so a new class is one command away and every ``auto`` can say what it rests on.
+two tables of one entry per class and setting, each with the CPU, torch version, date and the
+command that measured it: this machine's own (``user_table()``, written by ``aiayn measure``), read
+first, then ``measured.json`` beside this module, the figures the project measured. So a new
+class is one command away, and every ``auto`` can say what it rests on.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import UserError
+
 TABLE = Path(__file__).with_name("measured.json")
+# where this machine's figures live, if not in the user's cache (see user_table)
+USER_TABLE = "AIAYN_MEASURED"
 
 # training: bf16 must buy a quarter more updates per minute at the same perplexity after the same
 # updates; less is within the noise of a shared machine and not worth leaving the paper's fp32
@@ -38,7 +44,9 @@ DECODE_KEYS = frozenset(
 # compiling must have paid back its compile time within 5% of a 15-minute demo run
 COMPILE_PAYBACK_S = 45.0
 
-MEASURE = "benchmarks/measure_auto.py"
+MEASURE = "aiayn measure"
+# the settings it measures (train_bf16_matmul_attention is measured by hand: docs/training.md)
+SETTINGS = ("train_bf16", "decode_bf16", "compile")
 
 
 @dataclass(frozen=True)
@@ -49,18 +57,47 @@ class Decision:
     reason: str
 
 
+def user_table() -> Path:
+    """This machine's table, which ``aiayn measure`` writes: ``$AIAYN_MEASURED``, else
+    ``measured.json`` in the user's cache (``$XDG_CACHE_HOME/aiayn``, ``~/.cache/aiayn``), where
+    torch and Hugging Face keep theirs: figures of this machine belong to its user, not to an
+    installed package that an upgrade replaces."""
+    if os.environ.get(USER_TABLE):
+        return Path(os.environ[USER_TABLE]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "aiayn" / "measured.json"
+
+
 def load_table(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """The measured figures by chip class, then by setting (``train_bf16``, ``decode_bf16``,
     ``compile``)."""
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:  # a table edited by hand, or cut short by a full disk
+        raise UserError(
+            f"{path}: line {e.lineno}: not a table of measured figures: {e.msg}"
+        ) from None
+    if not isinstance(content, dict):
+        raise UserError(f"{path}: not a table of measured figures (a JSON object by chip class)")
+    return content
 
 
 def entry(chip: str, setting: str, table: Path | None = None) -> dict[str, Any] | None:
-    return load_table(table or TABLE).get(chip, {}).get(setting)
+    """The figure for ``chip`` and ``setting``: from ``table`` alone where one is given, else
+    this machine's own (``user_table()``) before the package's."""
+    tables = [table] if table else [user_table(), TABLE]
+    for path in tables:
+        if path.exists():
+            figure = load_table(path).get(chip, {}).get(setting)
+            if figure is not None:
+                return figure
+    return None
 
 
 def _unmeasured(chip: str, setting: str) -> Decision:
-    return Decision(False, f"no {setting} figure for {chip} yet (`python {MEASURE} {setting}`)")
+    return Decision(
+        False, f"no {setting} figure for {chip} yet (`{MEASURE} {setting}` measures it)"
+    )
 
 
 def _within(value: float, bound: float) -> bool:
@@ -125,7 +162,7 @@ def decode_bf16(chip: str, table: Path | None = None) -> Decision:
         return Decision(
             False,
             f"the decode_bf16 figure for {chip} lacks {', '.join(missing)} "
-            f"(`python {MEASURE} decode_bf16` measures them)",
+            f"(`{MEASURE} decode_bf16` measures them)",
         )
     return decode_rule(figure, chip)
 
@@ -180,3 +217,9 @@ def compile_step(chip: str, table: Path | None = None) -> Decision:
     if _within(after, COMPILE_PAYBACK_S):
         return Decision(True, f"{said}: paid back after {after:.0f} s")
     return Decision(False, f"{said}; must pay back within {COMPILE_PAYBACK_S:.0f} s")
+
+
+def decide(setting: str, chip: str, table: Path | None = None) -> Decision:
+    """What ``auto`` decides for a setting of ``SETTINGS`` on ``chip``."""
+    rules = {"train_bf16": train_bf16, "decode_bf16": decode_bf16, "compile": compile_step}
+    return rules[setting](chip, table)

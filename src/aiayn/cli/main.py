@@ -13,6 +13,7 @@ echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
 aiayn score --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz
 aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
 aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
+aiayn measure decode_bf16 --checkpoint runs/demo/averaged   # this machine's figures for auto
 """
 
 from __future__ import annotations
@@ -22,7 +23,19 @@ import errno
 import sys
 
 from ..errors import UserError
-from . import compare, data, demo, experiment, export, parse, score, serve, train, translate
+from . import (
+    compare,
+    data,
+    demo,
+    experiment,
+    export,
+    measure,
+    parse,
+    score,
+    serve,
+    train,
+    translate,
+)
 from .common import check_device, follow_checkpoint_pointers
 
 # The sub-commands in the order `aiayn --help` lists them.
@@ -39,6 +52,7 @@ COMMANDS = (
     serve.add_serve,
     translate.add_diagnose,
     demo.add_demo,
+    measure.add_measure,
     experiment.add_experiment,
     export.add_export,
     parse.add_parse,

@@ -12,8 +12,7 @@ int8 weights with one scale per output row, activations quantized per call from 
 observed range, int32 accumulation. These are PyTorch's own fbgemm/x86 kernels, reached through
 ``torch.ao.quantization.quantize_dynamic``, which PyTorch deprecates in favour of torchao. It
 stays because torchao's eager int8 (``quantize_``) decodes a whole split slower than it, and
-slower than fp32, on the CPU (measured with ``benchmarks/decode_forms.py``: docs/
-decoding.md#int8); its deprecation is passed on to the user as a ``FutureWarning`` rather than
+slower than fp32, on the CPU (docs/decoding.md#int8); its deprecation is passed on to the user as a ``FutureWarning`` rather than
 hidden. Quantizing happens after the weights are loaded, so an int8 model is never stored or
 unpickled.
 

@@ -1,10 +1,10 @@
 """Where a decode step's time goes: the first ``--lines`` test verses decoded as ``aiayn
 evaluate`` does (``decode_ids``, default request), under ``torch.profiler``, by operator.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/profile_decode.py \
+    PYTHONPATH=src .venv/bin/python scripts/dev/profile_decode.py \
         --checkpoint runs/demo/averaged --lines 300 --threads 1
     # another tree's code, the same measurement (e.g. before a change):
-    PYTHONPATH=/path/to/other/src .venv/bin/python benchmarks/profile_decode.py ...
+    PYTHONPATH=/path/to/other/src .venv/bin/python scripts/dev/profile_decode.py ...
 
 Prints the wall time under the profiler, the operators by self CPU time, and the groups that
 docs/benchmarks.md compares: the linears, attention (the fused kernel or the batched matrix

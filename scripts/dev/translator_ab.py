@@ -1,7 +1,7 @@
 """``aiayn.Translator`` from Python against ``aiayn translate``: the same test split, decoded
 A-B-B-A in fresh processes, timed from loading the checkpoint to the last line written.
 
-    .venv/bin/python benchmarks/translator_ab.py --checkpoint runs/demo/averaged --rounds 2
+    .venv/bin/python scripts/dev/translator_ab.py --checkpoint runs/demo/averaged --rounds 2
 
 Each run is a process of its own (this interpreter), which imports first and then times one of:
 - ``cli``: ``aiayn.cli.main.main(["translate", "--checkpoint", C, "--input", SRC, "--quiet"])``,

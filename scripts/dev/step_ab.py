@@ -5,10 +5,10 @@ another job's bursts slow a row only through the caches and memory they share; t
 alternate step by step (the first rotating) and the medians are compared.
 
     # the loss taking bf16 logits as they are, against casting them first (issue 40)
-    PYTHONPATH=src .venv/bin/python benchmarks/step_ab.py \\
+    PYTHONPATH=src .venv/bin/python scripts/dev/step_ab.py \\
         ours+lsloss+fusedadam+bf16+castloss ours+lsloss+fusedadam+bf16 --steps 30
     # bf16 against fp32, 1 thread
-    PYTHONPATH=src .venv/bin/python benchmarks/step_ab.py \\
+    PYTHONPATH=src .venv/bin/python scripts/dev/step_ab.py \\
         ours+lsloss+fusedadam ours+lsloss+fusedadam+bf16
 
 Rows are train_throughput.py's ``--peers`` names (its variants: see its ``--help``); the first
@@ -20,10 +20,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
-from train_throughput import SHAPES, Runner, make_batches
+
+# the rows are benchmarks/train_throughput.py's, so that the A-B and the suite time one step
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from train_throughput import SHAPES, Runner, make_batches  # noqa: E402
 
 
 def main() -> None:

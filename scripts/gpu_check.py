@@ -1,7 +1,7 @@
 """One command that checks, and measures, what only a GPU runs: no line of aiayn had run on one.
 
-    python benchmarks/gpu_check.py --out runs/gpu_check               # one GPU: under 8 minutes
-    python benchmarks/gpu_check.py --device cpu --out /tmp/gpu_check  # the same code on tiny
+    python scripts/gpu_check.py --out runs/gpu_check               # one GPU: under 8 minutes
+    python scripts/gpu_check.py --device cpu --out /tmp/gpu_check  # the same code on tiny
                                                                       # shapes: < 1 min, 2 cores
 
 A CUDA build of torch first (docs/install.md: `make setup TORCH=torch TORCH_INDEX=...`).
@@ -63,7 +63,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+# the checkout's package; the decoding benchmark's sources and CTranslate2 worker, so that both
+# time the same decoding; the counter of host reads whose counts tests/test_host_reads.py pins
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
 from decode_throughput import BEAM, OUT_LEN, Ct2Process, batches, ct2_model, run_ct2, sources
 from host_reads import HostReads
@@ -959,7 +961,7 @@ def start_out(out: Path) -> None:
     if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file():
         raise UserError(f"--out {out}: exists and gpu_check.py did not make it; choose another")
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / MARKER, "made by benchmarks/gpu_check.py, which may replace it\n")
+    write_text_atomic(out / MARKER, "made by scripts/gpu_check.py, which may replace it\n")
     if (out / "runs").is_dir():
         import shutil
 

@@ -3,17 +3,22 @@ dtype casts per step (``aten::_to_copy`` of tensors; Python numbers made into 0-
 counted apart, as fused Adam's step counters, the same in fp32): their count beside the number of
 parameter tensors says how often the weights and activations cross between fp32 and bf16.
 
-PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --config small [--variant lsloss]
-PYTHONPATH=src .venv/bin/python benchmarks/profile_train.py --variant lsloss+fusedadam+bf16
+PYTHONPATH=src .venv/bin/python scripts/dev/profile_train.py --config small [--variant lsloss]
+PYTHONPATH=src .venv/bin/python scripts/dev/profile_train.py --variant lsloss+fusedadam+bf16
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
-from train_throughput import SHAPES, Runner, make_batches
+
+# the rows are benchmarks/train_throughput.py's, so that the A-B and the suite time one step
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from train_throughput import SHAPES, Runner, make_batches  # noqa: E402
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ a device (blocking ones sync too) only a GPU shows: ``torch.cuda.set_sync_debug_
         trainer.train_update(batches)
     reads.sites  # Counter({"train/trainer.py:train_update": 1, "model.py:forward": 1, ...})
 
-Used by ``gpu_check.py`` and ``tests/test_gpu_check.py``.
+Used by ``tests/test_host_reads.py``, which pins the counts, and ``scripts/gpu_check.py``.
 """
 
 from __future__ import annotations
@@ -121,6 +121,6 @@ def site() -> str:
 @functools.cache
 def in_package(filename: str) -> str | None:
     """``"decode/beam.py"`` for a file of the aiayn package, however its path was spelled
-    (``benchmarks/../src/aiayn/...``); None for any other file."""
+    (``scripts/../src/aiayn/...``); None for any other file."""
     path = Path(filename).resolve()
     return path.relative_to(PACKAGE).as_posix() if path.is_relative_to(PACKAGE) else None

@@ -1,6 +1,6 @@
 """Decoding speed of two source trees of this project, old against new, interleaved in one run.
 
-    .venv/bin/python benchmarks/decode_ab.py --old /work/main --new . \
+    .venv/bin/python scripts/dev/decode_ab.py --old /work/main --new . \
         --checkpoint /work/main/runs/demo/averaged --lines 300 --rounds 2
 
 Two jobs, each run as old, new, new, old per round (A-B-B-A, so that a drift of the machine's
