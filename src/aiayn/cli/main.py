@@ -13,6 +13,7 @@ echo "In the beginning ..." | aiayn translate --checkpoint runs/demo/averaged
 aiayn score --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en.gz --ref src/aiayn/corpus/bible/test.es.gz
 aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
 aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
+aiayn import opus-mt-en-es --out runs/opus/imported   # a MarianMT directory as a checkpoint
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ COMMANDS = (
     demo.add_demo,
     experiment.add_experiment,
     export.add_export,
+    export.add_import,
     parse.add_parse,
 )
 

@@ -50,7 +50,7 @@ def _score(args: argparse.Namespace) -> None:
     precision = decode_precision(args, "score")
     sources, references, name = read_pairs(args)
     model, vocab = load_decoder(args, precision)
-    targets = [vocab.encode(r) + [vocab.eos_id] for r in references]
+    targets = [vocab.encode_target(r) + [vocab.eos_id] for r in references]
     scores = score_ids(
         model,
         [vocab.encode_source(s) for s in sources],

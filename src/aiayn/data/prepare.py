@@ -35,6 +35,7 @@ from .binarize import (
     split_files,
     write_meta,
 )
+from .pieces import copy_vocabulary, load_vocabulary, resolve_vocabulary, vocabulary_files
 from .readers import ReadStats, iter_lines, iter_parallel
 from .vocab import Vocab
 
@@ -95,9 +96,9 @@ def prepare_corpus(
     vocab: str | os.PathLike | None = None,
     workers: int = 1,
 ) -> dict[str, Any]:
-    """Train the vocabulary on ``splits["train"]`` (or copy the SentencePiece model ``vocab``,
-    e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``) and binarise every split
-    into ``out_dir``.
+    """Train the vocabulary on ``splits["train"]`` (or copy the vocabulary ``vocab``: a
+    SentencePiece model, or a checkpoint directory and its one or two models (``pieces``),
+    ignoring ``vocab_size``) and binarise every split into ``out_dir``.
 
     ``max_len`` bounds subwords per side (longer pairs skipped); ``max_words`` optionally
     bounds whitespace words while reading. ``user_defined_symbols`` become atomic
@@ -127,7 +128,7 @@ def prepare_corpus(
             num_threads,
             user_defined_symbols,
             record=record,
-            vocab=Path(vocab) if vocab is not None else None,
+            vocab=resolve_vocabulary(vocab) if vocab is not None else None,
             workers=workers,
         )
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
@@ -154,8 +155,8 @@ def _checked_inputs(
         raise UserError(f"workers must be a positive number of processes, got {workers}")
     inputs = [Path(p) for pair in splits.values() for p in pair]
     if vocab is not None:
-        Vocab.load(vocab)  # a UserError now if it is not one, before any work
-        inputs.append(Path(vocab))
+        load_vocabulary(vocab)  # a UserError now if it is not one, before any work
+        inputs.extend(vocabulary_files(resolve_vocabulary(vocab)))
     for path in inputs:
         if not path.exists():
             raise UserError(f"{path}: no such file")
@@ -203,8 +204,7 @@ def _build(
     start = time.perf_counter()
     train_src, train_tgt = (Path(p) for p in splits["train"])
     if vocab is not None:
-        shutil.copyfile(vocab, out / "spm.model")
-        vocab = Vocab.load(out / "spm.model")
+        vocab = load_vocabulary(copy_vocabulary(vocab, out))
         vocab.write_listing(out / "spm.vocab")  # what training one writes beside it
     else:
         vocab = Vocab.train(

@@ -64,11 +64,14 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     from ctranslate2.specs import common_spec, transformer_spec
 
     c = model.cfg
-    refuse_unsupported(c, TARGET, supported={"norm", "positional"})
+    refuse_unsupported(c, TARGET, supported={"norm", "positional", "activation", "output_bias"})
     refuse_decoding_form(model)
     check_vocab_size(c, vocab)
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU
+        (c.N_enc, c.N_dec),
+        c.h,
+        pre_norm=c.norm == "pre",
+        activation=getattr(common_spec.Activation, c.activation.upper()),
     )
     spec.config.layer_norm_epsilon = model.encoder[0].self_attn_norm.eps
     spec.config.add_source_eos = True
@@ -85,6 +88,8 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
     dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
     dec.projection.weight = _array(model.generator.weight)  # tied: CTranslate2 aliases equal arrays
+    if c.output_bias:
+        dec.projection.bias = _array(model.generator.bias)
     if c.norm == "pre":
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
