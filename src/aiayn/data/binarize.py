@@ -29,7 +29,8 @@ from .vocab import Vocab
 
 SIDES = ("src", "tgt")
 META, VOCAB_MODEL = "meta.json", "spm.model"
-VOCAB_FILES = (VOCAB_MODEL, "spm.vocab", *PAIR_FILES)  # one model, or two (``pieces``)
+ONE_MODEL = (VOCAB_MODEL, "spm.vocab")
+VOCAB_FILES = (*ONE_MODEL, *PAIR_FILES)  # one model, or two (``pieces``)
 _ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens|offsets)\.npy")
 _CHUNK = 10_000  # pairs encoded per sentencepiece call (bounds memory, uses threads)
 
@@ -226,9 +227,10 @@ def split_files(split: str) -> list[str]:
     return [f"{split}.{side}.{kind}.npy" for side in SIDES for kind in ("tokens", "offsets")]
 
 
-def dataset_files(splits: Iterable[str]) -> list[str]:
-    """The names of the files ``prepare`` writes into a dataset directory of ``splits``."""
-    return [META, *VOCAB_FILES, *chain.from_iterable(map(split_files, splits))]
+def dataset_files(splits: Iterable[str], vocab_files: Iterable[str] = ONE_MODEL) -> list[str]:
+    """The names of the files ``prepare`` writes into a dataset directory of ``splits``, its
+    vocabulary's ``vocab_files`` (``ONE_MODEL``, or ``VOCAB_FILES`` for either kind)."""
+    return [META, *vocab_files, *chain.from_iterable(map(split_files, splits))]
 
 
 def is_dataset_file(name: str) -> bool:

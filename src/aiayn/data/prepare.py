@@ -28,6 +28,7 @@ from ..files import (
 )
 from .binarize import (
     META,
+    VOCAB_FILES,
     binarize_split,
     dataset_files,
     is_dataset_file,
@@ -113,7 +114,7 @@ def prepare_corpus(
     """
     inputs = _checked_inputs(splits, max_len, max_words, workers, vocab)
     out = Path(out_dir).resolve()
-    for output in [out, *(out / name for name in dataset_files(splits))]:
+    for output in [out, *(out / name for name in dataset_files(splits, VOCAB_FILES))]:
         check_not_input(output, inputs)
     check_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
