@@ -282,3 +282,43 @@ def test_fine_tuning_the_import_lowers_validation_perplexity(imported, tmp_path)
     before = trainer.validate()["valid_ppl"]
     after = trainer.run(resume=None)["valid_ppl"]
     assert after < 0.5 * before, (before, after)
+
+
+def test_translate_reads_the_import_with_nbest_constraints_and_ctranslate2(
+    imported, tmp_path, capsys
+):
+    from aiayn.decode import translate
+
+    ckpt, model, vocab, _ = imported
+    lines = corpus_lines("test", 0, 3)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "constraints.txt").write_text("Dios\n" * len(lines))
+    args = ["translate", "--checkpoint", str(ckpt), "--input", str(tmp_path / "in.txt"), "--quiet"]
+    main(args)
+    best = capsys.readouterr().out.splitlines()
+    assert best == translate(model, lines, vocab, SearchRequest(DecodeConfig.preset("translation")))
+    main([*args, "--nbest", "2"])
+    nbest_lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" ||| ")[0] for line in nbest_lines] == ["0", "0", "1", "1", "2", "2"]
+    assert [line.split(" ||| ")[1] for line in nbest_lines[::2]] == best
+    main([*args, "--constraints", str(tmp_path / "constraints.txt")])
+    constrained = capsys.readouterr().out.splitlines()
+    assert all("Dios" in line for line in constrained) and constrained != best
+
+
+def test_the_ctranslate2_export_of_the_import_scores_as_ours(imported, tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from aiayn.export.ctranslate2 import export_ctranslate2
+
+    _, model, vocab, _ = imported
+    out = export_ctranslate2(model, vocab, tmp_path / "ct2")
+    assert (out / "source.spm").is_file() and (out / "pieces.json").is_file()
+    tr = ctranslate2.Translator(str(out), device="cpu", compute_type="float32", intra_threads=1)
+    for src_line, ref_line in zip(corpus_lines("test", 0, 3), corpus_lines("test", 1, 3)):
+        src, ref = vocab.encode_source(src_line), vocab.encode_target(ref_line)
+        pieces = [[vocab.id_to_piece(i) for i in ids] for ids in (src[:-1], ref)]
+        theirs = tr.score_batch([pieces[0]], [pieces[1]])[0].log_probs
+        with torch.no_grad():
+            logits = model(torch.tensor([src]), torch.tensor([[vocab.bos_id] + ref]))[0]
+        ours = torch.log_softmax(logits, -1)[torch.arange(len(ref) + 1), ref + [vocab.eos_id]]
+        torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-5, rtol=0)

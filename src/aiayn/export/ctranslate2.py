@@ -19,13 +19,13 @@ ctranslate2``).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..data.pieces import copy_vocabulary
 from ..model import Transformer
 from .common import (
     ExportError,
@@ -37,7 +37,6 @@ from .common import (
 )
 
 TARGET = "CTranslate2"
-VOCAB_FILE = "spm.model"
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -127,8 +126,8 @@ def export_ctranslate2(
     *,
     fingerprint: str | None = None,
 ) -> Path:
-    """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model`` when
-    ``vocab.path`` names one).
+    """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model``, or
+    ``source.spm`` and ``target.spm`` with their table, when ``vocab.path`` names one).
 
     ``quantization``: CTranslate2's weight type, e.g. "int8" (None keeps float32).
     ``fingerprint``: the source checkpoint's, recorded in the marker (``export.engine``'s cache).
@@ -150,5 +149,5 @@ def export_ctranslate2(
         spec.optimize(quantization=quantization)
         spec.save(str(tmp))
         if vocab.path is not None:  # a vocabulary without a file: made-up pieces (benchmarks)
-            shutil.copyfile(vocab.path, tmp / VOCAB_FILE)
+            copy_vocabulary(vocab.path, tmp)  # spm.model, or the two models and their table
     return Path(out)
