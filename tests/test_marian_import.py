@@ -259,6 +259,13 @@ def test_fine_tuning_the_import_lowers_validation_perplexity(imported, tmp_path)
         splits[split] = (text / f"{split}.en", text / f"{split}.es")
     meta = prepare_corpus(splits, tmp_path / "data", vocab=ckpt, max_len=64)
     assert meta["vocab_fingerprint"] == vocab.fingerprint
+    from aiayn.data import TokenDataset
+
+    train = TokenDataset(tmp_path / "data", "train")  # each side split by its own model
+    first = corpus_lines("train", 0, 1)[0], corpus_lines("train", 1, 1)[0]
+    assert list(train.src(0)) == vocab.encode(first[0], "source")
+    assert list(train.tgt(0)) == vocab.encode_target(first[1])
+    assert vocab.encode(first[1], "source") != vocab.encode_target(first[1])
     model_fields = {k: v for k, v in read_meta(ckpt)["model_config"].items() if k != "vocab_size"}
     cfg = TrainConfig(
         data=str(tmp_path / "data"),
