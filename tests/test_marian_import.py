@@ -119,6 +119,10 @@ def test_the_tokenisers_agree_side_by_side(opus, imported):
         assert vocab.decode(vocab.encode_target(tgt)) == tokenizer.decode(
             theirs, skip_special_tokens=True
         )
+    # a leading language code (multilingual OPUS-MT) is one piece, as MarianTokenizer has it
+    coded = ">>es<< " + corpus_lines("test", 0, 1)[0]
+    assert marian_ids(layout, vocab.encode_source(coded)) == tokenizer(coded).input_ids
+    assert vocab.encode_source(coded)[0] == vocab.unk_id  # this table has no such code
     # the two sides are split by different models: English text cut differently
     line = corpus_lines("test", 0, 1)[0]
     assert vocab.encode(line, "source") != vocab.encode(line, "target")

@@ -97,8 +97,13 @@ class TwoModelVocab:
         return [self.ids.get(p, UNK_ID) for p in pieces]
 
     def encode(self, text: str, side: Side = "source") -> list[int]:
-        """Subword ids of ``text`` split by ``side``'s model, without bos/eos."""
-        return self._ids(self.models[side].encode(text, out_type=str))
+        """Subword ids of ``text`` split by ``side``'s model, without bos/eos. A multilingual
+        model's target-language code leading a source (``>>es<< text``) is one piece of the
+        table, as MarianTokenizer reads it."""
+        code = []
+        if side == "source" and text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        return self._ids(code + self.models[side].encode(text, out_type=str))
 
     def encode_source(self, text: str, max_len: int | None = None) -> list[int]:
         """As ``Vocab.encode_source``, with the source model."""
