@@ -338,3 +338,20 @@ def test_the_ctranslate2_export_of_the_import_scores_as_ours(imported, tmp_path)
             logits = model(torch.tensor([src]), torch.tensor([[vocab.bos_id] + ref]))[0]
         ours = torch.log_softmax(logits, -1)[torch.arange(len(ref) + 1), ref + [vocab.eos_id]]
         torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-5, rtol=0)
+
+
+def test_serve_answers_with_the_imported_model(imported):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from aiayn.decode import translate
+    from aiayn.serve.app import Limits, create_app
+    from aiayn.serve.translator import Translator
+
+    ckpt, model, vocab, _ = imported
+    lines = corpus_lines("test", 0, 2)
+    with TestClient(create_app(Translator.load(ckpt), Limits())) as c:
+        r = c.post("/translate", json={"text": lines, "beam": 3, "alpha": 1.0})
+    assert r.status_code == 200
+    expected = translate(model, lines, vocab, SearchRequest(DecodeConfig(beam=3, alpha=1.0)))
+    assert [a["text"] for a in r.json()["translations"]] == expected
