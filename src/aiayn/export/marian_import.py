@@ -54,8 +54,23 @@ IGNORED = {
     "is_encoder_decoder", "model_type", "bos_token_id", "forced_eos_token_id", "bad_words_ids",
     "max_length", "min_length", "num_beams", "length_penalty", "early_stopping",
     "extra_pos_embeddings", "classif_dropout", "classifier_dropout", "gradient_checkpointing",
-    "output_past", "num_return_sequences", "no_repeat_ngram_size", "do_sample",
+    "output_past", "num_return_sequences", "no_repeat_ngram_size", "do_sample", "_num_labels",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "diversity_penalty",
+    "num_beam_groups", "encoder_no_repeat_ngram_size", "forced_bos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "output_scores", "return_dict_in_generate", "sep_token_id",
+    "chunk_size_feed_forward", "return_dict", "output_hidden_states", "output_attentions",
+    "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "problem_type",
 }  # fmt: skip
+# Fields the model has no option for, at their default (transformers' PretrainedConfig's):
+# accepted there, refused at any other value.
+AT_DEFAULT = {
+    "torchscript": False,
+    "tie_encoder_decoder": False,
+    "pruned_heads": {},
+    "add_cross_attention": False,
+    "cross_attention_hidden_size": None,
+}
 # Fields the model has no option for: accepted at these values (absent: MarianConfig's default).
 REQUIRED = {
     "scale_embedding": (True, False),
@@ -103,6 +118,11 @@ def check_config(config: dict[str, Any], where: Path) -> None:
             if not _same(value, REQUIRED[key][0]):
                 raise ExportError(
                     f"{where}: {key}={value!r} cannot be represented (need {REQUIRED[key][0]!r})"
+                )
+        elif key in AT_DEFAULT:
+            if not _same(value, AT_DEFAULT[key]):
+                raise ExportError(
+                    f"{where}: {key}={value!r} (default {AT_DEFAULT[key]!r}) cannot be represented"
                 )
         elif key not in IGNORED | MAPPED:
             raise ExportError(
