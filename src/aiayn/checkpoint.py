@@ -6,7 +6,8 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 - ``meta.json``: resolved configs, update count, data position, elapsed time, validation,
 - ``trainer.pt``: optimizer, scheduler, grad-scaler and RNG states (loaded with
   ``weights_only=True``: nothing in a checkpoint can execute code),
-- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own,
+- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own (an
+  imported MarianMT model: ``source.spm``, ``target.spm`` and ``pieces.json``, ``data.pieces``),
 - ``ema/`` (training with ``ema_decay``): the moving average of the weights, a checkpoint
   directory of its own (weights, meta.json, vocabulary) that every command reads as any other.
 
@@ -339,8 +340,9 @@ def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
 def load_translator(
     ckpt: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[Transformer, AnyVocab]:
-    """(Transformer in eval mode, its Vocab) of a checkpoint or averaged directory: the model
-    and the ``spm.model`` beside it, which must have the model's vocabulary size."""
+    """(Transformer in eval mode, its vocabulary) of a checkpoint or averaged directory: the
+    model and the ``spm.model`` (or two models, ``load_vocab``) beside it, which must have the
+    model's vocabulary size."""
     model, cfg = load_transformer(ckpt, device)
     vocab = load_vocab(ckpt)
     if len(vocab) != cfg.vocab_size:
