@@ -308,8 +308,10 @@ def test_fine_tuning_the_import_lowers_validation_perplexity(imported, tmp_path)
     )
     trainer = Trainer(cfg, device="cpu")
     before = trainer.validate()["valid_ppl"]
-    after = trainer.run(resume=None)["valid_ppl"]
-    assert after < 0.5 * before, (before, after)
+    summary = trainer.run(resume=None)
+    assert summary["valid_ppl"] < 0.5 * before, (before, summary["valid_ppl"])
+    _, tuned_vocab = load_translator(summary["checkpoint"])  # carries both models on
+    assert isinstance(tuned_vocab, TwoModelVocab) and tuned_vocab.fingerprint == vocab.fingerprint
 
 
 def test_translate_reads_the_import_with_nbest_constraints_and_ctranslate2(
