@@ -35,7 +35,16 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return src, torch.randint(4, 100, (3, 7), generator=g)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, {"attention_window": 2}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm": "pre"},
+        {"attention_window": 2},
+        {"activation": "swish", "output_bias": True},  # an imported OPUS-MT model's
+        {"activation": "gelu"},
+    ],
+)
 def test_packed_logits_equal_plain(overrides):
     plain, fast = model_pair(**overrides)
     src, tgt = batch()

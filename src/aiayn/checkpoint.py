@@ -6,7 +6,8 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 - ``meta.json``: resolved configs, update count, data position, elapsed time, validation,
 - ``trainer.pt``: optimizer, scheduler, grad-scaler and RNG states (loaded with
   ``weights_only=True``: nothing in a checkpoint can execute code),
-- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own,
+- ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own (an
+  imported MarianMT model: ``source.spm``, ``target.spm`` and ``pieces.json``, ``data.pieces``),
 - ``ema/`` (training with ``ema_decay``): the moving average of the weights, a checkpoint
   directory of its own (weights, meta.json, vocabulary) that every command reads as any other.
 
@@ -36,7 +37,13 @@ from safetensors.torch import load_file, load_model, save_file
 from torch import nn
 
 from .config import ModelConfig, from_dict
-from .data.vocab import Vocab
+from .data.pieces import (
+    PAIR_FILES,
+    AnyVocab,
+    copy_vocabulary,
+    load_vocabulary,
+    vocabulary_file,
+)
 from .errors import UserError
 from .files import (
     check_not_input,
@@ -93,7 +100,7 @@ def save_checkpoint(
         if trainer_state is not None:
             torch.save(trainer_state, tmp / TRAINER)
         if vocab_file is not None:
-            shutil.copyfile(vocab_file, tmp / VOCAB)
+            copy_vocabulary(vocab_file, tmp)
         if ema is not None:
             _write_ema(tmp / EMA_DIR, ema, {**meta, "ema_of": final.name}, vocab_file)
         publish_dir(tmp, final)  # replaces the same update written again after a resume
@@ -144,7 +151,7 @@ def _write_ema(
     save_weights(model, directory / WEIGHTS)
     (directory / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
     if vocab_file is not None:
-        shutil.copyfile(vocab_file, directory / VOCAB)
+        copy_vocabulary(vocab_file, directory)
     fsync_tree(directory)  # publish_dir syncs the files of the checkpoint, not of its folders
 
 
@@ -332,9 +339,10 @@ def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
 
 def load_translator(
     ckpt: str | Path, device: str | torch.device = "cpu"
-) -> tuple[Transformer, Vocab]:
-    """(Transformer in eval mode, its Vocab) of a checkpoint or averaged directory: the model
-    and the ``spm.model`` beside it, which must have the model's vocabulary size."""
+) -> tuple[Transformer, AnyVocab]:
+    """(Transformer in eval mode, its vocabulary) of a checkpoint or averaged directory: the
+    model and the ``spm.model`` (or two models, ``load_vocab``) beside it, which must have the
+    model's vocabulary size."""
     model, cfg = load_transformer(ckpt, device)
     vocab = load_vocab(ckpt)
     if len(vocab) != cfg.vocab_size:
@@ -344,12 +352,13 @@ def load_translator(
     return model, vocab
 
 
-def load_vocab(ckpt: str | Path) -> Vocab:
-    """The ``spm.model`` a checkpoint's ids are in, whatever decodes them."""
-    path = Path(ckpt) / VOCAB
-    if not path.is_file():
+def load_vocab(ckpt: str | Path) -> AnyVocab:
+    """The vocabulary a checkpoint's ids are in, whatever decodes them: its ``spm.model``, or
+    the two models of an imported one (``data.pieces``)."""
+    path = vocabulary_file(Path(ckpt))
+    if path is None:
         raise UserError(f"{ckpt}: no {VOCAB}; decoding needs the checkpoint's vocabulary")
-    return Vocab.load(path)
+    return load_vocabulary(path)
 
 
 # ----------------------------------------------------------------------------------------
@@ -360,7 +369,7 @@ def is_averaged_checkpoint(path: Path) -> bool:
     """Whether ``path`` is a directory ``average_checkpoints`` wrote, holding nothing else."""
     if path.is_symlink() or not path.is_dir():
         return False
-    if any(p.name not in (WEIGHTS, META, VOCAB) for p in path.iterdir()):
+    if any(p.name not in (WEIGHTS, META, VOCAB, *PAIR_FILES) for p in path.iterdir()):
         return False
     try:
         return "averaged_from" in read_meta(path)
@@ -384,11 +393,11 @@ def check_average_out(out: Path, inputs: Sequence[Path], force: bool = False) ->
 
 
 def vocab_fingerprint(ckpt: Path) -> str | None:
-    """The fingerprint of a checkpoint's own ``spm.model`` (what translation will use); the
+    """The fingerprint of a checkpoint's own vocabulary (what translation will use); the
     one in meta.json when the checkpoint carries no vocabulary file."""
-    vocab_file = Path(ckpt) / VOCAB
-    if vocab_file.is_file():
-        return Vocab.load(vocab_file).fingerprint
+    vocab_file = vocabulary_file(Path(ckpt))
+    if vocab_file is not None:
+        return load_vocabulary(vocab_file).fingerprint
     return read_meta(Path(ckpt)).get("vocab_fingerprint")
 
 
@@ -485,8 +494,8 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
         meta = read_meta(Path(paths[-1]))
         meta["averaged_from"] = [checkpoint_label(Path(p)) for p in paths]
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
-        if (Path(paths[-1]) / VOCAB).exists():
-            shutil.copyfile(Path(paths[-1]) / VOCAB, tmp / VOCAB)
+        if (vocab_file := vocabulary_file(Path(paths[-1]))) is not None:
+            copy_vocabulary(vocab_file, tmp)
         publish_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when published

@@ -48,6 +48,8 @@ class ModelConfig:
     attention_window: int | None = None  # r: restricted self-attention of Table 1
     share_embeddings: bool = True  # one matrix for both embeddings and the pre-softmax layer
     attention_dropout: float = 0.0  # the parsing section mentions attention dropout
+    activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's; OPUS-MT models use swish
+    output_bias: bool = False  # a bias on the pre-softmax layer (Marian's final_logits_bias)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -82,6 +84,10 @@ class ModelConfig:
             raise UserError(f"pad_id={self.pad_id} outside the vocabulary of {self.vocab_size}")
         if self.norm not in ("post", "pre"):
             raise UserError(f"norm must be 'post' (paper) or 'pre', got {self.norm!r}")
+        if self.activation not in ("relu", "swish", "gelu"):
+            raise UserError(
+                f"activation must be 'relu' (paper), 'swish' or 'gelu', got {self.activation!r}"
+            )
         if self.positional not in ("sinusoidal", "learned"):
             raise UserError(
                 f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}"

@@ -448,13 +448,22 @@ def key_padding(src_mask: Tensor) -> Tensor | None:
 # --- 3.3 Position-wise feed-forward networks --------------------------------------------
 
 
+# ``activation`` other than "relu" is a deviation (pretrained OPUS-MT models use swish).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+}
+
+
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, inner size d_ff."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, inner size d_ff (max(0, .) is ``cfg.activation``)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.W_1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.W_2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.activation = ACTIVATIONS[cfg.activation]
 
     def reset_parameters(self, init: Init) -> None:
         """ "xavier": Xavier-uniform weights, biases 0. "fairseq": ``nn.Linear``'s default, weights
@@ -468,7 +477,7 @@ class PositionwiseFeedForward(nn.Module):
                 nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.W_2(F.relu(self.W_1(x)))
+        return self.W_2(self.activation(self.W_1(x)))
 
 
 # --- 3.4 Embeddings and softmax, 3.5 Positional encoding ---------------------------------
@@ -573,7 +582,8 @@ class Transformer(nn.Module):
         # Pre-LN needs a final LayerNorm on each stack; the paper's post-LN has none.
         self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # ``output_bias``: a bias on the pre-softmax layer, as Marian's (imported models) have.
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
         # What the decoder's attention computes in while decoding (``new_cache``): None is
         # ``attention_precision``'s choice, as in training; a decoding precision may set its
@@ -595,6 +605,8 @@ class Transformer(nn.Module):
                 module.reset_parameters(init)
             elif isinstance(module, nn.LayerNorm):
                 module.reset_parameters()
+        if self.generator.bias is not None:
+            nn.init.zeros_(self.generator.bias)
         for emb in {id(e.tokens): e.tokens for e in (self.src_embed, self.tgt_embed)}.values():
             nn.init.normal_(emb.weight, std=self.cfg.d_model**-0.5)
             with torch.no_grad():
@@ -731,7 +743,8 @@ def count_parameters(cfg: ModelConfig) -> int:
     embeddings = v * d * (1 if cfg.share_embeddings else 2)
     positions = 2 * cfg.max_len * d if cfg.positional == "learned" else 0
     final_norms = 2 * norm if cfg.norm == "pre" else 0
-    return encoder + decoder + embeddings + positions + final_norms
+    output_bias = v if cfg.output_bias else 0
+    return encoder + decoder + embeddings + positions + final_norms + output_bias
 
 
 # --- Incremental decoding: the key/value cache behind ``decode_step`` (section 6's search) ---

@@ -502,7 +502,7 @@ class Translator:
             return score_ids(
                 model,
                 [vocab.encode_source(s) for s in sources],
-                [vocab.encode(t) + [vocab.eos_id] for t in targets],
+                [vocab.encode_target(t) + [vocab.eos_id] for t in targets],
                 alpha=config.alpha,
                 name=name,
             )

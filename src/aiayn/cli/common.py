@@ -534,7 +534,7 @@ def add_train_args(
         "--init-from",
         metavar="CHECKPOINT",
         help="fine-tune: start a new run from this checkpoint's weights (its vocabulary: "
-        "prepare the new text with --vocab CHECKPOINT/spm.model); OUT's own latest "
+        "prepare the new text with --vocab CHECKPOINT); OUT's own latest "
         "checkpoint, when there is one, is resumed instead",
     )
     p.add_argument(

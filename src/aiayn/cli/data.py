@@ -212,9 +212,10 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", type=int, help=f"default: {DEFAULT_VOCAB_SIZE}")
     p.add_argument(
         "--vocab",
-        metavar="SPM_MODEL",
-        help="binarise with this SentencePiece model (e.g. CHECKPOINT/spm.model, to fine-tune "
-        "that checkpoint on the new text) instead of training a vocabulary",
+        metavar="VOCAB",
+        help="binarise with this vocabulary instead of training one: a SentencePiece model, or "
+        "a CHECKPOINT directory (its spm.model, or an imported model's source and target "
+        "models), to fine-tune that checkpoint on the new text",
     )
     p.add_argument(
         "--max-len", type=int, default=256, help="skip pairs longer than this (subwords)"

@@ -1,4 +1,5 @@
-"""``aiayn export``: a checkpoint as a Hugging Face MarianMT or a CTranslate2 model (``aiayn.export``)."""
+"""``aiayn export``: a checkpoint as a Hugging Face MarianMT or a CTranslate2 model (``aiayn.export``);
+``aiayn import``: a MarianMT directory (OPUS-MT) as a checkpoint (``aiayn.export.marian_import``)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,21 @@ def add_export(sub: argparse._SubParsersAction) -> None:
         "--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)"
     )
     p.set_defaults(func=_export)
+
+
+def _import(args: argparse.Namespace) -> None:
+    from ..export.marian_import import import_marian
+
+    out = import_marian(args.marian_dir, args.out)
+    print(f"imported {args.marian_dir} -> {out}")
+
+
+def add_import(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "import", help="turn a Hugging Face MarianMT (OPUS-MT) directory into a checkpoint"
+    )
+    p.add_argument(
+        "marian_dir", help="a save_pretrained directory of MarianMTModel + MarianTokenizer"
+    )
+    p.add_argument("--out", required=True, help="the new checkpoint directory (must not exist)")
+    p.set_defaults(func=_import)

@@ -14,6 +14,7 @@ aiayn score --checkpoint runs/demo/averaged --src src/aiayn/corpus/bible/test.en
 aiayn serve --checkpoint runs/demo/averaged --port 8000   # then open http://127.0.0.1:8000/
 aiayn export --checkpoint runs/demo/averaged --to ctranslate2 --out runs/demo/ct2
 aiayn measure decode_bf16 --checkpoint runs/demo/averaged   # this machine's figures for auto
+aiayn import opus-mt-en-es --out runs/opus/imported   # a MarianMT directory as a checkpoint
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ COMMANDS = (
     measure.add_measure,
     experiment.add_experiment,
     export.add_export,
+    export.add_import,
     parse.add_parse,
 )
 

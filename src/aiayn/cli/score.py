@@ -55,7 +55,7 @@ def _score(args: argparse.Namespace) -> None:
         if fmt == "tsv":
             print("\t".join(("", "", "", "") if score is None else _tsv_fields(score)))
         else:
-            target = vocab.encode(reference) + [vocab.eos_id] if args.tokens else []
+            target = vocab.encode_target(reference) + [vocab.eos_id] if args.tokens else []
             pieces = [vocab.id_to_piece(t) for t in target] if args.tokens else None
             print(json.dumps(score_record(score, sentence_id, pieces), ensure_ascii=False))
     scored = [s for s in scores if s is not None]

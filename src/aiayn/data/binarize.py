@@ -25,10 +25,13 @@ import numpy as np
 
 from ..errors import UserError
 from ..files import temp_dir_beside
+from .pieces import PAIR_FILES, load_vocabulary
 from .vocab import Vocab
 
 SIDES = ("src", "tgt")
 META, VOCAB_MODEL = "meta.json", "spm.model"
+ONE_MODEL = (VOCAB_MODEL, "spm.vocab")
+VOCAB_FILES = (*ONE_MODEL, *PAIR_FILES)  # one model, or two (``pieces``)
 _ARRAY_FILE = re.compile(r".+\.(src|tgt)\.(tokens\.npy|offsets\.npy|txt)")
 _CHUNK = 10_000  # pairs encoded per sentencepiece call (bounds memory, uses threads)
 
@@ -110,8 +113,8 @@ class _Encoded(NamedTuple):
 def _encode_chunk(
     vocab: Vocab, chunk: list[tuple[str, str]], max_tokens: int | None, threads: int
 ) -> _Encoded:
-    srcs = vocab.encode_batch([s for s, _ in chunk], num_threads=threads)
-    tgts = vocab.encode_batch([t for _, t in chunk], num_threads=threads)
+    srcs = vocab.encode_batch([s for s, _ in chunk], num_threads=threads, side="source")
+    tgts = vocab.encode_batch([t for _, t in chunk], num_threads=threads, side="target")
     keep = [max_tokens is None or max(len(s), len(t)) <= max_tokens for s, t in zip(srcs, tgts)]
     dtype = token_dtype(len(vocab))
     sides = {
@@ -127,7 +130,7 @@ def _load_worker_vocab(path: Path) -> None:
     global _worker_vocab
     # Ctrl-C reaches the whole process group: the parent stops the pool and says so, once
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker_vocab = Vocab.load(path)
+    _worker_vocab = load_vocabulary(path)
 
 
 def _encode_in_worker(chunk: list[tuple[str, str]], max_tokens: int | None) -> _Encoded:
@@ -247,14 +250,15 @@ def held_out_text(split: str) -> list[str]:
     return [f"{split}.{side}.txt" for side in SIDES]
 
 
-def dataset_files(splits: Iterable[str]) -> list[str]:
-    """The names of the files ``prepare`` writes into a dataset directory of ``splits``."""
-    return [META, VOCAB_MODEL, "spm.vocab", *chain.from_iterable(map(split_files, splits))]
+def dataset_files(splits: Iterable[str], vocab_files: Iterable[str] = ONE_MODEL) -> list[str]:
+    """The names of the files ``prepare`` writes into a dataset directory of ``splits``, its
+    vocabulary's ``vocab_files`` (``ONE_MODEL``, or ``VOCAB_FILES`` for either kind)."""
+    return [META, *vocab_files, *chain.from_iterable(map(split_files, splits))]
 
 
 def is_dataset_file(name: str) -> bool:
     """Whether ``name`` is one of the files ``prepare`` writes into a dataset directory."""
-    return name in (META, VOCAB_MODEL, "spm.vocab") or _ARRAY_FILE.fullmatch(name) is not None
+    return name in (META, *VOCAB_FILES) or _ARRAY_FILE.fullmatch(name) is not None
 
 
 def read_meta(dataset_dir: str | os.PathLike) -> dict[str, Any]:
@@ -369,7 +373,7 @@ def subset_dataset(
                 "tgt_tokens": tokens["tgt"],
             },
         }
-        vocab = Vocab.load(tmp / meta["vocab_model"])
+        vocab = load_vocabulary(tmp / meta["vocab_model"])
         written = write_meta(tmp, vocab, splits, meta.get("record"))
         os.rename(tmp, out)
     except BaseException:

@@ -26,8 +26,8 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import UserError
-from .binarize import VOCAB_MODEL, TokenDataset, check_vocab
-from .vocab import Vocab
+from .binarize import TokenDataset, check_vocab
+from .pieces import load_vocabulary
 
 NULL = -1  # the empty source word of Model 1 (index vocab_size in the packed keys)
 FORMAT = "aiayn-shortlist"  # the shortlist file's marker (``aiayn.decode.shortlist`` reads it)
@@ -129,7 +129,7 @@ def build_shortlist(
     ``iterations`` of EM (``"lexical"``: piece -> [[piece, t], ...]); specials are left out.
     These are the most a decoder can ask for; it cuts them to its own sizes. ``progress``: a
     bar of the EM iterations on stderr."""
-    vocab = Vocab.load(Path(dataset_dir) / VOCAB_MODEL)
+    vocab = load_vocabulary(dataset_dir)  # spm.model, or two models and their table
     check_vocab(dataset_dir, vocab)
     pairs = training_pairs(dataset_dir, max_pairs=max_pairs)
     if not any(len(t) for _, t in pairs):

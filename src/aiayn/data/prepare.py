@@ -31,6 +31,7 @@ from ..files import (
 )
 from .binarize import (
     META,
+    VOCAB_FILES,
     binarize_split,
     dataset_files,
     held_out_text,
@@ -41,6 +42,7 @@ from .binarize import (
 )
 from .clean import Cleaning, HeldOut, language_identifier
 from .corpora import TAG_BT, Corpus, Languages, resolve_languages, text_lines
+from .pieces import copy_vocabulary, load_vocabulary, resolve_vocabulary, vocabulary_files
 from .readers import iter_lines
 from .select import HeldOutSizes, Plan, clean_train, held_out_splits
 from .vocab import Vocab
@@ -109,8 +111,8 @@ def prepare_corpus(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Clean ``splits["train"]``, train the vocabulary on what is kept (or copy the
-    SentencePiece model ``vocab``, e.g. a checkpoint's ``spm.model``, ignoring ``vocab_size``)
-    and binarise every split into ``out_dir``.
+    vocabulary ``vocab``: a SentencePiece model, or a checkpoint directory and its one or two
+    models (``pieces``), ignoring ``vocab_size``) and binarise every split into ``out_dir``.
 
     A split is a pair of line-aligned files, a ``Corpus`` or a list of them (named, weighted).
     ``cleaning``: the filters (``clean.Cleaning``; default: only empty and invalid pairs go);
@@ -128,7 +130,7 @@ def prepare_corpus(
     names = _split_names(corpora, sizes)
     inputs = _checked_inputs(corpora, max_len, max_words, workers, vocab)
     out = Path(out_dir).resolve()
-    for output in [out, *(out / name for name in dataset_files(names))]:
+    for output in [out, *(out / name for name in dataset_files(names, VOCAB_FILES))]:
         check_not_input(output, inputs)
     check_target(out)
     plan = _plan(corpora, cleaning, max_words, languages, sizes, progress)  # its errors first
@@ -143,7 +145,7 @@ def prepare_corpus(
             num_threads,
             user_defined_symbols,
             record=record,
-            vocab=Path(vocab) if vocab is not None else None,
+            vocab=resolve_vocabulary(vocab) if vocab is not None else None,
             workers=workers,
         )
     except BaseException:  # KeyboardInterrupt too: never leave a half-built directory behind
@@ -218,8 +220,8 @@ def _checked_inputs(
         raise UserError(f"workers must be a positive number of processes, got {workers}")
     inputs = [path for corpus in _all(corpora) for path in corpus.files]
     if vocab is not None:
-        Vocab.load(vocab)  # a UserError now if it is not one, before any work
-        inputs.append(Path(vocab))
+        load_vocabulary(vocab)  # a UserError now if it is not one, before any work
+        inputs.extend(vocabulary_files(resolve_vocabulary(vocab)))
     for path in inputs:
         if not path.exists():
             raise UserError(f"{path}: no such file")
@@ -308,7 +310,8 @@ def _vocabulary(
     num_threads: int,
     symbols: list[str],
 ) -> Vocab:
-    """The given SentencePiece model copied into ``out``, or one trained on ``text``."""
+    """The given vocabulary (a SentencePiece model, or a checkpoint's one or two) copied into
+    ``out``, or one trained on ``text``."""
     if given is None:
         return Vocab.train(
             _nonempty(*text),
@@ -317,8 +320,7 @@ def _vocabulary(
             num_threads=num_threads,
             user_defined_symbols=symbols,
         )
-    shutil.copyfile(given, out / "spm.model")
-    vocab = Vocab.load(out / "spm.model")
+    vocab = load_vocabulary(copy_vocabulary(given, out))
     vocab.write_listing(out / "spm.vocab")  # what training one writes beside it
     missing = [s for s in symbols if vocab.piece_to_id(s) == vocab.unk_id]
     if missing:

@@ -177,7 +177,11 @@ class Vocab:
         ids = self.encode(text)
         return ids if max_len is None else ids[: max_len - 1]
 
-    def encode_batch(self, texts: list[str], num_threads: int = 2) -> list[list[int]]:
+    def encode_batch(
+        self, texts: list[str], num_threads: int = 2, side: str = "source"
+    ) -> list[list[int]]:
+        """Subword ids of each text; one model splits both sides, so ``side`` changes nothing
+        here (``pieces.TwoModelVocab`` has one model per side)."""
         return self.sp.encode(texts, out_type=int, num_threads=num_threads)
 
     def write_listing(self, path: str | os.PathLike) -> None:

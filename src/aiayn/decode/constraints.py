@@ -105,11 +105,13 @@ def text_constraint(
 def _spelled(tokenizer: Any, text: str, what: str, where: str) -> list[int]:
     """``text``'s ids, or ``UserError`` when the vocabulary cannot spell it: the unknown piece
     would stand in for it, and any output holding that piece would "meet" the constraint."""
-    ids = tokenizer.encode(text)
+    # output text: the target side's model where a vocabulary has two (``data.pieces``)
+    encode = getattr(tokenizer, "encode_target", tokenizer.encode)
+    ids = encode(text)
     unk_id = getattr(tokenizer, "unk_id", UNK_ID)
     if unk_id not in ids:
         return ids
-    unknown = "".join(dict.fromkeys(c for c in text if unk_id in tokenizer.encode(c)))
+    unknown = "".join(dict.fromkeys(c for c in text if unk_id in encode(c)))
     raise UserError(
         f"{where}: the {what} {text!r} has characters the vocabulary cannot spell "
         f"({unknown!r}; they encode to the unknown piece): leave them out"

@@ -20,6 +20,7 @@ only where oneDNN computes in bf16 natively).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..hardware import bf16_support, keep_onednn_primitives
@@ -71,15 +72,18 @@ class PackedLinear(nn.Module):
 
 class PackedFeedForward(nn.Module):
     """``PositionwiseFeedForward`` (FFN(x) = max(0, x W1 + b1) W2 + b2) on packed weights, the
-    max(0, .) fused into W1's call."""
+    max(0, .) fused into W1's call; another ``activation`` (swish, gelu) is applied after it."""
 
     def __init__(self, ffn: PositionwiseFeedForward) -> None:
         super().__init__()
-        self.W_1 = PackedLinear(ffn.W_1, activation="relu")
+        fused = ffn.activation is F.relu
+        self.W_1 = PackedLinear(ffn.W_1, activation="relu" if fused else "none")
         self.W_2 = PackedLinear(ffn.W_2)
+        self.activation = None if fused else ffn.activation
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.W_2(self.W_1(x))
+        hidden = self.W_1(x)
+        return self.W_2(hidden if self.activation is None else self.activation(hidden))
 
 
 @torch.no_grad()

@@ -80,6 +80,10 @@ def deviations(cfg: ModelConfig) -> dict[str, str]:
         found["attention_window"] = (
             f"attention_window={cfg.attention_window} (restricted attention)"
         )
+    if cfg.activation != "relu":
+        found["activation"] = f"activation={cfg.activation!r}"
+    if cfg.output_bias:
+        found["output_bias"] = "output_bias=True (a bias on the pre-softmax layer)"
     if cfg.resolved_d_k * cfg.h != cfg.d_model or cfg.resolved_d_v * cfg.h != cfg.d_model:
         found["d_k"] = (
             f"d_k={cfg.resolved_d_k}, d_v={cfg.resolved_d_v} with h={cfg.h} (need d_k = d_v = d_model / h = {cfg.d_model // cfg.h})"

@@ -19,13 +19,13 @@ ctranslate2``).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..data.pieces import copy_vocabulary
 from ..model import Transformer
 from .common import (
     ExportError,
@@ -37,7 +37,6 @@ from .common import (
 )
 
 TARGET = "CTranslate2"
-VOCAB_FILE = "spm.model"
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -64,11 +63,14 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     from ctranslate2.specs import common_spec, transformer_spec
 
     c = model.cfg
-    refuse_unsupported(c, TARGET, supported={"norm", "positional"})
+    refuse_unsupported(c, TARGET, supported={"norm", "positional", "activation", "output_bias"})
     refuse_decoding_form(model)
     check_vocab_size(c, vocab)
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.N_enc, c.N_dec), c.h, pre_norm=c.norm == "pre", activation=common_spec.Activation.RELU
+        (c.N_enc, c.N_dec),
+        c.h,
+        pre_norm=c.norm == "pre",
+        activation=getattr(common_spec.Activation, c.activation.upper()),
     )
     spec.config.layer_norm_epsilon = model.encoder[0].self_attn_norm.eps
     spec.config.add_source_eos = True
@@ -85,6 +87,8 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     enc.embeddings[0].weight = _array(model.src_embed.tokens.weight)
     dec.embeddings.weight = _array(model.tgt_embed.tokens.weight)
     dec.projection.weight = _array(model.generator.weight)  # tied: CTranslate2 aliases equal arrays
+    if c.output_bias:
+        dec.projection.bias = _array(model.generator.bias)
     if c.norm == "pre":
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
@@ -122,8 +126,8 @@ def export_ctranslate2(
     *,
     fingerprint: str | None = None,
 ) -> Path:
-    """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model`` when
-    ``vocab.path`` names one).
+    """Write a CTranslate2 model directory (``model.bin``, vocabulary, and ``spm.model``, or
+    ``source.spm`` and ``target.spm`` with their table, when ``vocab.path`` names one).
 
     ``quantization``: CTranslate2's weight type, e.g. "int8" (None keeps float32).
     ``fingerprint``: the source checkpoint's, recorded in the marker (``export.engine``'s cache).
@@ -145,5 +149,5 @@ def export_ctranslate2(
         spec.optimize(quantization=quantization)
         spec.save(str(tmp))
         if vocab.path is not None:  # a vocabulary without a file: made-up pieces (benchmarks)
-            shutil.copyfile(vocab.path, tmp / VOCAB_FILE)
+            copy_vocabulary(vocab.path, tmp)  # spm.model, or the two models and their table
     return Path(out)

@@ -26,6 +26,7 @@ from typing import Any
 from ..checkpoint import META, VOCAB, WEIGHTS, load_vocab, read_meta
 from ..config import ModelConfig, from_dict
 from ..data import Vocab
+from ..data.pieces import vocabulary_file, vocabulary_files
 from ..decode import Hypothesis
 from ..decode.request import Feature, SearchRequest, SpecialIds, check_supported
 from ..decode.translate import OnTruncate, Progress, fit_sources, progress_bar
@@ -35,7 +36,6 @@ from .ctranslate2 import TARGET, export_ctranslate2
 
 FORMAT = 1  # the cache's layout: bump when the exporter writes something else
 CACHE_SUFFIX = ".ctranslate2"
-FINGERPRINTED = (WEIGHTS, META, VOCAB)  # what decoding reads; trainer.pt is not
 
 
 def checkpoint_fingerprint(ckpt: Path) -> str:
@@ -44,7 +44,11 @@ def checkpoint_fingerprint(ckpt: Path) -> str:
     import ctranslate2
 
     digest = hashlib.sha256(f"format {FORMAT} ctranslate2 {ctranslate2.__version__}\n".encode())
-    for name in FINGERPRINTED:
+    vocab = vocabulary_file(ckpt)  # spm.model, or pieces.json and its two models
+    names = [WEIGHTS, META] + (
+        [VOCAB] if vocab is None else [p.name for p in vocabulary_files(vocab)]
+    )
+    for name in names:
         path = ckpt / name
         if not path.is_file():
             raise ExportError(f"{ckpt}: no {name}; --engine ctranslate2 exports from it")

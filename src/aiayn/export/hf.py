@@ -21,7 +21,8 @@ appends eos to a source, as our data pipeline does.
     print(tok.batch_decode(model.generate(**tok(["In the beginning"], return_tensors="pt")),
                            skip_special_tokens=True))
 
-Options Marian cannot represent (pre-LN, learned positions, no attention scaling, restricted
+``activation`` and ``output_bias`` (``final_logits_bias``) map to Marian's own; options Marian
+cannot represent (pre-LN, learned positions, no attention scaling, restricted
 attention, d_k != d_model / h) are refused with ExportError.
 """
 
@@ -53,7 +54,7 @@ def marian_config(model: Transformer) -> Any:
     """The MarianConfig of our architecture (dropouts kept, so that fine-tuning regularises alike)."""
     transformers = require("transformers", TARGET)
     c = model.cfg
-    refuse_unsupported(c, TARGET, supported=set())
+    refuse_unsupported(c, TARGET, supported={"activation", "output_bias"})
     return transformers.MarianConfig(
         vocab_size=c.vocab_size,
         decoder_vocab_size=c.vocab_size,
@@ -64,7 +65,7 @@ def marian_config(model: Transformer) -> Any:
         decoder_attention_heads=c.h,
         encoder_ffn_dim=c.d_ff,
         decoder_ffn_dim=c.d_ff,
-        activation_function="relu",
+        activation_function=c.activation,
         max_position_embeddings=c.max_len,
         scale_embedding=True,
         dropout=c.P_drop,
@@ -129,6 +130,7 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
 def to_marian(model: Transformer, decode: DecodeConfig = DecodeConfig()) -> Any:
     """A MarianMTModel (eval mode, CPU) computing the same logits as ``model``."""
     transformers = require("transformers", TARGET)
+    c = model.cfg
     config = marian_config(model)
     refuse_decoding_form(model)
     hf = transformers.MarianMTModel(config).eval()
@@ -142,7 +144,9 @@ def to_marian(model: Transformer, decode: DecodeConfig = DecodeConfig()) -> Any:
         raise RuntimeError(
             f"MarianMTModel does not match our weights: missing {missing}, unexpected {unexpected}"
         )
-    hf.final_logits_bias.zero_()
+    bias = model.generator.bias
+    with torch.no_grad():  # ours, or none: zero
+        hf.final_logits_bias.copy_(torch.zeros(1, c.vocab_size) if bias is None else bias[None])
     hf.generation_config = generation_config(model, decode)
     return hf
 
@@ -167,14 +171,15 @@ def generation_config(model: Transformer, decode: DecodeConfig) -> Any:
 
 
 def save_tokenizer(vocab: Any, out: Path, max_len: int) -> None:
-    """MarianTokenizer files in ``out``: our SentencePiece model (both sides) and vocab.json."""
+    """MarianTokenizer files in ``out``: our SentencePiece model (both sides), or our two
+    (``data.pieces``), and vocab.json."""
     transformers = require("transformers", TARGET)
     pieces = {vocab.id_to_piece(i): i for i in range(len(vocab))}
     (out / "vocab.json").write_text(
         json.dumps(pieces, ensure_ascii=False, indent=0), encoding="utf-8"
     )
-    for name in ("source.spm", "target.spm"):
-        shutil.copyfile(vocab.path, out / name)
+    for name, side in (("source.spm", "source_path"), ("target.spm", "target_path")):
+        shutil.copyfile(getattr(vocab, side, vocab.path), out / name)
     tokenizer = transformers.MarianTokenizer(
         source_spm=str(out / "source.spm"),
         target_spm=str(out / "target.spm"),

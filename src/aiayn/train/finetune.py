@@ -8,8 +8,8 @@ import dataclasses
 from pathlib import Path
 
 from .. import checkpoint as ckpt
-from ..config import ModelConfig
-from ..data import Vocab
+from ..config import ModelConfig, from_dict
+from ..data.pieces import AnyVocab
 from ..errors import UserError
 
 FINE_TUNABLE = {"P_drop", "attention_dropout"}  # model keys a fine-tuning run may change
@@ -24,7 +24,7 @@ def check_outside(path: Path, out: Path) -> None:
 
 
 def check_init_from(
-    path: Path, *, out: Path, vocab: Vocab, model_cfg: ModelConfig, keep: list[str]
+    path: Path, *, out: Path, vocab: AnyVocab, model_cfg: ModelConfig, keep: list[str]
 ) -> None:
     """Refuse, in one line naming what differs, a checkpoint this run cannot start from."""
     where = f"init_from {path}"
@@ -33,9 +33,12 @@ def check_init_from(
     if ckpt.vocab_fingerprint(path) != vocab.fingerprint:
         raise UserError(
             f"{where} has another vocabulary than {vocab.path}: binarise the new text "
-            f"with the checkpoint's (aiayn prepare --vocab {path / ckpt.VOCAB} ...)"
+            f"with the checkpoint's (aiayn prepare --vocab {path} ...)"
         )
-    saved = ckpt.meta_field(meta, "model_config", path)
+    # through ModelConfig: a key older checkpoints lack has its default (the paper's)
+    saved = dataclasses.asdict(
+        from_dict(ModelConfig, ckpt.meta_field(meta, "model_config", path), where=where)
+    )
     now = dataclasses.asdict(model_cfg)
     differ = sorted(k for k in now.keys() - FINE_TUNABLE if saved.get(k) != now[k])
     if differ:

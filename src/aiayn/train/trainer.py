@@ -34,9 +34,10 @@ from tqdm import tqdm
 
 from .. import checkpoint as ckpt
 from .. import measured
-from ..data import TokenBudgetSampler, TokenDataset, Vocab, check_vocab, collate, read_meta
+from ..data import TokenBudgetSampler, TokenDataset, check_vocab, collate, read_meta
 from ..data.batching import corpus_ranges
 from ..data.binarize import META
+from ..data.pieces import load_vocabulary, resolve_vocabulary
 from ..decode import DecodeConfig
 from ..decode.translate import eval_mode
 from ..errors import UserError
@@ -159,9 +160,9 @@ class Trainer:
         self.update_freq = distributed.update_freq(cfg, self.dist.world_size)
         self.out = Path(cfg.out)
         self.ckpt_root = self.out / "checkpoints"
-        self.vocab_file = Path(cfg.data) / "spm.model"
         self.data_meta = read_meta(cfg.data)
-        self.vocab = Vocab.load(self.vocab_file)
+        self.vocab_file = resolve_vocabulary(cfg.data)  # spm.model, or two models (pieces.json)
+        self.vocab = load_vocabulary(self.vocab_file)
         check_vocab(cfg.data, self.vocab)  # ids binarised with another vocabulary are garbage
         self.model_cfg = cfg.model_config(vocab_size=len(self.vocab))
         self._build_model()
