@@ -24,6 +24,7 @@ from aiayn.decode import (
     gnmt_length_penalty,
     score_ids,
 )
+from aiayn.decode.cache import new_cache
 from aiayn.decode.precision import BF16_ATTENTION, choose_precision, decoder_attention, to_bf16
 from aiayn.files import read_lines
 
@@ -190,7 +191,7 @@ def test_the_server_loads_bf16_and_says_so(tiny_run):
 def test_bf16_decoding_attends_in_the_chosen_precision_and_padding_stays_invisible(attention):
     model, src = to_bf16(tiny_model(), attention=attention), random_src()
     want = {"fp32": torch.float32, "bf16": torch.bfloat16}[attention]
-    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    cache = new_cache(model, model.encode(src), model.src_mask(src))
     assert {layer.memory_keys.dtype for layer in cache.layers} == {want}
     for layer in cache.layers:  # cast into their layouts: keys (n, h, d, S), values (n, h, S, d)
         assert layer.memory_keys.transpose(2, 3).is_contiguous()
@@ -226,6 +227,6 @@ def test_bf16_decoder_attention_defaults_to_what_the_chip_was_measured_with(
     model = to_bf16(tiny_model())
     assert model.decode_attention == want
     src = random_src()
-    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    cache = new_cache(model, model.encode(src), model.src_mask(src))
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[want]
     assert {layer.memory_keys.dtype for layer in cache.layers} == {dtype}

@@ -23,6 +23,8 @@ from aiayn.train.trainer import Trainer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from host_reads import HostReads  # noqa: E402
 
+from aiayn.decode.cache import decode_step, new_cache
+
 
 def test_the_model_reads_no_value_on_a_device():
     """On the meta device a tensor has no values: any read (the padding check of the masks, an
@@ -35,9 +37,9 @@ def test_the_model_reads_no_value_on_a_device():
     model(src, tgt).sum().backward()
     model.eval()
     memory, mask = model.encode(src), model.src_mask(src)
-    cache = model.new_cache(memory, mask)
-    model.decode_step(tgt[:, :1], cache)
-    logits = model.decode_step(tgt[:, 1:2], cache)
+    cache = new_cache(model, memory, mask)
+    decode_step(model, tgt[:, :1], cache)
+    logits = decode_step(model, tgt[:, 1:2], cache)
     assert logits.shape == (3, 100) and cache.step == 2
 
 

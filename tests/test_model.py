@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from aiayn import ModelConfig, Transformer, count_parameters
 from aiayn import model as model_module
+from aiayn.decode.cache import decode_step, new_cache
 from aiayn.model import (
     BF16_MATMULS,
     attention_mask,
@@ -121,28 +122,39 @@ def test_cached_decode_step_reproduces_forward(overrides):
     src, tgt = batch()
     full = model(src, tgt)  # (B, T, V)
     memory, mask = model.encode(src), model.src_mask(src)
-    cache = model.new_cache(memory, mask)
+    cache = new_cache(model, memory, mask)
     for layer in cache.layers:  # the memory's keys stored (n, h, d, S), its values (n, h, S, d)
         assert layer.memory_keys.transpose(2, 3).is_contiguous()
         assert layer.memory_values.is_contiguous()
     for t in range(tgt.size(1)):
-        logits = model.decode_step(tgt[:, t : t + 1], cache)
+        logits = decode_step(model, tgt[:, t : t + 1], cache)
         assert torch.allclose(logits, full[:, t], atol=1e-5), f"step {t}"
     # Several tokens at once from an existing cache agree too.
-    cache = model.new_cache(memory, mask)
-    model.decode_step(tgt[:, :3], cache)
-    logits = model.decode_step(tgt[:, 3:6], cache)
+    cache = new_cache(model, memory, mask)
+    decode_step(model, tgt[:, :3], cache)
+    logits = decode_step(model, tgt[:, 3:6], cache)
     assert torch.allclose(logits, full[:, 5], atol=1e-5)
+
+
+def test_reference_decode_step_reproduces_forward_through_reorders_and_leaving_sentences():
+    model = make()
+    src, tgt = batch()
+    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    model.decode_step(tgt[:, :4], cache)
+    rows = torch.tensor([1, 1, 1])  # sentence 1 fans out to 3 beams, sentence 0 leaves
+    cache.select(rows, sentences=torch.tensor([1]))
+    logits = model.decode_step(tgt[rows, 4:5], cache)
+    assert torch.allclose(logits, model(src[rows], tgt[rows, :5])[:, 4], atol=1e-5)
 
 
 def test_cache_select_reorders_rows():
     model = make()
     src, tgt = batch()
-    cache = model.new_cache(model.encode(src), model.src_mask(src))
-    model.decode_step(tgt[:, :4], cache)
+    cache = new_cache(model, model.encode(src), model.src_mask(src))
+    decode_step(model, tgt[:, :4], cache)
     order = torch.tensor([2, 0])
     cache.select(order, sentences=order)
-    logits = model.decode_step(tgt[order, 4:5], cache)
+    logits = decode_step(model, tgt[order, 4:5], cache)
     assert torch.allclose(logits, model(src, tgt)[order, 4], atol=1e-5)
 
 
@@ -249,17 +261,17 @@ def test_cache_select_within_sentences_moves_no_key_or_value():
     model = make()
     src, tgt = batch()
     beams = torch.tensor([0, 0, 1, 1])  # two beams of sentences 0 and 1
-    cache = model.new_cache(model.encode(src[:2]), model.src_mask(src[:2]))  # once per sentence
+    cache = new_cache(model, model.encode(src[:2]), model.src_mask(src[:2]))  # once per sentence
     prefix = tgt[beams].clone()
     prefix[1, :4] = torch.randint(4, 100, (4,))  # the beams of a sentence differ
-    model.decode_step(prefix[:, :4], cache)
+    decode_step(model, prefix[:, :4], cache)
     held = [(layer.keys[:, :, :4].clone(), layer.memory_keys.data_ptr()) for layer in cache.layers]
     within = torch.tensor([1, 0, 3, 3])  # beams swap, or repeat, within their sentence
     cache.select(within)  # sentences=None: only the rows' ancestry is copied
     for layer, (keys, memory_keys) in zip(cache.layers, held):
         assert torch.equal(layer.keys[:, :, :4], keys)  # positions 0-3, where they were
         assert layer.memory_keys.data_ptr() == memory_keys
-    logits = model.decode_step(prefix[within, 4:5], cache)
+    logits = decode_step(model, prefix[within, 4:5], cache)
     assert torch.allclose(logits, model(src[beams], prefix[within, :5])[:, 4], atol=1e-5)
 
 
@@ -279,9 +291,9 @@ def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides, g
     prefixes = torch.full((3, 1), 2)  # (n*b, t), bos
     b, k, T = 1, 3, 8
     leave = {3: 1, 5: 0}  # step -> the current index of the sentence that leaves after it
-    cache, buffers = model.new_cache(model.encode(src), model.src_mask(src), max_len=T), []
+    cache, buffers = new_cache(model, model.encode(src), model.src_mask(src), max_len=T), []
     for step in range(T):
-        logits = model.decode_step(prefixes[:, -1:], cache)
+        logits = decode_step(model, prefixes[:, -1:], cache)
         full = model(src[sentences.repeat_interleave(b)], prefixes)[:, -1]
         assert torch.allclose(logits, full, atol=1e-5), f"step {step}"
         if step >= 1:  # after the fan-out, keys move only when a sentence leaves

@@ -1,7 +1,7 @@
 """The Transformer, in the order of section 3 of "Attention Is All You Need": the encoder
 and decoder stacks (3.1), attention (3.2), the feed-forward networks (3.3), embeddings and
-positional encoding (3.4, 3.5), dropout (5.4), then the model (Figure 1) and, last, the
-key/value cache that incremental decoding needs.
+positional encoding (3.4, 3.5), dropout (5.4), then the model (Figure 1) with a reference
+incremental step (``aiayn.decode.cache`` holds the fast one the searches use).
 
 Tensors are batch-first. Masks follow one convention, that of
 ``F.scaled_dot_product_attention``: boolean ``True`` means "may attend".
@@ -19,7 +19,7 @@ import contextlib
 import contextvars
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -67,8 +67,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right).
 
-    ``forward`` runs whole target sequences (training, teacher forcing); ``step`` runs the new
-    position(s) of incremental decoding against a ``LayerCache``."""
+    ``forward`` runs whole target sequences (training, teacher forcing); incremental decoding
+    (``aiayn.decode.cache.step_layer``) runs the same sub-layers on the new position(s)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -102,14 +102,6 @@ class DecoderLayer(nn.Module):
             return self.src_attn(y, memory_mask, memory_kv=kv, weights=src_w)
 
         return self._sublayers(y, self_attention, src_attention)
-
-    def step(self, y: Tensor, cache: LayerCache, step: Step) -> Tensor:
-        """y: (n*b, m, d_model), the m new positions of every row -> (n*b, m, d_model)."""
-        return self._sublayers(
-            y,
-            lambda y: self.self_attn.step_self(y, cache, step),
-            lambda y: self.src_attn.step_src(y, cache, step),
-        )
 
     def _sublayers(
         self,
@@ -238,25 +230,12 @@ def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
     flash backward several times over; docs/training.md), so two casts cost less than they
     save; ``BF16_MATMULS`` for bf16 under CPU autocast inside ``bf16_matmul_attention``
     (training); elsewhere the activations' own dtype. Decoding may choose its own for the
-    decoder (``Transformer.decode_attention``): there no backward is run."""
+    decoder (``decode_attention``, ``aiayn.decode.cache``): there no backward is run."""
     if device.type == "cpu":
         if dtype == torch.bfloat16 and _cpu_bf16_matmuls.get() and torch.is_autocast_enabled("cpu"):
             return BF16_MATMULS
         return "fp32"
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
-
-
-def cached_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
-    """softmax(Q K^T * scale + bias) V for the few new queries of a decode step, as two batched
-    matrix products: for one query a fused attention kernel costs several times its arithmetic.
-
-    q: (n, h, Q, d_k), k: (n, h, K, d_k), v: (n, h, K, d_v) -> (n, h, Q, d_v); bias: (n*h, Q, K)
-    or broadcastable to it, 0 where a query may attend and -inf elsewhere.
-    """
-    n, h, Q, d_k = q.shape
-    keys = k.flatten(0, 1).transpose(1, 2)  # (n*h, d_k, K), a view of the cache
-    scores = torch.baddbmm(bias, q.reshape(n * h, Q, d_k), keys, alpha=scale)  # (n*h, Q, K)
-    return torch.bmm(torch.softmax(scores, dim=-1), v.flatten(0, 1)).view(n, h, Q, -1)
 
 
 # --- 3.2.2 Multi-head attention ---------------------------------------------------------
@@ -318,7 +297,7 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, memory: Tensor, cast: bool = True) -> tuple[Tensor, Tensor]:
         """Encoder-decoder keys and values: (n, S, d_model) -> 2 x (n, h, S, d), views; in what
         attention computes in (``for_attention``), or with ``cast`` False in the projection's
-        dtype, for a caller that casts them as it lays them out (``new_cache``: one copy)."""
+        dtype, for a caller that casts them as it lays them out (``decode.cache``: one copy)."""
         kv = self.W_KV(memory)
         kv = for_attention(kv) if cast else kv
         k, v = kv.split([self.h * self.d_k, self.h * self.d_v], dim=-1)
@@ -356,42 +335,6 @@ class MultiHeadAttention(nn.Module):
         else:
             out = fused_attention(q, k, v, mask, self.scale, dropout_p, is_causal)
         return self._concat(out, x)  # (B, h, T, d_v) -> W_O of the concatenated heads
-
-    def step_self(self, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
-        """Self-attention of the m new positions of n*b rows, x: (n*b, m, d_model) ->
-        (n*b, m, d_model). Their keys and values are written into the cache's slots (see
-        ``DecoderCache``); each sentence's b*m queries then attend together over every slot of
-        its history, ``step.self_bias`` hiding the slots that are not the query's own prefix."""
-        n, b, m = step.sentences, step.beams, x.size(1)
-        h, d_k, d_v = self.h, self.d_k, self.d_v
-        q, k, v = self.W_QKV(x).split([h * d_k, h * d_k, h * d_v], dim=-1)  # (B, m, h*d) each
-        t = step.start
-        # (n*b, m, h*d) -> (n, h, m, b, d): position t+j of beam s at slot [.., t + j, s]
-        cache.write(
-            k.view(n, b, m, h, d_k).permute(0, 3, 2, 1, 4),
-            v.view(n, b, m, h, d_v).permute(0, 3, 2, 1, 4),
-            t,
-        )
-        keys = cache.keys[:, :, step.first : t + m].flatten(2, 3)  # (n, h, P*W, d_k), a view
-        values = cache.values[:, :, step.first : t + m].flatten(2, 3)
-        q = self._query_heads(q.view(n, b * m, h, d_k), keys.dtype)  # (n, h, b*m, d_k)
-        return self._concat(cached_attention(q, keys, values, step.self_bias, self.scale), x)
-
-    def step_src(self, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
-        """Encoder-decoder attention of n*b rows, x: (n*b, m, d_model) -> (n*b, m, d_model):
-        the b*m queries of a sentence attend together over its memory's keys and values,
-        projected once (``new_cache``) and shared by its beams."""
-        n, (B, m, _) = step.sentences, x.shape
-        k, v = cache.memory_keys, cache.memory_values
-        q = self._query_heads(self.W_Q(x).view(n, B // n * m, self.h, self.d_k), k.dtype)
-        return self._concat(cached_attention(q, k, v, step.memory_bias, self.scale), x)
-
-    @staticmethod
-    def _query_heads(q: Tensor, dtype: torch.dtype) -> Tensor:
-        """(n, b*m, h, d_k) -> (n, h, b*m, d_k) in the cache's dtype: the batched product needs
-        the heads laid out as its batch, and a cast lays them out so in the same copy (without
-        a cast it is a view, and the product's reshape makes that copy)."""
-        return q.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
 
     def _concat(self, out: Tensor, x: Tensor) -> Tensor:
         """Heads (B, h, T, d_v) of x (B, T, d_model), or (n, h, b*m, d_v) of the rows of x
@@ -551,8 +494,9 @@ def keep_mask(shape: torch.Size, p: float) -> Tensor:
 class Transformer(nn.Module):
     """Encoder-decoder Transformer (Figure 1).
 
-    ``forward`` is teacher-forced training; ``encode`` + ``decode_step`` is incremental decoding
-    with a key/value cache, the interface the beam search depends on.
+    ``forward`` is teacher-forced training; ``encode`` + ``new_cache`` + ``decode_step`` is the
+    decoding interface the searches depend on, here a reference step (``aiayn.decode.cache``
+    gives the searches the fast one).
     """
 
     def __init__(self, cfg: ModelConfig, init: Init = "fairseq") -> None:
@@ -575,10 +519,6 @@ class Transformer(nn.Module):
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
-        # What the decoder's attention computes in while decoding (``new_cache``): None is
-        # ``attention_precision``'s choice, as in training; a decoding precision may set its
-        # own (``decode.precision.to_bf16``). The encoder's attention keeps the training path.
-        self.decode_attention: str | None = None
         self.reset_parameters(init)
 
     def reset_parameters(self, init: Init = "fairseq") -> None:
@@ -668,54 +608,21 @@ class Transformer(nn.Module):
             states = states[output_mask]
         return self.generator(states)
 
-    # Incremental decoding (section 6's search): ``new_cache`` once per batch of sentences, then
-    # ``decode_step`` once per output position.
+    # A reference incremental step (section 6's search): the decoding interface, the whole prefix
+    # decoded again at every step; ``aiayn.decode.cache`` is the fast one the searches use.
+
+    def new_cache(self, memory: Tensor, src_mask: Tensor, max_len: int | None = None) -> Prefixes:
+        """The reference step's cache for ``memory`` (n, S, d_model), ``src_mask`` (n, 1, 1, S)."""
+        return Prefixes(memory, src_mask, memory.new_zeros(memory.size(0), 0, dtype=torch.long))
 
     @torch.no_grad()
-    def new_cache(
-        self, memory: Tensor, src_mask: Tensor, max_len: int | None = None
-    ) -> DecoderCache:
-        """The cache that decoding ``memory`` (n, S, d_model) starts from, ``src_mask`` =
-        ``self.src_mask(src)`` (n, 1, 1, S): each layer's encoder-decoder keys and values,
-        projected once per sentence and shared by its beams, and room for ``max_len`` target
-        positions (default, and at most, the model's); keys and values in what the decoder's
-        attention computes in (``decode_attention``)."""
-        capacity = min(max_len or self.cfg.max_len, self.cfg.max_len)
-        precision = self.decode_attention or attention_precision(memory.device, memory.dtype)
-        dtype = torch.float32 if precision == "fp32" else memory.dtype
-        padding = key_padding(src_mask)
-        bias = None
-        if padding is not None:  # (n, h, 1, S): -inf on the padding, per head
-            bias = torch.zeros(padding.shape, dtype=dtype, device=memory.device)
-            bias = bias.masked_fill_(~padding, float("-inf")).expand(-1, self.cfg.h, -1, -1)
-            bias = bias.contiguous()
-        layers, contiguous = [], torch.contiguous_format
-        for layer in self.decoder:
-            k, v = layer.src_attn.project_kv(memory, cast=False)  # 2 x (n, h, S, d)
-            # cast and laid out in one copy each (``copy``: also when the dtype is already it);
-            # the keys stored (n, h, d, S), seen as (n, h, S, d)
-            keys = k.transpose(2, 3).to(dtype, memory_format=contiguous, copy=True)
-            values = v.to(dtype, memory_format=contiguous, copy=True)
-            layers.append(LayerCache(keys.transpose(2, 3), values))
-        return DecoderCache(layers, bias, capacity, self.cfg.attention_window)
-
-    @torch.no_grad()
-    def decode_state(self, tgt_in: Tensor, cache: DecoderCache) -> Tensor:
-        """Feed the next target token(s) tgt_in (n*b, m) -> the decoder's output for the last of
-        them (n*b, d_model), before the output projection; earlier positions come from
-        ``cache``, which takes the new ones (so each call costs its new positions only). Rows
-        are sentence-major: b consecutive rows (beams) per sentence of the cache."""
-        step = cache.advance(tgt_in)
-        y = self.tgt_embed(tgt_in, start=step.start)
-        for layer, layer_cache in zip(self.decoder, cache.layers):
-            y = layer.step(y, layer_cache, step)
-        return self.dec_norm(y[:, -1])
-
-    @torch.no_grad()
-    def decode_step(self, tgt_in: Tensor, cache: DecoderCache) -> Tensor:
-        """Feed the next target token(s) tgt_in (n*b, m) -> logits of the last one (n*b, vocab)
-        (see ``decode_state``). Inference only: no gradients, the cache is written in place."""
-        return self.generator(self.decode_state(tgt_in, cache))
+    def decode_step(self, tgt_in: Tensor, cache: Prefixes) -> Tensor:
+        """Feed the next target token(s) tgt_in (n*b, m) -> logits of the last one (n*b, vocab)."""
+        past = cache.tokens if cache.tokens.size(1) else tgt_in[:, :0]  # none yet: any rows
+        cache.tokens = torch.cat([past, tgt_in], dim=1)  # (n*b, t)
+        b = cache.tokens.size(0) // cache.memory.size(0)  # rows (beams) per sentence
+        memory, mask = (t.repeat_interleave(b, dim=0) for t in (cache.memory, cache.src_mask))
+        return self.generator(self.decode(cache.tokens, memory, mask)[:, -1])
 
 
 def count_parameters(cfg: ModelConfig) -> int:
@@ -734,207 +641,17 @@ def count_parameters(cfg: ModelConfig) -> int:
     return encoder + decoder + embeddings + positions + final_norms
 
 
-# --- Incremental decoding: the key/value cache behind ``decode_step`` (section 6's search) ---
-
-
 @dataclass
-class LayerCache:
-    """One decoder layer's cached keys and values: the encoder-decoder attention's (n, h, S, d),
-    projected once per sentence, and the self-attention's in slots (n, h, capacity, W, d), made
-    at the first step (see ``DecoderCache``); ``spare``: buffers that ``keep`` fills in turn.
+class Prefixes:
+    """The reference step's cache: n sentences' memory (n, S, d_model) and source mask, and the
+    tokens fed so far (n*b, t), rows sentence-major (b beams per sentence)."""
 
-    The memory's keys are stored transposed, (n, h, d, S) in memory and seen through a view as
-    (n, h, S, d): the scores' product reads K^T, and MKL reads it 2-3x faster from contiguous
-    rows than as a transposed operand (the demo's test split: the same outputs, their scores
-    apart in the last bits). The slots keep the values' layout: a step writes one position,
-    which a transposed layout would scatter over d rows."""
-
-    memory_keys: Tensor
-    memory_values: Tensor
-    keys: Tensor = field(default_factory=lambda: torch.empty(0))
-    values: Tensor = field(default_factory=lambda: torch.empty(0))
-    spare: tuple[Tensor, Tensor] | None = None
-
-    def make_room(self, width: int, capacity: int, filled: int) -> None:
-        """Slots for ``width`` beams per position, more than before (the first step, and the
-        beams fanning out), the ``filled`` positions kept; the slots those positions had not
-        are zeros, so that every slot a query may read holds finite values (a slot it must
-        not see gets weight 0, and 0 times a finite value is 0)."""
-        if self.keys.dim() == 5 and self.keys.size(3) >= width:
-            return
-        k, v = self.memory_keys, self.memory_values
-        n, h = k.shape[:2]
-        old = (self.keys, self.values)
-        self.keys = k.new_empty(n, h, capacity, width, k.size(3))
-        self.values = v.new_empty(n, h, capacity, width, v.size(3))
-        W = old[0].size(3) if old[0].dim() == 5 else 0
-        for new, was in zip((self.keys, self.values), old):
-            if W:
-                new[:, :, :filled, :W] = was[:, :, :filled]
-            new[:, :, :filled, W:] = 0
-        self.spare = None
-
-    def write(self, k: Tensor, v: Tensor, start: int) -> None:
-        """k, v (n, h, m, b, d) at positions start.. of beams 0..b-1; the other slots of
-        those positions (fewer beams than slots) are zeros (see ``make_room``)."""
-        end, b = start + k.size(2), k.size(3)
-        self.keys[:, :, start:end, :b] = k
-        self.values[:, :, start:end, :b] = v
-        if b < self.keys.size(3):
-            self.keys[:, :, start:end, b:] = 0
-            self.values[:, :, start:end, b:] = 0
-
-    def keep(
-        self, sentences: Tensor, filled: int, moves: tuple[list[int], list[int]] | None
-    ) -> None:
-        """Only these sentences (n',) go on: their memory k/v, and their ``filled`` positions
-        gathered into the spare buffers, which then become the current ones; or, given
-        ``moves`` (``tail_moves``: ``sentences`` only fills holes among the first n' from after
-        them), just the movers copied into the holes, in place, one copy of a sentence's
-        contiguous rows each (the few movers of a step: several times faster than indexing)."""
-        if moves is not None:
-            n = sentences.numel()
-            for name in ("memory_keys", "memory_values", "keys", "values"):
-                buffer = getattr(self, name)
-                if buffer.dim() == 5:  # the self-attention's slots: only the filled positions
-                    buffer = buffer[:, :, :filled]
-                if buffer.numel():
-                    for hole, mover in zip(*moves):
-                        buffer[hole] = buffer[mover]
-                setattr(self, name, getattr(self, name)[:n])
-            return
-        stored = self.memory_keys.transpose(2, 3)  # (n, h, d, S), contiguous
-        self.memory_keys = stored.index_select(0, sentences).transpose(2, 3)
-        self.memory_values = self.memory_values.index_select(0, sentences)
-        if self.keys.dim() != 5:
-            return
-        n = sentences.numel()
-        if self.spare is None or self.spare[0].size(0) < n:
-            self.spare = (
-                self.keys.new_empty(n, *self.keys.shape[1:]),
-                self.values.new_empty(n, *self.values.shape[1:]),
-            )
-        for old, new in zip((self.keys, self.values), self.spare):
-            torch.index_select(old[:, :, :filled], 0, sentences, out=new[:n, :, :filled])
-        (self.keys, self.values), self.spare = (
-            (self.spare[0][:n], self.spare[1][:n]),
-            (self.keys, self.values),
-        )
-
-
-def tail_moves(sentences: Tensor) -> tuple[list[int], list[int]] | None:
-    """For ``sentences`` (n',) that keeps sentence i at place i but for holes filled from
-    places >= n' (what ``beam`` asks when sentences finish): (holes, movers), the places
-    written and the sentences moved into them; None for any other order."""
-    n = sentences.numel()
-    holes = (sentences != torch.arange(n, device=sentences.device)).nonzero().squeeze(1)
-    movers = sentences[holes]
-    return (holes.tolist(), movers.tolist()) if bool((movers >= n).all()) else None
-
-
-@dataclass
-class Step:
-    """What the layers of one ``decode_step`` share: n sentences of b rows (beams) each, new
-    positions from ``start``, queries that may see positions from ``first`` on; the additive
-    masks (0 or -inf) of self-attention over the slots, (n*h, b*m, P*W) for P positions of W
-    slots, and of encoder-decoder attention, (n*h, 1, S) or (1, 1, 1) without padding."""
-
-    sentences: int
-    beams: int
-    start: int
-    first: int
-    self_bias: Tensor
-    memory_bias: Tensor
-
-
-class DecoderCache:
-    """The keys and values of incremental decoding, where a search's beams share their history.
-
-    Rows are sentence-major: row = sentence * b + beam. The self-attention keys and values of
-    position p of beam j of sentence i are written once, to slot [i, :, p, j] of each layer's
-    buffers (n, h, capacity, W, d), and never moved when the search reorders its beams:
-    ``ancestry`` (n*b, positions) long holds, per row and position, the slot (beam) of its
-    prefix that holds it, so a reorder (``select``) copies only that. A new query of a sentence
-    attends over all the sentence's slots (its b*m queries together, one batched product over
-    keys read once) and the step's mask hides the slots that are not its own prefix: W times
-    the arithmetic of each row reading its own history, which would have to be gathered (read
-    and written) per step. The memory's keys and values are one per sentence, shared by its
-    beams, and are copied only when sentences leave.
-    """
-
-    def __init__(
-        self,
-        layers: list[LayerCache],
-        memory_bias: Tensor | None,
-        capacity: int,
-        window: int | None,
-    ) -> None:
-        self.layers, self.memory_bias = layers, memory_bias
-        self.no_bias = layers[0].memory_keys.new_zeros(1, 1, 1)  # the mask without padding
-        self.hidden = self.no_bias.new_full((), float("-inf"))  # a masked slot, in its dtype
-        self.capacity, self.window = capacity, window
-        self.step = 0  # target positions already seen
-        self.ancestry: Tensor | None = None  # (rows, step), from the first step
-
-    def advance(self, tgt_in: Tensor) -> Step:
-        """Take the next m positions of every row (tgt_in (n*b, m)): slots for them, each row's
-        ancestry extended by its own beam, and the step's masks."""
-        (B, m), n = tgt_in.shape, self.layers[0].memory_keys.size(0)
-        start, end, b = self.step, self.step + m, B // n
-        if B != n * b or (self.ancestry is not None and self.ancestry.size(0) != B):
-            raise ValueError(f"{B} rows for a cache of {n} sentences and {self.rows} rows")
-        if end > self.capacity:
-            raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
-        for layer in self.layers:
-            layer.make_room(b, self.capacity, start)
-        own = (torch.arange(B, device=tgt_in.device) % b)[:, None].expand(B, m)  # (B, m) beam
-        past = self.ancestry if self.ancestry is not None else own[:, :0]
-        self.ancestry = torch.cat([past, own], dim=1)  # (B, end)
-        self.step = end
-        first = max(0, end - 1 - self.window) if self.window is not None and m == 1 else 0
-        padded = self.memory_bias
-        memory_bias = self.no_bias if padded is None else padded.flatten(0, 1)  # (n*h, 1, S)
-        return Step(n, b, start, first, self._self_bias(m, first), memory_bias)
-
-    @property
-    def rows(self) -> int | None:
-        return None if self.ancestry is None else self.ancestry.size(0)
-
-    def _self_bias(self, m: int, first: int) -> Tensor:
-        """(n*h, b*m, P*W): 0 where a new query may see a slot, -inf elsewhere; with one slot
-        per position and one new query per row, it may see every slot (no mask)."""
-        assert self.ancestry is not None
-        keys = self.layers[0].keys
-        (n, h), W, end = keys.shape[:2], keys.size(3), self.step
-        if W == 1 and m == 1:
-            return self.no_bias
-        slots = torch.arange(W, device=keys.device)
-        visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
-        if m > 1:  # several new positions: causal (and windowed) among themselves
-            order = attention_mask(m, end, keys.device, causal=True, window=self.window)
-            visible = visible & order[None, :, first:, None]  # (B, m, P, W)
-        cells = (end - first) * W
-        # (B, m, P, W) -> (n, 1, b*m, P*W), then one copy per head: half the work of filling
-        # the (n, h, b*m, P*W) bias with -inf and masking it
-        bias = torch.where(visible.view(n, 1, -1, cells), 0.0, self.hidden)
-        return bias.expand(-1, h, -1, -1).reshape(n * h, -1, cells)
+    memory: Tensor
+    src_mask: Tensor
+    tokens: Tensor
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Keep/reorder target rows (beams), and with ``sentences`` the sentences too.
-
-        ``rows`` (B',) long: target row i becomes old row rows[i], which must be a row of the
-        same sentence (a beam reordered within its sentence, the beam fanning out from 1 to k,
-        beams of finished sentences leaving). ``sentences`` (n',) long: the sentences that stay,
-        in their new order (an order that only fills holes from the tail, as ``beam`` gives,
-        moves only the movers: ``tail_moves``); leave it None while the sentences stay as they
-        are: then nothing but the ancestry is copied.
-        """
-        if self.ancestry is not None:
-            self.ancestry = self.ancestry.index_select(0, rows)
-        if sentences is None:
-            return
-        moves = tail_moves(sentences)
-        for layer in self.layers:
-            layer.keep(sentences, self.step, moves)
-        if self.memory_bias is not None:
-            self.memory_bias = self.memory_bias.index_select(0, sentences)  # (n', h, 1, S): small
+        """Keep/reorder the rows (n'*b,), and with ``sentences`` (n',) the sentences."""
+        self.tokens = self.tokens.index_select(0, rows)
+        if sentences is not None:
+            self.memory, self.src_mask = self.memory[sentences], self.src_mask[sentences]

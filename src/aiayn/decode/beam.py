@@ -9,6 +9,8 @@ Depends only on the decoding interface (duck-typed, so a scripted fake model can
         rows are sentence-major, b consecutive rows (beams) per sentence of the cache
     cache.select(rows (n'*k,) long, sentences=(n',) long or None)  keeps/reorders rows in place
 
+called through ``aiayn.decode.cache``, which gives a ``Transformer`` its fast shared-history cache.
+
 Each step expands every live hypothesis by every token, keeps the 2k best candidates by
 log-probability, and (as fairseq and OpenNMT do) finishes the eos candidates that rank among the
 first k; the k best non-eos candidates stay live. Taking 2k guarantees k live ones, since the k
@@ -39,6 +41,7 @@ import torch
 from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
+from .cache import decode_step, new_cache
 from .config import DecodeConfig
 from .penalties import gnmt_length_penalty
 from .rules import SearchRules
@@ -523,7 +526,7 @@ def beam_search(
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
     live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha))
     T = int(max_lens.max())
-    cache = model.new_cache(model.encode(src), mask, max_len=T)
+    cache = new_cache(model, model.encode(src), mask, max_len=T)
     finished = _Finished.for_rules(B, config, device)
     space = _Workspace(device)
 
@@ -533,7 +536,7 @@ def beam_search(
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
     states = constraint_states(constraint, src, max_lens, pad_id)  # (constraint, state) per prefix
     for t in range(1, T + 1):
-        logits = model.decode_step(step_in, cache)
+        logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])

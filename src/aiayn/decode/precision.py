@@ -99,8 +99,8 @@ def decoder_attention(device: torch.device | str) -> str:
 def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     """The model's weights and buffers (the positional encoding) as bf16, in place; every
     activation then follows, since each op computes in its inputs' dtype, but the decoder's
-    attention, which computes in ``attention`` ("fp32" or "bf16", ``Transformer.decode_attention``;
-    default: ``decoder_attention`` of the model's device)."""
+    attention, which computes in ``attention`` ("fp32" or "bf16", the model's ``decode_attention``
+    that ``decode.cache`` reads; default: ``decoder_attention`` of the model's device)."""
     if attention is None:
         attention = decoder_attention(model_device(model))
     if attention not in ("fp32", "bf16"):
