@@ -82,7 +82,7 @@ def test_a_training_update_reads_the_host_at_these_sites(tiny_corpus, tmp_path):
             # the host copy of the batch, before it goes to the device: no sync there
             "flops.py:real_lengths": 2,
             # the CPU's no-padding check; on a device the mask is always given (test above)
-            "model.py:key_padding": 2,
+            "runtime.py:key_padding": 2,
             "model.py:forward": 1,  # states[output_mask]: padding is never projected
             # a micro-batch's targets' select, its gradient's in backward and the one copy of
             # its summed losses and token counts; the update's tolist of that host copy
@@ -135,5 +135,5 @@ def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint,
         "decode/beam.py:add",
         "decode/beam.py:nbest_lists",
         "decode/beam.py:fill_from_tail",  # how many sentences go on, when some finish
-        "model.py:key_padding",
+        "runtime.py:key_padding",
     }

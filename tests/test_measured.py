@@ -13,7 +13,7 @@ import torch
 
 from aiayn import hardware, measured
 from aiayn.decode.precision import Precision, choose_precision, decoder_attention
-from aiayn.model import BF16_MATMULS
+from aiayn.runtime import BF16_MATMULS
 from aiayn.train.trainer import resolve_amp, resolve_attention, resolve_compile
 
 CPU = torch.device("cpu")

@@ -14,6 +14,7 @@ import aiayn
 from aiayn.decode import for_decoding, packed
 from aiayn.decode.cache import decode_step, new_cache
 from aiayn.decode.precision import to_bf16
+from aiayn.runtime import use_fast_paths
 
 pytestmark = pytest.mark.skipif(
     not packed.available(), reason="this PyTorch has no oneDNN linear ops"
@@ -21,9 +22,10 @@ pytestmark = pytest.mark.skipif(
 
 
 def model_pair(**overrides) -> tuple[aiayn.Transformer, aiayn.Transformer]:
-    """A random tiny model and a packed copy of it."""
+    """A random tiny model, with the fast paths as a loaded one, and a packed copy of it."""
     torch.manual_seed(0)
-    plain = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", **overrides)).eval()
+    plain = use_fast_paths(aiayn.Transformer(aiayn.ModelConfig.preset("tiny", **overrides)))
+    plain.eval()
     copy = aiayn.Transformer(plain.cfg).eval()
     copy.load_state_dict(plain.state_dict())
     return plain, for_decoding(copy)
@@ -86,7 +88,7 @@ def _unchanged(model: nn.Module, before) -> bool:
 def test_no_onednn_leaves_the_model_as_it_is(monkeypatch):
     monkeypatch.setattr(packed, "available", lambda: False)
     torch.manual_seed(0)
-    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny"))
+    model = use_fast_paths(aiayn.Transformer(aiayn.ModelConfig.preset("tiny")))  # as loaded
     before = _modules_and_weights(model)
     assert nn.Linear in before[0]
     assert for_decoding(model) is model and _unchanged(model, before)  # every Linear kept

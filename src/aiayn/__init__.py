@@ -19,8 +19,12 @@ def __getattr__(name: str) -> Any:
         from . import config
 
         return getattr(config, name)
-    if name in ("Transformer", "count_parameters"):
+    if name == "Transformer":
         from . import model
 
-        return getattr(model, name)
+        return model.Transformer
+    if name == "count_parameters":
+        from . import flops
+
+        return flops.count_parameters
     raise AttributeError(f"module 'aiayn' has no attribute {name!r}")

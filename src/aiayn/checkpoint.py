@@ -47,6 +47,7 @@ from .files import (
     write_text_atomic,
 )
 from .model import Transformer
+from .runtime import use_fast_paths
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
 LATEST, BEST = "latest", "best"  # pointer files in a run's checkpoints/
@@ -325,7 +326,7 @@ def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
         meta_field(meta, "model_config", Path(ckpt)),
         where=f"{ckpt}/{META} model_config",
     )
-    model = Transformer(cfg)
+    model = use_fast_paths(Transformer(cfg))
     load_weights(model, Path(ckpt))
     return model.to(device).eval(), cfg
 

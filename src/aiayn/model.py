@@ -1,6 +1,6 @@
 """The Transformer, in the order of section 3 of "Attention Is All You Need": the encoder
 and decoder stacks (3.1), attention (3.2), the feed-forward networks (3.3), embeddings and
-positional encoding (3.4, 3.5), dropout (5.4), then the model (Figure 1) with a reference
+positional encoding (3.4, 3.5), then the model (Figure 1) with a reference
 incremental step (``aiayn.decode.cache`` holds the fast one the searches use).
 
 Tensors are batch-first. Masks follow one convention, that of
@@ -15,10 +15,8 @@ Post-LN by default: every sub-layer is ``LayerNorm(x + Dropout(Sublayer(x)))`` (
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +40,7 @@ class EncoderLayer(nn.Module):
         self.self_attn_norm = nn.LayerNorm(cfg.d_model)
         self.feed_forward = PositionwiseFeedForward(cfg)
         self.ffn_norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = UniformDropout(cfg.P_drop)  # 5.4: residual dropout
+        self.dropout = nn.Dropout(cfg.P_drop)  # 5.4: residual dropout
         self.norm_first = cfg.norm == "pre"
 
     def forward(
@@ -65,10 +63,8 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right).
-
-    ``forward`` runs whole target sequences (training, teacher forcing); incremental decoding
-    (``aiayn.decode.cache.step_layer``) runs the same sub-layers on the new position(s)."""
+    """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right); the
+    fast decode step (``aiayn.decode.cache.step_layer``) runs the same ``_sublayers``."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -78,7 +74,7 @@ class DecoderLayer(nn.Module):
         self.src_attn_norm = nn.LayerNorm(cfg.d_model)
         self.feed_forward = PositionwiseFeedForward(cfg)
         self.ffn_norm = nn.LayerNorm(cfg.d_model)
-        self.dropout = UniformDropout(cfg.P_drop)  # 5.4: residual dropout
+        self.dropout = nn.Dropout(cfg.P_drop)  # 5.4: residual dropout
         self.norm_first = cfg.norm == "pre"
 
     def forward(
@@ -138,104 +134,9 @@ def reference_attention(
     return torch.matmul(weights, v), weights
 
 
-def fused_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    scale: float,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-) -> Tensor:
-    """``F.scaled_dot_product_attention``, the same function as ``reference_attention``; bf16 on
-    a CPU is computed in fp32 (``attention_precision``), autocast or not, and returned in bf16,
-    unless training chose ``matmul_attention`` (``BF16_MATMULS``)."""
-    precision = attention_precision(q.device, q.dtype)
-    if precision == BF16_MATMULS:
-        return matmul_attention(q, k, v, mask, scale, dropout_p, is_causal)
-    # fp32 inputs too under CPU autocast, which would run SDPA in bf16
-    autocast = q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
-    if precision == "fp32" and (q.dtype != torch.float32 or autocast):
-        with torch.autocast("cpu", enabled=False):
-            out = fused_attention(
-                q.float(), k.float(), v.float(), mask, scale, dropout_p, is_causal
-            )
-        return out.to(q.dtype)
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-    )
-
-
-def matmul_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    scale: float,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-) -> Tensor:
-    """``reference_attention`` with Q K^T and P V as bf16 matmuls around a softmax of bf16 in
-    and out, its exponentials summed in fp32 (PyTorch's CPU kernel; its backward likewise): on a
-    CPU with native bf16 PyTorch's bf16 flash backward is several times slower than fp32's, while
-    two bf16 matmuls are faster than either (docs/training.md). The scores are rounded to bf16
-    once, after the scaling, and the probabilities once, as P V's matmul needs them; no cast
-    of the (B, h, T, S) tensors either way (an fp32 softmax cost four a call, forward and back).
-
-    q: (B, h, T, d_k), k: (B, h, S, d_k), v: (B, h, S, d_v), bf16; mask broadcastable to
-    (B, h, T, S), True = may attend -> (B, h, T, d_v), bf16.
-    """
-    B, h, T, d_k = q.shape
-    S = k.size(2)
-    with torch.autocast("cpu", enabled=False):
-        keys = k.flatten(0, 1).transpose(1, 2)  # (B*h, d_k, S)
-        scores = torch.baddbmm(  # (B*h, T, S), scaled in the matmul's fp32 accumulator
-            q.new_zeros(()).expand(B * h, T, S), q.flatten(0, 1), keys, beta=0, alpha=scale
-        ).view(B, h, T, S)
-        if is_causal:
-            mask = attention_mask(T, S, q.device, causal=True)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))  # illegal connections -> -inf
-        weights = torch.softmax(scores, dim=-1)  # (B, h, T, S), bf16
-        if dropout_p:  # the mask is fp32 (keep_mask): the product rounded back once
-            weights = (weights * keep_mask(weights.shape, dropout_p)).to(q.dtype)
-        return torch.matmul(weights, v)  # (B, h, T, d_v)
-
-
-def for_attention(t: Tensor) -> Tensor:
-    """``t`` in what attention computes in (``attention_precision``): a projection cast once,
-    before it is split into q, k, v and heads, so that autograd casts its gradient once too."""
-    return t.float() if attention_precision(t.device, t.dtype) == "fp32" else t
-
-
-BF16_MATMULS = "bf16 matmuls and softmax"  # matmul_attention: a choice of training on a CPU
-_cpu_bf16_matmuls = contextvars.ContextVar("cpu_bf16_matmuls", default=False)
-
-
-@contextlib.contextmanager
-def bf16_matmul_attention(enabled: bool = True) -> Iterator[None]:
-    """Within it, attention under CPU bf16 autocast is ``matmul_attention`` (``BF16_MATMULS``):
-    the trainer's choice where it measured to pay, entered with its autocast. Decoding and any
-    forward outside it keep ``attention_precision``'s default."""
-    token = _cpu_bf16_matmuls.set(enabled)
-    try:
-        yield
-    finally:
-        _cpu_bf16_matmuls.reset(token)
-
-
-def attention_precision(device: torch.device, dtype: torch.dtype) -> str:
-    """What attention computes in for activations of ``dtype``: fp32 on a CPU whatever the
-    model's dtype, because PyTorch's CPU attention kernels are slower in bf16 than in fp32 (its
-    flash backward several times over; docs/training.md), so two casts cost less than they
-    save; ``BF16_MATMULS`` for bf16 under CPU autocast inside ``bf16_matmul_attention``
-    (training); elsewhere the activations' own dtype. Decoding may choose its own for the
-    decoder (``decode_attention``, ``aiayn.decode.cache``): there no backward is run."""
-    if device.type == "cpu":
-        if dtype == torch.bfloat16 and _cpu_bf16_matmuls.get() and torch.is_autocast_enabled("cpu"):
-            return BF16_MATMULS
-        return "fp32"
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
+def as_given(t: Tensor) -> Tensor:
+    """The cast and padding hooks' default: the tensor as it is."""
+    return t
 
 
 # --- 3.2.2 Multi-head attention ---------------------------------------------------------
@@ -263,6 +164,11 @@ class MultiHeadAttention(nn.Module):
             self.W_Q = nn.Linear(cfg.d_model, qk)
             self.W_KV = nn.Linear(cfg.d_model, qk + v)
         self.W_O = nn.Linear(v, cfg.d_model)
+        # Hooks for a faster kernel (``aiayn.runtime.use_fast_paths``): what the projections are
+        # cast to for attention, and attention itself, by default PyTorch's fused kernel (the
+        # function ``reference_attention`` writes out) and with its arguments.
+        self.attention_cast: Callable[[Tensor], Tensor] = as_given
+        self.attention_kernel: Callable[..., Tensor] = F.scaled_dot_product_attention
 
     def reset_parameters(self, init: Init) -> None:
         """W_O: Xavier-uniform, bias 0. W_Q, W_K, W_V: "xavier" treats a stacked matrix (W_QKV,
@@ -296,10 +202,10 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, memory: Tensor, cast: bool = True) -> tuple[Tensor, Tensor]:
         """Encoder-decoder keys and values: (n, S, d_model) -> 2 x (n, h, S, d), views; in what
-        attention computes in (``for_attention``), or with ``cast`` False in the projection's
+        attention computes in (``attention_cast``), or with ``cast`` False in the projection's
         dtype, for a caller that casts them as it lays them out (``decode.cache``: one copy)."""
         kv = self.W_KV(memory)
-        kv = for_attention(kv) if cast else kv
+        kv = self.attention_cast(kv) if cast else kv
         k, v = kv.split([self.h * self.d_k, self.h * self.d_v], dim=-1)
         return self._heads(k, self.d_k), self._heads(v, self.d_v)
 
@@ -320,12 +226,12 @@ class MultiHeadAttention(nn.Module):
         """
         T, qk = x.size(1), self.h * self.d_k
         if self.self_attention:
-            q, k, v = for_attention(self.W_QKV(x)).split([qk, qk, self.h * self.d_v], dim=-1)
+            q, k, v = self.attention_cast(self.W_QKV(x)).split([qk, qk, self.h * self.d_v], dim=-1)
             q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
         else:
             assert memory_kv is not None, "encoder-decoder attention needs the memory's k, v"
             k, v = memory_kv
-            q = self._heads(for_attention(self.W_Q(x)), self.d_k)
+            q = self._heads(self.attention_cast(self.W_Q(x)), self.d_k)
         dropout_p = self.dropout_p if self.training else 0.0
         if weights is not None:
             if is_causal:
@@ -333,7 +239,8 @@ class MultiHeadAttention(nn.Module):
             out, w = reference_attention(q, k, v, mask, self.scale, dropout_p)
             weights.append(w)
         else:
-            out = fused_attention(q, k, v, mask, self.scale, dropout_p, is_causal)
+            kernel = self.attention_kernel  # is_causal: the decoder's mask without building it
+            out = kernel(q, k, v, mask, dropout_p, is_causal=is_causal, scale=self.scale)
         return self._concat(out, x)  # (B, h, T, d_v) -> W_O of the concatenated heads
 
     def _concat(self, out: Tensor, x: Tensor) -> Tensor:
@@ -362,7 +269,7 @@ def attention_mask(
 
     ``causal``: query i sees keys j <= i (3.2.3: the decoder may not look ahead).
     ``window`` = r: only keys with |i - j| <= r (restricted self-attention, Table 1).
-    ``keys`` (B, 1, 1, S): key padding (see ``key_padding``), combined with the above.
+    ``keys`` (B, 1, 1, S): key padding (``Transformer.src_mask``), combined with the above.
     Returns (T, S), or (B, 1, T, S) with ``keys``. With a window and padding a padded query may
     see no key at all; it also sees itself so that its softmax stays finite (its output is
     padding and never read).
@@ -376,16 +283,6 @@ def attention_mask(
     if keys is not None:
         mask = keys if mask is None else (mask & keys) | (i == j)
     return mask
-
-
-def key_padding(src_mask: Tensor) -> Tensor | None:
-    """``src_mask`` (B, 1, 1, S), or None when no key is padding (the fused kernel is faster
-    without a mask). Looked at on the CPU only, where the mask is in host memory: on a GPU
-    reading it would wait for the device at every forward, so there the mask is always given
-    (the fused kernels take it)."""
-    if src_mask.device.type != "cpu":
-        return src_mask
-    return None if bool(src_mask.all()) else src_mask
 
 
 # --- 3.3 Position-wise feed-forward networks --------------------------------------------
@@ -442,7 +339,7 @@ class Embedding(nn.Module):
             self.register_buffer(
                 "pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False
             )
-        self.dropout = UniformDropout(cfg.P_drop)
+        self.dropout = nn.Dropout(cfg.P_drop)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x: (B, L) token ids at positions start..start+L-1 -> (B, L, d_model)."""
@@ -453,51 +350,12 @@ class Embedding(nn.Module):
         return self.dropout(self.tokens(x) * self.scale + pe)
 
 
-# --- 5.4 Regularization: dropout --------------------------------------------------------
-
-
-class UniformDropout(nn.Dropout):
-    """nn.Dropout (5.4), with the CPU keep-mask drawn from uniform 16-bit integers
-    (``keep_mask``); other devices, and compiled graphs, keep ``F.dropout`` and its fused kernel.
-
-    The output of a bf16 input is fp32 (the mask is), which is what the residual sum it feeds
-    computes in anyway.
-    """
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x  # what F.dropout returns here, without a call per sub-layer when decoding
-        if x.device.type != "cpu" or self.p == 1.0 or torch.compiler.is_compiling():
-            return super().forward(x)
-        return x * keep_mask(x.shape, self.p)
-
-
-def keep_mask(shape: torch.Size, p: float) -> Tensor:
-    """A CPU dropout mask of ``shape``, float32: 0 with probability p rounded to a multiple of
-    2^-16 (0.1 -> 0.100006), else 1 / the keep probability, so the expectation is the input's.
-
-    16 random bits an element, four to one 64-bit draw of the CPU generator (mt19937, 32 bits a
-    call), where ``uniform_`` spends a call per element and ``bernoulli_`` more (outside MKL's
-    Intel-only path). In fp32 the threshold and scale are exact for any input dtype: compared in
-    bf16, ``uniform < 0.9`` keeps 89.8% and scales by 1.109, an expectation 0.3% short.
-    """
-    n, levels = math.prod(shape), 1 << 16
-    dropped = min(round(p * levels), levels - 1)
-    draws = torch.empty(-(-n // 4), dtype=torch.int64).random_(-(2**63), None)
-    lanes = draws.view(torch.int16)[:n].view(shape)  # (ceil(n/4),) int64 -> (n,) int16 -> shape
-    return torch.where(lanes >= dropped - levels // 2, levels / (levels - dropped), 0.0)
-
-
 # --- The model -----------------------------------------------------------------------------
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer (Figure 1).
-
-    ``forward`` is teacher-forced training; ``encode`` + ``new_cache`` + ``decode_step`` is the
-    decoding interface the searches depend on, here a reference step (``aiayn.decode.cache``
-    gives the searches the fast one).
-    """
+    """Encoder-decoder Transformer (Figure 1). ``forward`` is teacher-forced training;
+    ``encode`` + ``new_cache`` + ``decode_step`` the decoding interface, a reference step here."""
 
     def __init__(self, cfg: ModelConfig, init: Init = "fairseq") -> None:
         super().__init__()
@@ -519,6 +377,9 @@ class Transformer(nn.Module):
         self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
+        # Hook for a faster kernel (``aiayn.runtime.use_fast_paths``): the key-padding mask
+        # attention is given, (B, 1, 1, S) -> the same or None where no key is padding.
+        self.key_padding: Callable[[Tensor], Tensor | None] = as_given
         self.reset_parameters(init)
 
     def reset_parameters(self, init: Init = "fairseq") -> None:
@@ -565,10 +426,8 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, weights: list[Tensor] | None = None) -> Tensor:
         """src: (B, S) token ids -> memory (B, S, d_model). ``weights``: a list that gets each
         layer's attention weights (B, h, S, S) (``MultiHeadAttention``)."""
-        S = src.size(1)
-        mask = attention_mask(
-            S, S, src.device, window=self.cfg.attention_window, keys=key_padding(self.src_mask(src))
-        )
+        S, keys = src.size(1), self.key_padding(self.src_mask(src))
+        mask = attention_mask(S, S, src.device, window=self.cfg.attention_window, keys=keys)
         x = self.src_embed(src)
         for layer in self.encoder:
             x = layer(x, mask, weights)
@@ -589,7 +448,7 @@ class Transformer(nn.Module):
         self_mask = (
             None if r is None else attention_mask(T, T, tgt_in.device, causal=True, window=r)
         )
-        memory_mask = key_padding(src_mask)
+        memory_mask = self.key_padding(src_mask)
         y = self.tgt_embed(tgt_in)
         for layer in self.decoder:
             y = layer(y, memory, self_mask, memory_mask, self_mask is None, weights)
@@ -608,8 +467,7 @@ class Transformer(nn.Module):
             states = states[output_mask]
         return self.generator(states)
 
-    # A reference incremental step (section 6's search): the decoding interface, the whole prefix
-    # decoded again at every step; ``aiayn.decode.cache`` is the fast one the searches use.
+    # A reference incremental step: the prefix decoded again (``aiayn.decode.cache``: fast).
 
     def new_cache(self, memory: Tensor, src_mask: Tensor, max_len: int | None = None) -> Prefixes:
         """The reference step's cache for ``memory`` (n, S, d_model), ``src_mask`` (n, 1, 1, S)."""
@@ -625,22 +483,6 @@ class Transformer(nn.Module):
         return self.generator(self.decode(cache.tokens, memory, mask)[:, -1])
 
 
-def count_parameters(cfg: ModelConfig) -> int:
-    """Trainable parameters of ``Transformer(cfg)``, counted analytically (tied matrix once)."""
-    d, v = cfg.d_model, cfg.vocab_size
-    qk, vv = cfg.h * cfg.resolved_d_k, cfg.h * cfg.resolved_d_v
-    self_attn = d * (2 * qk + vv) + (2 * qk + vv) + vv * d + d
-    src_attn = d * qk + qk + d * (qk + vv) + (qk + vv) + vv * d + d
-    ffn = d * cfg.d_ff + cfg.d_ff + cfg.d_ff * d + d
-    norm = 2 * d
-    encoder = cfg.N_enc * (self_attn + ffn + 2 * norm)
-    decoder = cfg.N_dec * (self_attn + src_attn + ffn + 3 * norm)
-    embeddings = v * d * (1 if cfg.share_embeddings else 2)
-    positions = 2 * cfg.max_len * d if cfg.positional == "learned" else 0
-    final_norms = 2 * norm if cfg.norm == "pre" else 0
-    return encoder + decoder + embeddings + positions + final_norms
-
-
 @dataclass
 class Prefixes:
     """The reference step's cache: n sentences' memory (n, S, d_model) and source mask, and the
@@ -652,6 +494,6 @@ class Prefixes:
 
     def select(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep/reorder the rows (n'*b,), and with ``sentences`` (n',) the sentences."""
-        self.tokens = self.tokens.index_select(0, rows)
+        self.tokens = self.tokens[rows]
         if sentences is not None:
             self.memory, self.src_mask = self.memory[sentences], self.src_mask[sentences]

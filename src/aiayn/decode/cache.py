@@ -18,14 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..model import (
-    DecoderLayer,
-    MultiHeadAttention,
-    Transformer,
-    attention_mask,
-    attention_precision,
-    key_padding,
-)
+from ..model import DecoderLayer, MultiHeadAttention, Transformer, attention_mask
+from ..runtime import attention_precision, key_padding
 
 # --- The decoding interface ----------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from .. import measured
 from ..errors import UserError
 from ..hardware import bf16_support
 from ..model import Transformer
+from ..runtime import use_fast_paths
 from .translate import model_device
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -100,7 +101,8 @@ def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     """The model's weights and buffers (the positional encoding) as bf16, in place; every
     activation then follows, since each op computes in its inputs' dtype, but the decoder's
     attention, which computes in ``attention`` ("fp32" or "bf16", the model's ``decode_attention``
-    that ``decode.cache`` reads; default: ``decoder_attention`` of the model's device)."""
+    that ``decode.cache`` reads; default: ``decoder_attention`` of the model's device). The
+    encoder's attention computes as in training (``runtime.use_fast_paths``: fp32 on a CPU)."""
     if attention is None:
         attention = decoder_attention(model_device(model))
     if attention not in ("fp32", "bf16"):
@@ -108,4 +110,4 @@ def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     for module in model.modules():
         if isinstance(module, Transformer):
             module.decode_attention = attention
-    return model.to(torch.bfloat16).eval()
+    return use_fast_paths(model).to(torch.bfloat16).eval()

@@ -42,7 +42,8 @@ from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import mfu, paper_cost, real_lengths, training_flops
 from ..hardware import bf16_support, keep_onednn_primitives
-from ..model import BF16_MATMULS, Transformer, attention_precision, bf16_matmul_attention
+from ..model import Transformer
+from ..runtime import BF16_MATMULS, attention_precision, bf16_matmul_attention, use_fast_paths
 from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig, resume_changes
@@ -119,7 +120,7 @@ def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
 def resolve_attention(amp: str, device: torch.device) -> str:
     """The attention path of training, as the summary names it: ``BF16_MATMULS`` for bf16 on a
     CPU whose class measured it to pay (``measured.train_bf16_matmul_attention``), else
-    ``SDPA in`` what ``model.attention_precision`` computes in (fp32 on every CPU)."""
+    ``SDPA in`` what ``runtime.attention_precision`` computes in (fp32 on every CPU)."""
     if device.type == "cpu" and amp == "bf16":
         if measured.train_bf16_matmul_attention(bf16_support(device).chip).on:
             return BF16_MATMULS
@@ -205,7 +206,7 @@ class Trainer:
         average; then each rank's own dropout seed."""
         cfg = self.cfg
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = Transformer(self.model_cfg, init=cfg.init).to(self.device)
+        self.model = use_fast_paths(Transformer(self.model_cfg, init=cfg.init)).to(self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
         # kept by rank 0 only, which validates and saves; the weights are the same on every rank
