@@ -16,8 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiayn import ModelConfig, Transformer
 from aiayn.decode import DecodeConfig, beam_search
-from aiayn.decode.beam import AllBut, constrain
-from aiayn.decode.constraints import OutputConstraint
+from aiayn.decode.constraints import AllBut, OutputConstraint, constrain
 from aiayn.train.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -115,7 +114,7 @@ def _beam_reads(steps: int, constraint: OutputConstraint | None) -> Counter:
             {
                 "decode/beam.py:finish": 1,
                 "decode/beam.py:_leave": 1,
-                "decode/beam.py:advance_states": 2,
+                "decode/constraints.py:advance_states": 2,
             },
         ),
     ],
@@ -131,7 +130,7 @@ def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint,
     once = {site: n for site, n in short.items() if site not in per_step}
     assert set(once) <= {
         "decode/beam.py:beam_search",  # the longest output limit: the cache's size
-        "decode/beam.py:constraint_states",
+        "decode/constraints.py:constraint_states",
         "decode/beam.py:add",
         "decode/beam.py:nbest_lists",
         "decode/beam.py:fill_from_tail",  # how many sentences go on, when some finish

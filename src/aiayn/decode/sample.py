@@ -31,17 +31,10 @@ from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..errors import UserError
-from .beam import (
-    NEG_INF,
-    Constraint,
-    Hypothesis,
-    advance_states,
-    constrain,
-    constraint_states,
-    output_log_probs,
-)
+from .beam import NEG_INF, Hypothesis, output_log_probs
 from .cache import decode_step, new_cache
 from .config import DecodeConfig
+from .constraints import Constraint, advance_states, constrain, constraint_states
 from .penalties import gnmt_length_penalty
 
 
