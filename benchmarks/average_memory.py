@@ -27,7 +27,8 @@ from aiayn.checkpoint import WEIGHTS, save_checkpoint
 CHILD = """
 import resource, sys
 from pathlib import Path
-from aiayn.checkpoint import average_checkpoints, list_checkpoints, load_state
+from aiayn.averaging import average_checkpoints
+from aiayn.checkpoint import list_checkpoints, load_state
 root = Path(sys.argv[1])
 if sys.argv[2] == "average":
     average_checkpoints(list_checkpoints(root / "checkpoints"), root / "averaged")

@@ -27,6 +27,7 @@ LAYERS = [
         "runtime",
         "flops",
         "checkpoint",
+        "averaging",
         "data",
         "metrics",
     },

@@ -24,8 +24,8 @@ from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn import ModelConfig, Transformer, hardware
+from aiayn.averaging import average_checkpoints
 from aiayn.checkpoint import (
-    average_checkpoints,
     best_checkpoint,
     checkpoint_name,
     latest_checkpoint,
