@@ -33,8 +33,8 @@ from train_throughput import SHAPES, bench_shape
 
 from aiayn import hardware
 from aiayn.data import prepare_bundled
+from aiayn.policy import resolve_attention
 from aiayn.runtime import BF16_MATMULS
-from aiayn.train.trainer import resolve_attention
 
 OURS = "ours+lsloss+fusedadam"  # the trainer's step: its loss, fused Adam
 DEVICE = torch.device("cpu")

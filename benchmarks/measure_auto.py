@@ -21,7 +21,7 @@ A-B-B-A, decoding seconds the median of a precision's two runs (whose outputs mu
 sacrebleu's paired bootstrap (and approximate randomization) of bf16's outputs against fp32's
 (``metrics.significance``), outputs compared line by line. ``--attention`` says what the bf16
 model's decoder attention computes in (default: the chip's current choice,
-``decode.precision.decoder_attention``), so that both can be measured; the figure records it, and
+``policy.decoder_attention``), so that both can be measured; the figure records it, and
 it becomes the chip's choice. compile: per update from log.jsonl; the steady rate over the
 updates after the first ``--warm``, the compile time as the compiled run's extra seconds to reach
 update ``--warm``.
@@ -44,11 +44,11 @@ from aiayn import hardware, measured
 from aiayn.checkpoint import load_translator
 from aiayn.data import bundled_corpus_paths, prepare_bundled
 from aiayn.decode import SearchRequest, for_decoding
-from aiayn.decode.precision import decoder_attention
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
 from aiayn.metrics.significance import significance
+from aiayn.policy import decoder_attention
 from aiayn.train.config import recipe_config
 from aiayn.train.trainer import Trainer
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         "--attention",
         choices=["fp32", "bf16"],
         help="decode_bf16: what the bf16 model's decoder attention computes in (default: the "
-        "chip's current choice, decode.precision.decoder_attention)",
+        "chip's current choice, policy.decoder_attention)",
     )
     args = parser.parse_args(argv)
     args.updates = args.updates or (100 if args.setting == "train_bf16" else 40)

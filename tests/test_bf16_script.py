@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aiayn import hardware
-from aiayn.train.trainer import resolve_attention
+from aiayn.policy import resolve_attention
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -25,8 +25,9 @@ from aiayn.decode import (
     score_ids,
 )
 from aiayn.decode.cache import new_cache
-from aiayn.decode.precision import BF16_ATTENTION, choose_precision, decoder_attention, to_bf16
+from aiayn.decode.precision import to_bf16
 from aiayn.files import read_lines
+from aiayn.policy import BF16_ATTENTION, choose_precision, decoder_attention
 
 # bf16 keeps 8 significant bits: each weight, activation and logit is rounded by up to 2^-8 of
 # its size. The tiny model's logits stay below about 4 in magnitude, and a token's log-prob (its

@@ -25,6 +25,7 @@ LAYERS = [
         "config",
         "model",
         "runtime",
+        "policy",
         "flops",
         "checkpoint",
         "averaging",

@@ -12,9 +12,15 @@ import pytest
 import torch
 
 from aiayn import hardware, measured
-from aiayn.decode.precision import Precision, choose_precision, decoder_attention
+from aiayn.policy import (
+    Precision,
+    choose_precision,
+    decoder_attention,
+    resolve_amp,
+    resolve_attention,
+    resolve_compile,
+)
 from aiayn.runtime import BF16_MATMULS
-from aiayn.train.trainer import resolve_amp, resolve_attention, resolve_compile
 
 CPU = torch.device("cpu")
 SOURCE = {"cpu": "test CPU", "threads": 2, "torch": "2.13.0", "date": "2026-12-01", "command": "x"}

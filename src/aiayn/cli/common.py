@@ -17,8 +17,8 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..decode import Batching, DecodeConfig, SampleConfig, SearchRequest
-    from ..decode.precision import Precision
     from ..decode.shortlist import Shortlist
+    from ..policy import Precision
 
 # --search-rules' choices: aiayn.decode.rules.SEARCH_RULES' names (tested), named here so
 # that parsing the command line does not import torch.
@@ -412,7 +412,7 @@ def add_precision_args(p: argparse.ArgumentParser) -> None:
 def decode_precision(args: argparse.Namespace, command: str) -> Precision:
     """The precision ``--precision`` (``add_precision_args``) resolves to for ``--device``,
     ``--quantize`` and ``--engine``, said on stderr with ``--verbose``; a ``UserError`` for bf16 with int8."""
-    from ..decode.precision import choose_precision
+    from ..policy import choose_precision
 
     engine = getattr(args, "engine", "torch")
     precision = choose_precision(args.precision, args.device, args.quantize, engine)

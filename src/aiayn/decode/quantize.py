@@ -28,9 +28,10 @@ import warnings
 from torch import nn
 
 from ..errors import UserError
+from ..policy import check_combination
 from ..runtime import use_fast_paths
 from .packed import pack_linears
-from .precision import check_combination, to_bf16
+from .precision import to_bf16
 
 QUANTIZE_MODES = ("int8",)
 
