@@ -2,7 +2,8 @@
 whole-corpus translation (a window of lines at a time); beyond the paper, forced decoding
 (``score``), n-best output (``nbest``), ensembles, sampling, target prefixes and lexical
 constraints (``constraints``) and word alignments (``align``). The searches depend only on the model's
-``encode``/``src_mask``/``new_cache``/``decode_step``."""
+``encode``/``src_mask``/``new_cache``/``decode_step``, called through ``cache``, which gives a
+``Transformer`` its fast shared-history cache."""
 
 from .beam import Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
