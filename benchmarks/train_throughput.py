@@ -165,12 +165,12 @@ def model_config(sh: Shape) -> ModelConfig:
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
-    from aiayn.model import UniformDropout, bf16_matmul_attention
+    from aiayn.runtime import UniformDropout, bf16_matmul_attention, use_fast_paths
     from aiayn.train.mixed import WeightCopies
     from aiayn.train.trainer import compile_layers
 
     options = set(variant.split("+"))
-    model = aiayn.Transformer(model_config(sh))
+    model = use_fast_paths(aiayn.Transformer(model_config(sh)))
     if "uniformdropout" in options:
         for module in model.modules():
             if isinstance(module, UniformDropout):

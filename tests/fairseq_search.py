@@ -6,7 +6,7 @@ network's log-probabilities (the same code computes them, on the weights packed 
 evaluate`` packs them), where a conversion would add its own chances of error (fairseq's
 sinusoids are laid out [sin | cos] and its positions start after the padding index). The
 wrapper's decoder is incremental (fairseq's ``FairseqIncrementalDecoder``): our model's own
-cache (``Transformer.new_cache``, ``decode_step``) lives in fairseq's incremental state and
+cache (``aiayn.decode.cache``'s ``new_cache``, ``decode_step``) lives in fairseq's incremental state and
 follows fairseq's reordering of the beams (``DecoderCache.select``), so a step costs one
 position, as in our search. As in our search, bos is impossible after the softmax (fairseq
 makes pad impossible).
@@ -39,6 +39,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from aiayn.checkpoint import load_translator
 from aiayn.decode import for_decoding
+from aiayn.decode.cache import decode_step, new_cache
 
 MAX_LEN_B = 200  # fairseq's default output limit (max_len_a 0): 200 tokens, then eos
 
@@ -104,12 +105,12 @@ class Decoder(FairseqIncrementalDecoder):
         state = self.get_incremental_state(incremental_state, "cache")
         if state is None:  # the first step: the cache of each sentence's memory (n, S, d)
             memory, mask = encoder_out["memory"][:: self.beam], encoder_out["mask"][:: self.beam]
-            state = {"cache": self.model.new_cache(memory, mask, max_len=MAX_LEN_B + 1)}
+            state = {"cache": new_cache(self.model, memory, mask, max_len=MAX_LEN_B + 1)}
             self.set_incremental_state(incremental_state, "cache", state)
         cache = state["cache"]
         if cache.step != prev_output_tokens.size(1) - 1:
             raise RuntimeError(f"cache at {cache.step}, prefixes of {prev_output_tokens.size(1)}")
-        return self.model.decode_step(prev_output_tokens[:, -1:], cache)[:, None], None
+        return decode_step(self.model, prev_output_tokens[:, -1:], cache)[:, None], None
 
     def reorder_incremental_state(
         self, incremental_state: dict[str, Any], new_order: torch.Tensor

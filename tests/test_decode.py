@@ -287,7 +287,7 @@ def test_finished_sentences_give_their_places_to_the_last_ones():
     """``fill_from_tail``: the live sentences, each done one among the first n' replaced by a
     live one from after them; ``tail_moves`` reads back just those moves, and refuses others."""
     from aiayn.decode.beam import fill_from_tail
-    from aiayn.model import tail_moves
+    from aiayn.decode.cache import tail_moves
 
     done = torch.tensor([False, True, False, True, False, False, True])
     order = fill_from_tail(done)

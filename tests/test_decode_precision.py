@@ -24,8 +24,10 @@ from aiayn.decode import (
     gnmt_length_penalty,
     score_ids,
 )
-from aiayn.decode.precision import BF16_ATTENTION, choose_precision, decoder_attention, to_bf16
+from aiayn.decode.cache import new_cache
+from aiayn.decode.precision import to_bf16
 from aiayn.files import read_lines
+from aiayn.policy import BF16_ATTENTION, choose_precision, decoder_attention
 
 # bf16 keeps 8 significant bits: each weight, activation and logit is rounded by up to 2^-8 of
 # its size. The tiny model's logits stay below about 4 in magnitude, and a token's log-prob (its
@@ -190,7 +192,7 @@ def test_the_server_loads_bf16_and_says_so(tiny_run):
 def test_bf16_decoding_attends_in_the_chosen_precision_and_padding_stays_invisible(attention):
     model, src = to_bf16(tiny_model(), attention=attention), random_src()
     want = {"fp32": torch.float32, "bf16": torch.bfloat16}[attention]
-    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    cache = new_cache(model, model.encode(src), model.src_mask(src))
     assert {layer.memory_keys.dtype for layer in cache.layers} == {want}
     for layer in cache.layers:  # cast into their layouts: keys (n, h, d, S), values (n, h, S, d)
         assert layer.memory_keys.transpose(2, 3).is_contiguous()
@@ -226,6 +228,6 @@ def test_bf16_decoder_attention_defaults_to_what_the_chip_was_measured_with(
     model = to_bf16(tiny_model())
     assert model.decode_attention == want
     src = random_src()
-    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    cache = new_cache(model, model.encode(src), model.src_mask(src))
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[want]
     assert {layer.memory_keys.dtype for layer in cache.layers} == {dtype}

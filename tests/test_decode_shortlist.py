@@ -23,6 +23,7 @@ from aiayn.decode import (
     decode_ids,
     load_models,
 )
+from aiayn.decode.cache import decode_step, new_cache
 from aiayn.decode.shortlist import Shortlist, Shortlisted, load_shortlist
 from aiayn.errors import UserError
 
@@ -103,10 +104,10 @@ class _Masked:
         return self.model.src_mask(src)
 
     def new_cache(self, memory, src_mask, max_len=None):
-        return self.model.new_cache(memory, src_mask, max_len=max_len)
+        return new_cache(self.model, memory, src_mask, max_len=max_len)
 
     def decode_step(self, tgt_in, cache):
-        return self.model.decode_step(tgt_in, cache).masked_fill(self.outside, float("-inf"))
+        return decode_step(self.model, tgt_in, cache).masked_fill(self.outside, float("-inf"))
 
 
 @pytest.mark.parametrize("frequent,best", [(300, 50), (5, 2), (0, 1)])
@@ -139,7 +140,7 @@ def test_each_sentences_output_layer_is_its_rows_of_the_embedding(model_vocab):
     restricted = Shortlisted(model, table, real)
     src = torch.tensor([[5, 6, 3], [8, 3, 0]])
     memory, mask = model.encode(src), model.src_mask(src)
-    full = model.decode_step(torch.full((4, 1), 2), model.new_cache(memory, mask))  # 2 beams each
+    full = decode_step(model, torch.full((4, 1), 2), new_cache(model, memory, mask))  # 2 beams each
     cache = restricted.new_cache(memory, mask)
     part = restricted.decode_step(torch.full((4, 1), 2), cache)  # bos is entry 2
     torch.testing.assert_close(part[:2], full[:2, table[0]], rtol=1e-5, atol=1e-5)

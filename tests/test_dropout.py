@@ -1,11 +1,11 @@
-"""model.UniformDropout: nn.Dropout's distribution (each element dropped with probability p, the
+"""runtime.UniformDropout: nn.Dropout's distribution (each element dropped with probability p, the
 kept ones scaled so that the expectation is the input), from 16 random bits an element on the
 CPU; identity in eval."""
 
 import pytest
 import torch
 
-from aiayn.model import UniformDropout, keep_mask
+from aiayn.runtime import UniformDropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiayn import ModelConfig, Transformer
 from aiayn.decode import DecodeConfig, beam_search
-from aiayn.decode.beam import AllBut, constrain
-from aiayn.decode.constraints import OutputConstraint
+from aiayn.decode.cache import decode_step, new_cache
+from aiayn.decode.constraints import AllBut, OutputConstraint, constrain
 from aiayn.train.trainer import Trainer
 
 
@@ -31,9 +31,9 @@ def test_the_model_reads_no_value_on_a_device():
     model(src, tgt).sum().backward()
     model.eval()
     memory, mask = model.encode(src), model.src_mask(src)
-    cache = model.new_cache(memory, mask)
-    model.decode_step(tgt[:, :1], cache)
-    logits = model.decode_step(tgt[:, 1:2], cache)
+    cache = new_cache(model, memory, mask)
+    decode_step(model, tgt[:, :1], cache)
+    logits = decode_step(model, tgt[:, 1:2], cache)
     assert logits.shape == (3, 100) and cache.step == 2
 
 
@@ -76,7 +76,7 @@ def test_a_training_update_reads_the_host_at_these_sites(tiny_corpus, tmp_path):
             # the host copy of the batch, before it goes to the device: no sync there
             "flops.py:real_lengths": 2,
             # the CPU's no-padding check; on a device the mask is always given (test above)
-            "model.py:key_padding": 2,
+            "runtime.py:key_padding": 2,
             "model.py:forward": 1,  # states[output_mask]: padding is never projected
             # a micro-batch's targets' select, its gradient's in backward and the one copy of
             # its summed losses and token counts; the update's tolist of that host copy
@@ -109,7 +109,7 @@ def _beam_reads(steps: int, constraint: OutputConstraint | None) -> Counter:
             {
                 "decode/beam.py:finish": 1,
                 "decode/beam.py:_leave": 1,
-                "decode/beam.py:advance_states": 2,
+                "decode/constraints.py:advance_states": 2,
             },
         ),
     ],
@@ -125,9 +125,9 @@ def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint,
     once = {site: n for site, n in short.items() if site not in per_step}
     assert set(once) <= {
         "decode/beam.py:beam_search",  # the longest output limit: the cache's size
-        "decode/beam.py:constraint_states",
+        "decode/constraints.py:constraint_states",
         "decode/beam.py:add",
         "decode/beam.py:nbest_lists",
         "decode/beam.py:fill_from_tail",  # how many sentences go on, when some finish
-        "model.py:key_padding",
+        "runtime.py:key_padding",
     }

@@ -25,8 +25,11 @@ LAYERS = [
         "measured",
         "config",
         "model",
+        "runtime",
+        "policy",
         "flops",
         "checkpoint",
+        "averaging",
         "data",
         "metrics",
     },
@@ -120,3 +123,102 @@ def test_no_function_is_over_60_lines(path):
 def test_the_training_library_does_not_import_evaluate(path):
     """evaluate is built on train and decode (eval_mode lives in decode): not the other way."""
     assert "evaluate" not in _imported_parts(path)
+
+
+def _module_name(path: Path) -> str:
+    """aiayn/decode/beam.py -> "aiayn.decode.beam"; a package's __init__.py -> the package."""
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The aiayn modules ``path`` imports when it is imported: its module-level imports (not
+    those inside functions, nor under ``if TYPE_CHECKING``), each resolved to a module of
+    ``known`` (``from .x import y``: the module x.y if there is one, else x)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+
+    def statements(body):
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.If | ast.Try):
+                yield from statements(node.body + node.orelse)
+                if isinstance(node, ast.Try):
+                    yield from statements([s for h in node.handlers for s in h.body])
+            else:
+                yield node
+
+    for node in statements(ast.parse(path.read_text(encoding="utf-8")).body):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = (
+                ".".join(base + ([node.module] if node.module else []))
+                if node.level
+                else node.module
+            )
+            targets = [f"{module}.{alias.name}" for alias in node.names] + [module or ""]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+                break
+    return found
+
+
+def _import_cycles() -> list[list[str]]:
+    """Every cycle among the package's module-level imports (one path each, by DFS)."""
+    paths = {_module_name(p): p for p in _modules()}
+    graph = {m: sorted(_top_level_imports(p, set(paths))) for m, p in paths.items()}
+    cycles, state = [], {}  # state: 1 on the current path, 2 done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for other in graph[module]:
+            if state.get(other) == 1:
+                cycles.append(path[path.index(other) :] + [other])
+            elif other not in state:
+                visit(other, [*path, other])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return cycles
+
+
+def test_the_package_has_no_import_circle():
+    assert _import_cycles() == []
+
+
+def test_the_import_circle_finder_finds_a_circle(tmp_path, monkeypatch):
+    """The finder itself: two modules that import each other are a circle."""
+    package = tmp_path / "aiayn"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from .b import thing\n")
+    (package / "b.py").write_text("import aiayn.a\n\ndef later():\n    from . import c\n")
+    (package / "c.py").write_text("from . import b\n")  # b imports c only inside a function
+    monkeypatch.setattr(__import__(__name__), "SRC", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package)
+    assert _import_cycles() == [["aiayn.a", "aiayn.b", "aiayn.a"]]
+
+
+MODEL = PACKAGE / "model.py"
+
+
+def test_the_model_reads_in_one_sitting_and_imports_only_torch_and_its_config():
+    assert len(MODEL.read_text(encoding="utf-8").splitlines()) <= 500
+    imported = set()
+    for node in ast.walk(ast.parse(MODEL.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or "").split(".")[0])
+    assert imported <= {"__future__", "math", "collections", "dataclasses", "torch", ".config"}

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from aiayn import ModelConfig, Transformer
+from aiayn.decode.cache import decode_step, new_cache
 
 PAD, BOS, EOS = 0, 2, 3
 VOCAB = 14  # ids 4..13 are symbols
@@ -15,10 +16,10 @@ def sample(n: int, g: torch.Generator, length: int = 6) -> torch.Tensor:
 
 
 def greedy(model: Transformer, src: torch.Tensor, steps: int) -> torch.Tensor:
-    cache = model.new_cache(model.encode(src), model.src_mask(src))
+    cache = new_cache(model, model.encode(src), model.src_mask(src))
     token, out = torch.full((src.size(0), 1), BOS), []
     for _ in range(steps):
-        logits = model.decode_step(token, cache)
+        logits = decode_step(model, token, cache)
         token = logits.argmax(-1, keepdim=True)
         out.append(token)
     return torch.cat(out, dim=1)

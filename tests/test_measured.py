@@ -15,10 +15,16 @@ import torch
 
 from aiayn import hardware, measured
 from aiayn.cli.main import main
-from aiayn.decode.precision import Precision, choose_precision, decoder_attention
 from aiayn.errors import UserError
-from aiayn.model import BF16_MATMULS
-from aiayn.train.trainer import resolve_amp, resolve_attention, resolve_compile
+from aiayn.policy import (
+    Precision,
+    choose_precision,
+    decoder_attention,
+    resolve_amp,
+    resolve_attention,
+    resolve_compile,
+)
+from aiayn.runtime import BF16_MATMULS
 
 CPU = torch.device("cpu")
 SOURCE = {"cpu": "test CPU", "threads": 2, "torch": "2.13.0", "date": "2026-12-01", "command": "x"}

@@ -8,7 +8,7 @@ from _cli import TINY, config
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn import ModelConfig, Transformer
-from aiayn.model import BF16_MATMULS
+from aiayn.runtime import BF16_MATMULS
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.mixed import WeightCopies
 from aiayn.train.trainer import Trainer

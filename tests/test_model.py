@@ -1,23 +1,12 @@
-"""The model of section 3: masking, fused vs reference attention, KV cache, counts, tying."""
+"""The model of section 3: masking, fused vs reference attention, the reference step, counts, tying."""
 
 import inspect
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from aiayn import ModelConfig, Transformer, count_parameters
-from aiayn import model as model_module
-from aiayn.model import (
-    BF16_MATMULS,
-    attention_mask,
-    attention_precision,
-    bf16_matmul_attention,
-    fused_attention,
-    matmul_attention,
-    reference_attention,
-    sinusoidal_encoding,
-)
+from aiayn.model import attention_mask, sinusoidal_encoding
 
 PAD = 0
 
@@ -115,35 +104,15 @@ def test_attention_weights_are_returned_and_never_kept_on_the_modules():
     assert "output" not in inspect.signature(model.decode_step).parameters
 
 
-@pytest.mark.parametrize("overrides", VARIANTS)
-def test_cached_decode_step_reproduces_forward(overrides):
-    model = make(**overrides)
-    src, tgt = batch()
-    full = model(src, tgt)  # (B, T, V)
-    memory, mask = model.encode(src), model.src_mask(src)
-    cache = model.new_cache(memory, mask)
-    for layer in cache.layers:  # the memory's keys stored (n, h, d, S), its values (n, h, S, d)
-        assert layer.memory_keys.transpose(2, 3).is_contiguous()
-        assert layer.memory_values.is_contiguous()
-    for t in range(tgt.size(1)):
-        logits = model.decode_step(tgt[:, t : t + 1], cache)
-        assert torch.allclose(logits, full[:, t], atol=1e-5), f"step {t}"
-    # Several tokens at once from an existing cache agree too.
-    cache = model.new_cache(memory, mask)
-    model.decode_step(tgt[:, :3], cache)
-    logits = model.decode_step(tgt[:, 3:6], cache)
-    assert torch.allclose(logits, full[:, 5], atol=1e-5)
-
-
-def test_cache_select_reorders_rows():
+def test_reference_decode_step_reproduces_forward_through_reorders_and_leaving_sentences():
     model = make()
     src, tgt = batch()
     cache = model.new_cache(model.encode(src), model.src_mask(src))
     model.decode_step(tgt[:, :4], cache)
-    order = torch.tensor([2, 0])
-    cache.select(order, sentences=order)
-    logits = model.decode_step(tgt[order, 4:5], cache)
-    assert torch.allclose(logits, model(src, tgt)[order, 4], atol=1e-5)
+    rows = torch.tensor([1, 1, 1])  # sentence 1 fans out to 3 beams, sentence 0 leaves
+    cache.select(rows, sentences=torch.tensor([1]))
+    logits = model.decode_step(tgt[rows, 4:5], cache)
+    assert torch.allclose(logits, model(src[rows], tgt[rows, :5])[:, 4], atol=1e-5)
 
 
 def test_output_mask_selects_positions():
@@ -245,72 +214,6 @@ def test_row_b_sets_d_k_independently():
     )  # explicit widths lift divisibility
 
 
-def test_cache_select_within_sentences_moves_no_key_or_value():
-    model = make()
-    src, tgt = batch()
-    beams = torch.tensor([0, 0, 1, 1])  # two beams of sentences 0 and 1
-    cache = model.new_cache(model.encode(src[:2]), model.src_mask(src[:2]))  # once per sentence
-    prefix = tgt[beams].clone()
-    prefix[1, :4] = torch.randint(4, 100, (4,))  # the beams of a sentence differ
-    model.decode_step(prefix[:, :4], cache)
-    held = [(layer.keys[:, :, :4].clone(), layer.memory_keys.data_ptr()) for layer in cache.layers]
-    within = torch.tensor([1, 0, 3, 3])  # beams swap, or repeat, within their sentence
-    cache.select(within)  # sentences=None: only the rows' ancestry is copied
-    for layer, (keys, memory_keys) in zip(cache.layers, held):
-        assert torch.equal(layer.keys[:, :, :4], keys)  # positions 0-3, where they were
-        assert layer.memory_keys.data_ptr() == memory_keys
-    logits = model.decode_step(prefix[within, 4:5], cache)
-    assert torch.allclose(logits, model(src[beams], prefix[within, :5])[:, 4], atol=1e-5)
-
-
-@pytest.mark.parametrize("overrides", [{}, {"attention_window": 2}, {"norm": "pre"}])
-@pytest.mark.parametrize("gather", [False, True])
-def test_cached_beams_that_reorder_and_leave_equal_the_full_forward(overrides, gather):
-    """What beam search does to the cache, checked against a full forward at every step.
-
-    Three sentences, the memory given once per sentence; the first step has one row per
-    sentence, then each sentence has 3 beams whose parents are drawn at random within the
-    sentence (reordering, duplicating, dropping beams), and sentences leave after steps 3 and 5.
-    """
-    model = make(**overrides)
-    src, _ = batch()
-    g = torch.Generator().manual_seed(5)
-    sentences = torch.arange(3)  # original index of each sentence still decoding
-    prefixes = torch.full((3, 1), 2)  # (n*b, t), bos
-    b, k, T = 1, 3, 8
-    leave = {3: 1, 5: 0}  # step -> the current index of the sentence that leaves after it
-    cache, buffers = model.new_cache(model.encode(src), model.src_mask(src), max_len=T), []
-    for step in range(T):
-        logits = model.decode_step(prefixes[:, -1:], cache)
-        full = model(src[sentences.repeat_interleave(b)], prefixes)[:, -1]
-        assert torch.allclose(logits, full, atol=1e-5), f"step {step}"
-        if step >= 1:  # after the fan-out, keys move only when a sentence leaves
-            buffers.append(cache.layers[0].keys.data_ptr())
-        n = sentences.numel()
-        parents = torch.randint(0, b, (n, k), generator=g) + (torch.arange(n) * b)[:, None]
-        keep = torch.tensor([i for i in range(n) if i != leave.get(step)])
-        if gather and step in leave:  # the kept sentences reversed: not a tail-filling order
-            keep = keep.flip(0) if keep.numel() > 1 else keep
-        rows = parents[keep].reshape(-1)
-        if step in leave:
-            cache.select(rows, sentences=keep)
-            sentences = sentences[keep]
-        else:
-            cache.select(rows)
-        prefixes = torch.cat(
-            [prefixes[rows], torch.randint(4, 100, (rows.numel(), 1), generator=g)], dim=1
-        )
-        b = k
-    assert sentences.tolist() == ([0] if gather else [2])  # who left depends on the order
-    # each leaving sentence's place taken by the last one (in place), or, for ``keep`` in any
-    # other order, gathered into the spare buffer
-    first, second = buffers[0], buffers[3]
-    if gather:  # steps 1-3 in one buffer, 4-7 in the other (the last leave moved in place)
-        assert buffers == [first] * 3 + [second] * 4 and first != second
-    else:
-        assert buffers == [first] * 7
-
-
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [None, 0, 2])
 @pytest.mark.parametrize("T", [1, 3, 6])
@@ -377,156 +280,3 @@ def test_init_schemes_draw_what_they_promise():
         cross.W_Q.weight.abs().max() <= 2**-0.5 * (6 / (2 * d)) ** 0.5
         and torch.count_nonzero(cross.W_KV.bias) > 0
     )
-
-
-# --- bf16 autocast on a CPU: attention computed in fp32, the same model as in fp32 ---------------
-
-
-def test_attention_on_a_cpu_computes_in_fp32_whatever_the_activations():
-    cpu = torch.device("cpu")
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        assert attention_precision(cpu, dtype) == "fp32"
-    cuda = torch.device("cuda")
-    assert attention_precision(cuda, torch.bfloat16) == "bf16"
-    assert attention_precision(cuda, torch.float32) == "fp32"
-
-
-def test_bf16_attention_under_autocast_is_fp32_attention_of_the_bf16_inputs(monkeypatch):
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(3, 2, 5, 8, generator=g).bfloat16().requires_grad_() for _ in range(3))
-    mask = torch.ones(3, 1, 1, 5, dtype=torch.bool)
-    mask[1, ..., 3:] = False
-    seen = []
-    sdpa = F.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        seen.append(args[0].dtype)
-        return sdpa(*args, **kwargs)
-
-    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", spy)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = fused_attention(q, k, v, mask, scale=8**-0.5)
-    assert seen == [torch.float32] and out.dtype == torch.bfloat16
-    want, _ = reference_attention(q.float(), k.float(), v.float(), mask, 8**-0.5)
-    assert torch.allclose(out.float(), want.bfloat16().float(), atol=0)  # only the final rounding
-    out.float().sum().backward()
-    assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
-
-
-def test_a_bf16_training_forward_runs_every_attention_in_fp32(monkeypatch):
-    # q, k and v come cast to fp32 once per projection (for_attention); autocast, which runs
-    # SDPA in bf16, must not take them back
-    dtypes = []
-    sdpa = F.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        out = sdpa(*args, **kwargs)
-        dtypes.append(out.dtype)
-        return out
-
-    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", spy)
-    model = make(P_drop=0.1).train()
-    src, tgt = batch()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        model(src, tgt)
-    assert dtypes == [torch.float32] * (model.cfg.N_enc + 2 * model.cfg.N_dec)
-
-
-@pytest.mark.parametrize("matmuls", [False, True])
-def test_a_bf16_forward_and_backward_stays_close_to_fp32_and_padding_stays_invisible(matmuls):
-    model = make(P_drop=0.0)
-    src, tgt = batch()
-    with torch.autocast("cpu", dtype=torch.bfloat16), bf16_matmul_attention(matmuls):
-        low = model(src, tgt).float()
-    full = model(src, tgt)
-    assert (low - full).abs().max() < 0.05 * full.abs().max()
-    # the same sentences padded to a wider batch: bf16 only in the last bits, never the padding
-    wider = torch.cat([src, torch.full((src.size(0), 5), PAD)], dim=1)
-    with torch.autocast("cpu", dtype=torch.bfloat16), bf16_matmul_attention(matmuls):
-        padded = model(wider, tgt).float()
-    assert torch.allclose(padded[..., 1:], low[..., 1:], atol=0.05)
-    loss = low.logsumexp(-1).mean()
-    loss.backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
-
-
-def test_bf16_matmul_attention_is_chosen_only_inside_its_context_under_cpu_autocast():
-    cpu = torch.device("cpu")
-    with bf16_matmul_attention():
-        assert attention_precision(cpu, torch.bfloat16) == "fp32"  # no autocast: decoding
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert attention_precision(cpu, torch.bfloat16) == BF16_MATMULS
-            assert attention_precision(cpu, torch.float32) == "fp32"
-            with bf16_matmul_attention(False):
-                assert attention_precision(cpu, torch.bfloat16) == "fp32"
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert attention_precision(cpu, torch.bfloat16) == "fp32"
-
-
-@pytest.mark.parametrize("causal", [False, True])
-def test_bf16_matmul_attention_is_the_papers_attention_with_bf16_products_and_no_sdpa(
-    monkeypatch, causal
-):
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(3, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))
-    keys = torch.ones(3, 1, 1, 6, dtype=torch.bool)
-    keys[1, ..., 4:] = False  # sentence 1: its last two keys are padding
-    mask = attention_mask(6, 6, q.device, causal=True) if causal else keys
-    want, _ = reference_attention(q, k, v, mask, 8**-0.5)
-    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", None)  # never called
-    low = [t.bfloat16().requires_grad_() for t in (q, k, v)]
-
-    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16), bf16_matmul_attention():
-            return fused_attention(q, k, v, None if causal else keys, 8**-0.5, is_causal=causal)
-
-    out = attend(*low)
-    assert out.dtype == torch.bfloat16
-    assert 0 < (out.double() - want).abs().max() < 3e-2  # the bf16 roundings, nothing more
-    # what a query may not see changes nothing: its probability is exactly 0
-    moved = [t.detach().clone() for t in low]
-    for t in moved[1:]:
-        if causal:
-            t[:, :, 4:] += 100  # the last keys, unseen by the first four queries
-        else:
-            t[1, :, 4:] += 100  # the padded keys
-    again = attend(*moved)
-    seen = (slice(None), slice(None), slice(0, 4)) if causal else (slice(None),)
-    assert torch.equal(again[seen], out.detach()[seen])
-    out.float().sum().backward()
-    assert all(t.grad.dtype == torch.bfloat16 and t.grad.abs().sum() > 0 for t in low)
-
-
-def test_bf16_matmul_attention_drops_probabilities_and_scales_the_kept_ones():
-    q = torch.zeros(1, 1, 4, 8, dtype=torch.bfloat16)  # equal scores: every probability 1/64
-    k = torch.zeros(1, 1, 64, 8, dtype=torch.bfloat16)
-    v = torch.eye(64, dtype=torch.bfloat16)[None, None]  # (1, 1, 64, 64): out = the weights
-    torch.manual_seed(0)
-    out = matmul_attention(q, k, v, None, 1.0, dropout_p=0.5).float()
-    kept = out != 0
-    assert 0.3 < kept.float().mean() < 0.7  # about half of the probabilities dropped
-    assert torch.all(out[kept] == 2 / 64)  # the kept ones scaled by 1 / (1 - p), exactly
-
-
-@pytest.mark.parametrize(
-    ("amp", "pays", "attention"),
-    [("bf16", False, "SDPA in fp32"), ("bf16", True, BF16_MATMULS), ("none", True, "SDPA in fp32")],
-)
-def test_the_trainers_summary_names_the_attention_path(
-    tiny_corpus, tmp_path, monkeypatch, amp, pays, attention
-):
-    from _cli import config
-
-    from aiayn import measured
-    from aiayn.train.trainer import Trainer
-
-    decision = measured.Decision(pays, "a figure")
-    monkeypatch.setattr(measured, "train_bf16_matmul_attention", lambda chip: decision)
-    trainer = Trainer(config(tiny_corpus, tmp_path / "run", amp=amp))
-    paths = []
-    real = model_module.matmul_attention
-    monkeypatch.setattr(model_module, "matmul_attention", lambda *a: paths.append(1) or real(*a))
-    summary = trainer.run()
-    assert summary["resolved"]["amp"] == {"bf16": "bf16", "none": "fp32"}[amp]
-    assert summary["attention"] == attention
-    assert bool(paths) is (attention == BF16_MATMULS)  # the path named is the path taken

@@ -13,15 +13,8 @@ import pytest
 import torch
 from _cli import TINY, config, copy_run, one_line_error, run_cli
 
-from aiayn.checkpoint import (
-    META,
-    VOCAB,
-    WEIGHTS,
-    average_checkpoints,
-    is_averaged_checkpoint,
-    latest_checkpoint,
-    list_checkpoints,
-)
+from aiayn.averaging import average_checkpoints, is_averaged_checkpoint
+from aiayn.checkpoint import META, VOCAB, WEIGHTS, latest_checkpoint, list_checkpoints
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
@@ -92,7 +85,7 @@ def test_average_replaces_a_previous_average_and_force_replaces_anything_else(
 
 
 def test_a_failed_average_leaves_the_previous_one_intact(tiny_run, tmp_path, monkeypatch):
-    from aiayn import checkpoint
+    from aiayn import averaging
 
     out = average_checkpoints(
         list_checkpoints(tiny_run / "checkpoints")[-1:], tmp_path / "averaged"
@@ -102,7 +95,7 @@ def test_a_failed_average_leaves_the_previous_one_intact(tiny_run, tmp_path, mon
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(checkpoint, "save_file", full_disk)
+    monkeypatch.setattr(averaging, "save_file", full_disk)
     with pytest.raises(OSError):
         average_checkpoints(list_checkpoints(tiny_run / "checkpoints"), out)
     assert (out / WEIGHTS).read_bytes() == before

@@ -12,7 +12,9 @@ from torch import nn
 
 import aiayn
 from aiayn.decode import for_decoding, packed
+from aiayn.decode.cache import decode_step, new_cache
 from aiayn.decode.precision import to_bf16
+from aiayn.runtime import use_fast_paths
 
 pytestmark = pytest.mark.skipif(
     not packed.available(), reason="this PyTorch has no oneDNN linear ops"
@@ -20,9 +22,10 @@ pytestmark = pytest.mark.skipif(
 
 
 def model_pair(**overrides) -> tuple[aiayn.Transformer, aiayn.Transformer]:
-    """A random tiny model and a packed copy of it."""
+    """A random tiny model, with the fast paths as a loaded one, and a packed copy of it."""
     torch.manual_seed(0)
-    plain = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", **overrides)).eval()
+    plain = use_fast_paths(aiayn.Transformer(aiayn.ModelConfig.preset("tiny", **overrides)))
+    plain.eval()
     copy = aiayn.Transformer(plain.cfg).eval()
     copy.load_state_dict(plain.state_dict())
     return plain, for_decoding(copy)
@@ -54,11 +57,11 @@ def test_packed_logits_equal_plain(overrides):
     torch.testing.assert_close(full_fast, full_plain, atol=1e-4, rtol=1e-4)
     # Incremental decoding too, where the rows per matmul are few (what packing is for).
     mask = plain.src_mask(src)
-    cache_plain = plain.new_cache(plain.encode(src), mask, max_len=8)
-    cache_fast = fast.new_cache(fast.encode(src), mask, max_len=8)
+    cache_plain = new_cache(plain, plain.encode(src), mask, max_len=8)
+    cache_fast = new_cache(fast, fast.encode(src), mask, max_len=8)
     for t in range(tgt.size(1)):
-        step_plain = plain.decode_step(tgt[:, t : t + 1], cache_plain)
-        step_fast = fast.decode_step(tgt[:, t : t + 1], cache_fast)
+        step_plain = decode_step(plain, tgt[:, t : t + 1], cache_plain)
+        step_fast = decode_step(fast, tgt[:, t : t + 1], cache_fast)
         torch.testing.assert_close(step_fast, step_plain, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(step_fast, full_plain[:, t], atol=1e-4, rtol=1e-4)
 
@@ -94,7 +97,7 @@ def _unchanged(model: nn.Module, before) -> bool:
 def test_no_onednn_leaves_the_model_as_it_is(monkeypatch):
     monkeypatch.setattr(packed, "available", lambda: False)
     torch.manual_seed(0)
-    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny"))
+    model = use_fast_paths(aiayn.Transformer(aiayn.ModelConfig.preset("tiny")))  # as loaded
     before = _modules_and_weights(model)
     assert nn.Linear in before[0]
     assert for_decoding(model) is model and _unchanged(model, before)  # every Linear kept
@@ -122,11 +125,11 @@ def test_feed_forward_packs_into_one_fused_call_with_equal_values():
 def _ops_per_step(model: aiayn.Transformer) -> int:
     """Operators a decode step dispatches from Python (nested ones not counted), beams of 2."""
     src, tgt = batch()
-    cache = model.new_cache(model.encode(src), model.src_mask(src), max_len=8)
-    model.decode_step(tgt[:, :1], cache)
+    cache = new_cache(model, model.encode(src), model.src_mask(src), max_len=8)
+    decode_step(model, tgt[:, :1], cache)
     cache.select(torch.arange(3).repeat_interleave(2))  # 2 beams per sentence
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        model.decode_step(tgt[:, 1:2].repeat_interleave(2, 0), cache)
+        decode_step(model, tgt[:, 1:2].repeat_interleave(2, 0), cache)
     return sum(1 for e in prof.events() if e.cpu_parent is None)
 
 
@@ -158,8 +161,8 @@ def test_bf16_packs_where_native_with_the_values_of_plain_bf16(bf16_answer):
     with torch.no_grad():
         assert torch.equal(fast(src, tgt), plain(src, tgt))
     mask = plain.src_mask(src)
-    cache_plain = plain.new_cache(plain.encode(src), mask, max_len=8)
-    cache_fast = fast.new_cache(fast.encode(src), mask, max_len=8)
+    cache_plain = new_cache(plain, plain.encode(src), mask, max_len=8)
+    cache_fast = new_cache(fast, fast.encode(src), mask, max_len=8)
     for t in range(tgt.size(1)):
-        step_plain = plain.decode_step(tgt[:, t : t + 1], cache_plain)
-        assert torch.equal(fast.decode_step(tgt[:, t : t + 1], cache_fast), step_plain)
+        step_plain = decode_step(plain, tgt[:, t : t + 1], cache_plain)
+        assert torch.equal(decode_step(fast, tgt[:, t : t + 1], cache_fast), step_plain)

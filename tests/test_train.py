@@ -24,8 +24,8 @@ from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn import ModelConfig, Transformer, hardware
+from aiayn.averaging import average_checkpoints
 from aiayn.checkpoint import (
-    average_checkpoints,
     best_checkpoint,
     checkpoint_name,
     latest_checkpoint,
@@ -40,11 +40,12 @@ from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import temp_dir_beside
 from aiayn.flops import real_lengths, training_flops
+from aiayn.policy import resolve_attention
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.config import resolve_train_config
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.trainer import NonFiniteLossError, Trainer, resolve_attention
+from aiayn.train.trainer import NonFiniteLossError, Trainer
 
 # torch.compile takes minutes a test on a CPU: an oracle, run by `make test-oracles`
 COMPILED = (pytest.mark.oracle, pytest.mark.compile)

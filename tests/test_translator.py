@@ -15,9 +15,9 @@ from aiayn.checkpoint import latest_checkpoint
 from aiayn.cli.common import search_request
 from aiayn.cli.main import build_parser, main
 from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate, translate_corpus
-from aiayn.decode.precision import choose_precision
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
+from aiayn.policy import choose_precision
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -25,6 +25,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from aiayn.checkpoint import load_translator
+from aiayn.decode import beam as beam_module
 from aiayn.decode.quantize import for_decoding
 from aiayn.decode.translate import decode_ids
 
@@ -79,16 +80,17 @@ def main() -> None:
 
 
 def count_steps(model) -> list[int]:
-    """Wraps ``model.decode_step`` to count its calls (list[0]) and to mark them for the
-    profiler, so that the ops it dispatches can be told from the search's."""
-    steps, step = [0], model.decode_step
+    """Wraps the search's ``decode_step`` (``aiayn.decode.cache``) to count its calls (list[0])
+    and to mark them for the profiler, so that the ops it dispatches can be told from the
+    search's."""
+    steps, step = [0], beam_module.decode_step
 
     def marked(*args, **kwargs):
         steps[0] += 1
         with record_function(STEP):
             return step(*args, **kwargs)
 
-    model.decode_step = marked
+    beam_module.decode_step = marked
     return steps
 
 

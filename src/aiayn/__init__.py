@@ -32,7 +32,7 @@ _LAZY = {
     "ModelConfig": "config",
     "PRESETS": "config",
     "Transformer": "model",
-    "count_parameters": "model",
+    "count_parameters": "flops",
     "Translator": "translator",
     "Translation": "translator",
     "Candidate": "translator",

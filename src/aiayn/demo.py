@@ -28,6 +28,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
+from .averaging import average_last_best
 from .data import bundled_corpus_paths, prepare_bundled
 from .decode import Batching, SearchRequest, for_decoding
 from .decode.workers import auto_workers
@@ -266,7 +267,7 @@ def _average(out: Path, progress: Callable[[str], Any]) -> tuple[Path, int, dict
     (the averaged checkpoint, how many, the perplexity for each number tried)."""
     valid_src, valid_ref = (read_lines(p) for p in bundled_corpus_paths()["valid"])
     kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
-    averaged, k_best, by_k = ckpt.average_last_best(
+    averaged, k_best, by_k = average_last_best(
         kept, out / "averaged", perplexity_on(valid_src, valid_ref)
     )
     shown = ", ".join(f"{k}: {ppl:.2f}" for k, ppl in by_k.items())

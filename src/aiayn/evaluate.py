@@ -110,7 +110,7 @@ def _reference_perplexity(
 
 
 def perplexity_on(sources: Sequence[str], references: Sequence[str]) -> Callable[[Path], float]:
-    """A checkpoint's perplexity on this test pair: the score ``checkpoint.average_last_best``
+    """A checkpoint's perplexity on this test pair: the score ``averaging.average_last_best``
     chooses by (lower is better)."""
 
     def score(ckpt: Path) -> float:

@@ -3,7 +3,8 @@
 
 - ``training_flops``: model FLOPs of a training step on a batch, counted on real tokens;
 - ``measure_matmul_peak``: the device's sustained matmul FLOP/s, measured the same way everywhere;
-- ``mfu``: model FLOPs utilisation, counted FLOPs over what the devices could have done.
+- ``mfu``: model FLOPs utilisation, counted FLOPs over what the devices could have done;
+- ``count_parameters``: the model's size, counted from its config as the FLOPs are.
 
 Padding is not counted: a padded position is work the hardware does but the model does not
 need, so it lowers MFU instead of raising the count (the "model FLOPs" of PaLM's MFU). Masked
@@ -130,3 +131,20 @@ def mfu(flops: float, seconds: float, peak_flops: float, devices: int = 1) -> fl
     """Model FLOPs utilisation: ``flops`` counted by ``training_flops`` over what ``devices``
     devices at ``peak_flops`` could have done in ``seconds`` (the paper's cost estimate)."""
     return flops / paper_cost(seconds, devices, peak_flops)
+
+
+def count_parameters(cfg: ModelConfig) -> int:
+    """Trainable parameters of ``Transformer(cfg)``, counted analytically (tied matrix once)."""
+    d, v = cfg.d_model, cfg.vocab_size
+    qk, vv = cfg.h * cfg.resolved_d_k, cfg.h * cfg.resolved_d_v
+    self_attn = d * (2 * qk + vv) + (2 * qk + vv) + vv * d + d
+    src_attn = d * qk + qk + d * (qk + vv) + (qk + vv) + vv * d + d
+    ffn = d * cfg.d_ff + cfg.d_ff + cfg.d_ff * d + d
+    norm = 2 * d
+    encoder = cfg.N_enc * (self_attn + ffn + 2 * norm)
+    decoder = cfg.N_dec * (self_attn + src_attn + ffn + 3 * norm)
+    embeddings = v * d * (1 if cfg.share_embeddings else 2)
+    positions = 2 * cfg.max_len * d if cfg.positional == "learned" else 0
+    final_norms = 2 * norm if cfg.norm == "pre" else 0
+    output_bias = v if cfg.output_bias else 0
+    return encoder + decoder + embeddings + positions + final_norms + output_bias

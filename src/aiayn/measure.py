@@ -14,7 +14,7 @@ decode_bf16: ``evaluate_model`` (what ``aiayn evaluate`` runs) with the fp32 and
 A-B-B-A, decoding seconds the median of a precision's two runs (whose outputs must be equal);
 sacrebleu's paired bootstrap (and approximate randomization) of bf16's outputs against fp32's,
 outputs compared line by line; ``attention`` says what the bf16 model's decoder attention
-computes in (default: the chip's current choice, ``decode.precision.decoder_attention``).
+computes in (default: the chip's current choice, ``policy.decoder_attention``).
 compile: per update from log.jsonl; the steady rate over the updates after the first ``warm``, the
 compile time as the compiled run's extra seconds to reach update ``warm``.
 """
@@ -108,9 +108,9 @@ def decode_bf16(plan: Plan) -> dict[str, Any]:
     from .checkpoint import load_translator
     from .data import bundled_corpus_paths
     from .decode import SearchRequest, for_decoding
-    from .decode.precision import decoder_attention
     from .evaluate import evaluate_model
     from .files import read_lines
+    from .policy import decoder_attention
 
     if plan.checkpoint is None:
         raise UserError("decode_bf16 needs --checkpoint (the demo model: runs/demo/averaged)")

@@ -2,11 +2,12 @@
 whole-corpus translation (a window of lines at a time); beyond the paper, forced decoding
 (``score``), n-best output (``nbest``), ensembles, sampling, target prefixes and lexical
 constraints (``constraints``) and word alignments (``align``). The searches depend only on the model's
-``encode``/``src_mask``/``new_cache``/``decode_step``."""
+``encode``/``src_mask``/``new_cache``/``decode_step``, called through ``cache``, which gives a
+``Transformer`` its fast shared-history cache."""
 
-from .beam import Constraint, Hypothesis, beam_search
+from .beam import Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
-from .constraints import OutputConstraint, text_constraint
+from .constraints import Constraint, OutputConstraint, text_constraint
 from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty

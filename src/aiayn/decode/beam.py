@@ -9,6 +9,8 @@ Depends only on the decoding interface (duck-typed, so a scripted fake model can
         rows are sentence-major, b consecutive rows (beams) per sentence of the cache
     cache.select(rows (n'*k,) long, sentences=(n',) long or None)  keeps/reorders rows in place
 
+called through ``aiayn.decode.cache``, which gives a ``Transformer`` its fast shared-history cache.
+
 Each step expands every live hypothesis by every token, keeps the 2k best candidates by
 log-probability, and (as fairseq and OpenNMT do) finishes the eos candidates that rank among the
 first k; the k best non-eos candidates stay live. Taking 2k guarantees k live ones, since the k
@@ -31,15 +33,17 @@ cap and ``prune``'s test (``_stop``); the paper's rules are the default.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
+from .cache import decode_step, new_cache
 from .config import DecodeConfig
+from .constraints import Constraint, advance_states, constrain, constraint_states
 from .penalties import gnmt_length_penalty
 from .repetition import guard_repetition
 from .rules import SearchRules
@@ -55,95 +59,6 @@ class Hypothesis:
     score: float
     log_prob: float
     length: int
-
-
-class Constraint(Protocol):
-    """Which tokens may follow a prefix (e.g. ``aiayn.parsing.constraint.TreeConstraint``,
-    ``aiayn.decode.constraints``).
-
-    States are opaque and immutable (beams that share a prefix share its state); tokens outside
-    ``allowed`` get log-probability -inf, so eos must be allowed for an output to finish.
-    ``allowed`` may answer None (every token) or ``AllBut(ids)`` (every token but those), so
-    that a constraint need not list the whole vocabulary.
-    """
-
-    def start(self, source: Sequence[int], max_len: int) -> Any: ...  # the empty output's state
-    def allowed(self, state: Any) -> Iterable[int] | None: ...
-    def advance(self, state: Any, token: int) -> Any: ...
-
-
-def constraint_states(
-    constraint: Constraint | Sequence[Constraint | None] | None,
-    src: Tensor,
-    max_lens: Tensor,
-    pad_id: int,
-) -> list[tuple[Constraint, Any]] | None:
-    """Per row of src (B, S): (its constraint, the empty output's state), or None without any.
-    ``constraint`` is one for every row, or one (or None: unconstrained) per row."""
-    if constraint is None:
-        return None
-    per_row = list(constraint) if isinstance(constraint, Sequence) else [constraint] * len(src)
-    if all(c is None for c in per_row):
-        return None
-    return [
-        (c, c.start([i for i in row if i != pad_id], limit))
-        for c, row, limit in zip(map(_or_free, per_row), src.tolist(), max_lens.tolist())
-    ]
-
-
-class Unconstrained:
-    """Every token may follow (the rows of a batch that have no constraint)."""
-
-    def start(self, source: Sequence[int], max_len: int) -> None:
-        return None
-
-    def allowed(self, state: None) -> None:
-        return None
-
-    def advance(self, state: None, token: int) -> None:
-        return None
-
-
-def _or_free(constraint: Constraint | None) -> Constraint:
-    return Unconstrained() if constraint is None else constraint
-
-
-class AllBut(frozenset):
-    """``Constraint.allowed``'s answer "every token but these" (e.g. no eos yet)."""
-
-
-def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int] | None]) -> Tensor:
-    """(rows, V) log-probabilities with every token outside ``allowed[row]`` set to -inf;
-    ``None`` allows every token, ``AllBut(ids)`` every token but ``ids``.
-
-    The (rows, V) mask is made on lprobs' device from the ids alone (``_on_device``): one
-    built on the host would be copied to the device, and wait for it, at every step."""
-    listed, on, off = [], ([], []), ([], [])  # rows given as lists; (rows, cols) on and off
-    for row, ids in enumerate(allowed):
-        if ids is None:
-            continue
-        cols = list(ids)
-        if not isinstance(ids, AllBut):
-            listed.append(row)
-        target = off if isinstance(ids, AllBut) else on
-        target[0].extend([row] * len(cols))
-        target[1].extend(cols)
-    listed_rows, on_rows, on_cols, off_rows, off_cols = _on_device(
-        [listed, *on, *off], lprobs.device
-    )
-    keep = torch.ones(lprobs.shape, dtype=torch.bool, device=lprobs.device)
-    keep[listed_rows] = False
-    keep[on_rows, on_cols] = True
-    keep[off_rows, off_cols] = False
-    return lprobs.masked_fill(~keep, NEG_INF)
-
-
-def _on_device(lists: list[list[int]], device: torch.device) -> list[Tensor]:
-    """The lists as long tensors on ``device``, in one copy that does not wait for the device
-    (from pinned memory on CUDA)."""
-    flat = [i for ids in lists for i in ids]
-    host = torch.tensor(flat, dtype=torch.long, pin_memory=device.type == "cuda")
-    return list(host.to(device, non_blocking=True).split([len(ids) for ids in lists]))
 
 
 def output_log_probs(
@@ -481,17 +396,6 @@ def fill_from_tail(done: Tensor) -> Tensor:
     return order
 
 
-def advance_states(
-    states: list[tuple[Constraint, Any]] | None, rows: Tensor, tokens: Tensor
-) -> list[tuple[Constraint, Any]] | None:
-    """Each kept prefix's constraint state after its new token: row r of the old prefixes,
-    advanced by its token (rows (n*k,), tokens (n, k))."""
-    if states is None:
-        return None
-    pairs = zip(rows.tolist(), tokens.view(-1).tolist())
-    return [(states[r][0], states[r][0].advance(states[r][1], token)) for r, token in pairs]
-
-
 @torch.no_grad()
 def beam_search(
     model: Any,
@@ -523,7 +427,7 @@ def beam_search(
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap)  # (n,) |Y| limits
     live = _Live(torch.arange(B, device=device), max_lens, gnmt_length_penalty(max_lens, alpha))
     T = int(max_lens.max())
-    cache = model.new_cache(model.encode(src), mask, max_len=T)
+    cache = new_cache(model, model.encode(src), mask, max_len=T)
     finished = _Finished.for_rules(B, config, device)
     space = _Workspace(device)
 
@@ -533,7 +437,7 @@ def beam_search(
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
     states = constraint_states(constraint, src, max_lens, pad_id)  # (constraint, state) per prefix
     for t in range(1, T + 1):
-        logits = model.decode_step(step_in, cache)
+        logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import UserError
+from .cache import decode_step, new_cache
 from .translate import positions
 
 
@@ -76,13 +77,13 @@ class Ensemble:
     ) -> EnsembleCache:
         """Each model's cache for its own memory (``encode``)."""
         return EnsembleCache(
-            [m.new_cache(mem, src_mask, max_len=max_len) for m, mem in zip(self.models, memory)]
+            [new_cache(m, mem, src_mask, max_len=max_len) for m, mem in zip(self.models, memory)]
         )
 
     def decode_step(self, tgt_in: Tensor, cache: EnsembleCache) -> Tensor:
-        """As ``Transformer.decode_step``; the "logits" are the mean log-probabilities (B, V)."""
+        """As ``decode.cache.decode_step``; the "logits" are the mean log-probabilities (B, V)."""
         lprobs = [
-            F.log_softmax(m.decode_step(tgt_in, c), dim=-1, dtype=torch.float32)
+            F.log_softmax(decode_step(m, tgt_in, c), dim=-1, dtype=torch.float32)
             for m, c in zip(self.models, cache.caches)
         ]
         return torch.stack(lprobs).mean(0)

@@ -27,8 +27,10 @@ import warnings
 from torch import nn
 
 from ..errors import UserError
+from ..policy import check_combination
+from ..runtime import use_fast_paths
 from .packed import pack_linears
-from .precision import check_combination, to_bf16
+from .precision import to_bf16
 
 QUANTIZE_MODES = ("int8",)
 
@@ -43,8 +45,10 @@ def for_decoding(
     Linear weights for oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it
     is); "int8" quantizes them; ``precision`` "bf16" casts every weight to bf16 instead (not with
     int8), packed too where oneDNN computes bf16 natively, its decoder attention in ``attention``
-    (``precision.to_bf16``). Never for a model that will still be trained."""
+    (``precision.to_bf16``); the model's hooks get the fast paths (``runtime.use_fast_paths``).
+    Never for a model that will still be trained."""
     check_combination(quantize, precision)
+    use_fast_paths(model)
     if precision == "bf16":
         return pack_linears(to_bf16(model, attention))
     if quantize is None:

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from ..errors import UserError
-from .beam import Constraint
 from .config import DecodeConfig
+from .constraints import Constraint
 from .rules import PAPER_RULES
 from .sample import SampleConfig
 from .shortlist import Shortlist

@@ -31,16 +31,10 @@ from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..errors import UserError
-from .beam import (
-    NEG_INF,
-    Constraint,
-    Hypothesis,
-    advance_states,
-    constrain,
-    constraint_states,
-    output_log_probs,
-)
+from .beam import NEG_INF, Hypothesis, output_log_probs
+from .cache import decode_step, new_cache
 from .config import DecodeConfig
+from .constraints import Constraint, advance_states, constrain, constraint_states
 from .penalties import gnmt_length_penalty
 from .repetition import guard_repetition
 
@@ -123,7 +117,7 @@ def sample(
     mask = model.src_mask(src)
     max_lens = config.max_len(mask.reshape(B, -1).sum(-1), max_len_cap).repeat_interleave(N)
     T = int(max_lens.max())
-    cache = model.new_cache(model.encode(src), mask, max_len=T)
+    cache = new_cache(model, model.encode(src), mask, max_len=T)
     copies = torch.arange(B, device=device).repeat_interleave(N)  # (B*N,) each row's sentence
     cache.select(copies, sentences=copies)  # every sample a row and "sentence" of its own
     generators = [sentence_generator(sampling.seed, i) for i in indices]
@@ -136,7 +130,7 @@ def sample(
     step_in = torch.full((B * N, 1), bos_id, dtype=torch.long, device=device)
     results: list[list[Hypothesis]] = [[] for _ in range(B)]
     for t in range(1, T + 1):
-        logits = model.decode_step(step_in, cache)
+        logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id)  # (n, V)
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(s) for c, s in states])

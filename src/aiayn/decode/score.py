@@ -25,6 +25,7 @@ from ..data.collate import pad_rows
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..errors import UserError
 from .beam import output_log_probs
+from .cache import decode_step, new_cache
 from .penalties import gnmt_length_penalty
 from .request import Batching, SpecialIds
 from .translate import fit_sources, length_batches, model_device, positions
@@ -70,12 +71,12 @@ def force_decode(
     lengths = torch.tensor([len(t) for t in targets], device=device)  # (B,)
     tgt = pad_rows(targets, [], [], pad_id).to(device)  # (B, T)
     T = tgt.size(1)
-    cache = model.new_cache(model.encode(src), model.src_mask(src), max_len=T)
+    cache = new_cache(model, model.encode(src), model.src_mask(src), max_len=T)
     out = torch.zeros(B, T, dtype=torch.float64)
     rows = torch.arange(B, device=device)  # the targets still being fed
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)
     for t in range(T):
-        logits = model.decode_step(step_in, cache)
+        logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t + 1, 0, pad_id, bos_id, eos_id)  # (n, V)
         out[rows.cpu(), t] = lprobs.gather(1, tgt[rows, t, None]).squeeze(1).double().cpu()
         going = (lengths[rows] > t + 1).nonzero().squeeze(1)  # (n',) of the n rows

@@ -34,6 +34,7 @@ from torch import Tensor
 from ..data.lexical import FORMAT
 from ..errors import UserError
 from .beam import Hypothesis, beam_search
+from .cache import decode_state, new_cache
 from .config import DecodeConfig
 
 FREQUENT, BEST = 100, 10  # Marian's first 100; best measured on the demo (docs/decoding.md)
@@ -124,7 +125,7 @@ class Shortlisted:
 
     The output layer of sentence i is the tied embedding's rows ``table[i]`` (section 3.4: the
     pre-softmax projection shares the embedding matrix), applied to the model's decoder output
-    (``decode_state``) of its beams by one batched matmul whose bias gives padding entries logit
+    (``decode.cache.decode_state``) of its beams by one batched matmul whose bias gives padding entries logit
     -inf, so the softmax is over the list. A sentence's outputs thus never depend on the other
     sentences of its batch.
     """
@@ -148,7 +149,7 @@ class Shortlisted:
     def new_cache(
         self, memory: Tensor, src_mask: Tensor, max_len: int | None = None
     ) -> _ShortlistCache:
-        return _ShortlistCache(self.model.new_cache(memory, src_mask, max_len=max_len), self.start)
+        return _ShortlistCache(new_cache(self.model, memory, src_mask, max_len=max_len), self.start)
 
     @torch.no_grad()
     def decode_step(self, tgt_in: Tensor, cache: _ShortlistCache) -> Tensor:
@@ -157,7 +158,7 @@ class Shortlisted:
         n = lists.ids.size(0)
         b = tgt_in.size(0) // n  # beams per sentence: rows are sentence-major
         ids = lists.ids.repeat_interleave(b, dim=0).gather(1, tgt_in)  # (n*b, m) model ids
-        h = self.model.decode_state(ids, cache.inner).view(n, b, -1)  # (n, b, d_model)
+        h = decode_state(self.model, ids, cache.inner).view(n, b, -1)  # (n, b, d_model)
         return torch.baddbmm(lists.bias, h, lists.weight.transpose(1, 2)).view(n * b, -1)
 
 

@@ -21,7 +21,8 @@ import numpy as np
 from ..data import Vocab
 from ..data.binarize import TokenDataset, subset_dataset
 from .inputs import Corpus
-from .runner import Budget, Experiment, Row, markdown_table, repeat_name
+from .runner import Budget, Experiment, Row, repeat_name
+from .tables import markdown_table
 from .training import score, train_row, training_experiment
 
 BUCKETS = ((0.0, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0))  # source length / L

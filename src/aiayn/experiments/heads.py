@@ -25,7 +25,8 @@ from .. import checkpoint as ckpt
 from ..data import Vocab
 from ..files import read_lines
 from .inputs import recorded_valid
-from .runner import Budget, Experiment, Row, markdown_table
+from .runner import Budget, Experiment, Row
+from .tables import markdown_table
 
 SHARES = ("previous", "next", "itself", "punctuation", "eos")
 FIGURE_LENGTH = (10, 22)  # source pieces (eos included) of the sentence drawn

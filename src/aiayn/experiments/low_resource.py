@@ -18,7 +18,8 @@ import numpy as np
 
 from ..data.binarize import TokenDataset, read_meta, subset_dataset
 from .inputs import Corpus
-from .runner import Budget, Experiment, Row, markdown_table, repeat_name
+from .runner import Budget, Experiment, Row, repeat_name
+from .tables import markdown_table
 from .training import train_row, training_experiment
 
 FRACTIONS = (0.10, 0.25, 0.50, 1.00)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .inputs import Corpus
-from .runner import Budget, Experiment, markdown_table
+from .runner import Budget, Experiment
+from .tables import markdown_table
 from .training import training_experiment, variant_rows
 
 RADII: list[int | None] = [1, 2, 4, 8, 16, None]

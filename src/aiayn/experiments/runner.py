@@ -31,6 +31,7 @@ from tqdm import tqdm
 from ..config import with_overrides
 from ..errors import UserError
 from ..files import exclusive_lock, write_text_atomic
+from .seeds import seeds_report, seeds_summary
 
 
 @dataclass
@@ -194,8 +195,6 @@ def _write_report(
         )
         body = experiment.report(firsts) if firsts else "No row fitted in the budget yet."
         if repeats:
-            from .seeds import seeds_report, seeds_summary  # seeds uses this module's tables
-
             results["seeds"] = seeds_summary(rows, experiment.baseline or experiment.rows[0].name)
             body += "\n\n" + seeds_report(results["seeds"])
         write_text_atomic(out / "results.md", header + body + "\n")
@@ -257,18 +256,3 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
 
 def _date() -> str:
     return datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub markdown table; floats with 3 significant decimals, None as '-'."""
-
-    def cell(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)

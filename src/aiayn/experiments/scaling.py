@@ -15,7 +15,8 @@ from typing import Any
 
 from ..config import ModelConfig
 from .inputs import Corpus
-from .runner import Budget, Experiment, markdown_table
+from .runner import Budget, Experiment
+from .tables import markdown_table
 from .training import training_experiment, variant_rows
 
 

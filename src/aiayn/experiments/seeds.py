@@ -15,7 +15,7 @@ import statistics
 from typing import Any
 
 from ..metrics.significance import paired_permutation
-from .runner import markdown_table
+from .tables import markdown_table
 
 # The measurements every training row has (BLEU unless the experiment scores it per bucket).
 MEASURES = (("valid_ppl", "dev PPL"), ("bleu", "BLEU"))

@@ -29,7 +29,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..config import ModelConfig
 from ..model import MultiHeadAttention, attention_mask
-from .runner import Budget, Experiment, Row, markdown_table
+from .runner import Budget, Experiment, Row
+from .tables import markdown_table
 
 D, H, K, R = 512, 8, 3, 16  # representation size, heads, kernel width, restricted radius
 LENGTHS = [16 * 2**i for i in range(9)]  # 16 .. 4096

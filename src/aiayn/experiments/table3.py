@@ -26,7 +26,8 @@ from typing import Any
 
 from ..config import PRESETS, ModelConfig
 from .inputs import Corpus
-from .runner import Budget, Experiment, markdown_table
+from .runner import Budget, Experiment
+from .tables import markdown_table
 from .training import training_experiment, variant_rows
 
 # The paper's Table 3 (newstest2013): dev perplexity per word-piece and BLEU, per row.

@@ -1,7 +1,7 @@
 """Constrained decoding for parsing: only well-formed linearised trees over the source words.
 
 An option beside the paper's unconstrained search (which ``delinearize`` repairs afterwards).
-Beam search asks, for each live prefix, which tokens may follow (``decode.beam.Constraint``);
+Beam search asks, for each live prefix, which tokens may follow (``decode.constraints.Constraint``);
 this one allows exactly the prefixes of a tree with one root, matching bracket labels, no empty
 constituent, and one leaf per source word (``XX``, a POS tag, with ``--leaves index`` the
 word's own marker, with ``--leaves words`` the word itself, copied piece by piece):

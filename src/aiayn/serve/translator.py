@@ -38,7 +38,8 @@ from ..decode.align import output_alignment
 from ..decode.engine import Engine, TorchEngine
 from ..decode.request import check_supported
 from ..errors import UserError
-from ..model import Transformer, count_parameters
+from ..flops import count_parameters
+from ..model import Transformer
 
 if TYPE_CHECKING:
     from .. import translator as library

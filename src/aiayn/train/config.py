@@ -82,10 +82,10 @@ class TrainConfig:
     # machinery
     seed: int = 1
     # auto: bf16 where the chip computes in it natively (CUDA with bf16, a CPU with avx512_bf16
-    # or AMX), fp16 with a gradient scaler on older CUDA, fp32 elsewhere (trainer.resolve_amp)
+    # or AMX), fp16 with a gradient scaler on older CUDA, fp32 elsewhere (policy.resolve_amp)
     amp: Literal["auto", "bf16", "fp16", "none"] = "auto"
     # torch.compile of each encoder and decoder layer's forward and backward; auto: where it
-    # pays back its compile time in the first 5% of a demo run (trainer.resolve_compile)
+    # pays back its compile time in the first 5% of a demo run (policy.resolve_compile)
     compile: bool | Literal["auto"] = "auto"
     max_nonfinite: int = 5  # consecutive non-finite losses before aborting
     num_threads: int | None = None  # CPU threads (None: torch's default)

@@ -33,7 +33,6 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from .. import checkpoint as ckpt
-from .. import measured
 from ..data import TokenBudgetSampler, TokenDataset, check_vocab, collate, read_meta
 from ..data.batching import corpus_ranges
 from ..data.binarize import META
@@ -44,7 +43,9 @@ from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..flops import mfu, paper_cost, real_lengths, training_flops
 from ..hardware import bf16_support, keep_onednn_primitives
-from ..model import BF16_MATMULS, Transformer, attention_precision, bf16_matmul_attention
+from ..model import Transformer
+from ..policy import resolve_amp, resolve_attention, resolve_compile
+from ..runtime import BF16_MATMULS, bf16_matmul_attention, use_fast_paths
 from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig, resume_changes
@@ -94,49 +95,6 @@ class Resolved:
         return (
             f"precision {self.amp} ({self.amp_reason}); compiled step {on} ({self.compile_reason})"
         )
-
-
-def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
-    """(what autocast computes in, why) for the config's ``amp``. ``auto`` on a CPU: bf16 only
-    where the chip computes in it natively *and* bf16 training measured to pay on its class
-    (``measured.train_bf16``), else the paper's fp32. On CUDA: bf16 where supported, fp16 with a
-    gradient scaler elsewhere (a documented deviation, as fairseq's ``--fp16``)."""
-    if amp == "none":
-        return "fp32", "amp=none"
-    if amp == "fp16":
-        return "fp16", "amp=fp16, with a gradient scaler"
-    support = bf16_support(device)
-    if amp == "bf16":
-        return "bf16", "amp=bf16" if support.native else f"amp=bf16, emulated: {support.reason}"
-    if device.type == "cuda":
-        if support.native:
-            return "bf16", f"amp=auto and {support.reason}"
-        return "fp16", f"amp=auto and {support.reason}: fp16 with a gradient scaler"
-    if not support.native:
-        return "fp32", f"amp=auto and {support.reason}"
-    decision = measured.train_bf16(support.chip)
-    return ("bf16" if decision.on else "fp32"), f"amp=auto and {support.reason}; {decision.reason}"
-
-
-def resolve_attention(amp: str, device: torch.device) -> str:
-    """The attention path of training, as the summary names it: ``BF16_MATMULS`` for bf16 on a
-    CPU whose class measured it to pay (``measured.train_bf16_matmul_attention``), else
-    ``SDPA in`` what ``model.attention_precision`` computes in (fp32 on every CPU)."""
-    if device.type == "cpu" and amp == "bf16":
-        if measured.train_bf16_matmul_attention(bf16_support(device).chip).on:
-            return BF16_MATMULS
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp, torch.float32)
-    return f"SDPA in {attention_precision(device, dtype)}"
-
-
-def resolve_compile(compile: bool | str, device: torch.device) -> tuple[bool, str]:
-    """(whether the layers are compiled, why) for the config's ``compile``. ``auto``: on only
-    where the compiled step measured to pay back its compile time within 5% of a demo run on this
-    class of chip (``measured.compile_step``)."""
-    if compile != "auto":
-        return bool(compile), f"compile={str(compile).lower()}"
-    decision = measured.compile_step(bf16_support(device).chip)
-    return decision.on, f"compile=auto: {decision.reason}"
 
 
 def compile_layers(model: Transformer) -> None:
@@ -208,7 +166,7 @@ class Trainer:
         average; then each rank's own dropout seed."""
         cfg = self.cfg
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = Transformer(self.model_cfg, init=cfg.init).to(self.device)
+        self.model = use_fast_paths(Transformer(self.model_cfg, init=cfg.init)).to(self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
         # kept by rank 0 only, which validates and saves; the weights are the same on every rank
