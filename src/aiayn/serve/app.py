@@ -11,7 +11,8 @@
 
 Every error is JSON ``{"error": "one line"}``: 400 malformed JSON; 415 a body not sent as
 JSON; 422 wrong type, unknown field, bad value, text that is not Unicode; 413 over a limit (a
-body over ``Limits.max_body_bytes`` is refused before it is read); 500 when decoding that
+body over ``Limits.max_body_bytes`` is refused unparsed, its rest read and dropped so that the
+client, still sending, receives the 413: ``BodyLimit``); 500 when decoding that
 request failed (the others in its batch are answered; the message names the request id under
 which the log holds the traceback, never the exception's text); 503 while shutting down, and
 503 with ``Retry-After`` when the server sheds load (``Limits.max_queue`` requests already
@@ -52,6 +53,7 @@ MAX_BEAM = 32  # also the most samples per sentence
 SAMPLING = ("top_k", "top_p", "temperature", "seed")  # the fields that need "sample": true
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")  # a client's own X-Request-ID: no spaces
 T = TypeVar("T")
+DRAIN_BYTES = 16 * 2**20  # of an oversize body, read and dropped so that its 413 is received
 
 log = logging.getLogger(__name__)
 
@@ -200,8 +202,15 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 class BodyLimit:
     """ASGI middleware: a request's body, at most ``max_bytes`` of it, is read before the app
-    parses it. Over the limit (declared by Content-Length, or reached while a chunked body
-    streams in) the answer is a 413 that closes the connection, so the rest is never read."""
+    parses it. A body over the limit (declared by Content-Length, or reached while a chunked
+    body streams in) is answered 413.
+
+    The rest of an oversize body, up to ``DRAIN_BYTES``, is read and dropped before the 413 is
+    sent: a server that closes with unread bytes in its socket sends a TCP reset, and a client
+    still sending (urllib, http.client, requests, httpx) then loses the answer. A client that
+    asked ``Expect: 100-continue`` (curl) has sent nothing yet and is answered at once; a body
+    over ``DRAIN_BYTES`` is answered at once too, with ``Connection: close``.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -209,12 +218,15 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = Headers(scope=scope).get("content-length", "")
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
             message = (
                 f"the body is {declared} bytes; the limit is {self.max_bytes} bytes per request"
             )
-            return await self._refuse(message, scope, receive, send)
+            waiting = headers.get("expect", "").lower() == "100-continue"
+            drained = not waiting and int(declared) <= DRAIN_BYTES and await _drain(receive, 0)
+            return await _refuse(message, drained, scope, receive, send)
         body, more = bytearray(), True
         while more:
             event = await receive()
@@ -224,11 +236,28 @@ class BodyLimit:
             more = event.get("more_body", False)
             if len(body) > self.max_bytes:
                 message = f"the body is over {self.max_bytes} bytes, the limit per request"
-                return await self._refuse(message, scope, receive, send)
+                drained = not more or await _drain(receive, len(body))
+                return await _refuse(message, drained, scope, receive, send)
         await self.app(scope, _replay(bytes(body), receive), send)
 
-    async def _refuse(self, message: str, scope: Scope, receive: Receive, send: Send) -> None:
-        await _error(413, message, headers={"connection": "close"})(scope, receive, send)
+
+async def _drain(receive: Receive, read: int) -> bool:
+    """Read and drop the rest of a body, ``read`` bytes of which are in: True once it is all
+    in, False when the client left or it went past ``DRAIN_BYTES``."""
+    while read <= DRAIN_BYTES:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            return False
+        read += len(event.get("body", b""))
+        if not event.get("more_body", False):
+            return True
+    return False
+
+
+async def _refuse(message: str, drained: bool, scope: Scope, receive: Receive, send: Send) -> None:
+    """The 413; a connection whose body was not all read is closed after it."""
+    headers = None if drained else {"connection": "close"}
+    await _error(413, message, headers=headers)(scope, receive, send)
 
 
 class RequestId:
