@@ -5,6 +5,7 @@ import errno
 import gzip
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from aiayn.checkpoint import (
     list_checkpoints,
     load_trainer_state,
 )
+from aiayn.digest import DIGESTS, file_sha256
 from aiayn.errors import UserError
 from aiayn.train import load_train_config
 
@@ -131,6 +133,76 @@ def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(
     assert code == 2
     one_line_error(err, str(ckpt / TRAINER), "not a trusted checkpoint")
     assert "weights_only" not in err and not marker.exists()
+
+
+def _garbage(seed: int) -> bytes:
+    """Random bytes, some after a pickle's protocol header: each makes the weights-only
+    unpickler fail another way (IndexError, KeyError, UnicodeDecodeError)."""
+    rng = random.Random(seed)
+    return b"\x80\x02" + rng.randbytes(100) if seed % 2 else rng.randbytes(200)
+
+
+@pytest.mark.parametrize("seed", [2, 20, 195])
+@pytest.mark.parametrize("recorded", [True, False], ids=["with-digests", "without-digests"])
+def test_garbage_in_trainer_pt_is_one_line_on_resume(
+    ckpt, tiny_corpus, tmp_path, capsys, seed, recorded
+):
+    (ckpt / TRAINER).write_bytes(_garbage(seed))
+    if not recorded:  # a checkpoint saved before digests were recorded
+        (ckpt / DIGESTS).unlink()
+    with pytest.raises(
+        UserError, match=f"^{ckpt / TRAINER}: unreadable .*the checkpoint is damaged"
+    ):
+        load_trainer_state(ckpt)
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(tiny_corpus, tmp_path / "run").__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu", "--resume", ckpt)
+    assert code == 2
+    one_line_error(err, str(ckpt / TRAINER), "the checkpoint is damaged")
+
+
+def _flip(path: Path, offset_from_end: int) -> None:
+    """Eight bytes changed inside the file's last tensor: it still loads, as other numbers."""
+    data = bytearray(path.read_bytes())
+    at = len(data) - offset_from_end
+    data[at : at + 8] = bytes(b ^ 0x5A for b in data[at : at + 8])
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_bytes_in_the_weights_are_one_line_naming_the_file(ckpt, tmp_path, capsys):
+    _flip(ckpt / WEIGHTS, 64)
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2 and out == ""
+    one_line_error(err, str(ckpt / WEIGHTS), "SHA-256", "damaged")
+    with pytest.raises(UserError, match="SHA-256"):
+        checkpoint.load_state(ckpt)
+
+
+def test_flipped_bytes_in_the_trainer_state_are_named(ckpt):
+    state = load_trainer_state(ckpt)  # as saved: the digest matches
+    path = ckpt / TRAINER
+    data = path.read_bytes()
+    # the first stored tensor's bytes: torch.save's zip keeps them uncompressed under data/0
+    at = data.index(b"data/0") + 200
+    path.write_bytes(data[:at] + bytes(b ^ 0x5A for b in data[at : at + 8]) + data[at + 8 :])
+    with pytest.raises(UserError, match=f"^{path}: its SHA-256 is not the one SHA256SUMS recorded"):
+        load_trainer_state(ckpt)
+    assert state
+
+
+def test_a_checkpoint_without_digests_loads_as_before(ckpt):
+    recorded = {
+        line.split("  ")[1]: line.split("  ")[0]
+        for line in (ckpt / DIGESTS).read_text().splitlines()
+    }
+    assert recorded == {name: file_sha256(ckpt / name) for name in (WEIGHTS, TRAINER)}
+    checked = checkpoint.load_transformer(ckpt)[0].state_dict()
+    (ckpt / DIGESTS).unlink()
+    unchecked = checkpoint.load_transformer(ckpt)[0].state_dict()
+    assert all(torch.equal(checked[name], unchecked[name]) for name in checked)
+    assert load_trainer_state(ckpt).keys() == torch.load(ckpt / TRAINER).keys()
 
 
 # --- evaluate ----------------------------------------------------------------------------------
