@@ -205,6 +205,32 @@ def test_a_checkpoint_without_digests_loads_as_before(ckpt):
     assert load_trainer_state(ckpt).keys() == torch.load(ckpt / TRAINER).keys()
 
 
+# --- damaged datasets ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, keep",
+    [
+        ("train.src.tokens.npy", 40),  # inside the header
+        ("train.tgt.tokens.npy", -100),  # the header whole, the data cut short
+        ("train.src.offsets.npy", -16),
+        ("valid.tgt.offsets.npy", 0),  # empty
+    ],
+)
+def test_a_truncated_dataset_array_is_one_line_naming_it_and_prepare(
+    tiny_corpus, tmp_path, capsys, name, keep
+):
+    data = Path(shutil.copytree(tiny_corpus, tmp_path / "data"))
+    raw = (data / name).read_bytes()
+    (data / name).write_bytes(raw[:keep])
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(data, tmp_path / "run", validate=True).__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
+    assert code == 2
+    one_line_error(err, name.split(".")[0], "damaged", "aiayn prepare")
+    assert str(data) in err
+
+
 # --- evaluate ----------------------------------------------------------------------------------
 
 
