@@ -1319,18 +1319,61 @@ def test_cli_rejects_a_missing_checkpoint_and_bad_limits_in_one_line(tmp_path, c
         ),
     ]:
         with pytest.raises(SystemExit) as exit:
-            main(["serve", *args])
+            main(["serve", "--port", "0", *args])  # 0: any free port, so 8000 in use is no matter
         assert (
             exit.value.code == 2 and capsys.readouterr().err == f"aiayn serve: error: {message}\n"
         )
 
 
+def test_a_port_or_address_the_server_cannot_listen_on_is_one_line_before_the_model_loads(
+    checkpoint, capsys, monkeypatch
+):
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the address was checked")
+
+    monkeypatch.setattr(Translator, "load", no_model)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        in_use = taken.getsockname()[1]
+        for args, message in [
+            (["--port", "70000"], "--port 70000: a port is a number from 0 to 65535"),
+            (["--port", "-1"], "--port -1: a port is a number from 0 to 65535"),
+            (
+                ["--port", str(in_use)],
+                f"--host 127.0.0.1 --port {in_use}: cannot listen there (Address already in use)",
+            ),
+            (
+                ["--host", "192.0.2.1"],  # TEST-NET-1: no machine's own address
+                "--host 192.0.2.1 --port 8000: cannot listen there (Cannot assign requested address)",
+            ),
+        ]:
+            with pytest.raises(SystemExit) as exit:
+                main(["serve", "--checkpoint", str(checkpoint), *args])
+            assert (exit.value.code, capsys.readouterr().err) == (
+                2,
+                f"aiayn serve: error: {message}\n",
+            )
+
+
 def test_cli_passes_the_queue_bound_and_the_deadline_to_the_server(checkpoint, monkeypatch):
     got = {}
     monkeypatch.setattr("aiayn.serve.run_server", lambda checkpoint, **kw: got.update(kw))
-    main(["serve", "--checkpoint", str(checkpoint), "--max-queue", "7", "--deadline-s", "2.5"])
+    main(
+        [
+            "serve",
+            "--checkpoint",
+            str(checkpoint),
+            "--port",
+            "0",
+            "--max-queue",
+            "7",
+            "--deadline-s",
+            "2.5",
+        ]
+    )
     assert (got["limits"].max_queue, got["limits"].deadline_s) == (7, 2.5)
-    main(["serve", "--checkpoint", str(checkpoint)])
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0"])
     assert (got["limits"].max_queue, got["limits"].deadline_s) == (
         Limits.max_queue,
         Limits.deadline_s,

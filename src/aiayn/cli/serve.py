@@ -17,6 +17,7 @@ from .common import (
 def _serve(args: argparse.Namespace) -> None:
     try:
         from ..serve import Limits, run_server
+        from ..serve.server import check_listen
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
@@ -29,6 +30,7 @@ def _serve(args: argparse.Namespace) -> None:
         max_queue=args.max_queue,
         deadline_s=args.deadline_s,
     )
+    check_listen(args.host, args.port)  # before the model loads: a bad port costs no wait
     run_server(
         args.checkpoint,
         host=args.host,

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..decode.engine import Engine
+from ..errors import UserError
 from .app import Limits, create_app
 from .translator import Translator
 
@@ -78,6 +79,26 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._app.state.batcher.stop(self.drain_s)
         await super().shutdown(sockets)
+
+
+def check_listen(host: str, port: int) -> None:
+    """``UserError`` naming ``--host``/``--port`` when the server could not listen there: a
+    port outside 0-65535, one in use, an address this machine does not have. Tried with a
+    socket bound as uvicorn binds its own, then closed, so the mistake is one line before a
+    model loads rather than uvicorn's error after it."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: a port is a number from 0 to 65535")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
+        try:
+            sock.bind((host, port))
+        except socket.gaierror as err:
+            raise UserError(f"--host {host}: not an address ({err.strerror})") from None
+        except OSError as err:
+            raise UserError(
+                f"--host {host} --port {port}: cannot listen there ({err.strerror})"
+            ) from None
 
 
 def make_server(
