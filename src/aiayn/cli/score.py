@@ -50,7 +50,8 @@ def _score(args: argparse.Namespace) -> None:
     precision = decode_precision(args, "score")
     sources, references, name = read_pairs(args)
     model, vocab = load_decoder(args, precision)
-    targets = [vocab.encode(r) + [vocab.eos_id] for r in references]
+    eos = [] if args.no_eos else [vocab.eos_id]
+    targets = [vocab.encode(r) + eos for r in references]
     scores = score_ids(
         model,
         [vocab.encode_source(s) for s in sources],
@@ -68,7 +69,8 @@ def _score(args: argparse.Namespace) -> None:
     log_prob, length = sum(s.log_prob for s in scored), sum(s.length for s in scored)
     empty = len(scores) - len(scored)
     print(
-        f"aiayn score: {len(scored)} pairs, {length} target tokens (eos included): log-prob "
+        f"aiayn score: {len(scored)} pairs, {length} target tokens "
+        f"({'no eos' if args.no_eos else 'eos included'}): log-prob "
         f"{log_prob:.4f}, perplexity {perplexity(-log_prob, length):.4f}"
         + (f"; {empty} empty source(s) not scored" if empty else ""),
         file=sys.stderr,
@@ -105,6 +107,12 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src", help="source text (.gz allowed)")
     p.add_argument("--ref", help="reference text, one line per source line (.gz allowed)")
     p.add_argument("--tokens", action="store_true", help="log-probability of every subword")
+    p.add_argument(
+        "--no-eos",
+        action="store_true",
+        help="score each reference as an unfinished output, without eos: what translate "
+        'prints for an output cut at the length limit ("cut" in its JSON lines)',
+    )
     p.add_argument(
         "--format",
         choices=["tsv", "jsonl"],

@@ -87,8 +87,22 @@ def translate_stream(
         sink.flush()
     if output is not None:
         output.finish(lines.count)
+        _say_cut(output)
     lines.check()
     return lines.count
+
+
+def _say_cut(output: Outputs) -> None:
+    """Name the lines whose printed log-prob has no eos, which ``aiayn score`` would add."""
+    if output.cut_lines and output.fmt != "plain":
+        lines = ", ".join(str(i + 1) for i in output.cut_lines[:10])
+        more = f" and {len(output.cut_lines) - 10} more" if len(output.cut_lines) > 10 else ""
+        print(
+            f"aiayn translate: warning: {len(output.cut_lines)} input line(s) have an output "
+            f"cut at the length limit, without eos (lines {lines}{more}; JSON lines mark them "
+            '"cut"): aiayn score --no-eos rescores such an output to its printed score',
+            file=sys.stderr,
+        )
 
 
 def _decoder(
