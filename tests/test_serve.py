@@ -496,7 +496,7 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         ('["a sentence"]', 422, "the body must be a JSON object"),
         ('{"beam": 2}', 422, "missing field 'text'"),
         ('{"text": "a sentence"}', 422, "text: Input should be a valid list"),
-        ('{"text": [1, "b"]}', 422, "text.0: Input should be a valid string"),
+        ('{"text": [1, "b"]}', 422, "text[0]: Input should be a valid string"),
         ('{"text": []}', 422, "text: List should have at least 1 item"),
         ('{"text": ["a"], "beam": "4"}', 422, "beam: Input should be a valid integer"),
         ('{"text": ["a"], "beam": 4.5}', 422, "beam: Input should be a valid integer"),
@@ -544,11 +544,11 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
             422,
             "prefix has 1 items but text has 2: give one per sentence",
         ),
-        ('{"text": ["a"], "prefix": [3]}', 422, "prefix.0: Input should be a valid string"),
+        ('{"text": ["a"], "prefix": [3]}', 422, "prefix[0]: Input should be a valid string"),
         (
             '{"text": ["a"], "constraints": ["x"]}',
             422,
-            "constraints.0: Input should be a valid list",
+            "constraints[0]: Input should be a valid list",
         ),
         (
             '{"text": ["a"], "constraints": [["x"], []]}',
@@ -587,7 +587,7 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         (
             '{"text": ["ok", "a\\ud800b"]}',
             422,
-            "text.1: character 1 is a lone surrogate '\\ud800', not Unicode text",
+            "text[1]: character 1 is a lone surrogate '\\ud800', not Unicode text",
         ),
         ('{"text": ["a"], "\\udfff": 1}', 422, "a field name is not Unicode text"),
         (
@@ -997,6 +997,79 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def test_a_body_that_is_not_utf8_is_a_400_naming_the_byte(translator):
+    with client(translator) as c:
+        r = c.post(
+            "/translate",
+            content=b'{"text": ["a\xff"]}',
+            headers={"Content-Type": "application/json"},
+        )
+        utf16 = c.post(
+            "/translate",
+            content='{"text": ["a"]}'.encode("utf-16-le"),
+            headers={"Content-Type": "application/json"},
+        )
+    assert (r.status_code, r.json()) == (
+        400,
+        {"error": "the body is not UTF-8 text: byte 12 (0xff) invalid start byte"},
+    )
+    assert utf16.status_code == 200  # JSON's other encodings still parse
+
+
+def test_fastapis_pages_that_load_a_cdn_are_off(translator):
+    with client(translator) as c:
+        assert [c.get(path).status_code for path in ("/docs", "/redoc")] == [404, 404]
+        assert c.get("/openapi.json").status_code == 200  # the schema itself loads nothing
+
+
+def test_an_api_key_guards_every_route_but_health_and_the_page(translator):
+    body = {"text": [SENTENCES[0]], "beam": 1}
+    with TestClient(create_app(translator, api_key="s3cret")) as c:
+        assert c.get("/health").status_code == 200
+        page = c.get("/")
+        assert page.status_code == 200 and 'id="key"' in page.text
+        refused = [
+            c.get("/info"),
+            c.post("/translate", json=body),
+            c.post("/translate", json=body, headers={"Authorization": "Bearer wrong"}),
+            c.post("/translate", json=body, headers={"Authorization": "Basic s3cret"}),
+            c.post("/translate", json=body, headers={"X-API-Key": "s3cre"}),
+            c.get("/nowhere"),
+        ]
+        assert [r.status_code for r in refused] == [401] * len(refused)
+        assert refused[0].json() == {
+            "error": "this server needs its API key: send Authorization: Bearer KEY"
+        }
+        assert refused[0].headers["www-authenticate"] == "Bearer"
+        bearer = c.post("/translate", json=body, headers={"Authorization": "Bearer s3cret"})
+        header = c.post("/translate", json=body, headers={"X-API-Key": "s3cret"})
+        info = c.get("/info", headers={"Authorization": "bearer s3cret"})
+    assert [bearer.status_code, header.status_code, info.status_code] == [200, 200, 200]
+    assert bearer.json() == header.json()
+
+
+def test_the_cli_takes_the_key_from_the_environment_and_warns_without_one_beyond_loopback(
+    checkpoint, capsys, monkeypatch
+):
+    got = {}
+    monkeypatch.setattr("aiayn.serve.run_server", lambda checkpoint, **kw: got.update(kw))
+    monkeypatch.delenv("AIAYN_API_KEY", raising=False)
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0", "--host", "0.0.0.0"])
+    assert got["api_key"] is None
+    assert capsys.readouterr().err == (
+        "aiayn serve: warning: listening on 0.0.0.0 without an API key: anyone who can reach "
+        "port 0 can use it; set AIAYN_API_KEY (or --api-key)\n"
+    )
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0"])  # loopback: no warning
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("AIAYN_API_KEY", "from-env")
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0", "--host", "0.0.0.0"])
+    assert got["api_key"] == "from-env" and "from-env" not in "".join(capsys.readouterr())
+    argv = ["serve", "--checkpoint", str(checkpoint), "--port", "0", "--api-key", "opt"]
+    main(argv)
+    assert got["api_key"] == "opt"
 
 
 # --- uvicorn as `aiayn serve` configures it, in a thread: bodies, timeouts, hang-ups, shutdown ---
@@ -1536,10 +1609,13 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
         == (our_attention.json()["translations"][0]["attention"])
     )
     assert refused.status_code == 422
-    assert "ctranslate2 engine cannot do: lexical_constraints" in refused.json()["error"]
+    assert refused.json()["error"] == (
+        "constraints[0]: the ctranslate2 engine cannot do: constraints (the server's own search, "
+        "without --engine, does every one)"
+    )
     assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
     assert ruled.status_code == 422 and "engine cannot do: search_rules" in ruled.text
     assert both.status_code == 422  # one refusal names all that the engine lacks
-    assert "cannot do: lexical_constraints, search_rules" in both.json()["error"]
+    assert "cannot do: constraints, search_rules" in both.json()["error"]
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"

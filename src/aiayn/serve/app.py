@@ -25,6 +25,8 @@ it waits is dropped undecoded.
 from __future__ import annotations
 
 import asyncio
+import hmac
+import json
 import logging
 import re
 import uuid
@@ -238,7 +240,21 @@ class BodyLimit:
                 message = f"the body is over {self.max_bytes} bytes, the limit per request"
                 drained = not more or await _drain(receive, len(body))
                 return await _refuse(message, drained, scope, receive, send)
+        if (problem := _not_utf8(bytes(body), headers.get("content-type"))) is not None:
+            return await _error(400, problem)(scope, receive, send)
         await self.app(scope, _replay(bytes(body), receive), send)
+
+
+def _not_utf8(body: bytes, content_type: str | None) -> str | None:
+    """Why a JSON body is not UTF-8 text, which JSON must be (RFC 8259); FastAPI's own answer
+    names nothing ("There was an error parsing the body")."""
+    if not _is_json(content_type) or json.detect_encoding(body) != "utf-8":
+        return None  # not JSON (415 later), or UTF-16/32, which the parser reads
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"the body is not UTF-8 text: byte {err.start} ({body[err.start]:#04x}) {err.reason}"
+    return None
 
 
 async def _drain(receive: Receive, read: int) -> bool:
@@ -258,6 +274,29 @@ async def _refuse(message: str, drained: bool, scope: Scope, receive: Receive, s
     """The 413; a connection whose body was not all read is closed after it."""
     headers = None if drained else {"connection": "close"}
     await _error(413, message, headers=headers)(scope, receive, send)
+
+
+class ApiKey:
+    """ASGI middleware: a request must carry the server's key, as ``Authorization: Bearer KEY``
+    or ``X-API-Key: KEY``, else 401; ``/health`` (for load balancers) and the page (which asks
+    for the key, holding no data) are open. Compared in constant time; never logged."""
+
+    OPEN = ("/health", "/")
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app, self.key = app, key.encode("utf-8")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN:
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        given = bearer if scheme.lower() == "bearer" else headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), self.key):
+            message = "this server needs its API key: send Authorization: Bearer KEY"
+            answer = _error(401, message, headers={"WWW-Authenticate": "Bearer"})
+            return await answer(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class RequestId:
@@ -331,7 +370,11 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str]:
                 400,
                 f"malformed JSON: {e.get('ctx', {}).get('error', e['msg'])} at character {e['loc'][-1]}",
             )
-        where = ".".join(str(part) for part in e["loc"] if part != "body")
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}"
+            for part in e["loc"]
+            if part != "body"
+        ).removeprefix(".")  # text[0], as the app's own messages name an item
         if not where and e["type"] == "string_unicode":
             problems.append("a field name is not Unicode text (it holds a lone surrogate)")
         elif not where and e["type"] in ("model_attributes_type", "dict_type", "model_type"):
@@ -360,8 +403,11 @@ def _not_json(request: Request, err: RequestValidationError) -> str | None:
     return f"the body must be JSON with Content-Type: application/json, not {given}"
 
 
-def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
+def create_app(
+    translator: Translator, limits: Limits = Limits(), api_key: str | None = None
+) -> FastAPI:
     """The app for one loaded ``translator``; its batcher thread lives as long as the app runs.
+    ``api_key``: every route but ``/health`` and the page needs it (``ApiKey``).
 
     ``app.state.batcher.stop(drain_s)`` begins a shutdown (``server.make_server`` calls it).
     """
@@ -369,7 +415,11 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         title="aiayn",
         summary="Transformer translation with dynamic batching",
         lifespan=_lifespan(translator, limits),
+        docs_url=None,  # FastAPI's pages load their scripts from a CDN: blank offline
+        redoc_url=None,
     )
+    if api_key:  # inside BodyLimit: a refused body is read (bounded) before its 401 too
+        app.add_middleware(ApiKey, key=api_key)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(RequestId)  # the outermost: every answer names its request
     _add_error_handlers(app)
@@ -495,10 +545,36 @@ def _translate_job(
             constraints=constraints,
             alignment_layer=layer,
         )
-        translator.check_supported(job)  # the engine's refusals, all in one, before the queue
     except UserError as err:
         raise _Refused(422, str(err)) from None
+    _check_supported(translator, body, job)
     return job
+
+
+# the request's fields for what an engine declares (``decode.request.Feature``)
+FIELD_OF_FEATURE = {
+    "lexical_constraints": "constraints",
+    "prefixes": "prefix",
+    "sampling": "sample",
+}
+
+
+def _check_supported(translator: Translator, body: TranslateRequest, job: TranslateJob) -> None:
+    """The engine's refusals, all in one, before the queue, named by the request's fields."""
+    try:
+        translator.check_supported(job)
+    except UserError:
+        missing = translator.search_request([job]).features() - translator.engine.supports
+        fields = sorted(FIELD_OF_FEATURE.get(f, f) for f in missing)
+        where = ""
+        if "constraints" in fields and body.constraints is not None:
+            first = next(i for i, phrases in enumerate(body.constraints) if phrases)
+            where = f"constraints[{first}]: "
+        raise _Refused(
+            422,
+            f"{where}the {translator.engine.name} engine cannot do: {', '.join(fields)} "
+            "(the server's own search, without --engine, does every one)",
+        ) from None
 
 
 async def _decoded(request: Request, job: TranslateJob) -> JSONResponse:

@@ -15,6 +15,7 @@ Two holes in uvicorn's defaults are closed here:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 
 import h11
@@ -101,6 +102,16 @@ def check_listen(host: str, port: int) -> None:
             ) from None
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: resolved by the system, maybe to anything
+        return False
+
+
 def make_server(
     app: FastAPI,
     *,
@@ -137,13 +148,15 @@ def run_server(
     quantize: str | None = None,
     engine: Engine | None = None,
     precision: str = "fp32",
+    api_key: str | None = None,
 ) -> None:
     """Load ``checkpoint`` (``precision``: "fp32" or "bf16") and serve it until SIGINT/SIGTERM
     (see the module docstring); ``engine``: what searches instead of our model
-    (``aiayn.decode.engine``)."""
+    (``aiayn.decode.engine``); ``api_key``: the key every route but ``/health`` and the page
+    needs (``app.ApiKey``)."""
     translator = Translator.load(checkpoint, device, quantize, engine, precision)
     server = make_server(
-        create_app(translator, limits or Limits()),
+        create_app(translator, limits or Limits(), api_key),
         host=host,
         port=port,
         shutdown_timeout_s=shutdown_timeout_s,
