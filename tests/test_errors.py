@@ -205,6 +205,43 @@ def test_a_checkpoint_without_digests_loads_as_before(ckpt):
     assert load_trainer_state(ckpt).keys() == torch.load(ckpt / TRAINER).keys()
 
 
+# --- training's out ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["a file", "inside a file"])
+def test_an_out_that_cannot_be_a_run_directory_is_one_line_naming_the_key(
+    tiny_corpus, tmp_path, capsys, where
+):
+    (tmp_path / "taken").write_text("mine\n")
+    out = tmp_path / "taken" if where == "a file" else tmp_path / "taken" / "run"
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(tiny_corpus, tmp_path / "run").__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu", "--set", f"out={out}")
+    assert code == 2
+    one_line_error(err, f"out: {out}")
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_an_unwritable_output_folder_is_named_not_the_hidden_temporary_one(tmp_path, monkeypatch):
+    from aiayn.files import temp_dir_beside
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):  # root may write anywhere: the OS's answer, staged
+        if self.parent == tmp_path / "ro":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(UserError) as info:
+        temp_dir_beside(tmp_path / "ro" / "d")
+    assert str(info.value) == (
+        f"{tmp_path / 'ro' / 'd'}: cannot write it: {tmp_path / 'ro'} is not writable "
+        "(Permission denied)"
+    )
+
+
 # --- damaged datasets ----------------------------------------------------------------------------
 
 
