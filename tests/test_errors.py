@@ -476,3 +476,18 @@ class _FixedParser:
     def parse_args(self, argv):
         self.args.func = self.func
         return self.args
+
+
+@pytest.mark.parametrize("given", ["run", "run/checkpoints"])
+def test_a_run_directory_given_as_a_checkpoint_names_its_latest(tiny_run, tmp_path, capsys, given):
+    path = tiny_run if given == "run" else tiny_run / "checkpoints"
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", path, "--input", src)
+    assert code == 2 and out == ""
+    latest = latest_checkpoint(tiny_run / "checkpoints")
+    one_line_error(
+        err,
+        f"{path} is not a checkpoint: meta.json is missing; {path} holds a run's checkpoints: "
+        f"give {tiny_run / 'checkpoints' / 'latest'} (now {latest.name})",
+    )

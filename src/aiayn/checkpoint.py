@@ -216,10 +216,18 @@ def best_checkpoint(ckpt_root: Path) -> Path | None:
     return _pointed_at(ckpt_root, BEST, "(the next better validation writes it again)")
 
 
+def _hint(path: Path) -> str:
+    """For a run directory or its ``checkpoints/`` given as a checkpoint: which to give."""
+    for root in (path / "checkpoints", path):
+        if root.is_dir() and (found := latest_checkpoint(root)) is not None:
+            return f"; {path} holds a run's checkpoints: give {root / LATEST} (now {found.name})"
+    return ""
+
+
 def read_meta(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / META
     if not path.is_file():
-        raise FileNotFoundError(f"{ckpt} is not a checkpoint: {META} is missing")
+        raise FileNotFoundError(f"{ckpt} is not a checkpoint: {META} is missing{_hint(Path(ckpt))}")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
