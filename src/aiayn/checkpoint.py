@@ -528,16 +528,22 @@ def ema_of(paths: Sequence[Path]) -> list[Path]:
 
 def choose_last(ckpt_root: Path, last: int) -> list[Path]:
     """The newest ``last`` complete checkpoints under ``ckpt_root``, oldest first; warns when
-    fewer exist (``keep_last`` in training bounds how many are kept)."""
+    fewer exist, naming ``keep_last`` only when it is why."""
     if last < 1:
         raise UserError(f"--last must be at least 1, got {last}")
     found = list_checkpoints(Path(ckpt_root))
     if not found:
         raise UserError(f"no checkpoints under {ckpt_root}")
     if len(found) < last:
+        keep_last = read_meta(found[-1]).get("train_config", {}).get("keep_last")
+        why = (
+            f"the run's keep_last, {keep_last}, bounds how many are kept"
+            if keep_last is not None and len(found) >= keep_last
+            else "no more were saved"
+        )
         warnings.warn(
             f"asked for the last {last} checkpoints, but {ckpt_root} holds only {len(found)}: "
-            f"averaging {len(found)} (the run's keep_last bounds how many are kept)",
+            f"averaging {len(found)} ({why})",
             stacklevel=2,
         )
     return found[-last:]
