@@ -4,13 +4,17 @@ reruns that skip finished rows, and the measurements' own arithmetic pinned by h
 import functools
 import json
 import math
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import torch
+from _cli import run_cli
 from _pictures import assert_picture, catch_figures
 
 from aiayn.config import ModelConfig
@@ -713,3 +717,24 @@ def test_heads_smoke(corpus, tmp_path):
     for name in result["plots"]:
         assert_picture(out / name)
     assert json.loads((out / "results.json").read_text())["inputs"]["checkpoint"] == checkpoint
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_experiment_stopped_by_a_signal_says_how_to_resume_in_one_line(
+    tmp_path, capsys, monkeypatch, signum, code
+):
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the handler runs before this ends
+        raise AssertionError("the signal did not stop the experiment")
+
+    monkeypatch.setattr("aiayn.experiments.run_experiment", signalled)
+    out = tmp_path / "heads"
+    argv = ["experiment", "heads", "--checkpoint", tmp_path, "--out", out]
+    got, _, err = run_cli(capsys, *argv)
+    assert got == code
+    assert err.splitlines() == [
+        f"aiayn experiment: stopped by {signal.Signals(signum).name}; re-running the same "
+        f"command resumes: {out / 'results.json'} keeps finished rows"
+    ]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

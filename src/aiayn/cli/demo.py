@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from .common import say_wrote
+from .stopping import one_line_on_signal
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -16,36 +16,22 @@ def _demo(args: argparse.Namespace) -> None:
     from ..train.preemption import exit_code
 
     again = "run the same command again to continue (the corpus and checkpoints are kept)"
-    previous = signal.signal(signal.SIGTERM, _terminate)  # training sets its own, then this
     try:
-        report = run_demo(
-            minutes=args.minutes,
-            work=Path(args.work),
-            out=Path(args.out),
-            sets=args.set or [],
-            test_limit=args.test_limit,
-            fresh=args.fresh,
-        )
+        with one_line_on_signal("demo", again):  # training sets its own handlers, which save
+            report = run_demo(
+                minutes=args.minutes,
+                work=Path(args.work),
+                out=Path(args.out),
+                sets=args.set or [],
+                test_limit=args.test_limit,
+                fresh=args.fresh,
+            )
     except TrainingStopped as stop:
         saved = stop.checkpoint or "nothing saved (no update yet)"
         print(f"aiayn demo: {stop}, checkpoint {saved}; {again}", file=sys.stderr)
         raise SystemExit(exit_code(stop.signal_name)) from None
-    except (KeyboardInterrupt, _Terminated) as err:
-        name = "SIGTERM" if isinstance(err, _Terminated) else "SIGINT"
-        print(f"aiayn demo: stopped by {name}; {again}", file=sys.stderr)
-        raise SystemExit(exit_code(name)) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(format_report(report))
     say_wrote("demo", args.work, args.out)
-
-
-class _Terminated(Exception):
-    """SIGTERM outside training (preparing, averaging, decoding): stop as Ctrl-C stops."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated
 
 
 def add_demo(sub: argparse._SubParsersAction) -> None:
