@@ -7,6 +7,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -490,4 +492,25 @@ def test_a_run_directory_given_as_a_checkpoint_names_its_latest(tiny_run, tmp_pa
         err,
         f"{path} is not a checkpoint: meta.json is missing; {path} holds a run's checkpoints: "
         f"give {tiny_run / 'checkpoints' / 'latest'} (now {latest.name})",
+    )
+
+
+def test_a_prefix_file_longer_than_an_input_redirected_from_a_file_is_refused_first(ckpt, tmp_path):
+    (tmp_path / "in.txt").write_text("one\ntwo\n")
+    (tmp_path / "prefix.txt").write_text("a\nb\nc\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(checkpoint.__file__).parents[1])}
+    with open(tmp_path / "in.txt", "rb") as stdin:  # `< in.txt`: a file, not a pipe
+        done = subprocess.run(
+            [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ckpt)]
+            + ["--prefix", str(tmp_path / "prefix.txt"), "--beam", "1"],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    assert (done.returncode, done.stdout) == (2, "")  # nothing translated before the refusal
+    assert done.stderr == (
+        f"aiayn translate: error: --prefix {tmp_path / 'prefix.txt'} has 3 lines, the input 2: "
+        "give one line per input line\n"
     )

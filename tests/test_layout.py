@@ -20,6 +20,7 @@ LAYERS = [
     {
         "errors",
         "files",
+        "digest",
         "hardware",
         "measured",
         "config",

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +92,16 @@ def translate_stream(
         _say_cut(output)
     lines.check()
     return lines.count
+
+
+def _stdin_file() -> str | None:
+    """A path that reads stdin's file again when stdin is a regular file (``< in.en``), so
+    that its lines are counted before translating, as ``--input``'s are; None for a pipe."""
+    try:
+        regular = stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # no file descriptor (a test's stdin, a closed one)
+        return None
+    return "/dev/stdin" if regular and os.path.exists("/dev/stdin") else None
 
 
 def _say_cut(output: Outputs) -> None:
@@ -191,7 +203,8 @@ def _translate(args: argparse.Namespace) -> None:
     if interactive:
         corpus["window"] = 1  # answer each line as it comes
     output = Outputs.from_args(args)
-    count = count_lines(args.input) if args.input and (progress or output is not None) else None
+    counted = args.input or (_stdin_file() if output is not None else None)
+    count = count_lines(counted) if counted and (progress or output is not None) else None
     if output is not None and count is not None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
     engine = load_engine(args)  # refuses the options it cannot honour first
