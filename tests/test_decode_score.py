@@ -11,10 +11,11 @@ import torch
 from _cli import one_line_error, run_cli
 from _decode_helpers import B_, EOS, PAD, SRC, TABLE, A, ScriptedModel, tiny_model
 
-from aiayn.checkpoint import VOCAB, latest_checkpoint
+from aiayn.checkpoint import VOCAB, latest_checkpoint, load_transformer
 from aiayn.data import Vocab
 from aiayn.data.collate import pad_rows
-from aiayn.decode import Batching, DecodeConfig, beam_search, score_ids
+from aiayn.decode import Batching, DecodeConfig, SearchRequest, beam_search, decode_ids, score_ids
+from aiayn.decode.nbest import output_ids
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
 from aiayn.train.loss import label_smoothed_nll
@@ -207,3 +208,48 @@ def test_score_checks_stdin_pairs_alike(tiny_run, capsys, monkeypatch, stdin, pr
     code, out, err = run_cli(capsys, "score", "--checkpoint", ckpt)
     assert code == 2 and out == "" and "perplexity" not in err
     one_line_error(err, problem)
+
+
+def test_an_output_cut_at_the_length_limit_is_marked_and_rescores_without_eos(
+    tiny_run, pairs, capsys
+):
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    vocab = Vocab.load(ckpt / VOCAB)
+    src, ref, sources, references = pairs
+    common = ("--checkpoint", ckpt, "--precision", "fp32")
+    argv = (*common, "--input", src, "--beam", "2", "--nbest", "2")
+    code, out, err = run_cli(capsys, "translate", *argv)
+    assert code == 0, err
+    # the search's own numbers, and forced decoding of its ids as --no-eos or not scores them
+    model, _ = load_transformer(ckpt)
+    source_ids = [vocab.encode_source(s) for s in sources]
+    nbest = decode_ids(model, source_ids, SearchRequest(DecodeConfig(beam=2, nbest=2)))
+    hyps = [(i, h) for i, hs in enumerate(nbest) for h in hs]
+    cut = sorted({i for i, h in hyps if h.length == len(h.tokens)})
+    assert cut, "a 2-update model runs to the length limit on some of these lines"
+    lines = ", ".join(str(i + 1) for i in cut)
+    assert f"{len(cut)} input line(s) have an output cut at the length limit" in err
+    assert f"(lines {lines};" in err and "aiayn score --no-eos" in err
+    printed = [line.split(" ||| ") for line in out.splitlines()]
+    assert [float(p[3]) for p in printed] == [pytest.approx(h.log_prob, abs=1e-4) for _, h in hyps]
+    rescored = score_ids(
+        model, [source_ids[i] for i, _ in hyps], [output_ids(h, EOS) for _, h in hyps]
+    )
+    assert [s.log_prob for s in rescored] == [pytest.approx(h.log_prob, abs=1e-4) for _, h in hyps]
+    assert [s.length for s in rescored] == [h.length for _, h in hyps]
+    # the command: --no-eos scores the reference's tokens alone
+    code, out, err = run_cli(
+        capsys, "score", *common, "--src", src, "--ref", ref, "--format", "jsonl", "--no-eos"
+    )
+    assert code == 0, err
+    expected = score_ids(model, source_ids, [vocab.encode(r) for r in references])
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [(g["log_prob"], g["length"]) for g in got] == [
+        (pytest.approx(e.log_prob, abs=1e-5), e.length) for e in expected
+    ]
+    assert "target tokens (no eos)" in err
+    code, out, _ = run_cli(capsys, "translate", *common, "--input", src, "--format", "jsonl")
+    records = [json.loads(line)["hypotheses"][0] for line in out.splitlines()]
+    assert [i for i, r in enumerate(records) if r.get("cut")] == [
+        i for i, hs in enumerate(decode_ids(model, source_ids)) if hs[0].length == len(hs[0].tokens)
+    ]

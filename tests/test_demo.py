@@ -6,7 +6,9 @@ wall-clock budget (``--minutes``) is tested with a clock the test moves.
 
 import importlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -440,3 +442,47 @@ def test_demo_says_the_budget_its_sets_leave(tmp_path):
 
 def _fake_meta() -> dict:
     return {"splits": {"train": {"pairs": 1}}, "vocab_size": 8}
+
+
+def test_demo_stopped_by_a_signal_while_training_saves_and_says_how_to_continue(
+    demo, tmp_path, capsys, monkeypatch
+):
+    root, _ = demo
+    trainer_module = importlib.import_module("aiayn.train.trainer")
+    real_update = trainer_module.Trainer.train_update
+
+    def update_then_sigterm(self, batches):
+        stats = real_update(self, batches)
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's pre-emption would
+        return stats
+
+    monkeypatch.setattr(trainer_module.Trainer, "train_update", update_then_sigterm)
+    argv = ["demo", "--work", root / "work", "--out", tmp_path / "run", "--set", "preset=tiny"]
+    code, out, err = run_cli(capsys, *argv, "--set", "max_src_tokens=600", "--minutes", 5)
+    assert code == 143 and "[2/5] training" in out
+    checkpoint = ckpt.latest_checkpoint(tmp_path / "run" / "checkpoints")
+    one_line_error(
+        err,
+        f"aiayn demo: stopped by SIGTERM at update 1, checkpoint {checkpoint}; run the same "
+        "command again to continue (the corpus and checkpoints are kept)",
+    )
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers from before
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_demo_stopped_by_a_signal_outside_training_is_one_line(
+    tmp_path, capsys, monkeypatch, signum, code
+):
+    def signalled(work):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the handler runs before this ends
+        raise AssertionError("the signal did not stop the demo")
+
+    monkeypatch.setattr(demo_module, "prepare_bundled", signalled)
+    got, out, err = run_cli(capsys, "demo", "--work", tmp_path / "w", "--out", tmp_path / "run")
+    assert got == code and "[2/5]" not in out
+    one_line_error(
+        err,
+        f"aiayn demo: stopped by {signal.Signals(signum).name}; run the same command again to "
+        "continue (the corpus and checkpoints are kept)",
+    )

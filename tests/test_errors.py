@@ -5,7 +5,10 @@ import errno
 import gzip
 import json
 import os
+import random
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from aiayn.checkpoint import (
     list_checkpoints,
     load_trainer_state,
 )
+from aiayn.digest import DIGESTS, file_sha256
 from aiayn.errors import UserError
 from aiayn.train import load_train_config
 
@@ -131,6 +135,139 @@ def test_a_planted_pickle_in_trainer_pt_is_refused_as_untrusted(
     assert code == 2
     one_line_error(err, str(ckpt / TRAINER), "not a trusted checkpoint")
     assert "weights_only" not in err and not marker.exists()
+
+
+def _garbage(seed: int) -> bytes:
+    """Random bytes, some after a pickle's protocol header: each makes the weights-only
+    unpickler fail another way (IndexError, KeyError, UnicodeDecodeError)."""
+    rng = random.Random(seed)
+    return b"\x80\x02" + rng.randbytes(100) if seed % 2 else rng.randbytes(200)
+
+
+@pytest.mark.parametrize("seed", [2, 20, 195])
+@pytest.mark.parametrize("recorded", [True, False], ids=["with-digests", "without-digests"])
+def test_garbage_in_trainer_pt_is_one_line_on_resume(
+    ckpt, tiny_corpus, tmp_path, capsys, seed, recorded
+):
+    (ckpt / TRAINER).write_bytes(_garbage(seed))
+    if not recorded:  # a checkpoint saved before digests were recorded
+        (ckpt / DIGESTS).unlink()
+    with pytest.raises(
+        UserError, match=f"^{ckpt / TRAINER}: unreadable .*the checkpoint is damaged"
+    ):
+        load_trainer_state(ckpt)
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(tiny_corpus, tmp_path / "run").__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu", "--resume", ckpt)
+    assert code == 2
+    one_line_error(err, str(ckpt / TRAINER), "the checkpoint is damaged")
+
+
+def _flip(path: Path, offset_from_end: int) -> None:
+    """Eight bytes changed inside the file's last tensor: it still loads, as other numbers."""
+    data = bytearray(path.read_bytes())
+    at = len(data) - offset_from_end
+    data[at : at + 8] = bytes(b ^ 0x5A for b in data[at : at + 8])
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_bytes_in_the_weights_are_one_line_naming_the_file(ckpt, tmp_path, capsys):
+    _flip(ckpt / WEIGHTS, 64)
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2 and out == ""
+    one_line_error(err, str(ckpt / WEIGHTS), "SHA-256", "damaged")
+    with pytest.raises(UserError, match="SHA-256"):
+        checkpoint.load_state(ckpt)
+
+
+def test_flipped_bytes_in_the_trainer_state_are_named(ckpt):
+    state = load_trainer_state(ckpt)  # as saved: the digest matches
+    path = ckpt / TRAINER
+    data = path.read_bytes()
+    # the first stored tensor's bytes: torch.save's zip keeps them uncompressed under data/0
+    at = data.index(b"data/0") + 200
+    path.write_bytes(data[:at] + bytes(b ^ 0x5A for b in data[at : at + 8]) + data[at + 8 :])
+    with pytest.raises(UserError, match=f"^{path}: its SHA-256 is not the one SHA256SUMS recorded"):
+        load_trainer_state(ckpt)
+    assert state
+
+
+def test_a_checkpoint_without_digests_loads_as_before(ckpt):
+    recorded = {
+        line.split("  ")[1]: line.split("  ")[0]
+        for line in (ckpt / DIGESTS).read_text().splitlines()
+    }
+    assert recorded == {name: file_sha256(ckpt / name) for name in (WEIGHTS, TRAINER)}
+    checked = checkpoint.load_transformer(ckpt)[0].state_dict()
+    (ckpt / DIGESTS).unlink()
+    unchecked = checkpoint.load_transformer(ckpt)[0].state_dict()
+    assert all(torch.equal(checked[name], unchecked[name]) for name in checked)
+    assert load_trainer_state(ckpt).keys() == torch.load(ckpt / TRAINER).keys()
+
+
+# --- training's out ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["a file", "inside a file"])
+def test_an_out_that_cannot_be_a_run_directory_is_one_line_naming_the_key(
+    tiny_corpus, tmp_path, capsys, where
+):
+    (tmp_path / "taken").write_text("mine\n")
+    out = tmp_path / "taken" if where == "a file" else tmp_path / "taken" / "run"
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(tiny_corpus, tmp_path / "run").__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu", "--set", f"out={out}")
+    assert code == 2
+    one_line_error(err, f"out: {out}")
+    assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_an_unwritable_output_folder_is_named_not_the_hidden_temporary_one(tmp_path, monkeypatch):
+    from aiayn.files import temp_dir_beside
+
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):  # root may write anywhere: the OS's answer, staged
+        if self.parent == tmp_path / "ro":
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(UserError) as info:
+        temp_dir_beside(tmp_path / "ro" / "d")
+    assert str(info.value) == (
+        f"{tmp_path / 'ro' / 'd'}: cannot write it: {tmp_path / 'ro'} is not writable "
+        "(Permission denied)"
+    )
+
+
+# --- damaged datasets ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, keep",
+    [
+        ("train.src.tokens.npy", 40),  # inside the header
+        ("train.tgt.tokens.npy", -100),  # the header whole, the data cut short
+        ("train.src.offsets.npy", -16),
+        ("valid.tgt.offsets.npy", 0),  # empty
+    ],
+)
+def test_a_truncated_dataset_array_is_one_line_naming_it_and_prepare(
+    tiny_corpus, tmp_path, capsys, name, keep
+):
+    data = Path(shutil.copytree(tiny_corpus, tmp_path / "data"))
+    raw = (data / name).read_bytes()
+    (data / name).write_bytes(raw[:keep])
+    cfg_path = tmp_path / "c.json"
+    cfg_path.write_text(json.dumps({**config(data, tmp_path / "run", validate=True).__dict__}))
+    code, _, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
+    assert code == 2
+    one_line_error(err, name.split(".")[0], "damaged", "aiayn prepare")
+    assert str(data) in err
 
 
 # --- evaluate ----------------------------------------------------------------------------------
@@ -341,3 +478,39 @@ class _FixedParser:
     def parse_args(self, argv):
         self.args.func = self.func
         return self.args
+
+
+@pytest.mark.parametrize("given", ["run", "run/checkpoints"])
+def test_a_run_directory_given_as_a_checkpoint_names_its_latest(tiny_run, tmp_path, capsys, given):
+    path = tiny_run if given == "run" else tiny_run / "checkpoints"
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", path, "--input", src)
+    assert code == 2 and out == ""
+    latest = latest_checkpoint(tiny_run / "checkpoints")
+    one_line_error(
+        err,
+        f"{path} is not a checkpoint: meta.json is missing; {path} holds a run's checkpoints: "
+        f"give {tiny_run / 'checkpoints' / 'latest'} (now {latest.name})",
+    )
+
+
+def test_a_prefix_file_longer_than_an_input_redirected_from_a_file_is_refused_first(ckpt, tmp_path):
+    (tmp_path / "in.txt").write_text("one\ntwo\n")
+    (tmp_path / "prefix.txt").write_text("a\nb\nc\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(checkpoint.__file__).parents[1])}
+    with open(tmp_path / "in.txt", "rb") as stdin:  # `< in.txt`: a file, not a pipe
+        done = subprocess.run(
+            [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ckpt)]
+            + ["--prefix", str(tmp_path / "prefix.txt"), "--beam", "1"],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+    assert (done.returncode, done.stdout) == (2, "")  # nothing translated before the refusal
+    assert done.stderr == (
+        f"aiayn translate: error: --prefix {tmp_path / 'prefix.txt'} has 3 lines, the input 2: "
+        "give one line per input line\n"
+    )

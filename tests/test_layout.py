@@ -21,6 +21,7 @@ LAYERS = [
         "errors",
         "files",
         "records",
+        "digest",
         "hardware",
         "measured",
         "config",

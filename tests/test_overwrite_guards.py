@@ -351,6 +351,14 @@ def test_average_warns_when_fewer_checkpoints_than_asked(tiny_run, tmp_path, cap
     assert code == 0
     assert "warning: asked for the last 20 checkpoints" in err and "holds only 3" in err
     assert "averaged 3 checkpoints" in out
+    assert "(no more were saved)" in err and "keep_last" not in err  # it keeps 5: not the cause
+    ckpts = copy_run(tiny_run, tmp_path / "ckpts")
+    meta_path = latest_checkpoint(ckpts) / META
+    meta = json.loads(meta_path.read_text())
+    meta["train_config"]["keep_last"] = 3  # a run that kept its last 3
+    meta_path.write_text(json.dumps(meta))
+    code, _, err = run_cli(capsys, "average", ckpts, "--last", 20, "--out", tmp_path / "avg2")
+    assert code == 0 and "(the run's keep_last, 3, bounds how many are kept)" in err
 
 
 def test_average_refuses_a_mixture_of_vocabularies(tiny_run, tiny_corpus, tmp_path):
@@ -383,6 +391,7 @@ def _rewrite_weights(ckpt, change) -> None:
 
     tensors = load_file(str(ckpt / WEIGHTS))
     save_file(change(tensors), str(ckpt / WEIGHTS))
+    (ckpt / "SHA256SUMS").unlink()  # weights written by another tool: nothing recorded to check
 
 
 def test_average_refuses_a_tensor_of_another_shape_by_name(tiny_run, tmp_path):

@@ -3,6 +3,7 @@ subprocess (SIGTERM, CLI errors), and the page in headless Chromium."""
 
 import asyncio
 import dataclasses
+import http.client
 import json
 import os
 import shutil
@@ -12,6 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,6 +52,7 @@ from aiayn.serve import (
     create_app,
     make_server,
 )
+from aiayn.serve.app import DRAIN_BYTES
 
 SENTENCES = [
     "In the beginning God created the heaven and the earth.",
@@ -491,7 +496,7 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         ('["a sentence"]', 422, "the body must be a JSON object"),
         ('{"beam": 2}', 422, "missing field 'text'"),
         ('{"text": "a sentence"}', 422, "text: Input should be a valid list"),
-        ('{"text": [1, "b"]}', 422, "text.0: Input should be a valid string"),
+        ('{"text": [1, "b"]}', 422, "text[0]: Input should be a valid string"),
         ('{"text": []}', 422, "text: List should have at least 1 item"),
         ('{"text": ["a"], "beam": "4"}', 422, "beam: Input should be a valid integer"),
         ('{"text": ["a"], "beam": 4.5}', 422, "beam: Input should be a valid integer"),
@@ -539,11 +544,11 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
             422,
             "prefix has 1 items but text has 2: give one per sentence",
         ),
-        ('{"text": ["a"], "prefix": [3]}', 422, "prefix.0: Input should be a valid string"),
+        ('{"text": ["a"], "prefix": [3]}', 422, "prefix[0]: Input should be a valid string"),
         (
             '{"text": ["a"], "constraints": ["x"]}',
             422,
-            "constraints.0: Input should be a valid list",
+            "constraints[0]: Input should be a valid list",
         ),
         (
             '{"text": ["a"], "constraints": [["x"], []]}',
@@ -582,7 +587,7 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         (
             '{"text": ["ok", "a\\ud800b"]}',
             422,
-            "text.1: character 1 is a lone surrogate '\\ud800', not Unicode text",
+            "text[1]: character 1 is a lone surrogate '\\ud800', not Unicode text",
         ),
         ('{"text": ["a"], "\\udfff": 1}', 422, "a field name is not Unicode text"),
         (
@@ -994,6 +999,79 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.kill()
 
 
+def test_a_body_that_is_not_utf8_is_a_400_naming_the_byte(translator):
+    with client(translator) as c:
+        r = c.post(
+            "/translate",
+            content=b'{"text": ["a\xff"]}',
+            headers={"Content-Type": "application/json"},
+        )
+        utf16 = c.post(
+            "/translate",
+            content='{"text": ["a"]}'.encode("utf-16-le"),
+            headers={"Content-Type": "application/json"},
+        )
+    assert (r.status_code, r.json()) == (
+        400,
+        {"error": "the body is not UTF-8 text: byte 12 (0xff) invalid start byte"},
+    )
+    assert utf16.status_code == 200  # JSON's other encodings still parse
+
+
+def test_fastapis_pages_that_load_a_cdn_are_off(translator):
+    with client(translator) as c:
+        assert [c.get(path).status_code for path in ("/docs", "/redoc")] == [404, 404]
+        assert c.get("/openapi.json").status_code == 200  # the schema itself loads nothing
+
+
+def test_an_api_key_guards_every_route_but_health_and_the_page(translator):
+    body = {"text": [SENTENCES[0]], "beam": 1}
+    with TestClient(create_app(translator, api_key="s3cret")) as c:
+        assert c.get("/health").status_code == 200
+        page = c.get("/")
+        assert page.status_code == 200 and 'id="key"' in page.text
+        refused = [
+            c.get("/info"),
+            c.post("/translate", json=body),
+            c.post("/translate", json=body, headers={"Authorization": "Bearer wrong"}),
+            c.post("/translate", json=body, headers={"Authorization": "Basic s3cret"}),
+            c.post("/translate", json=body, headers={"X-API-Key": "s3cre"}),
+            c.get("/nowhere"),
+        ]
+        assert [r.status_code for r in refused] == [401] * len(refused)
+        assert refused[0].json() == {
+            "error": "this server needs its API key: send Authorization: Bearer KEY"
+        }
+        assert refused[0].headers["www-authenticate"] == "Bearer"
+        bearer = c.post("/translate", json=body, headers={"Authorization": "Bearer s3cret"})
+        header = c.post("/translate", json=body, headers={"X-API-Key": "s3cret"})
+        info = c.get("/info", headers={"Authorization": "bearer s3cret"})
+    assert [bearer.status_code, header.status_code, info.status_code] == [200, 200, 200]
+    assert bearer.json() == header.json()
+
+
+def test_the_cli_takes_the_key_from_the_environment_and_warns_without_one_beyond_loopback(
+    checkpoint, capsys, monkeypatch
+):
+    got = {}
+    monkeypatch.setattr("aiayn.serve.run_server", lambda checkpoint, **kw: got.update(kw))
+    monkeypatch.delenv("AIAYN_API_KEY", raising=False)
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0", "--host", "0.0.0.0"])
+    assert got["api_key"] is None
+    assert capsys.readouterr().err == (
+        "aiayn serve: warning: listening on 0.0.0.0 without an API key: anyone who can reach "
+        "port 0 can use it; set AIAYN_API_KEY (or --api-key)\n"
+    )
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0"])  # loopback: no warning
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("AIAYN_API_KEY", "from-env")
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0", "--host", "0.0.0.0"])
+    assert got["api_key"] == "from-env" and "from-env" not in "".join(capsys.readouterr())
+    argv = ["serve", "--checkpoint", str(checkpoint), "--port", "0", "--api-key", "opt"]
+    main(argv)
+    assert got["api_key"] == "opt"
+
+
 # --- uvicorn as `aiayn serve` configures it, in a thread: bodies, timeouts, hang-ups, shutdown ---
 
 
@@ -1082,7 +1160,8 @@ def _parse(raw: bytes) -> tuple[int, dict[str, str], bytes]:
 HEADERS = b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
 
 
-def test_an_oversize_body_is_refused_before_it_is_read():
+def test_a_body_past_what_is_drained_is_refused_before_it_is_read():
+    assert 50_000_000 > DRAIN_BYTES
     limit = Limits().max_body_bytes
     with serving(create_app(SlowTranslator("slow"))) as (_, host, port):
         with socket.create_connection((host, port), timeout=5) as s:
@@ -1092,16 +1171,132 @@ def test_an_oversize_body_is_refused_before_it_is_read():
         assert json.loads(body) == {
             "error": f"the body is 50000000 bytes; the limit is {limit} bytes per request"
         }
+
+
+def _post_urllib(url: str, body: bytes) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def _post_http_client(url: str, body: bytes) -> tuple[int, bytes]:
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("POST", parts.path, body, {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def _post_httpx(url: str, body: bytes) -> tuple[int, bytes]:
+    answer = httpx.post(url, content=body, headers={"Content-Type": "application/json"}, timeout=30)
+    return answer.status_code, answer.content
+
+
+def _post_curl(url: str, body: bytes) -> tuple[int, bytes]:
+    done = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+            "-w",
+            "\\n%{http_code}",
+            url,
+        ],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    answer, _, status = done.stdout.rpartition(b"\n")
+    return int(status), answer
+
+
+CLIENTS = {"urllib": _post_urllib, "http.client": _post_http_client, "httpx": _post_httpx}
+if shutil.which("curl"):
+    CLIENTS["curl"] = _post_curl
+
+# `aiayn serve`'s app and server around a translator that upper-cases, in a process of its own
+UPPER_SERVER = """
+import sys
+from aiayn.serve.app import create_app
+from aiayn.serve.server import make_server
+
+class Upper:
+    max_source_tokens = 10_000
+    def encode(self, lines): return [[ord(c) for c in line] for line in lines]
+    def constraints(self, *args): return None
+    def check_supported(self, job): return None
+    def decode(self, jobs): return [[{"text": "".join(map(chr, j.sources[0])).upper()}] for j in jobs]
+    def info(self): return {}
+
+make_server(create_app(Upper()), port=int(sys.argv[1]), log_level="warning").run()
+"""
+
+
+@pytest.mark.parametrize("size", [10**6, 5 * 10**6])
+def test_every_client_still_sending_an_oversize_body_reads_its_413(size, tmp_path):
+    limit = Limits().max_body_bytes
+    body = b'{"text": ["' + b"x" * size + b'"]}'
+    expected = {"error": f"the body is {len(body)} bytes; the limit is {limit} bytes per request"}
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(aiayn.__file__).parents[1])}
+    (script := tmp_path / "upper_server.py").write_text(UPPER_SERVER)
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], env=env)
+    url = f"http://127.0.0.1:{port}/translate"
+    try:
+        _eventually(lambda: _answers(f"http://127.0.0.1:{port}/health"))
+        for name, post in CLIENTS.items():
+            for _ in range(5):  # a reset loses the answer most times, not every time
+                status, answer = post(url, body)
+                assert (status, json.loads(answer)) == (413, expected), name
+        for name, post in CLIENTS.items():  # and the server is well after
+            status, answer = post(url, json.dumps({"text": ["ok"]}).encode())
+            assert (status, json.loads(answer)) == (200, {"translations": [{"text": "OK"}]}), name
+    finally:
+        _stop(proc)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_an_oversize_body_is_read_to_its_end_before_the_413_so_the_client_gets_it():
+    limit = Limits().max_body_bytes
+    body = b"x" * (4 * limit)
+    with serving(create_app(SlowTranslator("slow"))) as (_, host, port):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(HEADERS + b"Content-Length: %d\r\n\r\n" % len(body) + body[: 2 * limit])
+            s.settimeout(1)
+            with pytest.raises(TimeoutError):  # answered only once the client is done sending
+                s.recv(1)
+            s.settimeout(5)
+            s.sendall(body[2 * limit :])
+            status, headers, answer = _parse(_read_response(s))
+            assert (status, "connection" in headers) == (413, False)  # the connection lives on
+            ok = b'{"text": ["ok"]}'
+            s.sendall(HEADERS + b"Content-Length: %d\r\n\r\n%s" % (len(ok), ok))
+            status, _, answer = _parse(_read_response(s))
+        assert json.loads(answer) == {"translations": [{"text": "OK"}]}
         chunk = b"x" * 16384
         with socket.create_connection((host, port), timeout=5) as s:
             s.sendall(HEADERS + b"Transfer-Encoding: chunked\r\n\r\n")
-            for _ in range(limit // len(chunk) + 1):  # just over the limit, and never the end
+            for _ in range(2 * limit // len(chunk)):  # past the limit, then the end
                 s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            status, _, body = _parse(_read_until_closed(s))
-        assert status == 413
-        assert json.loads(body) == {
-            "error": f"the body is over {limit} bytes, the limit per request"
-        }
+            s.sendall(b"0\r\n\r\n")
+            status, headers, _ = _parse(_read_response(s))
+        assert (status, "connection" in headers) == (413, False)
 
 
 def test_half_sent_headers_are_cut_off_and_a_long_decode_is_not():
@@ -1197,18 +1392,61 @@ def test_cli_rejects_a_missing_checkpoint_and_bad_limits_in_one_line(tmp_path, c
         ),
     ]:
         with pytest.raises(SystemExit) as exit:
-            main(["serve", *args])
+            main(["serve", "--port", "0", *args])  # 0: any free port, so 8000 in use is no matter
         assert (
             exit.value.code == 2 and capsys.readouterr().err == f"aiayn serve: error: {message}\n"
         )
 
 
+def test_a_port_or_address_the_server_cannot_listen_on_is_one_line_before_the_model_loads(
+    checkpoint, capsys, monkeypatch
+):
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the address was checked")
+
+    monkeypatch.setattr(Translator, "load", no_model)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        in_use = taken.getsockname()[1]
+        for args, message in [
+            (["--port", "70000"], "--port 70000: a port is a number from 0 to 65535"),
+            (["--port", "-1"], "--port -1: a port is a number from 0 to 65535"),
+            (
+                ["--port", str(in_use)],
+                f"--host 127.0.0.1 --port {in_use}: cannot listen there (Address already in use)",
+            ),
+            (
+                ["--host", "192.0.2.1"],  # TEST-NET-1: no machine's own address
+                "--host 192.0.2.1 --port 8000: cannot listen there (Cannot assign requested address)",
+            ),
+        ]:
+            with pytest.raises(SystemExit) as exit:
+                main(["serve", "--checkpoint", str(checkpoint), *args])
+            assert (exit.value.code, capsys.readouterr().err) == (
+                2,
+                f"aiayn serve: error: {message}\n",
+            )
+
+
 def test_cli_passes_the_queue_bound_and_the_deadline_to_the_server(checkpoint, monkeypatch):
     got = {}
     monkeypatch.setattr("aiayn.serve.run_server", lambda checkpoint, **kw: got.update(kw))
-    main(["serve", "--checkpoint", str(checkpoint), "--max-queue", "7", "--deadline-s", "2.5"])
+    main(
+        [
+            "serve",
+            "--checkpoint",
+            str(checkpoint),
+            "--port",
+            "0",
+            "--max-queue",
+            "7",
+            "--deadline-s",
+            "2.5",
+        ]
+    )
     assert (got["limits"].max_queue, got["limits"].deadline_s) == (7, 2.5)
-    main(["serve", "--checkpoint", str(checkpoint)])
+    main(["serve", "--checkpoint", str(checkpoint), "--port", "0"])
     assert (got["limits"].max_queue, got["limits"].deadline_s) == (
         Limits.max_queue,
         Limits.deadline_s,
@@ -1371,10 +1609,13 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
         == (our_attention.json()["translations"][0]["attention"])
     )
     assert refused.status_code == 422
-    assert "ctranslate2 engine cannot do: lexical_constraints" in refused.json()["error"]
+    assert refused.json()["error"] == (
+        "constraints[0]: the ctranslate2 engine cannot do: constraints (the server's own search, "
+        "without --engine, does every one)"
+    )
     assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
     assert ruled.status_code == 422 and "engine cannot do: search_rules" in ruled.text
     assert both.status_code == 422  # one refusal names all that the engine lacks
-    assert "cannot do: lexical_constraints, search_rules" in both.json()["error"]
+    assert "cannot do: constraints, search_rules" in both.json()["error"]
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"

@@ -880,6 +880,7 @@ def test_resuming_applies_the_keys_that_may_change_and_says_so(tiny_corpus, tmp_
     summary = Trainer(more).run()
     lines = [line for line in capsys.readouterr().err.splitlines() if "resuming" in line]
     assert len(lines) == 1, lines
+    assert lines[0].startswith(f"train: resuming {out} from update 1 (")
     for change in ("max_updates 1 -> 2", "amp 'auto' -> 'none'", "log_every 1 -> 5"):
         assert change in lines[0]
     assert summary["updates"] == 2
@@ -887,8 +888,10 @@ def test_resuming_applies_the_keys_that_may_change_and_says_so(tiny_corpus, tmp_
     assert (written["max_updates"], written["amp"], written["ema_decay"]) == (2, "none", 0.5)
     assert (latest_checkpoint(out / "checkpoints") / "ema" / "model.safetensors").is_file()
     capsys.readouterr()
-    Trainer(more).run()  # nothing changed: nothing said
-    assert "resuming" not in capsys.readouterr().err
+    Trainer(more).run()  # nothing changed: only where it resumes from
+    lines = [line for line in capsys.readouterr().err.splitlines() if "resuming" in line]
+    checkpoint = latest_checkpoint(out / "checkpoints")
+    assert lines == [f"train: resuming {out} from update 2 ({checkpoint})"]
 
 
 def test_resuming_into_another_model_names_only_the_keys_that_differ(tiny_corpus, tmp_path):

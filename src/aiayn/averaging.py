@@ -27,6 +27,7 @@ from .checkpoint import (
     vocab_fingerprint,
 )
 from .data.pieces import PAIR_FILES, copy_vocabulary, vocabulary_file
+from .digest import DIGESTS, write_digests
 from .errors import UserError
 from .files import check_not_input, publish_dir, temp_dir_beside
 
@@ -35,7 +36,7 @@ def is_averaged_checkpoint(path: Path) -> bool:
     """Whether ``path`` is a directory ``average_checkpoints`` wrote, holding nothing else."""
     if path.is_symlink() or not path.is_dir():
         return False
-    if any(p.name not in (WEIGHTS, META, VOCAB, *PAIR_FILES) for p in path.iterdir()):
+    if any(p.name not in (WEIGHTS, META, VOCAB, DIGESTS, *PAIR_FILES) for p in path.iterdir()):
         return False
     try:
         return "averaged_from" in read_meta(path)
@@ -153,6 +154,7 @@ def average_checkpoints(paths: Sequence[Path], out: Path, force: bool = False) -
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         if (vocab_file := vocabulary_file(Path(paths[-1]))) is not None:
             copy_vocabulary(vocab_file, tmp)
+        write_digests(tmp, [WEIGHTS])
         publish_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
@@ -177,16 +179,22 @@ def ema_of(paths: Sequence[Path]) -> list[Path]:
 
 def choose_last(ckpt_root: Path, last: int) -> list[Path]:
     """The newest ``last`` complete checkpoints under ``ckpt_root``, oldest first; warns when
-    fewer exist (``keep_last`` in training bounds how many are kept)."""
+    fewer exist, naming ``keep_last`` only when it is why."""
     if last < 1:
         raise UserError(f"--last must be at least 1, got {last}")
     found = list_checkpoints(Path(ckpt_root))
     if not found:
         raise UserError(f"no checkpoints under {ckpt_root}")
     if len(found) < last:
+        keep_last = read_meta(found[-1]).get("train_config", {}).get("keep_last")
+        why = (
+            f"the run's keep_last, {keep_last}, bounds how many are kept"
+            if keep_last is not None and len(found) >= keep_last
+            else "no more were saved"
+        )
         warnings.warn(
             f"asked for the last {last} checkpoints, but {ckpt_root} holds only {len(found)}: "
-            f"averaging {len(found)} (the run's keep_last bounds how many are kept)",
+            f"averaging {len(found)} ({why})",
             stacklevel=2,
         )
     return found[-last:]

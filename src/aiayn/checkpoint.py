@@ -8,6 +8,8 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
   ``weights_only=True``: nothing in a checkpoint can execute code),
 - ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own (an
   imported MarianMT model: ``source.spm``, ``target.spm`` and ``pieces.json``, ``data.pieces``),
+- ``SHA256SUMS``: the digests of the weights and trainer state, checked when they load
+  (``aiayn.digest``: safetensors has no checksum of its own),
 - ``ema/`` (training with ``ema_decay``): the moving average of the weights, a checkpoint
   directory of its own (weights, meta.json, vocabulary) that every command reads as any other.
 
@@ -41,6 +43,7 @@ from .data.pieces import (
     load_vocabulary,
     vocabulary_file,
 )
+from .digest import check_digest, write_digests
 from .errors import UserError
 from .files import (
     fsync_tree,
@@ -100,6 +103,7 @@ def save_checkpoint(
             copy_vocabulary(vocab_file, tmp)
         if ema is not None:
             _write_ema(tmp / EMA_DIR, ema, {**meta, "ema_of": final.name}, vocab_file)
+        write_digests(tmp, [WEIGHTS, TRAINER])
         publish_dir(tmp, final)  # replaces the same update written again after a resume
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -149,6 +153,7 @@ def _write_ema(
     (directory / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
     if vocab_file is not None:
         copy_vocabulary(vocab_file, directory)
+    write_digests(directory, [WEIGHTS])
     fsync_tree(directory)  # publish_dir syncs the files of the checkpoint, not of its folders
 
 
@@ -215,10 +220,18 @@ def best_checkpoint(ckpt_root: Path) -> Path | None:
     return _pointed_at(ckpt_root, BEST, "(the next better validation writes it again)")
 
 
+def _hint(path: Path) -> str:
+    """For a run directory or its ``checkpoints/`` given as a checkpoint: which to give."""
+    for root in (path / "checkpoints", path):
+        if root.is_dir() and (found := latest_checkpoint(root)) is not None:
+            return f"; {path} holds a run's checkpoints: give {root / LATEST} (now {found.name})"
+    return ""
+
+
 def read_meta(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / META
     if not path.is_file():
-        raise FileNotFoundError(f"{ckpt} is not a checkpoint: {META} is missing")
+        raise FileNotFoundError(f"{ckpt} is not a checkpoint: {META} is missing{_hint(Path(ckpt))}")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as e:
@@ -253,7 +266,7 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     """
     path = Path(ckpt) / TRAINER
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         detail = next(
             (
@@ -267,10 +280,12 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
             f"{path}: not a trusted checkpoint: it holds objects other than tensors and plain "
             f"data, which aiayn never loads{f' ({detail})' if detail else ''}"
         ) from None
-    except RuntimeError as e:
-        raise UserError(
-            f"{path}: unreadable ({str(e).splitlines()[0]}): the checkpoint is damaged"
-        ) from None
+    # what the unpickler raises on bytes that are no pickle: the file is damaged, not our code
+    except (RuntimeError, KeyError, IndexError, ValueError, EOFError, TypeError) as e:
+        detail = " ".join([type(e).__name__, *str(e).splitlines()[:1]])
+        raise UserError(f"{path}: unreadable ({detail}): the checkpoint is damaged") from None
+    check_digest(path)  # bytes changed inside a tensor load without an error
+    return state
 
 
 def check_finite(tensors: Mapping[str, torch.Tensor], ckpt: Path) -> None:
@@ -295,6 +310,7 @@ def load_state(ckpt: Path) -> dict[str, torch.Tensor]:
         raise UserError(
             f"{path}: not a readable safetensors file ({e}): the checkpoint is damaged (truncated?)"
         ) from None
+    check_digest(path)  # bytes changed inside a tensor load without an error
     check_finite(state, ckpt)
     return state
 
@@ -318,6 +334,7 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
         raise UserError(
             f"{ckpt}: weights do not fit the model: missing {missing}, unexpected {unexpected}"
         )
+    check_digest(path)  # bytes changed inside a tensor load without an error
     check_finite(model.state_dict(), ckpt)
 
 

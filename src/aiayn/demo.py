@@ -40,6 +40,7 @@ from .metrics.significance import with_interval
 from .records import Record, make_record, write_record
 from .train import TrainConfig
 from .train.config import recipe_config
+from .train.preemption import stop_on_signals
 from .train.trainer import Resolved, Trainer
 
 AVERAGE_AT_MOST = 5  # the paper averaged the last 5 checkpoints (base models)
@@ -253,12 +254,23 @@ def demo_record(report: dict[str, Any], cfg: TrainConfig, sets: Iterable[str]) -
     )
 
 
+class TrainingStopped(Exception):
+    """A signal stopped the demo's training after a checkpoint: a re-run continues it."""
+
+    def __init__(self, signal_name: str, updates: int, checkpoint: str | None) -> None:
+        super().__init__(f"stopped by {signal_name} at update {updates}")
+        self.signal_name, self.updates, self.checkpoint = signal_name, updates, checkpoint
+
+
 def _train(cfg: TrainConfig, out: Path) -> tuple[dict[str, Any], dict[str, float]]:
     """Train into the run directory ``out``: the trainer's summary, and the run's cost against
     the matmul peak measured after training (the report's measurement, not the trainer's)."""
     _start_run_dir(out)
     trainer = Trainer(cfg, device="cpu")
-    summary = trainer.run()
+    with stop_on_signals(trainer.request_stop):  # SIGTERM, Ctrl-C: save after this update
+        summary = trainer.run()
+    if trainer.preempted:
+        raise TrainingStopped(trainer.stopped, summary["updates"], summary["checkpoint"])
     return summary, trainer.cost(measure_matmul_peak(trainer.device, trainer.peak_dtype))
 
 

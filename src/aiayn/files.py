@@ -256,15 +256,20 @@ def temp_dir_beside(path: PathLike) -> Path:
     """
     path = Path(path)
     check_parent(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(path.parent, path.name)
-    while True:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}-{_HOST}-{secrets.token_hex(4)}.tmp")
-        try:
-            tmp.mkdir()
-            return tmp
-        except FileExistsError:
-            continue
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(path.parent, path.name)
+        while True:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}-{_HOST}-{secrets.token_hex(4)}.tmp")
+            try:
+                tmp.mkdir()
+                return tmp
+            except FileExistsError:
+                continue
+    except PermissionError as err:  # named for the output asked for, not our hidden folder
+        raise UserError(
+            f"{path}: cannot write it: {path.parent} is not writable ({err.strerror})"
+        ) from None
 
 
 _HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"  # a pid means something on one host

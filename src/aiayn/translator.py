@@ -364,13 +364,7 @@ class Translator:
             progress=progress,
             on_truncate=on_truncate,
         )
-        return [
-            [
-                Output(vocab.decode(h.tokens), h.score, h.log_prob, h.length, ids=h.tokens)
-                for h in hyps
-            ]
-            for hyps in nbest
-        ]
+        return [[Output.of(h, vocab.decode(h.tokens)) for h in hyps] for hyps in nbest]
 
     def _candidate(self, output: Output) -> Candidate:
         pieces = tuple(self.vocab.id_to_piece(t) for t in output.ids or [])
@@ -489,20 +483,22 @@ class Translator:
         *,
         alpha: float | None = None,
         name: str = "targets",
+        eos: bool = True,
     ) -> list[Score | None]:
-        """log P(target | source) of each pair, eos included, as ``aiayn score`` prints them
+        """log P(target | source) of each pair, eos included unless ``eos`` is False (an output
+        the length limit cut, ``Output.cut``: it chose none), as ``aiayn score`` prints them
         (``Score``: log_prob, length, score = log_prob / lp(|Y|) with the preset's alpha unless
         given, ppl, token_log_probs); None for an empty source. ``name``: what errors call
         the targets."""
         check_sentences(sources, "sources")
         check_sentences(targets, "targets")
         vocab, model = self.vocab, self.model
-        config = DecodeConfig.choose(alpha=alpha)
+        config, end = DecodeConfig.choose(alpha=alpha), [vocab.eos_id] if eos else []
         with eval_mode(model):
             return score_ids(
                 model,
                 [vocab.encode_source(s) for s in sources],
-                [vocab.encode_target(t) + [vocab.eos_id] for t in targets],
+                [vocab.encode_target(t) + end for t in targets],
                 alpha=config.alpha,
                 name=name,
             )

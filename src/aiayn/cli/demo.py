@@ -4,24 +4,34 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .common import say_wrote
+from .stopping import one_line_on_signal
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from ..demo import format_report, run_demo
+    from ..demo import TrainingStopped, format_report, run_demo
+    from ..train.preemption import exit_code
 
-    report = run_demo(
-        minutes=args.minutes,
-        updates=args.updates,
-        record=Path(args.record) if args.record else None,
-        work=Path(args.work),
-        out=Path(args.out),
-        sets=args.set or [],
-        test_limit=args.test_limit,
-        fresh=args.fresh,
-    )
+    again = "run the same command again to continue (the corpus and checkpoints are kept)"
+    try:
+        with one_line_on_signal("demo", again):  # training sets its own handlers, which save
+            report = run_demo(
+                minutes=args.minutes,
+                updates=args.updates,
+                record=Path(args.record) if args.record else None,
+                work=Path(args.work),
+                out=Path(args.out),
+                sets=args.set or [],
+                test_limit=args.test_limit,
+                fresh=args.fresh,
+            )
+    except TrainingStopped as stop:
+        saved = stop.checkpoint or "nothing saved (no update yet)"
+        print(f"aiayn demo: {stop}, checkpoint {saved}; {again}", file=sys.stderr)
+        raise SystemExit(exit_code(stop.signal_name)) from None
     print(format_report(report))
     say_wrote("demo", args.work, args.out)
 

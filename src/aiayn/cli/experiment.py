@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import UserError
+from .stopping import one_line_on_signal
 
 
 def _experiment(args: argparse.Namespace) -> None:
@@ -51,15 +52,17 @@ def _experiment(args: argparse.Namespace) -> None:
             f"--out {out}",
         ]
     )
-    results = run_experiment(
-        args.name,
-        out,
-        budget,
-        command=command,
-        report_only=args.report_only,
-        seeds=args.seeds,
-        **inputs,
-    )
+    again = f"re-running the same command resumes: {out / 'results.json'} keeps finished rows"
+    with one_line_on_signal("experiment", again):
+        results = run_experiment(
+            args.name,
+            out,
+            budget,
+            command=command,
+            report_only=args.report_only,
+            seeds=args.seeds,
+            **inputs,
+        )
     print(
         f"{len(results['rows'])} rows -> {out / 'results.md'}, {out / 'results.json'}, "
         + ", ".join(results["plots"])

@@ -60,6 +60,7 @@ class Outputs:
     prefix: PerLine | None = None
     constraints: PerLine | None = None
     alignment_layer: int | None = None  # None: no alignments
+    cut_lines: list[int] = field(default_factory=list)  # input lines with an output cut short
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Outputs | None:
@@ -110,6 +111,7 @@ class Outputs:
         """The lines printed for input lines ``first``, ``first`` + 1, ... and their outputs."""
         from ..decode import jsonl_line
 
+        self.cut_lines.extend(first + i for i, outs in enumerate(nbest) if any(o.cut for o in outs))
         if self.fmt == "plain":
             return [_plain(outputs[0]) if outputs else "" for outputs in nbest]
         if self.fmt == "jsonl":

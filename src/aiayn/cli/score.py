@@ -49,7 +49,7 @@ def _score(args: argparse.Namespace) -> None:
     alpha = decode_config(args).alpha
     sources, references, name = read_pairs(args)
     translator = open_translator(args, "score")
-    scores = translator.score(sources, references, alpha=alpha, name=name)
+    scores = translator.score(sources, references, alpha=alpha, name=name, eos=not args.no_eos)
     vocab = translator.vocab
     for score, reference, sentence_id in zip(scores, references, range(len(scores))):
         if fmt == "tsv":
@@ -62,7 +62,8 @@ def _score(args: argparse.Namespace) -> None:
     log_prob, length = sum(s.log_prob for s in scored), sum(s.length for s in scored)
     empty = len(scores) - len(scored)
     print(
-        f"aiayn score: {len(scored)} pairs, {length} target tokens (eos included): log-prob "
+        f"aiayn score: {len(scored)} pairs, {length} target tokens "
+        f"({'no eos' if args.no_eos else 'eos included'}): log-prob "
         f"{log_prob:.4f}, perplexity {perplexity(-log_prob, length):.4f}"
         + (f"; {empty} empty source(s) not scored" if empty else ""),
         file=sys.stderr,
@@ -99,6 +100,12 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src", help="source text (.gz allowed)")
     p.add_argument("--ref", help="reference text, one line per source line (.gz allowed)")
     p.add_argument("--tokens", action="store_true", help="log-probability of every subword")
+    p.add_argument(
+        "--no-eos",
+        action="store_true",
+        help="score each reference as an unfinished output, without eos: what translate "
+        'prints for an output cut at the length limit ("cut" in its JSON lines)',
+    )
     p.add_argument(
         "--format",
         choices=["tsv", "jsonl"],

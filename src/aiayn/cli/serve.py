@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from .common import (
     add_device_arg,
@@ -12,10 +14,13 @@ from .common import (
     open_translator,
 )
 
+API_KEY_ENV = "AIAYN_API_KEY"
+
 
 def _serve(args: argparse.Namespace) -> None:
     try:
         from ..serve import Limits, run_server
+        from ..serve.server import check_listen, is_loopback
     except ModuleNotFoundError as err:
         raise SystemExit(f"aiayn serve: needs {err.name}: pip install 'aiayn[serve]'") from None
 
@@ -27,7 +32,16 @@ def _serve(args: argparse.Namespace) -> None:
         max_queue=args.max_queue,
         deadline_s=args.deadline_s,
     )
-    run_server(open_translator(args, "serve"), host=args.host, port=args.port, limits=limits)
+    check_listen(args.host, args.port)  # before the model loads: a bad port costs no wait
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if api_key is None and not is_loopback(args.host):
+        print(
+            f"aiayn serve: warning: listening on {args.host} without an API key: anyone who can "
+            f"reach port {args.port} can use it; set {API_KEY_ENV} (or --api-key)",
+            file=sys.stderr,
+        )
+    translator = open_translator(args, "serve")
+    run_server(translator, host=args.host, port=args.port, limits=limits, api_key=api_key)
 
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +80,11 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-chars", type=int, default=10_000, help="characters of text per request")
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
+    p.add_argument(
+        "--api-key",
+        help=f"a key every request but /health must send (Authorization: Bearer KEY); the "
+        f"environment variable {API_KEY_ENV} keeps it out of the process list",
+    )
     add_quantize_arg(p)
     add_engine_arg(p)
     add_precision_args(p)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from typing import Any
 
@@ -24,6 +26,29 @@ from .common import (
 from .outputs import Outputs
 
 
+def _stdin_file() -> str | None:
+    """A path that reads stdin's file again when stdin is a regular file (``< in.en``), so
+    that its lines are counted before translating, as ``--input``'s are; None for a pipe."""
+    try:
+        regular = stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # no file descriptor (a test's stdin, a closed one)
+        return None
+    return "/dev/stdin" if regular and os.path.exists("/dev/stdin") else None
+
+
+def _say_cut(output: Outputs) -> None:
+    """Name the lines whose printed log-prob has no eos, which ``aiayn score`` would add."""
+    if output.cut_lines and output.fmt != "plain":
+        lines = ", ".join(str(i + 1) for i in output.cut_lines[:10])
+        more = f" and {len(output.cut_lines) - 10} more" if len(output.cut_lines) > 10 else ""
+        print(
+            f"aiayn translate: warning: {len(output.cut_lines)} input line(s) have an output "
+            f"cut at the length limit, without eos (lines {lines}{more}; JSON lines mark them "
+            '"cut"): aiayn score --no-eos rescores such an output to its printed score',
+            file=sys.stderr,
+        )
+
+
 def _translate(args: argparse.Namespace) -> None:
     from ..files import count_lines, open_binary
     from ..translator import TextStream, translate_stream
@@ -35,7 +60,8 @@ def _translate(args: argparse.Namespace) -> None:
     if interactive:
         corpus["window"] = 1  # answer each line as it comes
     output = Outputs.from_args(args)
-    count = count_lines(args.input) if args.input and (progress or output is not None) else None
+    counted = args.input or (_stdin_file() if output is not None else None)
+    count = count_lines(counted) if counted and (progress or output is not None) else None
     if output is not None and count is not None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
     split = _split_option(args, output)
@@ -52,6 +78,8 @@ def _translate(args: argparse.Namespace) -> None:
         **corpus,
     )
     translate_stream(stream, translator, request, output)
+    if output is not None:
+        _say_cut(output)
     if split is not None:
         _say_split(split)
 

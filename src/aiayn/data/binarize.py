@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from itertools import chain, compress, islice
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -307,8 +307,13 @@ class TokenDataset:
         self._tokens, self._offsets = {}, {}
         for side in SIDES:
             base = self.dir / f"{split}.{side}"
-            self._tokens[side] = np.load(f"{base}.tokens.npy", mmap_mode="r")
-            self._offsets[side] = np.load(f"{base}.offsets.npy")
+            self._tokens[side] = _load_array(Path(f"{base}.tokens.npy"), mmap_mode="r")
+            self._offsets[side] = offsets = _load_array(Path(f"{base}.offsets.npy"))
+            if offsets.ndim != 1 or not len(offsets) or offsets[-1] != len(self._tokens[side]):
+                raise UserError(
+                    f"{base}.offsets.npy does not fit {base.name}.tokens.npy: the dataset is "
+                    f"damaged; rebuild it with aiayn prepare"
+                )
         self.src_lens = np.diff(self._offsets["src"])
         self.tgt_lens = np.diff(self._offsets["tgt"])
 
@@ -324,6 +329,17 @@ class TokenDataset:
 
     def tgt(self, i: int) -> np.ndarray:
         return self._get("tgt", i)
+
+
+def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray:
+    """``np.load``, a damaged (truncated) file named as such."""
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, EOFError) as e:  # numpy's header and size checks
+        raise UserError(
+            f"{path}: not a readable .npy file ({e}): the dataset is damaged (truncated?); "
+            "rebuild it with aiayn prepare"
+        ) from None
 
 
 def subset_dataset(

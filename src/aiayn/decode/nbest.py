@@ -5,7 +5,8 @@ of every token, in two formats.
     {"id": 0, "hypotheses": [{"text": ..., "score": ..., "log_prob": ..., "length": ...}]}
 
 ``sentence-id`` counts input lines from 0; ``score`` is the GNMT score the search ranks by,
-``log_prob / lp(|Y|)``, and ``log-prob`` is log P(Y|X) (eos included when the output has one).
+``log_prob / lp(|Y|)``, and ``log-prob`` is log P(Y|X) (eos included when the output has one:
+an output the length limit stopped has none, and its JSON hypothesis says ``"cut": true``).
 An empty input line has no hypotheses: no n-best line, and ``"hypotheses": []``. Token
 log-probabilities come from forced decoding of each output (``score``), the search's own
 numbers recomputed, so they sum to its log-prob. With word alignments (``align``) an n-best
@@ -46,6 +47,12 @@ class Output:
     tokens: list[tuple[str, float]] | None = None
     alignment: str | None = None  # Pharaoh pairs "i-j ..." (``align``)
     ids: list[int] | None = None  # the output's token ids, eos left out (not printed)
+    cut: bool = False  # stopped by the length limit, without eos: its log-prob has none
+
+    @classmethod
+    def of(cls, hyp: Hypothesis, text: str, **extra: Any) -> Output:
+        cut = hyp.length == len(hyp.tokens)  # no eos was chosen: the length limit stopped it
+        return cls(text, hyp.score, hyp.log_prob, hyp.length, cut=cut, ids=hyp.tokens, **extra)
 
     def moses(self, sentence_id: int) -> str:
         line = f"{sentence_id} ||| {self.text} ||| {self.score:.6f} ||| {self.log_prob:.6f}"
@@ -58,6 +65,8 @@ class Output:
             fields["tokens"] = [[piece, lp] for piece, lp in self.tokens]
         if self.alignment is not None:
             fields["alignment"] = self.alignment
+        if self.cut:
+            fields["cut"] = True
         return fields
 
 
@@ -103,8 +112,9 @@ def nbest_outputs(
         alignment = None
         if alignment_layer is not None:
             alignment = output_alignment(model, sources[i], h.tokens, tokenizer, alignment_layer)
-        text = tokenizer.decode(h.tokens)
-        return Output(text, h.score, h.log_prob, h.length, tokens.get((i, j)), alignment, h.tokens)
+        return Output.of(
+            h, tokenizer.decode(h.tokens), tokens=tokens.get((i, j)), alignment=alignment
+        )
 
     return [[output(i, j, h) for j, h in enumerate(hyps)] for i, hyps in enumerate(nbest)]
 

@@ -21,6 +21,8 @@ two bases' difference is the noise floor, and a row closer to base than that cou
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +100,11 @@ def _describe(changed: dict[str, Any]) -> str:
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     # Every row gets the paper's base dropout 0.1 (the demo trains without): row D varies it.
-    paper_rows = changes(ModelConfig.preset(budget.preset))
+    base = ModelConfig.preset(budget.preset)
+    paper_rows = changes(base)
     rows = {"base": paper_rows.pop("base"), SEED_ROW: ({}, {"seed": 2}), **paper_rows}
     variants = {name: ({"P_drop": 0.1, **model}, train) for name, (model, train) in rows.items()}
+    variants = distinct(base, variants, budget.preset)
     return training_experiment(
         "table3",
         variant_rows(out, budget, corpus, variants),
@@ -108,6 +112,30 @@ def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
         report=report,
         plot=plot,
     )
+
+
+def distinct(
+    base: ModelConfig, variants: dict[str, tuple[dict[str, Any], dict[str, Any]]], preset: str
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """``variants`` without the rows that scaling to ``base`` made another row's configuration
+    (with ``preset=tiny``, C-N2 and C-N4 both give 1 layer, the base's): each is left out with
+    a warning naming the row it equals, rather than reported as a second result."""
+    kept: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    seen: dict[tuple[str, str], str] = {}
+    for name, (model, train) in variants.items():
+        cfg = dataclasses.replace(base, **model)
+        resolved = dataclasses.replace(cfg, d_k=cfg.resolved_d_k, d_v=cfg.resolved_d_v)
+        key = (repr(resolved), repr(sorted(train.items())))
+        if key in seen:
+            warnings.warn(
+                f"table3: row {name} is the configuration of row {seen[key]} at preset "
+                f"{preset} ({_describe(model)}); left out",
+                stacklevel=2,
+            )
+            continue
+        seen[key] = name
+        kept[name] = (model, train)
+    return kept
 
 
 def paper_change(name: str) -> str:

@@ -13,7 +13,8 @@
 
 Every error is JSON ``{"error": "one line"}``: 400 malformed JSON; 415 a body not sent as
 JSON; 422 wrong type, unknown field, bad value, text that is not Unicode; 413 over a limit (a
-body over ``Limits.max_body_bytes`` is refused before it is read); 500 when decoding that
+body over ``Limits.max_body_bytes`` is refused unparsed, its rest read and dropped so that the
+client, still sending, receives the 413: ``BodyLimit``); 500 when decoding that
 request failed (the others in its batch are answered; the message names the request id under
 which the log holds the traceback, never the exception's text); 503 while shutting down, and
 503 with ``Retry-After`` when the server sheds load (``Limits.max_queue`` requests already
@@ -26,6 +27,8 @@ it waits is dropped undecoded.
 from __future__ import annotations
 
 import asyncio
+import hmac
+import json
 import logging
 import re
 import uuid
@@ -55,6 +58,7 @@ MAX_BEAM = 32  # also the most samples per sentence
 SAMPLING = ("top_k", "top_p", "temperature", "seed")  # the fields that need "sample": true
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")  # a client's own X-Request-ID: no spaces
 T = TypeVar("T")
+DRAIN_BYTES = 16 * 2**20  # of an oversize body, read and dropped so that its 413 is received
 
 log = logging.getLogger(__name__)
 
@@ -220,8 +224,15 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 class BodyLimit:
     """ASGI middleware: a request's body, at most ``max_bytes`` of it, is read before the app
-    parses it. Over the limit (declared by Content-Length, or reached while a chunked body
-    streams in) the answer is a 413 that closes the connection, so the rest is never read."""
+    parses it. A body over the limit (declared by Content-Length, or reached while a chunked
+    body streams in) is answered 413.
+
+    The rest of an oversize body, up to ``DRAIN_BYTES``, is read and dropped before the 413 is
+    sent: a server that closes with unread bytes in its socket sends a TCP reset, and a client
+    still sending (urllib, http.client, requests, httpx) then loses the answer. A client that
+    asked ``Expect: 100-continue`` (curl) has sent nothing yet and is answered at once; a body
+    over ``DRAIN_BYTES`` is answered at once too, with ``Connection: close``.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -229,12 +240,15 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = Headers(scope=scope).get("content-length", "")
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_bytes:
             message = (
                 f"the body is {declared} bytes; the limit is {self.max_bytes} bytes per request"
             )
-            return await self._refuse(message, scope, receive, send)
+            waiting = headers.get("expect", "").lower() == "100-continue"
+            drained = not waiting and int(declared) <= DRAIN_BYTES and await _drain(receive, 0)
+            return await _refuse(message, drained, scope, receive, send)
         body, more = bytearray(), True
         while more:
             event = await receive()
@@ -244,11 +258,65 @@ class BodyLimit:
             more = event.get("more_body", False)
             if len(body) > self.max_bytes:
                 message = f"the body is over {self.max_bytes} bytes, the limit per request"
-                return await self._refuse(message, scope, receive, send)
+                drained = not more or await _drain(receive, len(body))
+                return await _refuse(message, drained, scope, receive, send)
+        if (problem := _not_utf8(bytes(body), headers.get("content-type"))) is not None:
+            return await _error(400, problem)(scope, receive, send)
         await self.app(scope, _replay(bytes(body), receive), send)
 
-    async def _refuse(self, message: str, scope: Scope, receive: Receive, send: Send) -> None:
-        await _error(413, message, headers={"connection": "close"})(scope, receive, send)
+
+def _not_utf8(body: bytes, content_type: str | None) -> str | None:
+    """Why a JSON body is not UTF-8 text, which JSON must be (RFC 8259); FastAPI's own answer
+    names nothing ("There was an error parsing the body")."""
+    if not _is_json(content_type) or json.detect_encoding(body) != "utf-8":
+        return None  # not JSON (415 later), or UTF-16/32, which the parser reads
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"the body is not UTF-8 text: byte {err.start} ({body[err.start]:#04x}) {err.reason}"
+    return None
+
+
+async def _drain(receive: Receive, read: int) -> bool:
+    """Read and drop the rest of a body, ``read`` bytes of which are in: True once it is all
+    in, False when the client left or it went past ``DRAIN_BYTES``."""
+    while read <= DRAIN_BYTES:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            return False
+        read += len(event.get("body", b""))
+        if not event.get("more_body", False):
+            return True
+    return False
+
+
+async def _refuse(message: str, drained: bool, scope: Scope, receive: Receive, send: Send) -> None:
+    """The 413; a connection whose body was not all read is closed after it."""
+    headers = None if drained else {"connection": "close"}
+    await _error(413, message, headers=headers)(scope, receive, send)
+
+
+class ApiKey:
+    """ASGI middleware: a request must carry the server's key, as ``Authorization: Bearer KEY``
+    or ``X-API-Key: KEY``, else 401; ``/health`` (for load balancers) and the page (which asks
+    for the key, holding no data) are open. Compared in constant time; never logged."""
+
+    OPEN = ("/health", "/")
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app, self.key = app, key.encode("utf-8")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN:
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        scheme, _, bearer = headers.get("authorization", "").partition(" ")
+        given = bearer if scheme.lower() == "bearer" else headers.get("x-api-key", "")
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), self.key):
+            message = "this server needs its API key: send Authorization: Bearer KEY"
+            answer = _error(401, message, headers={"WWW-Authenticate": "Bearer"})
+            return await answer(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class RequestId:
@@ -322,7 +390,11 @@ def _validation_message(err: RequestValidationError) -> tuple[int, str]:
                 400,
                 f"malformed JSON: {e.get('ctx', {}).get('error', e['msg'])} at character {e['loc'][-1]}",
             )
-        where = ".".join(str(part) for part in e["loc"] if part != "body")
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}"
+            for part in e["loc"]
+            if part != "body"
+        ).removeprefix(".")  # text[0], as the app's own messages name an item
         if not where and e["type"] == "string_unicode":
             problems.append("a field name is not Unicode text (it holds a lone surrogate)")
         elif not where and e["type"] in ("model_attributes_type", "dict_type", "model_type"):
@@ -351,8 +423,11 @@ def _not_json(request: Request, err: RequestValidationError) -> str | None:
     return f"the body must be JSON with Content-Type: application/json, not {given}"
 
 
-def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
+def create_app(
+    translator: Translator, limits: Limits = Limits(), api_key: str | None = None
+) -> FastAPI:
     """The app for one loaded ``translator``; its batcher thread lives as long as the app runs.
+    ``api_key``: every route but ``/health`` and the page needs it (``ApiKey``).
 
     ``app.state.batcher.stop(drain_s)`` begins a shutdown (``server.make_server`` calls it).
     """
@@ -360,7 +435,11 @@ def create_app(translator: Translator, limits: Limits = Limits()) -> FastAPI:
         title="aiayn",
         summary="Transformer translation with dynamic batching",
         lifespan=_lifespan(translator, limits),
+        docs_url=None,  # FastAPI's pages load their scripts from a CDN: blank offline
+        redoc_url=None,
     )
+    if api_key:  # inside BodyLimit: a refused body is read (bounded) before its 401 too
+        app.add_middleware(ApiKey, key=api_key)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     app.add_middleware(RequestId)  # the outermost: every answer names its request
     _add_error_handlers(app)
@@ -492,10 +571,36 @@ def _translate_job(
             constraints=constraints,
             alignment_layer=layer,
         )
-        translator.check_supported(job)  # the engine's refusals, all in one, before the queue
     except UserError as err:
         raise _Refused(422, str(err)) from None
+    _check_supported(translator, body, job)
     return job
+
+
+# the request's fields for what an engine declares (``decode.request.Feature``)
+FIELD_OF_FEATURE = {
+    "lexical_constraints": "constraints",
+    "prefixes": "prefix",
+    "sampling": "sample",
+}
+
+
+def _check_supported(translator: Translator, body: TranslateRequest, job: TranslateJob) -> None:
+    """The engine's refusals, all in one, before the queue, named by the request's fields."""
+    try:
+        translator.check_supported(job)
+    except UserError:
+        missing = translator.search_request([job]).features() - translator.engine.supports
+        fields = sorted(FIELD_OF_FEATURE.get(f, f) for f in missing)
+        where = ""
+        if "constraints" in fields and body.constraints is not None:
+            first = next(i for i, phrases in enumerate(body.constraints) if phrases)
+            where = f"constraints[{first}]: "
+        raise _Refused(
+            422,
+            f"{where}the {translator.engine.name} engine cannot do: {', '.join(fields)} "
+            "(the server's own search, without --engine, does every one)",
+        ) from None
 
 
 async def _decoded(

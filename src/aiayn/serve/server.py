@@ -15,6 +15,7 @@ Two holes in uvicorn's defaults are closed here:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from ..errors import UserError
 from .app import Limits, create_app
 from .translator import Translator
 
@@ -83,6 +85,36 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+def check_listen(host: str, port: int) -> None:
+    """``UserError`` naming ``--host``/``--port`` when the server could not listen there: a
+    port outside 0-65535, one in use, an address this machine does not have. Tried with a
+    socket bound as uvicorn binds its own, then closed, so the mistake is one line before a
+    model loads rather than uvicorn's error after it."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: a port is a number from 0 to 65535")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
+        try:
+            sock.bind((host, port))
+        except socket.gaierror as err:
+            raise UserError(f"--host {host}: not an address ({err.strerror})") from None
+        except OSError as err:
+            raise UserError(
+                f"--host {host} --port {port}: cannot listen there ({err.strerror})"
+            ) from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: resolved by the system, maybe to anything
+        return False
+
+
 def make_server(
     app: FastAPI,
     *,
@@ -115,11 +147,13 @@ def run_server(
     port: int = 8000,
     limits: Limits | None = None,
     shutdown_timeout_s: float = 30.0,
+    api_key: str | None = None,
 ) -> None:
     """Serve ``translator`` (``aiayn.Translator``: a checkpoint loaded as ``aiayn translate``
-    loads it, with its engine) until SIGINT/SIGTERM (see the module docstring)."""
+    loads it, with its engine) until SIGINT/SIGTERM (see the module docstring); ``api_key``:
+    the key every route but ``/health`` and the page needs (``app.ApiKey``)."""
     server = make_server(
-        create_app(Translator.of(translator), limits or Limits()),
+        create_app(Translator.of(translator), limits or Limits(), api_key),
         host=host,
         port=port,
         shutdown_timeout_s=shutdown_timeout_s,

@@ -107,6 +107,20 @@ def compile_layers(model: Transformer) -> None:
         layer.compile(dynamic=True)
 
 
+def check_out_dir(out: Path) -> None:
+    """Make the run directory ``out``, or a ``UserError`` naming the ``out`` key (a file, a
+    folder without write permission) rather than the OS error on its lock file."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"out: {out} is a file, not a run directory; choose another out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / LOCK).touch()
+    except OSError as err:
+        raise UserError(
+            f"out: {out}: cannot write there ({err.strerror}); choose another out"
+        ) from None
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, device: str = "auto") -> None:
         self.cfg = cfg
@@ -489,15 +503,21 @@ class Trainer:
 
     def _resume_config(self, path: Path, meta: dict[str, Any]) -> None:
         """Refuse a training key that may not change on resuming (``resume_changes``); apply
-        the others and say which, in one line."""
-        if "train_config" not in meta:
-            return
-        same_data = frozenset({"data"}) if meta.get("dataset") == self.data_meta else frozenset()
-        self.cfg, changes = resume_changes(
-            meta["train_config"], self.cfg, where=str(path), also=same_data
-        )
-        if changes and self.dist.is_main:
-            tqdm.write(f"train: resuming {path} with {', '.join(changes)}", file=sys.stderr)
+        the others; say from where the run resumes and what changed, in one line."""
+        changes: list[str] = []
+        if "train_config" in meta:
+            same_data = (
+                frozenset({"data"}) if meta.get("dataset") == self.data_meta else frozenset()
+            )
+            self.cfg, changes = resume_changes(
+                meta["train_config"], self.cfg, where=str(path), also=same_data
+            )
+        if self.dist.is_main:
+            with_changes = f" with {', '.join(changes)}" if changes else ""
+            tqdm.write(
+                f"train: resuming {self.out} from update {meta['update']} ({path}){with_changes}",
+                file=sys.stderr,
+            )
 
     def init_from(self, path: Path) -> None:
         """Start from another run's checkpoint ``path`` (fine-tuning on other data with its
@@ -594,6 +614,7 @@ class Trainer:
     def run(self, resume: str | Path | None = "auto") -> dict[str, Any]:
         """Train until max_updates or max_minutes, patience, or a stop asked for by
         ``request_stop``; returns the summary (also in summary.json)."""
+        check_out_dir(self.out)
         with self._lock_out():
             return self._run(resume)
 
