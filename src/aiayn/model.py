@@ -243,9 +243,13 @@ class MultiHeadAttention(nn.Module):
     def _concat(self, out: Tensor, x: Tensor) -> Tensor:
         """Heads (B, h, T, d_v) of x (B, T, d_model), or (n, h, b*m, d_v) of the rows of x
         (n*b, m, d_model) in a decode step -> W_O of their concat; a cast back to x's dtype lays
-        the heads side by side in the same copy (else the reshape would copy too)."""
+        the heads side by side in the same copy (else the reshape would copy too). Under
+        autocast the cast is to W_O's compute dtype: to x's fp32 and back would cast twice."""
         B, T, _ = x.shape
-        out = out.transpose(1, 2).to(x.dtype, memory_format=torch.contiguous_format)
+        device = x.device.type
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else x.dtype
+        out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
         return self.W_O(out.reshape(B, T, self.h * self.d_v))  # (B, T, h, d_v) -> (B, T, h*d_v)
 
 
