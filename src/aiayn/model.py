@@ -243,12 +243,10 @@ class MultiHeadAttention(nn.Module):
     def _concat(self, out: Tensor, x: Tensor) -> Tensor:
         """Heads (B, h, T, d_v) of x (B, T, d_model), or (n, h, b*m, d_v) of the rows of x
         (n*b, m, d_model) in a decode step -> W_O of their concat; a cast back to x's dtype lays
-        the heads side by side in the same copy (else the reshape would copy too). Under
-        autocast the cast is to W_O's compute dtype: to x's fp32 and back would cast twice."""
+        the heads side by side in the same copy (else the reshape would copy too)."""
         B, T, _ = x.shape
-        device = x.device.type
-        autocast = torch.is_autocast_enabled(device)
-        dtype = torch.get_autocast_dtype(device) if autocast else x.dtype
+        amp = torch.is_autocast_enabled(x.device.type)  # W_O's dtype: no round trip via fp32
+        dtype = torch.get_autocast_dtype(x.device.type) if amp else x.dtype
         out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
         return self.W_O(out.reshape(B, T, self.h * self.d_v))  # (B, T, h, d_v) -> (B, T, h*d_v)
 
@@ -366,8 +364,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, init: Init = "fairseq") -> None:
         super().__init__()
         self.cfg = cfg
-        # 3.4: one weight matrix for the source embedding, target embedding and pre-softmax
-        # projection (shared source/target vocabulary).
+        # 3.4: one matrix for both embeddings and the pre-softmax projection (shared vocabulary)
         src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
         tgt_tokens = src_tokens
         if not cfg.share_embeddings:
@@ -382,8 +379,7 @@ class Transformer(nn.Module):
         # ``output_bias``: a bias on the pre-softmax layer, as Marian's (imported models) have.
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
-        # Hook for a faster kernel (``aiayn.runtime.use_fast_paths``): the key-padding mask
-        # attention is given, (B, 1, 1, S) -> the same or None where no key is padding.
+        # Hook (``runtime.use_fast_paths``): the key-padding mask (B, 1, 1, S), or None if none
         self.key_padding: Callable[[Tensor], Tensor | None] = as_given
         self.reset_parameters(init)
 
