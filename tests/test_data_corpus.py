@@ -376,16 +376,28 @@ def test_a_stopped_prepare_says_so_in_one_line_and_leaves_the_old_dataset(tmp_pa
 # --- evaluate scores in the language the training data recorded ------------------------------------
 
 
-def test_evaluate_takes_the_target_language_the_checkpoint_records(tmp_path, capsys):
-    from aiayn.cli.translate import _recorded_language
+def test_evaluate_takes_the_target_language_the_checkpoint_records(tiny_run, tmp_path, capsys):
+    import shutil
 
-    ckpt = tmp_path / "update_1"
-    ckpt.mkdir()
-    (ckpt / "meta.json").write_text(json.dumps({"dataset": {"record": {"tgt_lang": "es"}}}))
-    assert _recorded_language(str(ckpt)) == "es"
-    (ckpt / "meta.json").write_text(json.dumps({"dataset": {"splits": {}}}))
-    assert _recorded_language(str(ckpt)) == "de"
-    assert "records no target language: paper BLEU tokenises as German" in capsys.readouterr().err
+    from aiayn.translator import Translator
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(sorted((tiny_run / "checkpoints").glob("update_*"))[-1], ckpt)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta.setdefault("dataset", {})["record"] = {"tgt_lang": "fr"}
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    with Translator(ckpt, workers=1) as translator:
+        assert translator.target_language() == "fr"
+    src, ref = tmp_path / "s.en", tmp_path / "r.fr"
+    src.write_text("In the beginning.\n")
+    ref.write_text("Au commencement.\n")
+    code, out, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    assert code == 0 and json.loads(out)["paper_bleu_lang"] == "fr"
+    del meta["dataset"]["record"]
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    code, out, err = run_cli(capsys, "evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref)
+    assert code == 0 and json.loads(out)["paper_bleu_lang"] == "de"
+    assert "records no target language: paper BLEU tokenises as German" in err
 
 
 # --- language identification (opt-in) ---------------------------------------------------------------

@@ -245,8 +245,8 @@ class MultiHeadAttention(nn.Module):
         (n*b, m, d_model) in a decode step -> W_O of their concat; a cast back to x's dtype lays
         the heads side by side in the same copy (else the reshape would copy too)."""
         B, T, _ = x.shape
-        amp = torch.is_autocast_enabled(x.device.type)  # W_O's dtype: no round trip via fp32
-        dtype = torch.get_autocast_dtype(x.device.type) if amp else x.dtype
+        amp = torch.amp.is_autocast_available(t := x.device.type) and torch.is_autocast_enabled(t)
+        dtype = torch.get_autocast_dtype(t) if amp else x.dtype  # W_O's: no round trip via fp32
         out = out.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
         return self.W_O(out.reshape(B, T, self.h * self.d_v))  # (B, T, h, d_v) -> (B, T, h*d_v)
 
