@@ -10,8 +10,8 @@ import torch
 from _decode_helpers import B_, EOS, SRC, A, ScriptedModel
 
 from aiayn.decode import DecodeConfig, SearchRequest, beam_search, decode_ids
+from aiayn.decode.capabilities import check_supported
 from aiayn.decode.repetition import ban_repeated_ngrams, penalize_repeats
-from aiayn.decode.request import check_supported
 from aiayn.decode.rules import SEARCH_RULES
 from aiayn.errors import UserError
 
@@ -77,12 +77,12 @@ def test_engines_without_the_guards_refuse_them():
     request = SearchRequest(DecodeConfig(no_repeat_ngram_size=3, repetition_penalty=1.2))
     assert request.features() == {"no_repeat_ngram", "repetition_penalty"}
     check_supported(
-        replace(request, decode=DecodeConfig(no_repeat_ngram_size=3)),
+        replace(request, decode=DecodeConfig(no_repeat_ngram_size=3)).features(),
         "x",
         frozenset({"no_repeat_ngram"}),
     )
-    with pytest.raises(UserError, match="cannot do: repetition_penalty"):
-        check_supported(request, "ctranslate2", frozenset({"no_repeat_ngram"}))
+    with pytest.raises(UserError, match="cannot do: repetition_penalty .CTranslate2 applies"):
+        check_supported(request.features(), "ctranslate2", frozenset({"no_repeat_ngram"}))
 
 
 LIMIT = 30  # outputs reach it; the rules' own hundreds of tokens would only take longer
@@ -118,7 +118,7 @@ def test_cli_refuses_repetition_penalty_on_ctranslate2_before_exporting(capsys, 
     for option, value in (("--repetition-penalty", "1.2"), ("--no-repeat-ngram-size", "3")):
         with pytest.raises(SystemExit):
             main([*argv, option, value])
-        assert f"{option} is not available with --engine ctranslate2" in capsys.readouterr().err
+        assert f"ctranslate2 engine cannot do: {option} (" in capsys.readouterr().err
 
 
 def test_ctranslate2_bans_the_same_ngrams_but_renormalises(tiny_corpus, tmp_path):

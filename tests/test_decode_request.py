@@ -15,8 +15,9 @@ from aiayn.decode import (
     SearchRequest,
     decode_ids,
 )
+from aiayn.decode.capabilities import check_supported
 from aiayn.decode.engine import Engine, TorchEngine
-from aiayn.decode.request import BATCH_SIZE, MAX_TOKENS, check_supported
+from aiayn.decode.request import BATCH_SIZE, MAX_TOKENS
 from aiayn.decode.translate import length_batches, translate, translate_corpus
 from aiayn.errors import UserError
 
@@ -64,12 +65,14 @@ def test_a_request_is_immutable_and_per_source_lists_become_tuples():
 
 def test_an_engine_refuses_what_it_does_not_support_in_one_line_naming_it():
     prefix_only = frozenset({"prefixes"})
-    check_supported(SearchRequest(constraints=OutputConstraint((5,))), "x", prefix_only)
+    check_supported(SearchRequest(constraints=OutputConstraint((5,))).features(), "x", prefix_only)
     phrases = OutputConstraint((), [(6, 7)], where="c.txt: line 2")
     with pytest.raises(UserError) as refused:
-        check_supported(SearchRequest(constraints=(None, phrases), min_len=2), "x", prefix_only)
+        request = SearchRequest(constraints=(None, phrases), min_len=2)
+        check_supported(request.features(), "x", prefix_only, where=request.where())
     message = str(refused.value)
-    assert message.startswith("c.txt: line 2: the x engine cannot do: lexical_constraints, min_len")
+    assert message.startswith("c.txt: line 2: the x engine cannot do: lexical_constraints (")
+    assert "; min_len (a minimum output length is our search's);" in message
     assert "\n" not in message
     # ours supports every feature a request can ask for
     check_supported(
@@ -79,7 +82,7 @@ def test_an_engine_refuses_what_it_does_not_support_in_one_line_naming_it():
             max_src_len=9,
             sampling=SampleConfig(),
             shortlist=object(),  # type: ignore[arg-type]
-        ),
+        ).features(),
         "torch",
         TorchEngine(model=None).supports,
     )

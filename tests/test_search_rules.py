@@ -15,7 +15,7 @@ from _decode_helpers import B_, EOS, SRC, A, ScriptedModel
 from aiayn.cli.common import SEARCH_RULE_NAMES
 from aiayn.cli.main import main
 from aiayn.decode import DecodeConfig, SearchRequest, beam_search
-from aiayn.decode.request import check_supported
+from aiayn.decode.capabilities import check_supported
 from aiayn.decode.rules import SEARCH_RULES, search_rules
 from aiayn.errors import UserError
 
@@ -107,8 +107,8 @@ def test_limits_fairseq_ends_with_eos_the_others_cut():
 def test_engines_without_the_rules_refuse_them_and_sampling_refuses_them():
     request = SearchRequest(DecodeConfig(rules=SEARCH_RULES["hf"]))
     with pytest.raises(UserError, match="ctranslate2 engine cannot do: search_rules"):
-        check_supported(request, "ctranslate2", frozenset({"prefixes", "sampling"}))
-    check_supported(SearchRequest(), "ctranslate2", frozenset({"prefixes", "sampling"}))
+        check_supported(request.features(), "ctranslate2", frozenset({"prefixes", "sampling"}))
+    check_supported(SearchRequest().features(), "ctranslate2", frozenset({"prefixes", "sampling"}))
 
 
 def test_cli_refuses_search_rules_with_sample(capsys, tmp_path):
@@ -199,9 +199,7 @@ def test_cli_refuses_search_rules_on_ctranslate2_before_exporting(capsys, tmp_pa
                 "ct2",
             ]
         )
-    assert (
-        "--search-rules ct2 is not available with --engine ctranslate2" in capsys.readouterr().err
-    )
+    assert "ctranslate2 engine cannot do: --search-rules ct2 (" in capsys.readouterr().err
     assert list(tmp_path.parent.glob("*.ctranslate2")) == []
 
 

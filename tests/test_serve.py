@@ -1090,7 +1090,7 @@ class SlowTranslator:
     def constraints(self, sources, config, prefixes, phrases):
         return None
 
-    def check_supported(self, job):
+    def check_supported(self, job, seed=False):
         return None  # it decodes whatever it is given
 
     def decode(self, jobs):
@@ -1234,7 +1234,7 @@ class Upper:
     max_source_tokens = 10_000
     def encode(self, lines): return [[ord(c) for c in line] for line in lines]
     def constraints(self, *args): return None
-    def check_supported(self, job): return None
+    def check_supported(self, job, seed=False): return None
     def decode(self, jobs): return [[{"text": "".join(map(chr, j.sources[0])).upper()}] for j in jobs]
     def info(self): return {}
 
@@ -1610,12 +1610,14 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
     )
     assert refused.status_code == 422
     assert refused.json()["error"] == (
-        "constraints[0]: the ctranslate2 engine cannot do: constraints (the server's own search, "
-        "without --engine, does every one)"
+        "constraints[0]: the ctranslate2 engine cannot do: constraints (CTranslate2 has target "
+        "prefixes but no lexical constraints); the server's own search (without --engine) does "
+        "every one"
     )
-    assert seeded.status_code == 422 and "seeds its sampler once per process" in seeded.text
+    assert seeded.status_code == 422 and "cannot do: seed (CTranslate2 seeds its" in seeded.text
     assert ruled.status_code == 422 and "engine cannot do: search_rules" in ruled.text
     assert both.status_code == 422  # one refusal names all that the engine lacks
-    assert "cannot do: constraints, search_rules" in both.json()["error"]
+    assert "cannot do: constraints (" in both.json()["error"]
+    assert "); search_rules (" in both.json()["error"]
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"

@@ -44,6 +44,7 @@ from .decode import (
     text_constraint,
     translate_corpus,
 )
+from .decode.capabilities import Feature, check_supported
 from .decode.engine import Engine, TorchEngine
 
 if TYPE_CHECKING:
@@ -136,7 +137,12 @@ class Translator:
         self.checkpoints = [follow_pointer(p) for p in given]
         self.device = resolve_device(device)
         self.workers = resolve_workers(workers, self.device)
-        _check_engine(engine, len(self.checkpoints), quantize, precision)
+        check_supported(
+            loading_features(len(self.checkpoints), quantize, precision),
+            engine,
+            engine_supports(engine),
+            instead="--engine torch",
+        )
         self.precision: Precision = choose_precision(precision, self.device, quantize, engine)
         self.quantize = quantize
         self._model: Any = None
@@ -352,11 +358,16 @@ class Translator:
                 progress=progress,
                 on_truncate=on_truncate,
             )
-        if token_scores or alignment_layer is not None:
-            raise UserError(
-                f"token scores and alignments come from our model: the {self.engine.name} "
-                "engine gives neither (use engine='torch')"
-            )
+        outputs: dict[Feature, bool] = {
+            "token_scores": token_scores,
+            "alignments": alignment_layer is not None,
+        }
+        check_supported(
+            [f for f, given in outputs.items() if given],
+            self.engine.name,
+            self.engine.supports,
+            instead="engine='torch'",
+        )
         request = request.with_ids(vocab)
         nbest = self.engine.decode_ids(
             [vocab.encode_source(text) for text in texts],
@@ -504,23 +515,28 @@ class Translator:
             )
 
 
-def _check_engine(engine: str, checkpoints: int, quantize: str | None, precision: str) -> None:
-    """What another engine cannot do with the loading options, refused in one line."""
+def engine_supports(engine: str) -> frozenset[Feature]:
+    """What ``engine`` declares it can do (``capabilities.Feature``), known before it opens, so
+    that what it cannot do is refused before a checkpoint loads or exports."""
     if engine not in ENGINES:
         raise UserError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
     if engine == "torch":
-        return
+        return TorchEngine.supports
+    from .export.engine import CTranslate2Engine  # torch's, not ctranslate2's, import
+
+    return CTranslate2Engine.supports
+
+
+def loading_features(checkpoints: int, quantize: str | None, precision: str) -> dict[Feature, str]:
+    """What the loading options ask of an engine, named as the command line's options."""
+    asked: dict[Feature, str] = {}
     if checkpoints > 1:
-        raise UserError(
-            f"--engine {engine} decodes one checkpoint: {checkpoints} checkpoints (an ensemble) "
-            "need --engine torch"
-        )
+        asked["ensemble"] = f"{checkpoints} --checkpoint"
     if quantize is not None:
-        raise UserError(f"--quantize {quantize} is not available with --engine {engine}")
+        asked["quantize"] = f"--quantize {quantize}"
     if precision not in ("auto", "fp32"):
-        raise UserError(
-            f"--precision {precision} is not available with --engine {engine} (float32)"
-        )
+        asked["precision"] = f"--precision {precision}"
+    return asked
 
 
 def _open_engine(checkpoint: Path, device: str, workers: int) -> CTranslate2Engine:

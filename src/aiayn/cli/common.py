@@ -18,6 +18,7 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from ..decode import Batching, DecodeConfig, SampleConfig, SearchRequest
+    from ..decode.capabilities import Feature
     from ..translator import Translator
 
 # --search-rules' choices: aiayn.decode.rules.SEARCH_RULES' names (tested), named here so
@@ -609,22 +610,19 @@ def resume_command(args: argparse.Namespace, command: str) -> str:
 
 ENGINES = ("torch", "ctranslate2")
 
-# What --engine ctranslate2 cannot honour: (option, why), by the attribute argparse sets.
-_NOT_CTRANSLATE2 = {
-    "quantize": ("--quantize", "our int8 is not CTranslate2's"),
-    "constraints": ("--constraints", "CTranslate2 has target prefixes but no lexical constraints"),
-    "alignments": ("--alignments", "they come from our model's attention"),
-    "token_scores": ("--token-scores", "they come from our model's forced decoding"),
-    "seed": ("--seed", "CTranslate2 seeds its sampler once per process: samples differ each run"),
-    "shortlist": ("--shortlist", "it is our search's (CTranslate2 has its own vocabulary map)"),
-    "repetition_penalty": (
-        "--repetition-penalty",
-        "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
-    ),
-    "no_repeat_ngram_size": (
-        "--no-repeat-ngram-size",
-        "CTranslate2 bans on the logits and renormalises; ours and transformers' do not",
-    ),
+# The attribute argparse sets for each feature an option asks of an engine
+# (``decode.capabilities``), and the value that leaves it off.
+_ASKED_BY: dict[Feature, tuple[str, object]] = {
+    "lexical_constraints": ("constraints", None),
+    "prefixes": ("prefix", None),
+    "sampling": ("sample", False),
+    "seed": ("seed", None),
+    "shortlist": ("shortlist", None),
+    "search_rules": ("search_rules", "paper"),
+    "no_repeat_ngram": ("no_repeat_ngram_size", 0),
+    "repetition_penalty": ("repetition_penalty", 1.0),
+    "token_scores": ("token_scores", False),
+    "alignments": ("alignments", False),
 }
 
 
@@ -640,26 +638,30 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
 
 
 def check_engine_options(args: argparse.Namespace) -> None:
-    """Refuse in one line, by name, an option the chosen engine cannot honour."""
-    if getattr(args, "engine", "torch") == "torch":
+    """Refuse in one line, by name, every option the chosen engine cannot honour, before the
+    checkpoint loads or exports: ``decode.capabilities.check_supported``, the refusal of
+    ``aiayn.Translator`` and the server."""
+    engine = getattr(args, "engine", "torch")
+    if engine == "torch":  # ours does every one: no need to import the engines
         return
+    from ..decode.capabilities import check_supported
+    from ..translator import engine_supports
+
+    check_supported(asked_features(args), engine, engine_supports(engine), instead="--engine torch")
+
+
+def asked_features(args: argparse.Namespace) -> dict[Feature, str]:
+    """What the parsed options ask of an engine beyond the paper's search, by option name."""
+    from ..decode.capabilities import CAPABILITIES
+    from ..translator import loading_features
+
     checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
-    if len(checkpoints) > 1:
-        raise UserError(
-            f"--engine {args.engine} decodes one checkpoint: {len(checkpoints)} --checkpoint "
-            "(an ensemble) need --engine torch"
-        )
-    for attr, (option, why) in _NOT_CTRANSLATE2.items():
-        if getattr(args, attr, None):
-            raise UserError(f"{option} is not available with --engine {args.engine} ({why})")
-    rules = getattr(args, "search_rules", "paper")
-    if rules != "paper":  # before the engine exports the checkpoint, not after
-        raise UserError(
-            f"--search-rules {rules} is not available with --engine {args.engine} "
-            "(it runs the paper's search; --engine torch follows every rule)"
-        )
-    precision = getattr(args, "precision", None)
-    if precision not in (None, "auto", "fp32"):
-        raise UserError(
-            f"--precision {precision} is not available with --engine {args.engine} (float32)"
-        )
+    asked = loading_features(
+        len(checkpoints), getattr(args, "quantize", None), getattr(args, "precision", "auto")
+    )
+    for feature, (attr, off) in _ASKED_BY.items():
+        value = getattr(args, attr, None)
+        if value is not None and value != off:
+            option = CAPABILITIES[feature].option
+            asked[feature] = f"{option} {value}" if feature == "search_rules" else str(option)
+    return asked

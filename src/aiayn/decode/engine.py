@@ -17,18 +17,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .beam import Hypothesis
-from .request import ALL_FEATURES, Feature, SearchRequest, check_supported
+from .capabilities import ALL_FEATURES, Feature, check_supported
+from .request import SearchRequest
 from .translate import OnTruncate, Progress, check_sentences, decode_ids, eval_mode, positions
 
 
 class Engine(Protocol):
     """Source ids (subwords + eos) -> n-best ``Hypothesis`` lists in input order, ``[]`` for an
     empty source, as ``request`` asks; what it ``supports`` beyond the paper's beam search is
-    declared, and ``check_supported`` refuses the rest before anything is decoded."""
+    declared (``capabilities.Feature``: "seed" when SampleConfig.seed makes samples
+    reproducible), and ``capabilities.check_supported`` refuses the rest before anything is
+    decoded, as the command line and the server refuse it before anything loads."""
 
     name: str
     supports: frozenset[Feature]
-    seeded_samples: bool  # whether SampleConfig.seed makes samples reproducible
 
     @property
     def max_positions(self) -> int | None: ...
@@ -50,7 +52,6 @@ class TorchEngine:
     model: Any
     name: str = "torch"
     supports: frozenset[Feature] = ALL_FEATURES
-    seeded_samples: bool = True
 
     @property
     def max_positions(self) -> int | None:
@@ -64,7 +65,7 @@ class TorchEngine:
         progress: bool | Progress = False,
         on_truncate: OnTruncate | None = None,
     ) -> list[list[Hypothesis]]:
-        check_supported(request, self.name, self.supports)
+        check_supported(request.features(), self.name, self.supports, where=request.where())
         with eval_mode(self.model):
             return decode_ids(
                 self.model, sources, request, progress=progress, on_truncate=on_truncate

@@ -11,7 +11,7 @@ output becomes s * p when s < 0, else s / p. transformers' beam search applies i
 step's log-probabilities (``log_softmax`` first, then its logits processors), and so does ours:
 the penalised log-probabilities are what the hypotheses' scores add up. CTranslate2 applies
 the same formula to the logits, before normalising, so its penalty is another search: the
-CTranslate2 engine refuses both guards (``request.check_supported``).
+CTranslate2 engine refuses both guards (``capabilities.check_supported``).
 
 Both read each row's output so far, ``prefixes`` (rows, t-1), the tokens after the start token
 (which is never an output token, so the n-grams and the penalised set are transformers').

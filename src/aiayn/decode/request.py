@@ -1,7 +1,8 @@
 """One search, asked for as data: a ``SearchRequest`` holds everything a search is told (the
 paper's beam settings, constraints, sampling, shortlist, batching, device, the special ids),
 so that every caller (translate, evaluate, validation, the server, parsing) builds one record
-and every engine reads one, refusing in one place (``check_supported``) what it cannot do.
+and every engine reads one, refusing what it cannot do through ``capabilities.check_supported``
+(``features`` and ``where`` say what the request asks, and where).
 
     request = SearchRequest(DecodeConfig.preset("translation"), batching=Batching(workers=2))
     nbest = decode_ids(model, sources, request)
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from ..errors import UserError
+from .capabilities import Feature
 from .config import DecodeConfig
 from .constraints import Constraint
 from .rules import PAPER_RULES
@@ -28,20 +30,6 @@ from .shortlist import Shortlist
 BATCH_SIZE = 64  # sentences in one batch: a beam of short sentences holds many rows
 MAX_TOKENS = 8000  # padded source tokens in one batch at up to BEAM_ROWS rows per source
 BEAM_ROWS = 4  # the paper's beam: wider searches get MAX_TOKENS * BEAM_ROWS / rows tokens
-
-# What a request may ask beyond the paper's beam search, as an engine declares it supports.
-Feature = Literal[
-    "min_len",
-    "max_src_len",
-    "prefixes",
-    "lexical_constraints",
-    "sampling",
-    "shortlist",
-    "search_rules",  # another toolkit's (``rules.SEARCH_RULES``)
-    "no_repeat_ngram",  # DecodeConfig.no_repeat_ngram_size (``repetition.py``)
-    "repetition_penalty",  # DecodeConfig.repetition_penalty, on log-probabilities
-]
-ALL_FEATURES: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -150,31 +138,28 @@ class SearchRequest:
             used.add("no_repeat_ngram")
         if self.decode.repetition_penalty != 1.0:
             used.add("repetition_penalty")
-        per_source = self.constraints if isinstance(self.constraints, tuple) else [self.constraints]
-        for c in per_source:
+        for c in self._per_source():
             if c is not None:
                 used.add("prefixes" if _prefix_only(c) else "lexical_constraints")
         return used
 
+    def where(self) -> dict[Feature, str]:
+        """Where the first source asking for phrases was given (its constraint's ``where``,
+        "c.txt: line 3"), for a refusal of lexical constraints to name it."""
+        first = self.first_lexical()
+        if first is None:
+            return {}
+        constraint = self._per_source()[first]
+        return {"lexical_constraints": constraint.where} if hasattr(constraint, "where") else {}
 
-def check_supported(request: SearchRequest, engine: str, supports: frozenset[Feature]) -> None:
-    """The one refusal: ``UserError`` naming what ``request`` asks that ``engine`` cannot do."""
-    missing = sorted(request.features() - supports)
-    if missing:
-        raise UserError(
-            f"{_where(request, missing)}the {engine} engine cannot do: {', '.join(missing)} "
-            "(our search, --engine torch, does every one)"
-        )
+    def first_lexical(self) -> int | None:
+        """The index of the first source whose constraint asks for phrases (None: none)."""
+        per_source = self._per_source()
+        asks = (i for i, c in enumerate(per_source) if c is not None and not _prefix_only(c))
+        return next(asks, None)
 
-
-def _where(request: SearchRequest, missing: list[str]) -> str:
-    """ "line 3: " for the first constraint that asks for phrases, when that is refused."""
-    if "lexical_constraints" not in missing:
-        return ""
-    per_source = request.constraints
-    per_source = per_source if isinstance(per_source, tuple) else (per_source,)
-    first = next(c for c in per_source if c is not None and not _prefix_only(c))
-    return f"{first.where}: " if hasattr(first, "where") else ""
+    def _per_source(self) -> Sequence[Constraint | None]:
+        return self.constraints if isinstance(self.constraints, tuple) else [self.constraints]
 
 
 def _prefix_only(constraint: Constraint) -> bool:

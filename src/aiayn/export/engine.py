@@ -28,7 +28,8 @@ from ..config import ModelConfig, from_dict
 from ..data import Vocab
 from ..data.pieces import vocabulary_file, vocabulary_files
 from ..decode import Hypothesis
-from ..decode.request import Feature, SearchRequest, SpecialIds, check_supported
+from ..decode.capabilities import Feature, check_supported
+from ..decode.request import SearchRequest, SpecialIds
 from ..decode.translate import OnTruncate, Progress, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
 from .ct2_search import search_pieces
@@ -120,11 +121,9 @@ class CTranslate2Engine:
     max_len: int  # the model's positions: the longest source and output
     workers: int = 1  # CTranslate2's replicas (inter_threads), each with its share of threads
     name: str = "ctranslate2"
-    # prefixes (``target_prefix``) and sampling; not its seed: CTranslate2 seeds its sampler
-    # per process, not by SampleConfig.seed; not its repetition guards, which it applies to
-    # the logits (the ban renormalised), ours and transformers' to the log-probabilities
+    # prefixes (``target_prefix``) and sampling, the rest refused for the reasons
+    # ``capabilities.CAPABILITIES`` gives (its seed, guards and precision are not ours)
     supports: frozenset[Feature] = frozenset({"prefixes", "sampling"})
-    seeded_samples: bool = False
 
     @classmethod
     def open(
@@ -176,7 +175,7 @@ class CTranslate2Engine:
         be the vocabulary's, which the export fixes; its workers are fixed when the engine
         opens (``open``'s): 1 or that number; its device is the one the engine opened on.
         """
-        check_supported(request, self.name, self.supports)
+        check_supported(request.features(), self.name, self.supports, where=request.where())
         workers = request.batching.workers
         if workers not in (1, self.workers):
             raise ValueError(

@@ -554,12 +554,6 @@ def _translate_job(
     """What the batcher hands to ``translator.decode``: the one place a request's decoding
     settings are built, each mistake a 422 (``_Refused``) before any decoding."""
     config = body.decode_config()
-    if body.seed is not None and not translator.engine.seeded_samples:
-        raise _Refused(
-            422,
-            f"seed: the {translator.engine.name} engine seeds its sampler once per process, "
-            "not per request; leave seed out",
-        )
     try:
         constraints = translator.constraints(sources, config, body.prefix, body.constraints)
         layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
@@ -577,30 +571,12 @@ def _translate_job(
     return job
 
 
-# the request's fields for what an engine declares (``decode.request.Feature``)
-FIELD_OF_FEATURE = {
-    "lexical_constraints": "constraints",
-    "prefixes": "prefix",
-    "sampling": "sample",
-}
-
-
 def _check_supported(translator: Translator, body: TranslateRequest, job: TranslateJob) -> None:
     """The engine's refusals, all in one, before the queue, named by the request's fields."""
     try:
-        translator.check_supported(job)
-    except UserError:
-        missing = translator.search_request([job]).features() - translator.engine.supports
-        fields = sorted(FIELD_OF_FEATURE.get(f, f) for f in missing)
-        where = ""
-        if "constraints" in fields and body.constraints is not None:
-            first = next(i for i, phrases in enumerate(body.constraints) if phrases)
-            where = f"constraints[{first}]: "
-        raise _Refused(
-            422,
-            f"{where}the {translator.engine.name} engine cannot do: {', '.join(fields)} "
-            "(the server's own search, without --engine, does every one)",
-        ) from None
+        translator.check_supported(job, seed=body.seed is not None)
+    except UserError as err:
+        raise _Refused(422, str(err)) from None
 
 
 async def _decoded(

@@ -35,8 +35,8 @@ from ..decode import (
     text_constraint,
 )
 from ..decode.align import output_alignment
+from ..decode.capabilities import CAPABILITIES, Feature, check_supported
 from ..decode.engine import Engine, TorchEngine
-from ..decode.request import check_supported
 from ..errors import UserError
 from ..flops import count_parameters
 from ..model import Transformer
@@ -205,10 +205,20 @@ class Translator:
             first_index=tuple(i for job in jobs for i in range(len(job.sources))),
         ).with_ids(self.vocab)
 
-    def check_supported(self, job: TranslateJob) -> None:
-        """``UserError`` naming all that ``job`` asks which the engine cannot do (one refusal,
-        ``decode.request.check_supported``, the one the engine would make when decoding)."""
-        check_supported(self.search_request([job]), self.engine.name, self.engine.supports)
+    def check_supported(self, job: TranslateJob, *, seed: bool = False) -> None:
+        """``UserError`` naming, by the request's fields, all that ``job`` asks which the engine
+        cannot do (``seed``: the request gave one): ``capabilities.check_supported``, the
+        refusal of the command line and of the engine itself when decoding."""
+        request = self.search_request([job])
+        asked: set[Feature] = request.features() | ({"seed"} if seed else set())
+        first = request.first_lexical()
+        check_supported(
+            {f: CAPABILITIES[f].field or f for f in asked},
+            self.engine.name,
+            self.engine.supports,
+            where={} if first is None else {"lexical_constraints": f"constraints[{first}]"},
+            instead="the server's own search (without --engine)",
+        )
 
     def _answer(
         self, source: list[int], hyps: list[Hypothesis], job: TranslateJob

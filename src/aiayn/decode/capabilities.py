@@ -1,0 +1,109 @@
+"""What an engine can be asked beyond the paper's beam search, named once: each ``Feature``'s
+reason, and the command-line option and server request field that ask for it, so that the
+command line, ``aiayn.Translator`` and the server refuse through one function
+(``check_supported``) with one wording, each naming what its user typed.
+
+Engines declare the features they support (``TorchEngine.supports``: all of them;
+``CTranslate2Engine.supports``: prefixes and sampling); every caller builds the features it
+asks for, named its own way, and ``check_supported`` refuses those the engine lacks:
+
+    check_supported({"lexical_constraints": "--constraints"}, "ctranslate2", supports,
+                    instead="--engine torch")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import UserError
+
+Feature = Literal[
+    "ensemble",
+    "quantize",
+    "precision",  # bf16: another engine decodes in its own float32
+    "lexical_constraints",
+    "prefixes",
+    "max_src_len",
+    "min_len",
+    "sampling",
+    "seed",
+    "shortlist",
+    "search_rules",  # another toolkit's (``rules.SEARCH_RULES``)
+    "no_repeat_ngram",  # DecodeConfig.no_repeat_ngram_size (``repetition.py``)
+    "repetition_penalty",  # DecodeConfig.repetition_penalty, on log-probabilities
+    "token_scores",
+    "alignments",
+]
+ALL_FEATURES: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Capability:
+    """Why a feature is our search's, and who asks for it: ``option`` on the command line,
+    ``field`` in the server's ``POST /translate`` body (None: the server does not ask it per
+    request, or answers it with our model whatever the engine, as alignments)."""
+
+    reason: str
+    option: str | None = None
+    field: str | None = None
+
+
+CAPABILITIES: dict[Feature, Capability] = {
+    "ensemble": Capability("it decodes one checkpoint, not an ensemble", "--checkpoint"),
+    "quantize": Capability("our int8 is not CTranslate2's", "--quantize"),
+    "precision": Capability("it decodes in float32", "--precision"),
+    "lexical_constraints": Capability(
+        "CTranslate2 has target prefixes but no lexical constraints", "--constraints", "constraints"
+    ),
+    "prefixes": Capability("a target prefix is our search's", "--prefix", "prefix"),
+    "max_src_len": Capability("cutting sources shorter than the model's positions is ours"),
+    "min_len": Capability("a minimum output length is our search's"),
+    "sampling": Capability("drawing outputs is our search's", "--sample", "sample"),
+    "seed": Capability(
+        "CTranslate2 seeds its sampler once per process: samples differ each run", "--seed", "seed"
+    ),
+    "shortlist": Capability(
+        "it is our search's (CTranslate2 has its own vocabulary map)", "--shortlist"
+    ),
+    "search_rules": Capability(
+        "it runs the paper's search; ours follows every rule", "--search-rules", "search_rules"
+    ),
+    "no_repeat_ngram": Capability(
+        "CTranslate2 bans on the logits and renormalises; ours and transformers' do not",
+        "--no-repeat-ngram-size",
+        "no_repeat_ngram_size",
+    ),
+    "repetition_penalty": Capability(
+        "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
+        "--repetition-penalty",
+        "repetition_penalty",
+    ),
+    "token_scores": Capability("they come from our model's forced decoding", "--token-scores"),
+    "alignments": Capability("they come from our model's attention", "--alignments"),
+}
+
+
+def check_supported(
+    asked: Mapping[Feature, str] | Iterable[Feature],
+    engine: str,
+    supports: frozenset[Feature],
+    *,
+    where: Mapping[Feature, str] | None = None,
+    instead: str = "our search (engine torch)",
+) -> None:
+    """The one refusal: ``UserError`` in one line naming all that ``asked`` wants and
+    ``engine`` does not ``supports``, each as the caller names it (its values; the feature's
+    own name for a set) with its reason, prefixed by the ``where`` of the first that has one
+    (a file's line, a request's item); ``instead`` is what does them all."""
+    names = dict(asked) if isinstance(asked, Mapping) else {f: f for f in asked}
+    missing = [f for f in CAPABILITIES if f in names and f not in supports]
+    if not missing:
+        return
+    place = next((where[f] for f in missing if where and f in where), None)
+    items = "; ".join(f"{names[f]} ({CAPABILITIES[f].reason})" for f in missing)
+    raise UserError(
+        f"{f'{place}: ' if place else ''}the {engine} engine cannot do: {items}; "
+        f"{instead} does every one"
+    )

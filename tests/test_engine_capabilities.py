@@ -1,0 +1,159 @@
+"""The command line, ``aiayn.Translator`` and the server refuse the same features of the
+CTranslate2 engine (``aiayn.decode.capabilities``), each naming what its user typed: the
+option, the keyword, the request's field. No export is made: the engine refuses before its
+``ctranslate2.Translator`` (None here) is used, the command line before anything loads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _export_models import trained_like_model
+
+import aiayn
+from aiayn.cli.common import asked_features, check_engine_options
+from aiayn.cli.main import build_parser
+from aiayn.data import Vocab
+from aiayn.decode import SearchRequest
+from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES
+from aiayn.errors import UserError
+from aiayn.export.engine import CTranslate2Engine
+from aiayn.serve.app import TranslateRequest, _Refused, _translate_job
+from aiayn.serve.translator import Translator as ServeTranslator
+
+SENTENCE = "And God saw the light, that it was good."
+
+# How each entry point asks for a feature (None: it cannot ask for it).
+CLI: dict[str, list[str]] = {
+    "ensemble": ["--checkpoint", "B"],
+    "quantize": ["--quantize", "int8"],
+    "precision": ["--precision", "bf16"],
+    "lexical_constraints": ["--constraints", "F"],
+    "prefixes": ["--prefix", "F"],
+    "sampling": ["--sample"],
+    "seed": ["--sample", "--seed", "0"],
+    "shortlist": ["--shortlist", "F"],
+    "search_rules": ["--search-rules", "ct2"],
+    "no_repeat_ngram": ["--no-repeat-ngram-size", "3"],
+    "repetition_penalty": ["--repetition-penalty", "1.2"],
+    "token_scores": ["--token-scores"],
+    "alignments": ["--alignments"],
+}
+LOADING = {  # aiayn.Translator's keywords that choose how a checkpoint loads
+    "ensemble": {"checkpoint": ["A", "B"]},
+    "quantize": {"quantize": "int8"},
+    "precision": {"precision": "bf16"},
+}
+TRANSLATE: dict[str, dict[str, Any]] = {  # Translator.translate's keywords
+    "lexical_constraints": {"constraints": [["God"]]},
+    "prefixes": {"prefixes": ["And"]},
+    "max_src_len": {"request": SearchRequest(max_src_len=9)},
+    "min_len": {"request": SearchRequest(min_len=2)},
+    "sampling": {"sample": True},
+    "shortlist": {"request": SearchRequest(shortlist=object())},  # type: ignore[arg-type]
+    "search_rules": {"rules": "ct2"},
+    "no_repeat_ngram": {"no_repeat_ngram_size": 3},
+    "repetition_penalty": {"repetition_penalty": 1.2},
+    "token_scores": {"token_scores": True},
+    "alignments": {"alignments": True},
+}
+SERVER: dict[str, dict[str, Any]] = {  # POST /translate's fields
+    "lexical_constraints": {"constraints": [["God"]]},
+    "prefixes": {"prefix": ["And"]},
+    "sampling": {"sample": True},
+    "seed": {"sample": True, "seed": 3},
+    "search_rules": {"search_rules": "ct2"},
+    "no_repeat_ngram": {"no_repeat_ngram_size": 3},
+    "repetition_penalty": {"repetition_penalty": 1.2},
+}
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_corpus):
+    return Vocab.load(tiny_corpus / "spm.model")
+
+
+class Decoding(Exception):
+    """What an engine's CTranslate2 translator raises here: the request got past every check."""
+
+
+class Unreachable:
+    def __getattr__(self, name: str) -> Any:
+        raise Decoding(name)
+
+
+@pytest.fixture(scope="module")
+def engine(vocab) -> CTranslate2Engine:
+    return CTranslate2Engine(translator=Unreachable(), vocab=vocab, max_len=64)
+
+
+def _refusal(call) -> str | None:
+    """The one-line refusal ``call`` raised, or None when it went through to decoding."""
+    try:
+        call()
+    except (UserError, _Refused) as err:
+        message = str(err)
+        assert "\n" not in message
+        return message
+    except Decoding:
+        pass
+    return None
+
+
+def _by_cli(feature: str) -> str | None:
+    args = build_parser().parse_args(
+        ["translate", "--checkpoint", "A", "--engine", "ctranslate2", *CLI[feature]]
+    )
+    asked = set(asked_features(args))
+    assert asked == ({"sampling", "seed"} if feature == "seed" else {feature})
+    return _refusal(lambda: check_engine_options(args))
+
+
+def _by_translator(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+    if feature in LOADING:
+        options = {"checkpoint": str(tmp_path), **LOADING[feature]}
+        return _refusal(lambda: aiayn.Translator(engine="ctranslate2", **options))
+    translator = object.__new__(aiayn.Translator)  # as opened on a CTranslate2 export
+    translator.engine, translator.vocab, translator.workers = engine, engine.vocab, 1
+    translator._model = None
+    return _refusal(lambda: translator.translate([SENTENCE], **TRANSLATE[feature]))
+
+
+def _by_server(feature: str, engine: CTranslate2Engine) -> str | None:
+    model = trained_like_model(len(engine.vocab), max_len=64)
+    translator = ServeTranslator(model, engine.vocab, engine=engine)
+    body = TranslateRequest(text=[SENTENCE], **SERVER[feature])
+    return _refusal(lambda: _translate_job(translator, body, translator.encode(body.text)))
+
+
+def test_each_entry_point_can_ask_what_the_vocabulary_says_it_asks():
+    assert set(CLI) == {f for f, c in CAPABILITIES.items() if c.option is not None}
+    assert set(SERVER) == {f for f, c in CAPABILITIES.items() if c.field is not None}
+    assert set(CAPABILITIES) == ALL_FEATURES
+
+
+@pytest.mark.parametrize("feature", sorted(ALL_FEATURES))
+def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp_path):
+    refused = feature not in CTranslate2Engine.supports
+    capability = CAPABILITIES[feature]
+    said = {}
+    if feature in CLI:
+        said["cli"] = _by_cli(feature)
+    if feature in LOADING or feature in TRANSLATE:
+        said["translator"] = _by_translator(feature, engine, tmp_path)
+    if feature in SERVER:
+        said["server"] = _by_server(feature, engine)
+    assert said  # every feature is asked somewhere
+    assert {entry: message is not None for entry, message in said.items()} == dict.fromkeys(
+        said, refused
+    )
+    if not refused:
+        return
+    for message in said.values():
+        assert "the ctranslate2 engine cannot do: " in message and capability.reason in message
+    if "cli" in said:
+        assert str(capability.option) in said["cli"]
+        assert said["cli"].endswith("--engine torch does every one")
+    if "server" in said:
+        named = "constraints[0]: " if feature == "lexical_constraints" else ": "
+        assert named in said["server"] and f"{capability.field} (" in said["server"]
