@@ -29,7 +29,7 @@ from aiayn.decode import beam as beam_module
 from aiayn.decode.quantize import for_decoding
 from aiayn.decode.translate import decode_ids
 
-TEST = Path(__file__).resolve().parents[1] / "src" / "aiayn" / "corpus" / "bible" / "test.en.gz"
+TEST = Path(__file__).resolve().parents[2] / "src" / "aiayn" / "corpus" / "bible" / "test.en.gz"
 OPS = ("aten::", "mkldnn::")  # what an operator's profiler event is named
 STEP = "decode_step"
 GROUPS = {

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository
 TEST = ROOT / "src" / "aiayn" / "corpus" / "bible" / "test.en.gz"
 
 _TIMED = """
