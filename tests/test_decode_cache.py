@@ -1,38 +1,16 @@
 """The shared-history cache of incremental decoding (aiayn.decode.cache): each step's logits are
 the full forward's, through beams that reorder, fan out and leave, with keys written once."""
 
+from functools import partial
+
 import pytest
 import torch
+from _tiny_models import VARIANTS, batch
+from _tiny_models import make as make_paper
 
-from aiayn import ModelConfig, Transformer
 from aiayn.decode.cache import decode_step, new_cache
-from aiayn.runtime import use_fast_paths
 
-PAD = 0
-
-VARIANTS = [
-    {},
-    {"norm": "pre"},
-    {"positional": "learned"},
-    {"scale_attention": False},
-    {"attention_window": 2},
-    {"share_embeddings": False},
-    {"h": 2, "d_k": 8, "d_v": 24},  # Table 3 row B: d_k != d_v
-]
-
-
-def make(seed: int = 0, **overrides) -> Transformer:
-    torch.manual_seed(seed)
-    return use_fast_paths(Transformer(ModelConfig.preset("tiny", **overrides))).eval()
-
-
-def batch(seed: int = 1, B: int = 3, S: int = 9, T: int = 8, vocab: int = 100):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (B, S), generator=g)
-    tgt = torch.randint(4, vocab, (B, T), generator=g)
-    src[1, 6:] = PAD  # one padded sentence
-    src[2, 4:] = PAD
-    return src, tgt
+make = partial(make_paper, fast=True)  # the fast paths, as training and decoding run the model
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)

@@ -4,36 +4,10 @@ import inspect
 
 import pytest
 import torch
+from _tiny_models import PAD, VARIANTS, batch, make
 
 from aiayn import ModelConfig, Transformer, count_parameters
 from aiayn.model import attention_mask, sinusoidal_encoding
-
-PAD = 0
-
-
-def make(seed: int = 0, **overrides) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(ModelConfig.preset("tiny", **overrides)).eval()
-
-
-VARIANTS = [
-    {},
-    {"norm": "pre"},
-    {"positional": "learned"},
-    {"scale_attention": False},
-    {"attention_window": 2},
-    {"share_embeddings": False},
-    {"h": 2, "d_k": 8, "d_v": 24},  # Table 3 row B: d_k != d_v
-]
-
-
-def batch(seed: int = 1, B: int = 3, S: int = 9, T: int = 8, vocab: int = 100):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (B, S), generator=g)
-    tgt = torch.randint(4, vocab, (B, T), generator=g)
-    src[1, 6:] = PAD  # one padded sentence
-    src[2, 4:] = PAD
-    return src, tgt
 
 
 @pytest.mark.parametrize("overrides", VARIANTS)

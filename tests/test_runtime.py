@@ -1,9 +1,13 @@
 """The fast paths (aiayn.runtime): bf16 attention on a CPU computed in fp32 or as bf16 matmuls,
 and what installing them changes in a model (its speed, not its function)."""
 
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
+from _tiny_models import PAD, batch
+from _tiny_models import make as make_paper
 
 from aiayn import ModelConfig, Transformer
 from aiayn import runtime as runtime_module
@@ -18,22 +22,7 @@ from aiayn.runtime import (
     use_fast_paths,
 )
 
-PAD = 0
-
-
-def make(seed: int = 0, **overrides) -> Transformer:
-    """The tiny preset, seeded, with the fast paths, as training and decoding run it."""
-    torch.manual_seed(seed)
-    return use_fast_paths(Transformer(ModelConfig.preset("tiny", **overrides))).eval()
-
-
-def batch(seed: int = 1, B: int = 3, S: int = 9, T: int = 8, vocab: int = 100):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, vocab, (B, S), generator=g)
-    tgt = torch.randint(4, vocab, (B, T), generator=g)
-    src[1, 6:] = PAD  # one padded sentence
-    src[2, 4:] = PAD
-    return src, tgt
+make = partial(make_paper, fast=True)  # the fast paths, as training and decoding run the model
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm": "pre"}, {"attention_window": 2}])
