@@ -79,36 +79,60 @@ def prepare(
     carved out of train with ``seed``; the bundled corpus and WMT14 are taken as they are.
     ``vocab``: binarise with this SentencePiece model (a checkpoint's ``spm.model``) instead
     of training one; ``vocab_size`` default 8000."""
-    from .data import bundled_corpus_paths, prepare_corpus
-    from .data.clean import Cleaning
-    from .data.corpora import Languages
-    from .data.prepare import BIBLE_LANGS
-    from .data.select import HeldOutSizes
+    from .data import prepare_corpus
 
-    record = languages = held_out = None  # record: the languages where known (validation BLEU)
-    if bundled:  # curated corpora are taken as they are: no cleaning
-        splits, record, cleaning = bundled_corpus_paths(), BIBLE_LANGS, None
-    elif wmt14:
-        splits, record, cleaning = *_wmt14(wmt14, Path(out)), None
-    else:
-        splits = _own_splits(corpora, {"train": train, "valid": valid, "test": test})
-        languages = Languages(src_lang, tgt_lang)
-        cleaning = Cleaning() if cleaning == "default" else cleaning or Cleaning.off()
-        held_out = HeldOutSizes(valid_size, test_size, seed)
     if vocab and vocab_size is not None:
         raise UserError("--vocab reuses a vocabulary of its own size: give it or --vocab-size")
+    if bundled or wmt14:
+        inputs = _curated(out, wmt14)
+    else:
+        pairs = {"train": train, "valid": valid, "test": test}
+        inputs = _own(corpora, pairs, (src_lang, tgt_lang), cleaning, (valid_size, test_size, seed))
     summary = prepare_corpus(
-        splits,
+        inputs.pop("splits"),
         out,
         vocab_size=DEFAULT_VOCAB_SIZE if vocab_size is None else vocab_size,
         max_len=max_len,
         vocab=vocab,
         workers=workers,
-        record=record,
         progress=progress,
-        **{"cleaning": cleaning, "languages": languages, "held_out": held_out},
+        **inputs,
     )
     return Written(Path(out).resolve(), summary)
+
+
+def _curated(out: str | os.PathLike, wmt14: str | None) -> dict[str, Any]:
+    """``prepare_corpus``'s inputs for the bundled Bible or WMT14: taken as they are (no
+    cleaning), their languages recorded (validation BLEU reads them)."""
+    from .data import bundled_corpus_paths
+    from .data.prepare import BIBLE_LANGS
+
+    if wmt14:
+        splits, record = _wmt14(wmt14, Path(out))
+        return {"splits": splits, "record": record}
+    return {"splits": bundled_corpus_paths(), "record": BIBLE_LANGS}
+
+
+def _own(
+    corpora: dict[str, list[Any]] | None,
+    pairs: dict[str, Pair | None],
+    languages: tuple[str | None, str | None],
+    cleaning: Any,
+    held_out: tuple[int, int, int],
+) -> dict[str, Any]:
+    """``prepare_corpus``'s inputs for your own files: the splits, their languages, the
+    filters (``"default"``: the command's; None: only empty and invalid pairs go) and the
+    sizes to carve out of train."""
+    from .data.clean import Cleaning
+    from .data.corpora import Languages
+    from .data.select import HeldOutSizes
+
+    return {
+        "splits": _own_splits(corpora, pairs),
+        "languages": Languages(*languages),
+        "cleaning": Cleaning() if cleaning == "default" else cleaning or Cleaning.off(),
+        "held_out": HeldOutSizes(*held_out),
+    }
 
 
 def _wmt14(pair: str, out: Path) -> tuple[dict[str, Any], dict[str, str]]:
