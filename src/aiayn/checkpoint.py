@@ -228,6 +228,15 @@ def _hint(path: Path) -> str:
     return ""
 
 
+def recorded_language(ckpt: str | Path, side: str) -> str | None:
+    """The language ``aiayn prepare`` recorded for ``side`` ("src" or "tgt") of the data the
+    checkpoint trained on (training copies the dataset's meta.json into every checkpoint);
+    None when it records none."""
+    record = read_meta(Path(ckpt)).get("dataset", {}).get("record") or {}
+    lang = record.get(f"{side}_lang")
+    return str(lang) if lang else None
+
+
 def read_meta(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / META
     if not path.is_file():

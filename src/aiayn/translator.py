@@ -19,7 +19,6 @@ them (an ensemble).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -29,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TextIO
 
-from .checkpoint import follow_pointer
+from .checkpoint import follow_pointer, recorded_language
 from .data import Vocab
 from .decode import (
     Batching,
@@ -439,13 +438,7 @@ class Translator:
         """The target language the checkpoint's training data recorded (``aiayn prepare``
         records it in the dataset's meta.json and training copies that into every
         checkpoint), or None."""
-        meta = Path(self.checkpoints[0]) / "meta.json"
-        try:
-            return str(
-                json.loads(meta.read_text(encoding="utf-8"))["dataset"]["record"]["tgt_lang"]
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return recorded_language(self.checkpoints[0], "tgt")
 
     def evaluate(
         self,

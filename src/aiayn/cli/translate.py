@@ -96,14 +96,15 @@ def _split_option(args: argparse.Namespace, output: Outputs | None) -> Any:
         )
     from functools import partial as bind
 
-    from ..checkpoint import follow_pointer, read_meta
+    from ..checkpoint import follow_pointer, read_meta, recorded_language
     from ..text.document import SplitCounts, SplitOutputs, trained_limit
 
     checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
-    meta = read_meta(follow_pointer(checkpoints[0]))
+    first = follow_pointer(checkpoints[0])
+    meta = read_meta(first)
     lang = args.split
     if lang == "auto":
-        lang = meta.get("dataset", {}).get("record", {}).get("src_lang", "en")
+        lang = recorded_language(first, "src") or "en"
     limit, name = trained_limit(meta), args.input or "<stdin>"
     return bind(SplitOutputs, lang=lang, limit=limit, name=name, counts=SplitCounts())
 
