@@ -7,10 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -374,32 +371,6 @@ def window_option(args: argparse.Namespace) -> dict[str, int]:
 def show_progress(args: argparse.Namespace) -> bool:
     """A progress bar on stderr: when it is a terminal, and without ``--quiet``."""
     return not args.quiet and sys.stderr.isatty()
-
-
-class Stopped(BaseException):
-    """SIGTERM or SIGINT ended a command that has nothing to save (``prepare``): a
-    ``BaseException`` like ``KeyboardInterrupt``, so that only cleanup code catches it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.name = signal.Signals(signum).name
-        self.exit_code = 128 + signum  # what a shell reports for a process the signal ended
-
-
-@contextmanager
-def stop_by_signals() -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT raise ``Stopped`` (so ``finally`` blocks remove
-    temporary files and the caller prints one line); the previous handlers come back after."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise Stopped(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, old in previous.items():
-            signal.signal(s, old)
 
 
 def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..workflow import DEFAULT_VOCAB_SIZE
-from .common import Stopped, say_wrote, show_progress, stop_by_signals
+from .common import say_wrote, show_progress
+from .stopping import one_line_on_signal
 
 
 def _info(args: argparse.Namespace) -> None:
@@ -24,32 +25,28 @@ def _prepare(args: argparse.Namespace) -> None:
 
     corpora = None if args.bundled or args.wmt14 else _own_splits(args)  # may read languages
     languages, cleaning = _prepare_options(args)
-    try:
-        with stop_by_signals():
-            written = prepare(
-                args.out,
-                bundled=args.bundled,
-                wmt14=args.wmt14,
-                corpora=corpora,
-                src_lang=languages[0],
-                tgt_lang=languages[1],
-                cleaning=cleaning,
-                valid_size=args.valid_size,
-                test_size=args.test_size,
-                seed=args.seed,
-                vocab_size=args.vocab_size,
-                vocab=args.vocab,
-                max_len=args.max_len,
-                workers=args.workers,
-                progress=show_progress(args),
-            )
-    except Stopped as stop:
-        print(
-            f"aiayn prepare: stopped by {stop.name}; nothing written to {args.out} (a dataset "
-            "already there is unchanged); run the same command again to prepare it",
-            file=sys.stderr,
+    again = (
+        f"nothing written to {args.out} (a dataset already there is unchanged); run the same "
+        "command again to prepare it"
+    )
+    with one_line_on_signal("prepare", again):  # temporary files go in the finally blocks
+        written = prepare(
+            args.out,
+            bundled=args.bundled,
+            wmt14=args.wmt14,
+            corpora=corpora,
+            src_lang=languages[0],
+            tgt_lang=languages[1],
+            cleaning=cleaning,
+            valid_size=args.valid_size,
+            test_size=args.test_size,
+            seed=args.seed,
+            vocab_size=args.vocab_size,
+            vocab=args.vocab,
+            max_len=args.max_len,
+            workers=args.workers,
+            progress=show_progress(args),
         )
-        raise SystemExit(stop.exit_code) from None
     for line in summary_lines(written.summary):
         print(f"aiayn prepare: {line}", file=sys.stderr)
     print(written.json())

@@ -1,4 +1,4 @@
-"""Stopping a long command (``demo``, ``experiment``) by SIGTERM or Ctrl-C outside training:
+"""Stopping a long command (``prepare``, ``demo``, ``experiment``) by SIGTERM or Ctrl-C outside training:
 one line saying how to continue and a shell's exit status, not a traceback or a silent end.
 Training inside them keeps its own handlers (``train.preemption``), which save first."""
 
@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class Terminated(Exception):
-    """SIGTERM, raised where the command is, as Python raises KeyboardInterrupt for SIGINT."""
+class Terminated(BaseException):
+    """SIGTERM, raised where the command is, as Python raises KeyboardInterrupt for SIGINT: a
+    ``BaseException`` like it, so that only cleanup code (``finally``) sees it on its way."""
 
 
 def _terminate(signum: int, frame: object) -> None:

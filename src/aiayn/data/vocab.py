@@ -110,7 +110,7 @@ class Vocab:
             # the text; keep the original (a UserError naming the file and line) to re-raise.
             try:
                 yield from _sentences(texts_or_files)
-            except BaseException as e:  # a signal's exception too (cli.common.stop_by_signals)
+            except BaseException as e:  # a signal's exception too (cli.stopping)
                 failures.append(e)
                 raise
 
