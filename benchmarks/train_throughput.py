@@ -20,6 +20,9 @@ and aiayn.train.loss degrades least.
     # it pays back (compile=auto's own figure: `aiayn measure compile`)
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py --configs small --reps 3 \
         --steps 3 --peers ours+lsloss+fusedadam,ours+lsloss+fusedadam+compile
+    # the layers compiled for one shape (what bucketing batches into a few shapes would buy)
+    PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py --configs small --reps 6 \
+        --min-len 30 --peers ours+lsloss+fusedadam,ours+lsloss+fusedadam+compilestatic
 
 ``--record DIR`` writes each config's figures as a record (``aiayn.records``, topic training).
 
@@ -178,6 +181,9 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
     fwd: Callable = model
     if "compile" in options:  # what the trainer's compile=true does
         compile_layers(model)
+    if "compilestatic" in options:  # each layer with static shapes: a graph per batch shape
+        for layer in [*model.encoder, *model.decoder]:
+            layer.compile(dynamic=False)
     if "compilemodel" in options:  # the whole model (graph breaks at its data-dependent masks)
         fwd = torch.compile(model, dynamic=True)
     loss_fn = _ours_loss(variant)
@@ -496,7 +502,7 @@ def compile_report(
     tokens_per_step = sum(b.tokens for b in batches) / len(batches)
     for name, warm in warmups.items():
         options = name.split("+")
-        eager = "+".join(o for o in options if o not in ("compile", "compilemodel"))
+        eager = "+".join(o for o in options if not o.startswith("compile"))
         if eager == name or eager not in rates or not rates.get(name):
             continue
         fast, slow = max(rates[name]), max(rates[eager])
@@ -517,7 +523,8 @@ def main(argv: list[str] | None = None) -> None:
         default="ours,torch.nn,hf-marian,fairseq",
         help="comma list; torch.nn and hf-marian take +bf16 (CPU autocast) and +fusedadam; "
         "variants of ours join options with '+': compile (the trainer's "
-        "compile=true: each layer, dynamic), compilemodel (torch.compile of the whole model, "
+        "compile=true: each layer, dynamic), compilestatic (each layer, static shapes: give "
+        "--min-len = --max-len, one shape), compilemodel (torch.compile of the whole model, "
         "dynamic), bf16 (CPU autocast with the weights' bf16 copies, as amp=bf16), nocopies (bf16 "
         "autocast casting each weight at its use instead), uniformdropout (dropout's mask from a "
         "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), castloss "
@@ -621,12 +628,19 @@ def config_record(name: str, rates: dict[str, list[float]], twins: dict[str, str
         figures |= {f"{r} bf16 / fp32": f"{best[t] / best[r]:.2f}x" for r, t in twins.items()}
     if ours and others:
         figures["ours / fastest peer"] = f"{best[ours[0]] / max(best[r] for r in others):.2f}x"
+    for row in ours:  # a compiled row against its eager twin
+        eager = "+".join(o for o in row.split("+") if not o.startswith("compile"))
+        if eager != row and eager in best:
+            figures[f"{row} / {eager}"] = f"{best[row] / best[eager]:.2f}x"
     figures |= {f"{row} tokens/s": round(rate) for row, rate in best.items()}
     shape = f"d{sh.d_model} {sh.N}+{sh.N}, {'bf16 against fp32' if twins else 'fp32'}"
     peers = {row.split("+")[0] for row in others}
+    against = " against the peers" if others else ""
+    if any(" / " in key and "compile" in key for key in figures):
+        against += f", compiled against eager, lengths {args.min_len}-{args.max_len}"
     return make_record(
         topic="training",
-        what=f"training step, {shape}, against the peers" if others else f"training step, {shape}",
+        what=f"training step, {shape}{against}",
         figures=figures,
         command="benchmarks/train_throughput.py " + " ".join(sys.argv[1:]),
         threads=args.threads,
