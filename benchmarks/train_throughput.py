@@ -168,6 +168,7 @@ def model_config(sh: Shape) -> ModelConfig:
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
+    from aiayn.model import MultiHeadAttention, as_given
     from aiayn.runtime import UniformDropout, bf16_matmul_attention, use_fast_paths
     from aiayn.train.mixed import WeightCopies
     from aiayn.train.trainer import compile_layers
@@ -178,6 +179,11 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
         for module in model.modules():
             if isinstance(module, UniformDropout):
                 module.forward = partial(_uniform_dropout, module)
+    if "sdpabf16" in options:  # the model's own hooks: SDPA in the activations' dtype, no casts
+        for module in model.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.attention_cast = as_given
+                module.attention_kernel = F.scaled_dot_product_attention
     fwd: Callable = model
     if "compile" in options:  # what the trainer's compile=true does
         compile_layers(model)
@@ -530,7 +536,8 @@ def main(argv: list[str] | None = None) -> None:
         "uniform_ draw per element, as before model.keep_mask), lsloss (aiayn.train.loss), castloss "
         "(bf16 logits cast to fp32 before the loss, its own node), fusedadam / "
         "foreach (Adam for this row only), math (SDPA math backend), mmattn (with bf16: attention as "
-        "bf16 matmuls and softmax, model.matmul_attention)",
+        "bf16 matmuls and softmax, model.matmul_attention), sdpabf16 (with bf16: SDPA in bf16, "
+        "the projections not cast to fp32 for it)",
     )
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--max-len", type=int, default=30, help="longest sentence, BOS/EOS included")
