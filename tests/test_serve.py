@@ -406,6 +406,21 @@ def test_translations_are_the_librarys(translator):
     assert "attention" not in answers[0]
 
 
+def test_answers_cut_at_the_length_limit_say_so_as_the_commands_json_lines_do(translator):
+    lines = SENTENCES[:4]
+    with client(translator) as c:
+        answers = c.post("/translate", json={"text": lines, "beam": 3, "nbest": 3}).json()
+    request = SearchRequest(DecodeConfig(beam=3, nbest=3))
+    hyps = decode_ids(translator.model, translator.encode(lines), request)
+    expected = [[len(h.tokens) == h.length for h in hs] for hs in hyps]
+    assert any(any(cuts) for cuts in expected), "the random model runs to its 40 positions"
+    got = answers["translations"]
+    assert [[h.get("cut", False) for h in a["nbest"]] for a in got] == expected
+    assert [a.get("cut", False) for a in got] == [cuts[0] for cuts in expected]
+    # only where true, as the JSON lines: an answer that ended with eos has no "cut" at all
+    assert all(("cut" in h) == cut for a, c in zip(got, expected) for h, cut in zip(a["nbest"], c))
+
+
 def test_int8_server_answers_as_the_int8_library(checkpoint):
     """``aiayn serve --quantize int8`` decodes with the same int8 model as ``aiayn translate
     --quantize int8``, loaded from safetensors and quantized after loading."""

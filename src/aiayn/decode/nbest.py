@@ -51,7 +51,7 @@ class Output:
 
     @classmethod
     def of(cls, hyp: Hypothesis, text: str, **extra: Any) -> Output:
-        cut = hyp.length == len(hyp.tokens)  # no eos was chosen: the length limit stopped it
+        cut = is_cut(hyp)
         return cls(text, hyp.score, hyp.log_prob, hyp.length, cut=cut, ids=hyp.tokens, **extra)
 
     def moses(self, sentence_id: int) -> str:
@@ -68,6 +68,12 @@ class Output:
         if self.cut:
             fields["cut"] = True
         return fields
+
+
+def is_cut(hyp: Hypothesis) -> bool:
+    """Whether the length limit stopped ``hyp``: no eos was chosen (its length counts every
+    token), so its log-prob has none."""
+    return hyp.length == len(hyp.tokens)
 
 
 def jsonl_line(sentence_id: int, outputs: Sequence[Output]) -> str:

@@ -37,6 +37,7 @@ from ..decode import (
 from ..decode.align import output_alignment
 from ..decode.capabilities import CAPABILITIES, Feature, check_supported
 from ..decode.engine import Engine, TorchEngine
+from ..decode.nbest import is_cut
 from ..errors import UserError
 from ..flops import count_parameters
 from ..model import Transformer
@@ -229,9 +230,12 @@ class Translator:
             "score": best.score if best else None,
             "nbest": [
                 {"text": self.vocab.decode(h.tokens), "score": h.score, "log_prob": h.log_prob}
+                | ({"cut": True} if is_cut(h) else {})
                 for h in hyps
             ],
         }
+        if best is not None and is_cut(best):  # as the command's JSON lines mark it
+            answer["cut"] = True
         if job.attention:
             answer["attention"] = self.attention(source, best) if best else None
         if job.alignment_layer is not None:
