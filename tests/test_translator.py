@@ -65,6 +65,17 @@ def test_nbest_and_scores_are_the_commands_nbest_lines(capsys, translator, check
     assert len(ours) == 3 * 40
 
 
+def test_outputs_cut_at_the_length_limit_are_the_commands(capsys, translator, checkpoint, test_en):
+    argv = ["translate", "--checkpoint", str(checkpoint), "--input", str(test_en)]
+    printed = _cli(capsys, *argv, "--nbest", "2", "--format", "jsonl").splitlines()
+    marked = [[bool(h.get("cut")) for h in json.loads(line)["hypotheses"]] for line in printed]
+    sources = test_en.read_text(encoding="utf-8").splitlines()[:40]
+    results = translator.translate(sources, nbest=2)
+    assert [[c.cut for c in r.nbest] for r in results] == marked
+    assert [r.cut for r in results] == [m[0] if m else False for m in marked]
+    assert any(r.cut for r in results) and not all(r.cut for r in results), "a 2-update model"
+
+
 def test_token_scores_sum_to_the_log_prob_and_score_rescoring_agrees(translator):
     [result] = translator.translate(["Jesus wept."], token_scores=True)
     best = result.best

@@ -66,7 +66,9 @@ PerWindow = Callable[[SearchRequest, int], SearchRequest]
 class Candidate:
     """One hypothesis: its text, the GNMT score the search ranks by (``log_prob / lp(|Y|)``),
     log P(Y|X) (eos included when it ended with one), |Y|, its pieces (eos left out), and on
-    request log P of every token (eos included) and its word alignment (Pharaoh "i-j" pairs)."""
+    request log P of every token (eos included) and its word alignment (Pharaoh "i-j" pairs);
+    ``cut``: the length limit stopped it before it chose eos (``aiayn score --no-eos``
+    rescores such an output)."""
 
     text: str
     score: float
@@ -75,6 +77,7 @@ class Candidate:
     tokens: tuple[str, ...]
     token_log_probs: tuple[float, ...] | None = None
     alignment: str | None = None
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,10 @@ class Translation:
     @property
     def alignment(self) -> str | None:
         return self.nbest[0].alignment if self.nbest else None
+
+    @property
+    def cut(self) -> bool:
+        return self.nbest[0].cut if self.nbest else False
 
 
 class Translator:
@@ -387,6 +394,7 @@ class Translator:
             pieces,
             token_log_probs,
             output.alignment,
+            output.cut,
         )
 
     def constraints(
