@@ -37,6 +37,7 @@ def main() -> None:
     p.add_argument("--config", default="small", choices=list(SHAPES))
     p.add_argument("--steps", type=int, default=20, help="timed steps of each row")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--record", help="write the rows' CPU time a step as a record here")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     sh = SHAPES[args.config]
@@ -62,6 +63,28 @@ def main() -> None:
             f"{name:<45} median {median * 1e3:7.1f} ms, quartile {statistics.quantiles(ts)[0] * 1e3:7.1f}"
             f" ms CPU a step: {base / median:.3f}x the first row"
         )
+    if args.record:
+        record(seconds, args)
+
+
+def record(seconds: dict[str, list[float]], args: argparse.Namespace) -> None:
+    """Each row's speed against the first (> 1: faster), and its median CPU ms a step."""
+    from aiayn.records import make_record, write_record
+
+    base, first = statistics.median(seconds[args.rows[0]]), args.rows[0]
+    figures: dict[str, float | int | str] = {}
+    for name, ts in list(seconds.items())[1:]:
+        figures[f"{name} / {first}"] = f"{base / statistics.median(ts):.3f}x"
+    figures |= {f"{name} ms": round(1e3 * statistics.median(ts), 1) for name, ts in seconds.items()}
+    entry = make_record(
+        topic="training",
+        what=f"training step rows against {first}, CPU time ({args.config} shape)",
+        figures=figures,
+        command="scripts/dev/step_ab.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        notes=f"median CPU time of {args.steps} steps a row, rows alternating step by step",
+    )
+    print(f"wrote {write_record(entry, args.record)}")
 
 
 if __name__ == "__main__":
