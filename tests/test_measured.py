@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import hardware, measured
+from aiayn import hardware, measure, measured
 from aiayn.cli.main import main
 from aiayn.errors import UserError
 from aiayn.policy import (
@@ -189,6 +189,7 @@ def test_a_class_without_a_figure_keeps_fp32_and_names_the_command_that_measures
         (measured.train_bf16, "train_bf16"),
         (measured.decode_bf16, "decode_bf16"),
         (measured.compile_step, "compile"),
+        (measured.train_bf16_matmul_attention, "train_bf16_matmul_attention"),
     ):
         decision = decide("cpu-amx")
         assert not decision.on
@@ -388,6 +389,45 @@ def test_measure_writes_the_figures_the_rules_read(
         assert decision == measured.decide(setting, "cpu-avx512_bf16", table)
 
 
+def test_measure_times_both_training_attention_paths_whatever_the_table_chooses(
+    tiny_corpus, tmp_path, monkeypatch, capsys
+):
+    """The figure train_bf16_matmul_attention's rule reads, from the trainer itself (it was two
+    benchmarks by hand): each path really taken in its runs, A-B-B-A, and fp32's perplexity."""
+    monkeypatch.setenv(hardware.ASSUME_BF16, "native")
+    table = tmp_path / "measured.json"
+    monkeypatch.setenv(measured.USER_TABLE, str(table))
+    taken = []
+    original = measure.train
+
+    def train(plan, out, attention=None, **sets):
+        summary = original(plan, out, attention, **sets)
+        taken.append((sets["amp"], summary["attention"]))
+        return summary
+
+    monkeypatch.setattr(measure, "train", train)
+    tiny = ["--data", str(tiny_corpus), "--preset", "tiny", "--threads", "1"]
+    threads = torch.get_num_threads()
+    try:
+        main(["measure", "train_bf16_matmul_attention", *tiny, "--updates", "3", "--warm", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    sdpa = "SDPA in fp32"
+    bf16_runs = [("bf16", path) for path in (sdpa, BF16_MATMULS, BF16_MATMULS, sdpa)]
+    assert taken == [("none", sdpa), *bf16_runs]  # fp32 once, then A-B-B-A
+    figure = json.loads(table.read_text())["cpu-avx512_bf16"]["train_bf16_matmul_attention"]
+    assert set(figure) == KEYS["train_bf16_matmul_attention"] and figure["updates"] == 3
+    assert figure["sdpa_fp32_step_ms"] > 0 < figure["bf16_matmuls_step_ms"]
+    assert figure["bf16_matmuls_valid_ppl"] == pytest.approx(figure["fp32_valid_ppl"], rel=0.05)
+    assert figure["command"] == (
+        "aiayn measure train_bf16_matmul_attention --threads 1 "
+        f"--data {tiny_corpus} --updates 3 --preset tiny --warm 1"
+    )
+    decision = measured.decide("train_bf16_matmul_attention", "cpu-avx512_bf16")
+    assert f"auto: {'on' if decision.on else 'off'}: {decision.reason}" in capsys.readouterr().out
+    assert resolve_attention("bf16", CPU) == (BF16_MATMULS if decision.on else sdpa)
+
+
 def test_measure_refuses_bf16_on_a_chip_without_it_and_keeps_the_table(
     tiny_corpus, tmp_path, monkeypatch, capsys
 ):
@@ -415,4 +455,5 @@ def test_measure_help_in_a_fresh_interpreter_names_the_settings():
         [sys.executable, "-m", "aiayn", "measure", "--help"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
-    assert "{train_bf16,decode_bf16,compile}" in result.stdout and "--table" in result.stdout
+    settings = "{train_bf16,decode_bf16,compile,train_bf16_matmul_attention}"
+    assert settings in result.stdout and "--table" in result.stdout

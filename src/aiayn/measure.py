@@ -3,6 +3,7 @@
     aiayn measure train_bf16     # amp: auto -- the demo recipe in fp32 and bf16, A-B-B-A (~5 min)
     aiayn measure decode_bf16 --checkpoint runs/demo/averaged   # --precision auto (~4 min)
     aiayn measure compile        # compile: auto -- the demo recipe eager and compiled (~3 min)
+    aiayn measure train_bf16_matmul_attention   # bf16 training's attention path (~7 min)
 
 Each figure goes under the chip's class (``hardware.Bf16.chip``) into this machine's table
 (``measured.user_table()``), which every ``auto`` reads before the package's, with the CPU, the
@@ -17,6 +18,10 @@ outputs compared line by line; ``attention`` says what the bf16 model's decoder 
 computes in (default: the chip's current choice, ``policy.decoder_attention``).
 compile: per update from log.jsonl; the steady rate over the updates after the first ``warm``, the
 compile time as the compiled run's extra seconds to reach update ``warm``.
+train_bf16_matmul_attention: the demo recipe in bf16 with attention as bf16 matmuls and with SDPA
+in fp32, A-B-B-A, whatever the table says now (the path is set on the trainer); a path's step is
+the median of its runs' median milliseconds an update after the first ``warm`` (log.jsonl);
+the perplexities, bf16 matmuls' and fp32 training's (one more run), after the same updates.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from . import hardware, measured
 from .errors import UserError
 from .files import write_text_atomic
 
+WARMED = "train_bf16_matmul_attention"  # with compile, timed after --warm updates
 # updates a run when not given: enough for a steady tokens/s on the demo recipe
-DEFAULT_UPDATES = {"train_bf16": 100, "compile": 40}
+DEFAULT_UPDATES = {"train_bf16": 100, "compile": 40, "train_bf16_matmul_attention": 100}
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,15 @@ def measure(setting: str, plan: Plan, work: Path) -> dict[str, Any]:
 
     if not (plan.data / "meta.json").exists():  # a prepared dataset (ours, the demo's) is reused
         prepare_bundled(plan.data)
+    if setting == "train_bf16_matmul_attention":
+        return bf16_attention(plan, work)
     return train_bf16(plan, work) if setting == "train_bf16" else compile_step(plan, work)
 
 
-def train(plan: Plan, out: Path, **sets: Any) -> dict[str, Any]:
-    """One fresh run of the demo recipe for ``plan.updates`` updates; its summary."""
+def train(plan: Plan, out: Path, attention: str | None = None, **sets: Any) -> dict[str, Any]:
+    """One fresh run of the demo recipe for ``plan.updates`` updates; its summary. ``attention``:
+    the training attention path to take (``policy.resolve_attention``'s names) in place of the
+    one this machine's tables choose."""
     from .train.config import recipe_config
     from .train.trainer import Trainer
 
@@ -84,7 +94,10 @@ def train(plan: Plan, out: Path, **sets: Any) -> dict[str, Any]:
         seed=1,
         **sets,
     )
-    return Trainer(cfg).run(resume=None)
+    trainer = Trainer(cfg)
+    if attention is not None:
+        trainer.attention = attention
+    return trainer.run(resume=None)
 
 
 def train_bf16(plan: Plan, work: Path) -> dict[str, Any]:
@@ -180,6 +193,38 @@ def compile_step(plan: Plan, work: Path) -> dict[str, Any]:
     }
 
 
+def bf16_attention(plan: Plan, work: Path) -> dict[str, Any]:
+    from .runtime import BF16_MATMULS
+
+    if plan.updates <= plan.warm:
+        raise UserError(f"--updates {plan.updates} must exceed --warm {plan.warm}")
+    sdpa = "SDPA in fp32"  # what resolve_attention names the path without bf16 matmuls
+    step_ms: dict[str, list[float]] = {sdpa: [], BF16_MATMULS: []}
+    ppl = {"fp32": train(plan, work / "fp32", amp="none", compile=False)["valid_ppl"]}
+    for i, path in enumerate((sdpa, BF16_MATMULS, BF16_MATMULS, sdpa)):  # A-B-B-A
+        run = work / f"{i}-bf16"
+        ppl[path] = train(plan, run, attention=path, amp="bf16", compile=False)["valid_ppl"]
+        step_ms[path].append(update_ms(run, plan.warm))
+        print(f"  bf16, {path}: {step_ms[path][-1]:.1f} ms an update, ppl {ppl[path]:.2f}")
+    return {
+        "sdpa_fp32_step_ms": round(statistics.median(step_ms[sdpa]), 1),
+        "bf16_matmuls_step_ms": round(statistics.median(step_ms[BF16_MATMULS]), 1),
+        "fp32_valid_ppl": round(ppl["fp32"], 2),
+        "bf16_matmuls_valid_ppl": round(ppl[BF16_MATMULS], 2),
+        "updates": plan.updates,
+    }
+
+
+def update_ms(run: Path, warm: int) -> float:
+    """Median milliseconds an update of a run after its first ``warm`` (log.jsonl, one record
+    an update)."""
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    elapsed = {r["update"]: r["elapsed_s"] for r in records if "tok_s" in r}
+    return 1e3 * statistics.median(
+        elapsed[u] - elapsed[u - 1] for u in sorted(elapsed) if u > warm and u - 1 in elapsed
+    )
+
+
 def record(table: Path, chip: str, setting: str, figure: dict[str, Any], command: str) -> None:
     """``figure`` with where it was measured, under ``chip`` and ``setting`` in ``table`` (made
     with its folder if absent; the table's other figures kept)."""
@@ -205,5 +250,5 @@ def command(setting: str, plan: Plan) -> str:
     else:
         words += ["--data", str(plan.data), "--updates", str(plan.updates)]
         words += ["--preset", plan.preset] if plan.preset else []
-        words += ["--warm", str(plan.warm)] if setting == "compile" else []
+        words += ["--warm", str(plan.warm)] if setting in ("compile", WARMED) else []
     return shlex.join(words)

@@ -45,8 +45,8 @@ DECODE_KEYS = frozenset(
 COMPILE_PAYBACK_S = 45.0
 
 MEASURE = "aiayn measure"
-# the settings it measures (train_bf16_matmul_attention is measured by hand: docs/training.md)
-SETTINGS = ("train_bf16", "decode_bf16", "compile")
+# the settings it measures
+SETTINGS = ("train_bf16", "decode_bf16", "compile", "train_bf16_matmul_attention")
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decisio
     as with SDPA in fp32, and the demo recipe's validation perplexity after the same updates
     within 3% of fp32 training's."""
     figure = entry(chip, "train_bf16_matmul_attention", table)
-    if figure is None:  # measured by hand: two benchmarks (docs/benchmarks.md)
-        return Decision(False, f"no train_bf16_matmul_attention figure for {chip} yet")
+    if figure is None:
+        return _unmeasured(chip, "train_bf16_matmul_attention")
     speedup = figure["sdpa_fp32_step_ms"] / figure["bf16_matmuls_step_ms"]
     change = abs(figure["bf16_matmuls_valid_ppl"] / figure["fp32_valid_ppl"] - 1)
     said = (
@@ -221,5 +221,10 @@ def compile_step(chip: str, table: Path | None = None) -> Decision:
 
 def decide(setting: str, chip: str, table: Path | None = None) -> Decision:
     """What ``auto`` decides for a setting of ``SETTINGS`` on ``chip``."""
-    rules = {"train_bf16": train_bf16, "decode_bf16": decode_bf16, "compile": compile_step}
+    rules = {
+        "train_bf16": train_bf16,
+        "decode_bf16": decode_bf16,
+        "compile": compile_step,
+        "train_bf16_matmul_attention": train_bf16_matmul_attention,
+    }
     return rules[setting](chip, table)

@@ -51,7 +51,8 @@ def add_measure(sub: argparse._SubParsersAction) -> None:
         "measure",
         help="measure this machine's figures for amp/--precision/compile auto",
         description="Measure the figures that amp: auto (train_bf16), --precision auto "
-        "(decode_bf16) and compile: auto (compile) decide from on this machine, and write them "
+        "(decode_bf16), compile: auto (compile) and bf16 training's attention path "
+        "(train_bf16_matmul_attention) decide from on this machine, and write them "
         "into its own table, which auto reads before the package's. Run it with nothing else on "
         "the machine: a second job changes the speed ratios. The bf16 settings are refused on a "
         "CPU without native bf16, where auto never chooses bf16. `--preset tiny --updates 3` "
@@ -67,8 +68,15 @@ def add_measure(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--data", default="work/bible", help="the prepared bundled corpus (prepared if absent)"
     )
-    p.add_argument("--updates", type=int, help="per run (train_bf16 100, compile 40)")
-    p.add_argument("--warm", type=int, default=5, help="compile: updates before the steady rate")
+    p.add_argument(
+        "--updates", type=int, help="per run (train_bf16 100, compile 40, the attention 100)"
+    )
+    p.add_argument(
+        "--warm",
+        type=int,
+        default=5,
+        help="compile and train_bf16_matmul_attention: updates before the steady rate",
+    )
     p.add_argument("--preset", help="a model preset in place of the demo's (tiny: a check)")
     p.add_argument("--threads", type=int, help="(default: torch's)")
     p.add_argument("--checkpoint", help="decode_bf16: the demo model")
