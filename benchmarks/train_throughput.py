@@ -498,6 +498,11 @@ def _graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def eager_twin(row: str) -> str:
+    """The row without its compile options (compile, compilestatic, compilemodel)."""
+    return "+".join(o for o in row.split("+") if not o.startswith("compile"))
+
+
 def compile_report(
     warmups: dict[str, list[float]], rates: dict[str, list[float]], batches: list[Batch]
 ) -> None:
@@ -507,8 +512,7 @@ def compile_report(
     45 s (5% of a 15-minute demo): C / (1 - eager rate / compiled rate)."""
     tokens_per_step = sum(b.tokens for b in batches) / len(batches)
     for name, warm in warmups.items():
-        options = name.split("+")
-        eager = "+".join(o for o in options if not o.startswith("compile"))
+        eager = eager_twin(name)
         if eager == name or eager not in rates or not rates.get(name):
             continue
         fast, slow = max(rates[name]), max(rates[eager])
@@ -636,7 +640,7 @@ def config_record(name: str, rates: dict[str, list[float]], twins: dict[str, str
     if ours and others:
         figures["ours / fastest peer"] = f"{best[ours[0]] / max(best[r] for r in others):.2f}x"
     for row in ours:  # a compiled row against its eager twin
-        eager = "+".join(o for o in row.split("+") if not o.startswith("compile"))
+        eager = eager_twin(row)
         if eager != row and eager in best:
             figures[f"{row} / {eager}"] = f"{best[row] / best[eager]:.2f}x"
     figures |= {f"{row} tokens/s": round(rate) for row, rate in best.items()}

@@ -3,6 +3,7 @@ Hypothesis; and the config parser, which must answer any text with a config or a
 
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from aiayn.files import (
     count_lines,
     iter_lines,
     publish_dir,
+    read_jsonl,
     read_lines,
     temp_dir_beside,
     write_lines_atomic,
@@ -478,3 +480,14 @@ def test_write_parallel_keeps_pairs_aligned_and_is_all_or_nothing(tmp_path):
         and tgt.read_text(encoding="utf-8") == "uno\ndos tres\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.en", "train.es"]
+
+
+def test_a_run_log_is_read_as_records_and_a_broken_line_is_named(tmp_path):
+    """One reader of log.jsonl for the demo, the plots, compare and measure: blank lines
+    (a log cut by a crash ends with one) skipped, CRLF endings read as LF, a broken line named."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b'{"update": 1, "loss": 2.5}\r\n\n{"update": 2, "valid_ppl": 9.0}\n')
+    assert read_jsonl(log) == [{"update": 1, "loss": 2.5}, {"update": 2, "valid_ppl": 9.0}]
+    log.write_bytes(log.read_bytes() + b'{"update": 3, "loss\n')
+    with pytest.raises(UserError, match=rf"^{re.escape(str(log))}: line 4: not JSON$"):
+        read_jsonl(log)

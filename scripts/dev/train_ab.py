@@ -32,7 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-# what a run executes with a tree's code: both trees have recipe_config, Trainer, prepare_bundled
+# what a run executes with a tree's code: aiayn.measure.train's run, written out because an older
+# tree (7874d75) has no aiayn.measure; both have recipe_config, Trainer and prepare_bundled
 RUN = """
 import json, sys
 from pathlib import Path

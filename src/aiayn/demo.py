@@ -34,7 +34,13 @@ from .decode import Batching, SearchRequest, for_decoding
 from .decode.workers import auto_workers
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
-from .files import check_not_input, read_lines, write_lines_atomic, write_text_atomic
+from .files import (
+    check_not_input,
+    read_jsonl,
+    read_lines,
+    write_lines_atomic,
+    write_text_atomic,
+)
 from .flops import measure_matmul_peak
 from .metrics.significance import with_interval
 from .records import Record, make_record, write_record
@@ -308,8 +314,7 @@ def _pictures(
 
 def _bleu_per_checkpoint(log: Path) -> list[tuple[float, float]]:
     """(training minutes, validation SacreBLEU) of each validation, as logged in training."""
-    records = map(json.loads, filter(None, read_lines(log)))
-    return [(r["elapsed_s"] / 60, r["valid_bleu"]) for r in records if "valid_bleu" in r]
+    return [(r["elapsed_s"] / 60, r["valid_bleu"]) for r in read_jsonl(log) if "valid_bleu" in r]
 
 
 def _stopped_by(report: dict[str, Any]) -> str:

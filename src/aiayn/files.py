@@ -24,6 +24,7 @@ import errno
 import fcntl
 import functools
 import gzip
+import json
 import os
 import re
 import secrets
@@ -124,6 +125,19 @@ def count_lines(path: PathLike) -> int:
 def read_lines(path: PathLike) -> list[str]:
     """All lines of a UTF-8 text file (``.gz`` allowed), without endings."""
     return list(iter_lines(path))
+
+
+def read_jsonl(path: PathLike) -> list[dict]:
+    """The records of a JSON-lines file (a run's log.jsonl), blank lines skipped; a line that is
+    not JSON is a one-line error naming the file and the line."""
+    records = []
+    for lineno, line in enumerate(iter_lines(path), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise UserError(f"{path}: line {lineno}: not JSON") from None
+    return records
 
 
 # ----------------------------------------------------------------------------------------

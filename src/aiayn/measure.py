@@ -38,7 +38,7 @@ import torch
 
 from . import hardware, measured
 from .errors import UserError
-from .files import write_text_atomic
+from .files import read_jsonl, write_text_atomic
 
 WARMED = "train_bf16_matmul_attention"  # with compile, timed after --warm updates
 # updates a run when not given: enough for a steady tokens/s on the demo recipe
@@ -169,8 +169,7 @@ def _compared(fp32: list[str], bf16: list[str], references: list[str]) -> dict[s
 
 def steady(run: Path, warm: int) -> tuple[float, float]:
     """(tokens/s over the updates after ``warm``, seconds to reach update ``warm``) of a run."""
-    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
-    timed = [r for r in records if "tok_s" in r]
+    timed = [r for r in read_jsonl(run / "log.jsonl") if "tok_s" in r]
     reached = next(r["elapsed_s"] for r in timed if r["update"] == warm)
     return statistics.median(r["tok_s"] for r in timed if r["update"] > warm), reached
 
@@ -194,11 +193,12 @@ def compile_step(plan: Plan, work: Path) -> dict[str, Any]:
 
 
 def bf16_attention(plan: Plan, work: Path) -> dict[str, Any]:
+    from .policy import resolve_attention
     from .runtime import BF16_MATMULS
 
     if plan.updates <= plan.warm:
         raise UserError(f"--updates {plan.updates} must exceed --warm {plan.warm}")
-    sdpa = "SDPA in fp32"  # what resolve_attention names the path without bf16 matmuls
+    sdpa = resolve_attention("none", torch.device("cpu"))  # fp32's path: SDPA in fp32
     step_ms: dict[str, list[float]] = {sdpa: [], BF16_MATMULS: []}
     ppl = {"fp32": train(plan, work / "fp32", amp="none", compile=False)["valid_ppl"]}
     for i, path in enumerate((sdpa, BF16_MATMULS, BF16_MATMULS, sdpa)):  # A-B-B-A
@@ -218,7 +218,7 @@ def bf16_attention(plan: Plan, work: Path) -> dict[str, Any]:
 def update_ms(run: Path, warm: int) -> float:
     """Median milliseconds an update of a run after its first ``warm`` (log.jsonl, one record
     an update)."""
-    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    records = read_jsonl(run / "log.jsonl")
     elapsed = {r["update"]: r["elapsed_s"] for r in records if "tok_s" in r}
     return 1e3 * statistics.median(
         elapsed[u] - elapsed[u - 1] for u in sorted(elapsed) if u > warm and u - 1 in elapsed

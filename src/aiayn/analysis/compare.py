@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..files import check_not_input, read_lines
+from ..files import check_not_input, read_jsonl, read_lines
 from ..metrics.significance import (
     BOOTSTRAP,
     LOWER_IS_BETTER,
@@ -185,13 +185,7 @@ def config_differences(runs: Sequence[Path]) -> dict[str, list[Any]]:
 def validation_curve(run: Path) -> list[dict[str, float]]:
     """The validations in ``run/log.jsonl``: update, minutes, perplexity, BLEU (if scored)."""
     points = []
-    for lineno, line in enumerate(read_lines(run / "log.jsonl"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise UserError(f"{run / 'log.jsonl'}: line {lineno}: not JSON") from None
+    for record in read_jsonl(run / "log.jsonl"):
         if "valid_ppl" in record:
             point = {"update": record["update"], "minutes": record["elapsed_s"] / 60}
             point["ppl"] = record["valid_ppl"]

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +12,7 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from ..files import atomic_file, read_lines  # noqa: E402
+from ..files import atomic_file, read_jsonl  # noqa: E402
 from ..model import Transformer  # noqa: E402
 
 
@@ -33,7 +32,7 @@ def plot_training(
     """Training loss and validation perplexity against minutes, and BLEU per checkpoint:
     ``bleu_points`` (minutes, BLEU) if given, else the validation BLEU the log holds
     (training with ``valid_bleu_sentences``)."""
-    records = [json.loads(line) for line in read_lines(log_path) if line]
+    records = read_jsonl(log_path)
     train = [(r["elapsed_s"] / 60, r["loss"]) for r in records if "loss" in r]
     valid = [(r["elapsed_s"] / 60, r["valid_ppl"]) for r in records if "valid_ppl" in r]
     if not bleu_points:
