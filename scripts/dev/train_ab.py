@@ -81,6 +81,9 @@ def main() -> None:
     p.add_argument("--record", help="write the figures as a record (topic training) here")
     opts = p.parse_args()
     trees = {"old": opts.old, "new": opts.new}
+    for which, tree in trees.items():
+        if not (tree / "src" / "aiayn").is_dir():
+            p.error(f"--{which} {tree}: not a source tree of this project (no src/aiayn)")
     runs: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = opts.work or Path(tmp)
