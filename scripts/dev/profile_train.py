@@ -28,6 +28,7 @@ def main() -> None:
     p.add_argument("--adam", default="default", choices=["default", "foreach", "fused"])
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--rows", type=int, default=30)
+    p.add_argument("--record", help="write the matmul share and the casts as a record here")
     args = p.parse_args()
     torch.set_num_threads(2)
     sh = SHAPES[args.config]
@@ -49,6 +50,40 @@ def main() -> None:
         f"self CPU time, inclusive) and {(len(casts) - len(tensors)) / args.steps:.0f} of Python "
         f"numbers; the model has {params} parameter tensors"
     )
+    if args.record:
+        matmuls = sum(
+            e.self_cpu_time_total for e in averages if e.key in ("aten::mm", "aten::addmm")
+        )
+        record(args, matmuls / max(total, 1), len(tensors) / args.steps, params)
+
+
+def emulated(args: argparse.Namespace) -> str:
+    """What a bf16 row's time shares are worth on a CPU that emulates bf16."""
+    from aiayn.hardware import bf16_support
+
+    if "bf16" not in args.variant.split("+") or bf16_support(torch.device("cpu")).native:
+        return ""
+    return "; bf16 emulated on this CPU: its time shares are not a bf16 CPU's, the casts are"
+
+
+def record(args: argparse.Namespace, matmul_share: float, casts: float, params: int) -> None:
+    """The step's matmul share of CPU time and its casts a step, as a record (topic training);
+    with emulated bf16 (no avx512_bf16 or AMX) only the casts mean anything."""
+    from aiayn.records import make_record, write_record
+
+    entry = make_record(
+        topic="training",
+        what=f"one training step's profile, ours+{args.variant} ({args.config} shape)",
+        figures={
+            "matmuls (mm + addmm) of the CPU time": f"{matmul_share:.0%}",
+            "casts a step": round(casts),
+            "casts per parameter tensor": f"{casts / params:.2f}",
+        },
+        command="scripts/dev/profile_train.py " + " ".join(sys.argv[1:]),
+        threads=2,
+        notes=f"torch.profiler over {args.steps} steps after 2 warm-up steps" + emulated(args),
+    )
+    print(f"wrote {write_record(entry, args.record)}")
 
 
 if __name__ == "__main__":
