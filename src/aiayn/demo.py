@@ -20,7 +20,7 @@ import dataclasses
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ def demo_train_config(
     data: Path,
     out: Path,
     minutes: float | None = None,
-    sets: list[str] = (),
+    sets: Sequence[str] = (),
     updates: int | None = None,
 ) -> TrainConfig:
     """The bundled recipe ``configs/demo.yaml`` (its deviations and their measurements are
@@ -70,6 +70,7 @@ def demo_train_config(
     DEMO_UPDATES, or the wall-clock ``minutes`` when given), with a checkpoint every 1/15 of the budget, then
     ``sets`` (``--set key=value``) on top."""
     _refuse_flagged_sets(sets)
+    budget: dict[str, float | None]
     if minutes is None:
         updates = updates or DEMO_UPDATES
         budget = {"max_updates": updates, "max_minutes": None, "save_every_minutes": None}
@@ -97,7 +98,7 @@ def _budget(cfg: TrainConfig) -> str:
     return " or ".join(limits)  # TrainConfig refuses neither
 
 
-def _refuse_flagged_sets(sets: list[str]) -> None:
+def _refuse_flagged_sets(sets: Sequence[str]) -> None:
     for item in sets:
         key = item.partition("=")[0].strip()
         if key in FLAGGED_KEYS:
@@ -162,7 +163,7 @@ def run_demo(
     minutes: float | None = None,
     work: Path = Path("work/bible"),
     out: Path = Path("runs/demo"),
-    sets: list[str] = (),
+    sets: Sequence[str] = (),
     test_limit: int | None = None,
     fresh: bool = False,
     progress=print,
@@ -276,6 +277,7 @@ def _train(cfg: TrainConfig, out: Path) -> tuple[dict[str, Any], dict[str, float
     with stop_on_signals(trainer.request_stop):  # SIGTERM, Ctrl-C: save after this update
         summary = trainer.run()
     if trainer.preempted:
+        assert trainer.stopped is not None  # preempted: a signal's name
         raise TrainingStopped(trainer.stopped, summary["updates"], summary["checkpoint"])
     return summary, trainer.cost(measure_matmul_peak(trainer.device, trainer.peak_dtype))
 

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from .checkpoint import checkpoint_files, load_translator
-from .data import Vocab
 from .data.collate import pad_rows
+from .data.pieces import AnyVocab
 from .decode import SearchRequest, translate, translate_corpus
 from .decode.engine import Engine, translate_with
 from .decode.translate import check_sentences, eval_mode
@@ -71,7 +71,7 @@ class Evaluation:
 @torch.no_grad()
 def reference_perplexity(
     model: Transformer,
-    vocab: Vocab,
+    vocab: AnyVocab,
     sources: Sequence[str],
     references: Sequence[str],
     batch_size: int = 64,
@@ -84,7 +84,7 @@ def reference_perplexity(
 
 def _reference_perplexity(
     model: Transformer,
-    vocab: Vocab,
+    vocab: AnyVocab,
     sources: Sequence[str],
     references: Sequence[str],
     *,
@@ -121,7 +121,7 @@ def perplexity_on(sources: Sequence[str], references: Sequence[str]) -> Callable
 
 def evaluate_model(
     model: Transformer,
-    vocab: Vocab,
+    vocab: AnyVocab,
     sources: Sequence[str],
     references: Sequence[str],
     request: SearchRequest = SearchRequest(),
@@ -150,7 +150,7 @@ def evaluate_model(
 
 def scored(
     model: Transformer,
-    vocab: Vocab,
+    vocab: AnyVocab,
     sources: Sequence[str],
     references: Sequence[str],
     hyps: list[str],

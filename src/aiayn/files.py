@@ -36,7 +36,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from .errors import UserError
 
@@ -51,7 +51,9 @@ def open_binary(path: PathLike) -> IO[bytes]:
     """Open ``path`` for reading bytes, decompressing when its name ends in ``.gz``."""
     if Path(path).is_dir():
         raise UserError(f"{path} is a directory, not a text file")
-    return _Gzip(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+    if str(path).endswith(".gz"):
+        return cast(IO[bytes], _Gzip(path, "rb"))  # a GzipFile reads as a binary file does
+    return open(path, "rb")
 
 
 class _Gzip(gzip.GzipFile):

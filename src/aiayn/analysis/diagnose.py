@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..data import Vocab
+from ..data.pieces import AnyVocab
 from ..errors import UserError
 from ..evaluate import eval_mode, reference_perplexity
 from ..model import Transformer
@@ -31,7 +31,7 @@ __all__ = ["source_sensitivity", "encoder_spread"]
 
 
 def source_sensitivity(
-    model: Transformer, vocab: Vocab, sources: Sequence[str], references: Sequence[str]
+    model: Transformer, vocab: AnyVocab, sources: Sequence[str], references: Sequence[str]
 ) -> dict[str, float]:
     """Perplexity with the true sources and with the sources rotated by one sentence, and
     their ratio (rotated / true; 1.0 means the source is ignored)."""
@@ -43,7 +43,7 @@ def source_sensitivity(
 
 
 @torch.no_grad()
-def encoder_spread(model: Transformer, vocab: Vocab, sources: Sequence[str]) -> list[float]:
+def encoder_spread(model: Transformer, vocab: AnyVocab, sources: Sequence[str]) -> list[float]:
     """Per encoder layer, mean over sentences of mean_i |x_i - mean_j x_j| / mean_i |x_i|
     (positions i, j of one sentence, eos included); sentences are run one at a time, so there
     is no padding to exclude. The states are those of ``model.encode`` (its mask; the last

@@ -25,8 +25,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..files import temp_dir_beside
-from .pieces import PAIR_FILES, load_vocabulary
-from .vocab import Vocab
+from .pieces import PAIR_FILES, AnyVocab, load_vocabulary
 
 SIDES = ("src", "tgt")
 META, VOCAB_MODEL = "meta.json", "spm.model"
@@ -111,7 +110,7 @@ class _Encoded(NamedTuple):
 
 
 def _encode_chunk(
-    vocab: Vocab, chunk: list[tuple[str, str]], max_tokens: int | None, threads: int
+    vocab: AnyVocab, chunk: list[tuple[str, str]], max_tokens: int | None, threads: int
 ) -> _Encoded:
     srcs = vocab.encode_batch([s for s, _ in chunk], num_threads=threads, side="source")
     tgts = vocab.encode_batch([t for _, t in chunk], num_threads=threads, side="target")
@@ -123,7 +122,7 @@ def _encode_chunk(
     return _Encoded(sides, np.array(keep, dtype=bool))
 
 
-_worker_vocab: Vocab | None = None  # a binarising worker's own copy, loaded once per process
+_worker_vocab: AnyVocab | None = None  # a binarising worker's own copy, loaded once per process
 
 
 def _load_worker_vocab(path: Path) -> None:
@@ -135,12 +134,13 @@ def _load_worker_vocab(path: Path) -> None:
 
 def _encode_in_worker(chunk: list[tuple[str, str]], max_tokens: int | None) -> _Encoded:
     # one thread each: the workers are the parallelism, and more threads would only contend
+    assert _worker_vocab is not None  # set by the pool's initializer
     return _encode_chunk(_worker_vocab, chunk, max_tokens, threads=1)
 
 
 def _encoded_chunks(
     pairs: Iterator[tuple[str, str]],
-    vocab: Vocab,
+    vocab: AnyVocab,
     max_tokens: int | None,
     chunk_pairs: int,
     workers: int,
@@ -169,7 +169,7 @@ def _encoded_chunks(
 
 def binarize_split(
     pairs: Iterable[tuple[str, str]],
-    vocab: Vocab,
+    vocab: AnyVocab,
     out_dir: Path,
     split: str,
     max_tokens: int | None = None,
@@ -220,7 +220,7 @@ def binarize_split(
 
 def write_meta(
     out_dir: Path,
-    vocab: Vocab,
+    vocab: AnyVocab,
     splits: dict[str, dict[str, Any]],
     record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -281,7 +281,7 @@ def read_meta(dataset_dir: str | os.PathLike) -> dict[str, Any]:
     return meta
 
 
-def check_vocab(dataset_dir: str | os.PathLike, vocab: Vocab) -> None:
+def check_vocab(dataset_dir: str | os.PathLike, vocab: AnyVocab) -> None:
     """Raise ``UserError`` unless ``dataset_dir`` was binarised with ``vocab``."""
     meta = read_meta(dataset_dir)
     if meta["vocab_fingerprint"] != vocab.fingerprint:

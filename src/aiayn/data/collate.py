@@ -45,7 +45,7 @@ class Batch:
 
 
 def pad_rows(
-    rows: Sequence[Sequence[int]], prefix: list[int], suffix: list[int], pad_id: int
+    rows: Sequence[Sequence[int] | np.ndarray], prefix: list[int], suffix: list[int], pad_id: int
 ) -> torch.Tensor:
     """(B, max_len) int64: prefix + row + suffix per row, right-padded with pad_id."""
     import torch

@@ -85,14 +85,14 @@ def ibm1(
     unique, entry = np.unique(pair_keys, return_inverse=True)  # (P,), (occurrences,)
     del pair_keys
     source = unique // width  # (P,)
-    t = np.ones(len(unique))  # uniform: the first E-step shares evenly
+    prob = np.ones(len(unique))  # t(target | source), uniform: the first E-step shares evenly
     for _ in tqdm(range(iterations), desc="IBM Model 1 EM", unit="it", disable=not progress):
-        w = t[entry]  # (occurrences,)
+        w = prob[entry]  # (occurrences,)
         share = w / np.bincount(group, weights=w)[group]  # E-step
         counts = np.bincount(entry, weights=share, minlength=len(unique))  # expected counts
-        t = counts / np.bincount(source, weights=counts)[source]  # M-step: per source
+        prob = counts / np.bincount(source, weights=counts)[source]  # M-step: per source
     source = np.where(source == vocab_size, NULL, source)
-    return LexicalTable(source, unique % width, t)
+    return LexicalTable(source, unique % width, prob)
 
 
 def training_pairs(

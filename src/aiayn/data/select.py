@@ -11,7 +11,7 @@ vocabulary exists.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ..errors import UserError
 from ..files import count_lines
 from .clean import Cleaner, Cleaning, HeldOut
-from .corpora import TAG_BT, Corpus, Languages, iter_corpus
+from .corpora import TAG_BT, Corpus, Languages, Pair, iter_corpus
 
 CLEAN_TEXT = (".train.clean.src", ".train.clean.tgt")  # in the temporary directory only
 
@@ -50,6 +50,15 @@ class Plan:
     language_fits: Callable[[str, str, str], bool] | None = None  # Cleaning.langid's test
 
 
+def _kept(cleaner: Cleaner, pairs: Iterable[Pair]) -> Iterator[tuple[str, str]]:
+    """The pairs ``cleaner`` keeps, each counted (a kept pair has both sides: it drops one
+    with a side that is not UTF-8)."""
+    for src, tgt in pairs:
+        if cleaner.keep(src, tgt):
+            assert src is not None and tgt is not None
+            yield src, tgt
+
+
 def _held_out_cleaning(cleaning: Cleaning) -> Cleaning:
     # valid and test keep what can be scored: a curated test set is not second-guessed
     return Cleaning(ratio=None, max_words=cleaning.max_words, copies=False, duplicates=False)
@@ -75,20 +84,16 @@ def held_out_splits(plan: Plan) -> HeldOutText:
     for split in ("valid", "test"):
         if split in plan.corpora:
             cleaner = cleaners[split] = Cleaner(keep, training=False)
-            pairs[split] = [
-                (s, t)
-                for c in plan.corpora[split]
-                for s, t in iter_corpus(c, plan.languages)
-                if cleaner.keep(s, t)
-            ]
+            read = (p for c in plan.corpora[split] for p in iter_corpus(c, plan.languages))
+            pairs[split] = list(_kept(cleaner, read))
     carved = _draw(plan)
     if carved:
         for split in sorted(set(carved.values())):
             pairs[split], cleaners[split] = [], Cleaner(keep, training=False)
         for index, (src, tgt) in _carvable_pairs(plan):
-            split = carved.get(index)
-            if split is not None and cleaners[split].keep(src, tgt):
-                pairs[split].append((src, tgt))
+            into = carved.get(index)
+            if into is not None:
+                pairs[into].extend(_kept(cleaners[into], [(src, tgt)]))
     return HeldOutText(pairs, cleaners, carved)
 
 
@@ -165,6 +170,7 @@ def clean_train(plan: Plan, out: Path, held: HeldOut, carved: dict[int, str]) ->
                         n_carved += 1
                         continue
                 if cleaner.keep(src, tgt):
+                    assert src is not None and tgt is not None  # an undecodable side is dropped
                     f_src.write((f"{TAG_BT} {src}" if corpus.back_translated else src) + "\n")
                     f_tgt.write(tgt + "\n")
             counts = {k: v - before[k] for k, v in cleaner.counts.items() if v - before[k]}

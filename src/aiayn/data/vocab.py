@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -23,7 +24,7 @@ from .readers import iter_lines
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SAMPLE_SEED = 1  # sentencepiece's sampling of input_sentence_size sentences: one per text
 # the trainer options every vocabulary shares: BPE, the fixed special ids, a shuffled sample
-_FIXED_OPTIONS = dict(
+_FIXED_OPTIONS: dict[str, Any] = dict(
     model_type="bpe",
     pad_id=PAD_ID,
     unk_id=UNK_ID,
@@ -103,7 +104,7 @@ class Vocab:
             raise UserError(f"vocab size must be a positive number of pieces, got {vocab_size}")
         prefix = Path(out_prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        failures: list[Exception] = []
+        failures: list[BaseException] = []
 
         def sentences() -> Iterator[str]:
             # sentencepiece turns an exception raised here into a RuntimeError holding only

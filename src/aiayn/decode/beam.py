@@ -316,6 +316,7 @@ def finish(
     rank_ok = torch.arange(2 * k, device=cand.top.device) < k  # (2k,)
     chosen = rank_ok & (cand.is_eos | at_max) & (cand.top > NEG_INF)  # (n, 2k)
     if rules.stopping == "first_k":  # in candidate order, up to k in all
+        assert finished.count is not None  # counted under every rule but "exact"
         chosen &= finished.count[:, None] + chosen.cumsum(1) <= k
     if bool(chosen.any()):
         i, j = chosen.nonzero(as_tuple=True)
@@ -352,6 +353,7 @@ def _stop(
     if rules.stopping == "exact":  # no live prefix can beat the nbest-th (module docstring)
         lp_bound = live.lp_max.clamp(min=gnmt_length_penalty(t + 1, alpha))  # (n,)
         return best_live / lp_bound <= finished.threshold()
+    assert finished.count is not None and finished.first is not None  # counted past "exact"
     enough = finished.count >= rules.finished_for_stop(config.beam)
     if rules.stopping == "heuristic":  # the best live prefix scored at its own length
         return enough & (best_live / rules.length_penalty(t, alpha) <= finished.threshold())

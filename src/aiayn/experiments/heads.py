@@ -15,6 +15,7 @@ every head of the last encoder layer.
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 
 from .. import checkpoint as ckpt
-from ..data import Vocab
+from ..data.pieces import AnyVocab
 from ..files import read_lines
 from .inputs import recorded_valid
 from .runner import Budget, Experiment, Row
@@ -54,7 +55,9 @@ def head_statistics(weights: torch.Tensor, punctuation: torch.Tensor) -> dict[st
     }
 
 
-def encoder_statistics(model, vocab: Vocab, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+def encoder_statistics(
+    model, vocab: AnyVocab, pairs: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
     """One row per encoder layer: per head, the statistics averaged over every source position
     of ``pairs``. One forward per sentence serves all layers."""
     totals: list[dict[str, torch.Tensor]] = [{} for _ in range(model.cfg.N_enc)]
@@ -106,8 +109,7 @@ def plan(budget: Budget, out: Path, checkpoint: Path, valid: tuple[Path, Path]) 
         return measured[layer]
 
     rows = [
-        Row(f"layer {layer + 1}", lambda layer=layer: layer_row(layer))
-        for layer in range(cfg.N_enc)
+        Row(f"layer {layer + 1}", functools.partial(layer_row, layer)) for layer in range(cfg.N_enc)
     ]
 
     def plot(rows: list[dict[str, Any]], out: Path) -> list[Path]:
@@ -179,7 +181,7 @@ def plot_shares(rows: list[dict[str, Any]], out: Path) -> Path:
     return save_figure(fig, out)
 
 
-def plot_lines(model, vocab: Vocab, sources: list[str], out: Path) -> Path:
+def plot_lines(model, vocab: AnyVocab, sources: list[str], out: Path) -> Path:
     """Figures 3-5: each word (left) joined to the words it attends to (right), line opacity
     the weight, one panel per head of the last encoder layer, for the first validation
     sentence of a readable length."""

@@ -27,7 +27,9 @@ def _name(r: int | None) -> str:
 
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
-    variants = {_name(r): ({"attention_window": r}, {}) for r in RADII}
+    variants: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        _name(r): ({"attention_window": r}, {}) for r in RADII
+    }
     return training_experiment(
         "restricted",
         variant_rows(out, budget, corpus, variants),

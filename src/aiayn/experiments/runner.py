@@ -112,7 +112,8 @@ def with_seeds(experiment: Experiment, seeds: int) -> Experiment:
     rows = []
     for row in experiment.rows:
         rows.append(row)
-        for k in range(1, seeds if row.reseed else 1):
+        for k in range(1, seeds if row.reseed is not None else 1):
+            assert row.reseed is not None
             name = repeat_name(row.name, k)
             rows.append(Row(name, row.reseed(k), row.cost, repeat_of=row.name, repeat=k))
     return dataclasses.replace(experiment, rows=rows)

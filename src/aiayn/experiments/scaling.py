@@ -22,7 +22,7 @@ from .training import training_experiment, variant_rows
 
 def plan(budget: Budget, out: Path, corpus: Corpus) -> Experiment:
     base = ModelConfig.preset(budget.preset)
-    variants = {}
+    variants: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for h in (base.h, 1):
         d_k = base.d_model // h
         for scaled in (True, False):

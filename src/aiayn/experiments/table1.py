@@ -108,7 +108,7 @@ class Convolution(nn.Module):
     def __init__(self, separable: bool) -> None:
         super().__init__()
         if separable:
-            self.conv = nn.Sequential(
+            self.conv: nn.Module = nn.Sequential(
                 nn.Conv1d(D, D, K, padding=K // 2, groups=D), nn.Conv1d(D, D, 1)
             )
         else:

@@ -17,13 +17,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from ..config import ModelConfig
 from ..errors import UserError
 from ..files import check_parent, publish_dir, temp_dir_beside
+
+if TYPE_CHECKING:
+    from ..model import DecoderLayer, EncoderLayer, Transformer
 
 MARKER = "aiayn-export.json"
 
@@ -95,7 +98,15 @@ def load_for_export(checkpoint: str | os.PathLike) -> tuple[Any, Any]:
     """(Transformer in eval mode on CPU, Vocab) of a checkpoint or averaged directory."""
     from ..checkpoint import load_translator
 
-    return load_translator(checkpoint, "cpu")
+    return load_translator(Path(checkpoint), "cpu")
+
+
+def layers(model: Transformer) -> tuple[list[EncoderLayer], list[DecoderLayer]]:
+    """The model's encoder and decoder layers as what they are, for the exporters' type checks
+    (an ``nn.ModuleList`` yields plain ``Module``s)."""
+    return cast("list[EncoderLayer]", list(model.encoder)), cast(
+        "list[DecoderLayer]", list(model.decoder)
+    )
 
 
 def check_vocab_size(cfg: ModelConfig, vocab: Any) -> None:

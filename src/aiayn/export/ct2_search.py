@@ -147,10 +147,9 @@ class _Search:
         for i, result in zip(members, (p.result() for p in pending)):
             theirs = self.options["length_penalty"]
             hyps = _hypotheses(result.hypotheses, result.scores, theirs, self.alpha, self.eos_piece)
-            if self.prefixes is not None and self.prefixes[i]:
-                hyps = _rescored(
-                    self.translator, self.sources[i], self.prefixes[i], hyps, self.alpha
-                )
+            prefix = self.prefixes[i] if self.prefixes is not None else None
+            if prefix:
+                hyps = _rescored(self.translator, self.sources[i], prefix, hyps, self.alpha)
             found.append(hyps)
         return found
 

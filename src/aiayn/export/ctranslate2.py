@@ -26,11 +26,12 @@ import numpy as np
 import torch
 
 from ..data.pieces import copy_vocabulary
-from ..model import Transformer
+from ..model import Embedding, Transformer
 from .common import (
     ExportError,
     check_vocab_size,
     export_dir,
+    layers,
     refuse_decoding_form,
     refuse_unsupported,
     require,
@@ -48,13 +49,14 @@ def _linear(spec: Any, linear: torch.nn.Linear) -> None:
     spec.bias = _array(linear.bias)
 
 
-def _norm(spec: Any, norm: torch.nn.LayerNorm) -> None:
+def _norm(spec: Any, norm: torch.nn.Module) -> None:
+    assert isinstance(norm, torch.nn.LayerNorm)  # the model's pre-norm slots hold one then
     spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
 
 
-def _positions(embed: torch.nn.Module) -> np.ndarray:
+def _positions(embed: Embedding) -> np.ndarray:
     """The (max_len, d_model) table an ``Embedding`` adds: learned (Table 3 row E) or sinusoidal."""
-    return _array(embed.learned.weight if hasattr(embed, "learned") else embed.pe)
+    return _array(embed.learned.weight if hasattr(embed, "learned") else embed.get_buffer("pe"))
 
 
 def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
@@ -72,7 +74,8 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
         pre_norm=c.norm == "pre",
         activation=getattr(common_spec.Activation, c.activation.upper()),
     )
-    spec.config.layer_norm_epsilon = model.encoder[0].self_attn_norm.eps
+    encoder, decoder = layers(model)
+    spec.config.layer_norm_epsilon = encoder[0].self_attn_norm.eps
     spec.config.add_source_eos = True
     spec.config.decoder_start_token = vocab.id_to_piece(vocab.bos_id)
     for name, i in (
@@ -92,24 +95,24 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     if c.norm == "pre":
         _norm(enc.layer_norm, model.enc_norm)
         _norm(dec.layer_norm, model.dec_norm)
-    for ours, theirs in zip(model.encoder, enc.layer):
+    for ours, theirs in zip(encoder, enc.layer):
         _linear(theirs.self_attention.linear[0], ours.self_attn.W_QKV)
         _linear(theirs.self_attention.linear[1], ours.self_attn.W_O)
         _norm(theirs.self_attention.layer_norm, ours.self_attn_norm)
         _linear(theirs.ffn.linear_0, ours.feed_forward.W_1)
         _linear(theirs.ffn.linear_1, ours.feed_forward.W_2)
         _norm(theirs.ffn.layer_norm, ours.ffn_norm)
-    for ours, theirs in zip(model.decoder, dec.layer):
-        _linear(theirs.self_attention.linear[0], ours.self_attn.W_QKV)
-        _linear(theirs.self_attention.linear[1], ours.self_attn.W_O)
-        _norm(theirs.self_attention.layer_norm, ours.self_attn_norm)
-        _linear(theirs.attention.linear[0], ours.src_attn.W_Q)
-        _linear(theirs.attention.linear[1], ours.src_attn.W_KV)
-        _linear(theirs.attention.linear[2], ours.src_attn.W_O)
-        _norm(theirs.attention.layer_norm, ours.src_attn_norm)
-        _linear(theirs.ffn.linear_0, ours.feed_forward.W_1)
-        _linear(theirs.ffn.linear_1, ours.feed_forward.W_2)
-        _norm(theirs.ffn.layer_norm, ours.ffn_norm)
+    for dours, theirs in zip(decoder, dec.layer):
+        _linear(theirs.self_attention.linear[0], dours.self_attn.W_QKV)
+        _linear(theirs.self_attention.linear[1], dours.self_attn.W_O)
+        _norm(theirs.self_attention.layer_norm, dours.self_attn_norm)
+        _linear(theirs.attention.linear[0], dours.src_attn.W_Q)
+        _linear(theirs.attention.linear[1], dours.src_attn.W_KV)
+        _linear(theirs.attention.linear[2], dours.src_attn.W_O)
+        _norm(theirs.attention.layer_norm, dours.src_attn_norm)
+        _linear(theirs.ffn.linear_0, dours.feed_forward.W_1)
+        _linear(theirs.ffn.linear_1, dours.feed_forward.W_2)
+        _norm(theirs.ffn.layer_norm, dours.ffn_norm)
     pieces = [vocab.id_to_piece(i) for i in range(len(vocab))]
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)

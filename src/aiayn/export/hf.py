@@ -40,7 +40,14 @@ from torch import Tensor
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..decode import DecodeConfig
 from ..model import Transformer
-from .common import check_vocab_size, export_dir, refuse_decoding_form, refuse_unsupported, require
+from .common import (
+    check_vocab_size,
+    export_dir,
+    layers,
+    refuse_decoding_form,
+    refuse_unsupported,
+    require,
+)
 
 TARGET = "Hugging Face MarianMT"
 
@@ -90,7 +97,7 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
     def reads(name: str, linear: torch.nn.Linear) -> None:  # input side is the residual stream
         state[f"{name}.weight"], state[f"{name}.bias"] = linear.weight[:, P], linear.bias
 
-    def writes(name: str, module: torch.nn.Module) -> None:  # output side is the residual stream
+    def writes(name: str, module: torch.nn.Linear | torch.nn.LayerNorm) -> None:  # output: residual
         state[f"{name}.weight"], state[f"{name}.bias"] = module.weight[P], module.bias[P]
 
     def split(name: str, linear: torch.nn.Linear, parts: str) -> None:  # W_QKV / W_KV -> q_proj ...
@@ -104,7 +111,8 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
     state["model.decoder.embed_tokens.weight"] = state["lm_head.weight"] = tgt_emb
     if c.share_embeddings:
         state["model.shared.weight"] = src_emb
-    for i, layer in enumerate(model.encoder):
+    encoder, decoder = layers(model)
+    for i, layer in enumerate(encoder):
         p = f"model.encoder.layers.{i}"
         split(f"{p}.self_attn", layer.self_attn.W_QKV, "qkv")
         writes(f"{p}.self_attn.out_proj", layer.self_attn.W_O)
@@ -112,18 +120,18 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
         reads(f"{p}.fc1", layer.feed_forward.W_1)
         writes(f"{p}.fc2", layer.feed_forward.W_2)
         writes(f"{p}.final_layer_norm", layer.ffn_norm)
-    for i, layer in enumerate(model.decoder):
+    for i, dlayer in enumerate(decoder):
         p = f"model.decoder.layers.{i}"
-        split(f"{p}.self_attn", layer.self_attn.W_QKV, "qkv")
-        writes(f"{p}.self_attn.out_proj", layer.self_attn.W_O)
-        writes(f"{p}.self_attn_layer_norm", layer.self_attn_norm)
-        reads(f"{p}.encoder_attn.q_proj", layer.src_attn.W_Q)
-        split(f"{p}.encoder_attn", layer.src_attn.W_KV, "kv")
-        writes(f"{p}.encoder_attn.out_proj", layer.src_attn.W_O)
-        writes(f"{p}.encoder_attn_layer_norm", layer.src_attn_norm)
-        reads(f"{p}.fc1", layer.feed_forward.W_1)
-        writes(f"{p}.fc2", layer.feed_forward.W_2)
-        writes(f"{p}.final_layer_norm", layer.ffn_norm)
+        split(f"{p}.self_attn", dlayer.self_attn.W_QKV, "qkv")
+        writes(f"{p}.self_attn.out_proj", dlayer.self_attn.W_O)
+        writes(f"{p}.self_attn_layer_norm", dlayer.self_attn_norm)
+        reads(f"{p}.encoder_attn.q_proj", dlayer.src_attn.W_Q)
+        split(f"{p}.encoder_attn", dlayer.src_attn.W_KV, "kv")
+        writes(f"{p}.encoder_attn.out_proj", dlayer.src_attn.W_O)
+        writes(f"{p}.encoder_attn_layer_norm", dlayer.src_attn_norm)
+        reads(f"{p}.fc1", dlayer.feed_forward.W_1)
+        writes(f"{p}.fc2", dlayer.feed_forward.W_2)
+        writes(f"{p}.final_layer_norm", dlayer.ffn_norm)
     return {name: t.detach().float().contiguous() for name, t in state.items()}
 
 

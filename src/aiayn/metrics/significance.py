@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF, TER
@@ -53,7 +53,7 @@ class MetricScore:
     p_ar: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        found = {"score": self.score, "mean": self.mean, "ci": self.ci}
+        found: dict[str, Any] = {"score": self.score, "mean": self.mean, "ci": self.ci}
         if self.p_bootstrap is not None:
             found |= {"p_bootstrap": self.p_bootstrap, "p_ar": self.p_ar}
         return found
@@ -115,15 +115,18 @@ def significance(
     with intervals, and test each other one against it both ways. One system alone gets its
     scores and intervals (the test of nothing is skipped)."""
     scorers = metric_objects(metrics)
-    named, streams = [(name, list(hyps)) for name, hyps in systems], [list(references)]
+    named: list[tuple[str, Sequence[str]]] = [(name, list(hyps)) for name, hyps in systems]
+    streams = [list(references)]
     signatures, by_bootstrap = PairedTest(named, scorers, streams, "bs", bootstrap)()
     by_ar = PairedTest(named, scorers, streams, "ar", trials)()[1] if len(named) > 1 else {}
     scores = []
     for i in range(len(named)):
         found = {}
         for metric in signatures:
-            bs: Result = by_bootstrap[metric][i]
-            ar: Result | None = by_ar[metric][i] if by_ar else None
+            # sacrebleu types a table's cells as str | Result; the rows past its header are Results
+            bs = cast(Result, by_bootstrap[metric][i])
+            ar = cast(Result, by_ar[metric][i]) if by_ar else None
+            assert bs.mean is not None and bs.ci is not None  # resampling fills both
             found[metric] = MetricScore(
                 name=metric,
                 score=float(bs.score),

@@ -89,7 +89,7 @@ class TreeConstraint:
             if piece.startswith(boundary):
                 self.word_start.add(i)
             token = piece[len(boundary) :] if piece.startswith(boundary) else None
-            if token in leaf_tokens:
+            if token is not None and token in leaf_tokens:
                 leaf_id[token] = i
             elif token and len(token) > 1 and token[0] == "(":
                 self.open_label[i] = token[1:]
@@ -120,8 +120,8 @@ class TreeConstraint:
             need = tuple(accumulate((len(w) for w in reversed(words)), initial=0))[::-1]
             return TreeState((), 0, False, False, len(words), max_len, words, need)
         counted = self.leaf_set if self.indexed else self.word_start
-        words = sum(1 for i in source if i in counted)
-        return TreeState((), 0, False, False, words, max_len)
+        n_words = sum(1 for i in source if i in counted)
+        return TreeState((), 0, False, False, n_words, max_len)
 
     def allowed(self, state: TreeState) -> Iterable[int]:
         stack, leaves, empty, started, words, room, source, need, piece, run = state

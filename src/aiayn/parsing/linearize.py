@@ -15,7 +15,7 @@ so every hypothesis can be scored (rules in its docstring).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 from ..errors import UserError
@@ -67,6 +67,7 @@ def linearize(tree: Tree, leaves: Leaves = "XX") -> list[str]:
     _brackets(tree, tokens)
     if leaves == "XX":
         return tokens
+    values: Iterator[str]
     if leaves == "index":
         values = iter(index_token(i + 1) for i in range(len(tree.words())))
     else:

@@ -32,6 +32,7 @@ from sentencepiece import sentencepiece_model_pb2 as sp_model
 from ..checkpoint import checkpoint_files, load_translator, read_meta
 from ..data import Vocab, check_vocab, prepare_corpus
 from ..data import read_meta as read_dataset_meta
+from ..data.pieces import AnyVocab
 from ..decode import Batching, DecodeConfig, SearchRequest, decode_ids
 from ..decode.translate import check_sentences
 from ..errors import UserError
@@ -215,6 +216,14 @@ def tree_constraint(vocab: Vocab, copy_words: bool = False) -> TreeConstraint:
     )
 
 
+def _parser_vocab(vocab: AnyVocab, checkpoint: str | Path) -> Vocab:
+    """A parser's one SentencePiece model (the leaves are read from it), or a one-line refusal
+    of a checkpoint with one model per side, such as an imported translator."""
+    if not isinstance(vocab, Vocab):
+        raise UserError(f"{checkpoint}: not a parser (it has a vocabulary per side)")
+    return vocab
+
+
 def _parse_words(
     model: Any,
     vocab: Vocab,
@@ -276,6 +285,7 @@ def evaluate_parser(
         check_not_input(output, inputs, option="--out")
     gold = _gold_trees(data_dir, split, limit)
     model, vocab = load_translator(checkpoint, device)
+    vocab = _parser_vocab(vocab, checkpoint)
     check_vocab(data_dir, vocab)
     leaves = prepared_leaves(data_dir)
     parsed = _parse_words(
@@ -332,9 +342,10 @@ def _gold_trees(data_dir: str | Path, split: str, limit: int | None) -> list[Tre
     gold = read_tree_lines(gold_path(data_dir, split))
     if limit is not None:
         gold = gold[:limit]
-    if any(tree is None for tree in gold):
+    trees = [tree for tree in gold if tree is not None]
+    if len(trees) < len(gold):
         raise UserError(f"{gold_path(data_dir, split)} has a blank line")
-    return gold
+    return trees
 
 
 def _scores(result: Any) -> dict[str, float]:
@@ -364,6 +375,7 @@ def parse_lines(
     check_sentences(lines, "lines")
     leaves = decode_leaves(checkpoint, leaves)
     model, vocab = load_translator(checkpoint, device)
+    vocab = _parser_vocab(vocab, checkpoint)
     words = [line.split() for line in lines]
     index = [i for i, w in enumerate(words) if w]
     parsed = _parse_words(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Sequence
@@ -288,7 +289,7 @@ def bundled_configs() -> dict[str, Path]:
     return {p.stem: p for p in sorted(root.glob("*.yaml"))}
 
 
-def find_config(path: str | Path) -> Path:
+def find_config(path: str | os.PathLike) -> Path:
     """A config file on disk, or else the bundled recipe of that name (``aiayn train wmt14-base``)."""
     if Path(path).exists():
         return Path(path)
@@ -323,7 +324,7 @@ def _config_error(e: Exception, suffix: str) -> str:
     return f"invalid {kind} ({e})"
 
 
-def recipe_config(name: str, sets: list[str] = (), **keys: Any) -> TrainConfig:
+def recipe_config(name: str, sets: Sequence[str] = (), **keys: Any) -> TrainConfig:
     """The bundled recipe ``name`` (``aiayn/configs/NAME.yaml``) with ``keys`` in place of its
     own (a run's data, out, budget) and then ``sets``, by ``resolve_train_config``'s rule."""
     path = bundled_configs()[name]
@@ -333,7 +334,7 @@ def recipe_config(name: str, sets: list[str] = (), **keys: Any) -> TrainConfig:
 
 
 def load_train_config(
-    path: str | Path | None, sets: list[str] = (), **defaults: Any
+    path: str | os.PathLike | None, sets: Sequence[str] = (), **defaults: Any
 ) -> TrainConfig:
     """The config of ``path`` with ``--set`` strings, by ``resolve_train_config``'s rule.
 
@@ -343,7 +344,7 @@ def load_train_config(
     file = find_config(path) if path else None
     data = read_config_file(file) if file else {}
     cfg = resolve_train_config(data, sets, defaults=defaults, where=str(file or "config"))
-    if file is not None and not Path(path).exists():  # a bundled recipe, by its name
+    if file is not None and path is not None and not Path(path).exists():  # a bundled recipe
         cfg = recipe_language(cfg, data, sets, recipe=str(path))
     return cfg
 
@@ -378,7 +379,7 @@ def recipe_language(
 
 def resolve_train_config(
     file: dict[str, Any],
-    sets: list[str] = (),
+    sets: Sequence[str] = (),
     *,
     defaults: dict[str, Any] | None = None,
     where: str = "config",
@@ -409,7 +410,7 @@ def resolve_train_config(
     return from_dict(TrainConfig, {**below_sets, **train_sets, "model": model}, where="--set")
 
 
-def _parse_sets(sets: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _parse_sets(sets: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TrainConfig keys, ModelConfig keys) of ``key=value`` / ``model.key=value`` strings, typed."""
     model = [s[len("model.") :] for s in sets if s.startswith("model.")]
     train = [s for s in sets if not s.startswith("model.")]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch import Tensor
 
 from ..model import Transformer
 
@@ -25,7 +26,9 @@ class EMA:
         self.decay = decay
         self.warmup = warmup
         self.model = copy.deepcopy(model).float().eval().requires_grad_(False)
-        self._averaged = list(self.model.parameters())  # the tied matrix once, as in the model
+        self._averaged: list[Tensor] = list(
+            self.model.parameters()
+        )  # the tied matrix once, as in the model
 
     @torch.no_grad()
     def update(self, model: Transformer, update: int) -> None:

@@ -39,12 +39,12 @@ class _Copies(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
-        given = [i for i, g in enumerate(grads) if g is not None]
-        out = [torch.empty_like(grads[i], dtype=ctx.master_dtypes[i]) for i in given]
-        torch._foreach_copy_(out, [grads[i] for i in given])
+        given = [(i, g) for i, g in enumerate(grads) if g is not None]
+        out = [torch.empty_like(g, dtype=ctx.master_dtypes[i]) for i, g in given]
+        torch._foreach_copy_(out, [g for _, g in given])
         result: list[Tensor | None] = [None] * len(grads)
-        for i, g in zip(given, out):
-            result[i] = g
+        for (i, _), copied in zip(given, out):
+            result[i] = copied
         return (None, *result)
 
 

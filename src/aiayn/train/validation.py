@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from ..data import TokenDataset, Vocab
+from ..data import TokenDataset
+from ..data.pieces import AnyVocab
 from ..decode import DecodeConfig, SearchRequest, decode_ids
 
 # The request's default batching is evaluate's: the same batches decode to the same
@@ -31,7 +32,7 @@ class BleuSample:
     references: list[str]
 
     @classmethod
-    def first(cls, data: TokenDataset, vocab: Vocab, n: int) -> BleuSample:
+    def first(cls, data: TokenDataset, vocab: AnyVocab, n: int) -> BleuSample:
         """The first ``n`` pairs of ``data`` (all of them when it has fewer)."""
         indices = range(min(n, len(data)))
         return cls(
@@ -42,7 +43,7 @@ class BleuSample:
 
 @torch.no_grad()
 def valid_bleu(
-    model: Transformer, vocab: Vocab, sample: BleuSample, decode: DecodeConfig, *, lang: str
+    model: Transformer, vocab: AnyVocab, sample: BleuSample, decode: DecodeConfig, *, lang: str
 ) -> dict[str, Any]:
     """SacreBLEU (``valid_bleu``, with its signature) and the paper's BLEU of the model's
     translations of ``sample``; in eval mode (no dropout: deterministic), mode restored."""
