@@ -18,10 +18,10 @@ model's; ``--limit N`` takes the first N verses.
 Cost: about 2 minutes on 2 CPU cores for both configurations. Needs the peers (never the
 package's own venv):
 
-    python3 -m venv /work/benchvenv-decode
-    /work/benchvenv-decode/bin/pip install torch==2.13.0
-    /work/benchvenv-decode/bin/pip install transformers ctranslate2 sentencepiece sacrebleu
-    /work/benchvenv-decode/bin/python benchmarks/decode_throughput.py
+    python3 -m venv ../benchvenv-decode
+    ../benchvenv-decode/bin/pip install torch==2.13.0
+    ../benchvenv-decode/bin/pip install transformers ctranslate2 sentencepiece sacrebleu
+    ../benchvenv-decode/bin/python benchmarks/decode_throughput.py
 
 Prints target tokens/s (40 x sentences / seconds) per system and batch size, and our ratios.
 

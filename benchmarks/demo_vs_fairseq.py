@@ -52,16 +52,16 @@ last checkpoint and of the average of the last 3.
 fairseq in a venv of its own (never the package's; 1.3 GB, ~6 minutes here, most of it
 building fairseq's C++ extensions from its sdist):
 
-    python3 -m venv /work/peersvenv
-    /work/peersvenv/bin/pip install torch==2.13.0
-    /work/peersvenv/bin/pip install --no-deps fairseq-fixed
-    /work/peersvenv/bin/pip install hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu \\
+    python3 -m venv ../peersvenv
+    ../peersvenv/bin/pip install torch==2.13.0
+    ../peersvenv/bin/pip install --no-deps fairseq-fixed
+    ../peersvenv/bin/pip install hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu \\
         sentencepiece cython regex numpy packaging tqdm cffi scikit-learn
 
 fairseq 0.12 with torch >= 2.6 needs TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 to load its own
 checkpoints (they pickle their config); this script sets it for fairseq's processes only.
 
-    python benchmarks/demo_vs_fairseq.py --fairseq-python /work/peersvenv/bin/python --minutes 15
+    python benchmarks/demo_vs_fairseq.py --fairseq-python ../peersvenv/bin/python --minutes 15
     python benchmarks/demo_vs_fairseq.py --fairseq-python ... --minutes 0.5 --threads 1 --test-limit 20
 
 Cost: 2 x minutes of training, plus the demo's own validation at each checkpoint and its BLEU

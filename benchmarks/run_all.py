@@ -3,7 +3,7 @@ records (``aiayn.records``) that render the docs' tables (``python -m aiayn.reco
 
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py                        # records/
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --only train,decode
-    PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --fairseq-python /work/peersvenv/bin/python
+    PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --fairseq-python ../peersvenv/bin/python
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --check --record /tmp/records  # seconds
 
 Each benchmark runs in a process of its own, one after another; run the suite with nothing else

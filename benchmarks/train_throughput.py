@@ -10,7 +10,7 @@ and aiayn.train.loss degrades least.
     # project venv: peers that are not installed are skipped with a message
     PYTHONPATH=src .venv/bin/python benchmarks/train_throughput.py
     # all peers (a separate venv holding transformers and fairseq-fixed)
-    PYTHONPATH=src /work/benchvenv/bin/python benchmarks/train_throughput.py
+    PYTHONPATH=src ../benchvenv/bin/python benchmarks/train_throughput.py
     # bf16 against fp32 on a CPU with native bf16: each row and its bf16 autocast twin (ours
     # with the attention the trainer takes), bf16 / fp32 per system; the demo recipe's own
     # bf16 figure (A-B-B-A, perplexity too) is `aiayn measure train_bf16`

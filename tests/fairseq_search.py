@@ -11,7 +11,7 @@ follows fairseq's reordering of the beams (``DecoderCache.select``), so a step c
 position, as in our search. As in our search, bos is impossible after the softmax (fairseq
 makes pad impossible).
 
-    PYTHONPATH=src /work/peersvenv/bin/python tests/fairseq_search.py CKPT SOURCES.json OUT.json \
+    PYTHONPATH=src ../peersvenv/bin/python tests/fairseq_search.py CKPT SOURCES.json OUT.json \
         --beam 4 --lenpen 0.6
 
 SOURCES.json: a list of id lists (each ending with eos); OUT.json: the best output of each

@@ -1,7 +1,7 @@
 """Decoding speed of two source trees of this project, old against new, interleaved in one run.
 
-    .venv/bin/python scripts/dev/decode_ab.py --old /work/main --new . \
-        --checkpoint /work/main/runs/demo/averaged --lines 300 --rounds 2
+    .venv/bin/python scripts/dev/decode_ab.py --old ../aiayn-old --new . \
+        --checkpoint runs/demo/averaged --lines 300 --rounds 2
 
 Two jobs, each run as old, new, new, old per round (A-B-B-A, so that a drift of the machine's
 load hits both alike), every run a process of its own with this interpreter and ``PYTHONPATH``
