@@ -99,7 +99,9 @@ def constrain(lprobs: Tensor, allowed: Sequence[Iterable[int] | None]) -> Tensor
 
     The (rows, V) mask is made on lprobs' device from the ids alone (``_on_device``): one
     built on the host would be copied to the device, and wait for it, at every step."""
-    listed, on, off = [], ([], []), ([], [])  # rows given as lists; (rows, cols) on and off
+    listed: list[int] = []  # rows given as lists
+    on: tuple[list[int], list[int]] = ([], [])  # (rows, cols) allowed
+    off: tuple[list[int], list[int]] = ([], [])  # (rows, cols) refused
     for row, ids in enumerate(allowed):
         if ids is None:
             continue
@@ -174,7 +176,7 @@ class OutputConstraint:
             )
         return OutputState(0, frozenset(), (), max_len)
 
-    def allowed(self, state: OutputState) -> Sequence[int] | None:
+    def allowed(self, state: OutputState) -> Iterable[int] | None:
         if state.t < len(self.prefix):
             return [self.prefix[state.t]]
         unmet = [i for i in range(len(self.phrases)) if i not in state.met]
