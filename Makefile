@@ -12,7 +12,7 @@ TORCH_INDEX ?=
 MINUTES ?=
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-oracles lint docs bench
+.PHONY: setup demo test test-fast test-oracles lint docs bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -28,18 +28,26 @@ demo: setup
 test: setup lint docs
 	$(BIN)/python -m pytest -m "not oracle and not lint"
 
+# Before each commit: the unit tests of the library (no end-to-end training, no browser, no
+# wheel build), a few minutes on 2 cores; `make test` is the whole suite CI runs.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not oracle and not lint and not slow" -q
+
 # The opt-in oracles (docs/install.md): EVALB's C program, CTranslate2 agreement on a model
 # trained for it, the demo model under each toolkit's own search (AIAYN_ORACLE_CHECKPOINT,
 # default runs/demo/averaged; fairseq's with AIAYN_FAIRSEQ_PYTHON), the torch.compile tests. Tens of minutes on 2 CPU cores; not in `make test`.
 test-oracles: setup
 	$(BIN)/python -m pytest -m oracle
 
-# The formatter, the linter (rules in pyproject.toml; `ruff format .` applies the format), and
-# the repository's lint tests (pytest -m lint: layout, docs, torch-free modules, help examples).
+# The formatter, the linter (rules in pyproject.toml; `ruff format .` applies the format), the
+# type checker over src/, the repository's lint tests (pytest -m lint: layout, docs, torch-free
+# modules, help examples), and the longest functions and modules listed for review (warnings only).
 lint: setup
 	$(BIN)/ruff format --check --quiet .
 	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -m lint
+	$(BIN)/python scripts/dev/longest.py
 
 # The documentation site (mkdocs.yml): --strict, so a broken link or anchor, or a page missing
 # from the nav, fails `make test`. Written to site/ (ignored by git).
