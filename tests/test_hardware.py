@@ -9,9 +9,8 @@ import sys
 import pytest
 import torch
 
-from aiayn import hardware
-from aiayn.decode import packed
 from aiayn.errors import UserError
+from aiayn.runtime import hardware, packed
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -78,8 +77,8 @@ def test_this_machines_answer_agrees_with_its_cpuinfo(monkeypatch):
 
 _SWEEPS = """
 import torch
-from aiayn.decode.packed import PackedLinear
-from aiayn.hardware import keep_onednn_primitives
+from aiayn.runtime.packed import PackedLinear
+from aiayn.runtime.hardware import keep_onednn_primitives
 keep_onednn_primitives()
 linear = PackedLinear(torch.nn.Linear(8, 8))
 for sweep in range(2):  # each row count is a shape of its own: a primitive each

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import hardware, measure, measured
+from aiayn.analysis import measure
 from aiayn.cli.main import main
 from aiayn.errors import UserError
-from aiayn.policy import (
+from aiayn.runtime import figures as measured
+from aiayn.runtime import hardware
+from aiayn.runtime.kernels import BF16_MATMULS
+from aiayn.runtime.policy import (
     Precision,
     choose_precision,
     decoder_attention,
@@ -24,7 +27,6 @@ from aiayn.policy import (
     resolve_attention,
     resolve_compile,
 )
-from aiayn.runtime import BF16_MATMULS
 
 CPU = torch.device("cpu")
 SOURCE = {"cpu": "test CPU", "threads": 2, "torch": "2.13.0", "date": "2026-12-01", "command": "x"}

@@ -53,7 +53,7 @@ from .files import (
     write_text_atomic,
 )
 from .model import Transformer
-from .runtime import use_fast_paths
+from .runtime.kernels import use_fast_paths
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
 LATEST, BEST = "latest", "best"  # pointer files in a run's checkpoints/

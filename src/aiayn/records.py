@@ -51,7 +51,7 @@ PAGES = {
     "data": "docs/benchmarks.md#data",
 }
 TOPICS = tuple(PAGES)
-# the chip classes of aiayn.hardware.Bf16.chip, which aiayn.measured keys its figures by
+# the chip classes of aiayn.runtime.hardware.Bf16.chip, which aiayn.runtime.figures keys its figures by
 CLASSES = ("cpu-amx", "cpu-avx512_bf16", "cpu-no_bf16", "cuda")
 HEADLINE = "headline"
 HEADLINE_FIGURES = 3  # a README row shows a record's first three figures; its page shows all
@@ -226,7 +226,7 @@ def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, set[str]]:
 
 
 def cpu_class(flags: set[str]) -> str:
-    """The class ``aiayn.hardware`` names this CPU by, from its flags (without torch)."""
+    """The class ``aiayn.runtime.hardware`` names this CPU by, from its flags (without torch)."""
     if "amx_bf16" in flags:
         return "cpu-amx"
     if "avx512_bf16" in flags:

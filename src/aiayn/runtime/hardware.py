@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError
-from .records import CPUINFO, REPORTED_FLAGS, cpu_model_and_flags
+from ..errors import UserError
+from ..records import CPUINFO, REPORTED_FLAGS, cpu_model_and_flags
 
 # oneDNN keeps this many compiled primitives (its default is 1,024): see keep_onednn_primitives
 ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
