@@ -24,7 +24,6 @@ from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn import ModelConfig, Transformer
-from aiayn.averaging import average_checkpoints
 from aiayn.checkpoint import (
     best_checkpoint,
     checkpoint_name,
@@ -33,6 +32,7 @@ from aiayn.checkpoint import (
     load_transformer,
     save_checkpoint,
 )
+from aiayn.checkpoint.averaging import average_checkpoints
 from aiayn.config import PRESETS
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig, SearchRequest

@@ -28,7 +28,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
-from .averaging import average_last_best
+from .checkpoint.averaging import average_last_best
 from .data import bundled_corpus_paths, prepare_bundled
 from .decode import Batching, SearchRequest, for_decoding
 from .errors import UserError
