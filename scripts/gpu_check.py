@@ -82,8 +82,8 @@ from aiayn.decode.translate import eval_mode
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
+from aiayn.runtime.cpu import cpu_description
 from aiayn.runtime.flops import measure_matmul_peak
-from aiayn.runtime.hardware import cpu_description
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aiayn.errors import UserError
-from aiayn.runtime import hardware, packed
+from aiayn.runtime import cpu, hardware, packed
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -26,11 +26,11 @@ flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16
 def test_cpu_description_names_the_model_and_the_flags_that_decide_bf16_and_int8(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(CPUINFO)
-    assert hardware.cpu_description(cpuinfo) == (
+    assert cpu.cpu_description(cpuinfo) == (
         "AMD EPYC 9R14 96-Core Processor, flags: avx2, avx512f, avx512_vnni, avx512_bf16"
     )
     cpuinfo.write_text(CPUINFO.replace(" avx512f avx512bw avx512_vnni avx512_bf16", ""))
-    assert hardware.cpu_description(cpuinfo).endswith(", flags: avx2")
+    assert cpu.cpu_description(cpuinfo).endswith(", flags: avx2")
 
 
 @pytest.mark.parametrize(
@@ -69,9 +69,9 @@ def test_the_assumed_answer_overrides_the_cpus_and_a_bad_one_is_refused(monkeypa
 
 def test_this_machines_answer_agrees_with_its_cpuinfo(monkeypatch):
     monkeypatch.delenv(hardware.ASSUME_BF16)
-    flags = hardware.cpu_description()
+    flags = cpu.cpu_description()
     support = hardware.bf16_support(torch.device("cpu"))
-    if hardware.CPUINFO.is_file():
+    if cpu.CPUINFO.is_file():
         assert support.native == ("avx512_bf16" in flags or "amx_bf16" in flags)
 
 

@@ -16,8 +16,8 @@ import torch
 from aiayn.analysis import measure
 from aiayn.cli.main import main
 from aiayn.errors import UserError
+from aiayn.runtime import cpu, hardware
 from aiayn.runtime import figures as measured
-from aiayn.runtime import hardware
 from aiayn.runtime.kernels import BF16_MATMULS
 from aiayn.runtime.policy import (
     Precision,
@@ -383,7 +383,7 @@ def test_measure_writes_the_figures_the_rules_read(
         f"aiayn measure decode_bf16 --threads 1 --checkpoint {checkpoint} "
         f"--attention {decode['attention']} --sentences 4"
     )
-    assert train["cpu"] == hardware.cpu_description() and train["threads"] == 1
+    assert train["cpu"] == cpu.cpu_description() and train["threads"] == 1
     out = capsys.readouterr().out
     for setting in ("train_bf16", "decode_bf16"):
         decision = measured.decide(setting, "cpu-avx512_bf16")  # from this machine's table

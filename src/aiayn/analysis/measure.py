@@ -38,7 +38,8 @@ import torch
 
 from ..errors import UserError
 from ..files import read_jsonl, write_text_atomic
-from ..runtime import figures, hardware
+from ..runtime import figures
+from ..runtime.cpu import cpu_description
 
 WARMED = "train_bf16_matmul_attention"  # with compile, timed after --warm updates
 # updates a run when not given: enough for a steady tokens/s on the demo recipe
@@ -231,7 +232,7 @@ def record(table: Path, chip: str, setting: str, figure: dict[str, Any], command
     content = figures.load_table(table) if table.exists() else {}
     content.setdefault(chip, {})[setting] = {
         **figure,
-        "cpu": hardware.cpu_description(),
+        "cpu": cpu_description(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__.split("+")[0],
         "date": date.today().isoformat(),

@@ -16,6 +16,7 @@ def _measure(args: argparse.Namespace) -> None:
 
     from ..analysis import measure
     from ..runtime import figures, hardware
+    from ..runtime.cpu import cpu_description
 
     plan = measure.Plan(
         data=Path(args.data),
@@ -31,9 +32,7 @@ def _measure(args: argparse.Namespace) -> None:
     support = hardware.bf16_support(torch.device("cpu"))
     if args.setting != "compile" and not support.native:
         raise UserError(f"{args.setting}: {support.reason}, where auto never chooses bf16")
-    print(
-        f"{args.setting} on {hardware.cpu_description()} ({support.chip}), {plan.threads} threads"
-    )
+    print(f"{args.setting} on {cpu_description()} ({support.chip}), {plan.threads} threads")
     with tempfile.TemporaryDirectory(prefix="aiayn-measure-") as work:
         figure = measure.measure(args.setting, plan, Path(work))
     if args.setting == "decode_bf16":  # the choice it measured, recorded in its command

@@ -1,6 +1,7 @@
 """The machine: what the chip can do, the figures measured on it, and the faster kernels and
 weight forms that compute the paper's functions on it, behind one door each way.
 
+    cpu.py        the CPU's model and flags (no torch): its class, its description
     hardware.py   what the chip can do (native bf16), devices, oneDNN's primitive cache
     figures.py    the figures every ``auto`` decides from, per class of chip (figures.json)
     policy.py     what ``auto`` chooses from the chip and the figures
