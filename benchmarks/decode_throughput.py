@@ -67,10 +67,10 @@ from aiayn.decode import (  # noqa: E402
     for_decoding,
     translate,
 )
-from aiayn.decode.workers import run_batches  # noqa: E402
 from aiayn.export.ctranslate2 import export_ctranslate2  # noqa: E402
 from aiayn.export.hf import to_marian  # noqa: E402
 from aiayn.records import make_record, package_version, write_record  # noqa: E402
+from aiayn.runtime.workers import run_batches  # noqa: E402
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 OUT_LEN, BEAM = 40, 4
@@ -364,7 +364,7 @@ def main() -> None:
     parser.add_argument(
         "--unpacked",
         action="store_true",
-        help="also time our fp32 model without packed weights (aiayn.decode.packed)",
+        help="also time our fp32 model without packed weights (aiayn.runtime.packed)",
     )
     parser.add_argument(
         "--testset", metavar="CHECKPOINT", help="time the bundled test split instead"
@@ -420,7 +420,7 @@ def synthetic(args: argparse.Namespace, precision: str) -> dict[str, dict[str, s
         model = for_decoding(our_model(CONFIGS[name]), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
-        if args.workers > 1:  # the threads shared among processes (aiayn.decode.workers)
+        if args.workers > 1:  # the threads shared among processes (aiayn.runtime.workers)
             systems[f"workers{args.workers}"] = lambda s, b: run_ours(model, s, b, args.workers)
         if args.unpacked and not args.quantize:  # the same model through F.linear (MKL), unpacked
             systems["unpacked"] = lambda s, b: run_ours(fp32, s, b)

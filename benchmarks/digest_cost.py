@@ -1,4 +1,4 @@
-"""What checking a checkpoint's SHA-256 (``aiayn.digest``) costs beside reading its weights:
+"""What checking a checkpoint's SHA-256 (``aiayn.checkpoint.digest``) costs beside reading its weights:
 for the tiny preset and the base model (d_model 512, ~65M parameters) in fp32, the median
 seconds of a plain read of ``model.safetensors``, of ``safetensors.torch.load_file``, and of
 the digest, each from the page cache (the state a load right after a save or a copy sees), and
@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 import aiayn
 from aiayn.checkpoint import save_weights
-from aiayn.digest import file_sha256
+from aiayn.checkpoint.digest import file_sha256
 
 
 def _median_s(work: Callable[[], object], reps: int) -> float:

@@ -73,7 +73,7 @@ def missing(topic: str, args: argparse.Namespace) -> str | None:
     if topic == "train-bf16":
         import torch
 
-        from aiayn import hardware
+        from aiayn.runtime import hardware
 
         support = hardware.bf16_support(torch.device("cpu"))
         return None if support.native else support.reason

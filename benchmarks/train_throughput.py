@@ -38,9 +38,9 @@ in turn (interleaved, so that noise from other jobs on the machine hits all peer
 starting peer rotating); the table gives the median and the best repetition. tokens/s counts
 non-pad source + target tokens.
 
-MFU is aiayn.flops's, the yardstick of the trainer's summary too: model FLOPs of each step
+MFU is aiayn.runtime.flops's, the yardstick of the trainer's summary too: model FLOPs of each step
 counted on the non-pad lengths (forward matmuls x 3, full-square attention), over the fp32
-matmul peak measured in the same run on the same threads (aiayn.flops.measure_matmul_peak:
+matmul peak measured in the same run on the same threads (aiayn.runtime.flops.measure_matmul_peak:
 2048 x 2048 matrices, the best window; here the best of the probes taken between configs).
 """
 
@@ -59,10 +59,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn import hardware, measured
 from aiayn.config import ModelConfig
-from aiayn.flops import measure_matmul_peak, mfu, real_lengths, training_flops
 from aiayn.records import make_record, package_version, write_record
+from aiayn.runtime import figures as measured
+from aiayn.runtime import hardware
+from aiayn.runtime.flops import measure_matmul_peak, mfu, real_lengths, training_flops
 
 PAD, BOS, EOS = 1, 0, 2  # fairseq's Dictionary layout; every peer is told pad = 1
 FIRST_WORD = 4  # ids below are specials in fairseq's Dictionary
@@ -169,7 +170,7 @@ def model_config(sh: Shape) -> ModelConfig:
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
     from aiayn.model import MultiHeadAttention, as_given
-    from aiayn.runtime import UniformDropout, bf16_matmul_attention, use_fast_paths
+    from aiayn.runtime.kernels import UniformDropout, bf16_matmul_attention, use_fast_paths
     from aiayn.train.mixed import WeightCopies
     from aiayn.train.trainer import compile_layers
 

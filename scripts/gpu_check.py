@@ -14,7 +14,7 @@ Sections, in order; each one records its own failure with the traceback, and the
                ok, or the reasons PyTorch gives for not running it
   train        Trainer.train_update's tokens/s and MFU, shapes base and big, in fp32, bf16
                autocast and fp16 with the gradient scaler; MFU against the device's datasheet
-               peak (SPEC_PEAKS) and against the matmul peak measured here (aiayn.flops)
+               peak (SPEC_PEAKS) and against the matmul peak measured here (aiayn.runtime.flops)
   resume       `aiayn train` killed with SIGKILL once a checkpoint is out, resumed from it:
                its weights against an uninterrupted run's, bit for bit
   torchrun     N processes (NCCL, one a GPU; gloo and 2 on a CPU) against one process with
@@ -82,8 +82,8 @@ from aiayn.decode.translate import eval_mode
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
-from aiayn.flops import measure_matmul_peak
-from aiayn.hardware import cpu_description
+from aiayn.runtime.cpu import cpu_description
+from aiayn.runtime.flops import measure_matmul_peak
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
 
@@ -383,7 +383,7 @@ def spec_peak(device_name: str, precision: str) -> tuple[str, float] | None:
 
 
 def measured_peaks(device: torch.device) -> dict[str, float]:
-    """aiayn.flops's matmul peak per precision; on a CPU the fp32 one for all (reduced
+    """aiayn.runtime.flops's matmul peak per precision; on a CPU the fp32 one for all (reduced
     precision there may be emulated, minutes a probe, as Trainer.peak_dtype says)."""
     if device.type == "cpu":
         fp32 = measure_matmul_peak(device, torch.float32, seconds=0.5)

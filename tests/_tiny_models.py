@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from aiayn import ModelConfig, Transformer
-from aiayn.runtime import use_fast_paths
+from aiayn.runtime.kernels import use_fast_paths
 
 PAD = 0
 

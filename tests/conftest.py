@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import hardware, measured
 from aiayn.data.prepare import prepare_bundled_slice
+from aiayn.runtime import figures as measured
+from aiayn.runtime import hardware
 
 # Every test sees a CPU without native bf16 (so every `auto` is fp32 and eager) unless it asks for
 # `bf16_answer`, which runs it under both answers; `AIAYN_ASSUME_BF16=native make test` runs the

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import hardware
 from aiayn.records import load_records
+from aiayn.runtime import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"

@@ -11,7 +11,6 @@ import torch
 from _cli import copy_run, one_line_error, run_cli
 from safetensors.torch import load_file, save_file
 
-from aiayn.averaging import average_checkpoints
 from aiayn.checkpoint import (
     WEIGHTS,
     best_checkpoint,
@@ -19,7 +18,8 @@ from aiayn.checkpoint import (
     list_checkpoints,
     load_transformer,
 )
-from aiayn.digest import DIGESTS
+from aiayn.checkpoint.averaging import average_checkpoints
+from aiayn.checkpoint.digest import DIGESTS
 from aiayn.errors import UserError
 
 BAD = "encoder.0.feed_forward.W_2.weight"
@@ -107,7 +107,7 @@ def test_averaging_holds_one_checkpoint_at_a_time_and_gives_the_mean(
 ):
     """The sum is accumulated as each checkpoint loads (fairseq does the same): when one loads,
     no tensor of an earlier one is still alive, and the result is the mean, bit for bit."""
-    from aiayn import averaging as ckpt_module  # the averager reads each checkpoint
+    from aiayn.checkpoint import averaging as ckpt_module  # the averager reads each checkpoint
 
     paths = list_checkpoints(tiny_run / "checkpoints")
     states = [load_file(str(p / WEIGHTS)) for p in paths]

@@ -9,7 +9,7 @@ arithmetic is reordered), hence the 1e-4 tolerance.
 The cases cover what the rewrite touches: sentences of different lengths in one batch that
 finish at different steps and leave the batch, n-best > 1, outputs cut at the maximum length,
 a forced minimum length, restricted self-attention, pre-LN, a prefix constraint, and greedy. Each case runs on the model as trained and on its weights
-packed for oneDNN (``aiayn.decode.packed``, what ``translate`` decodes with on the CPU): the
+packed for oneDNN (``aiayn.runtime.packed``, what ``translate`` decodes with on the CPU): the
 matmuls sum in another order, and the outputs must still be the golden ones.
 """
 
@@ -23,7 +23,8 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.decode import Batching, DecodeConfig, SearchRequest, decode_ids, for_decoding, packed
+from aiayn.decode import Batching, DecodeConfig, SearchRequest, decode_ids, for_decoding
+from aiayn.runtime import packed
 
 PAD, EOS = 0, 3
 FIXTURE = Path(__file__).with_name("decode_golden.json")

@@ -1,4 +1,4 @@
-"""bf16 decoding (``aiayn.decode.precision``, ``--precision``): outputs, scores and rankings
+"""bf16 decoding (``aiayn.runtime.precision``, ``--precision``): outputs, scores and rankings
 close to fp32's; what ``auto`` chooses and the reason a command reports; bf16 with int8 refused
 in one line."""
 
@@ -13,7 +13,7 @@ import torch
 from _cli import one_line_error, run_cli
 from _decode_helpers import PAD, SHORT, hypotheses, random_src, tiny_model
 
-from aiayn import ModelConfig, Transformer, hardware, measured
+from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.decode import (
     DecodeConfig,
@@ -25,9 +25,11 @@ from aiayn.decode import (
     score_ids,
 )
 from aiayn.decode.cache import new_cache
-from aiayn.decode.precision import to_bf16
 from aiayn.files import read_lines
-from aiayn.policy import BF16_ATTENTION, choose_precision, decoder_attention
+from aiayn.runtime import figures as measured
+from aiayn.runtime import hardware
+from aiayn.runtime.policy import BF16_ATTENTION, choose_precision, decoder_attention
+from aiayn.runtime.precision import to_bf16
 
 # bf16 keeps 8 significant bits: each weight, activation and logit is rounded by up to 2^-8 of
 # its size. The tiny model's logits stay below about 4 in magnitude, and a token's log-prob (its

@@ -15,9 +15,9 @@ from _decode_helpers import hypotheses
 from aiayn.checkpoint import latest_checkpoint, load_translator
 from aiayn.cli.common import batching_option, workers_arg
 from aiayn.decode import Batching, DecodeConfig, SampleConfig, SearchRequest, decode_ids
-from aiayn.decode import workers as workers_module
-from aiayn.decode.workers import MAX_AUTO_WORKERS, auto_workers, run_batches
 from aiayn.errors import UserError
+from aiayn.runtime import workers as workers_module
+from aiayn.runtime.workers import MAX_AUTO_WORKERS, auto_workers, run_batches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -25,10 +25,10 @@ from aiayn import checkpoint as ckpt
 from aiayn import demo as demo_module
 from aiayn import records
 from aiayn.data import Vocab, bundled_corpus_paths
-from aiayn.decode.workers import auto_workers, run_batches
 from aiayn.demo import DEMO_UPDATES, demo_train_config, format_report, run_demo
 from aiayn.evaluate import reference_perplexity
 from aiayn.files import read_lines
+from aiayn.runtime.workers import auto_workers, run_batches
 from aiayn.train import TrainConfig
 from aiayn.train import trainer as trainer_module
 from aiayn.train.config import recipe_config

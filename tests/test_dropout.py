@@ -5,7 +5,7 @@ CPU; identity in eval."""
 import pytest
 import torch
 
-from aiayn.runtime import UniformDropout, keep_mask
+from aiayn.runtime.kernels import UniformDropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3])

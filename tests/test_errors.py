@@ -24,7 +24,7 @@ from aiayn.checkpoint import (
     list_checkpoints,
     load_trainer_state,
 )
-from aiayn.digest import DIGESTS, file_sha256
+from aiayn.checkpoint.digest import DIGESTS, file_sha256
 from aiayn.errors import UserError
 from aiayn.train import load_train_config
 

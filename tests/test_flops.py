@@ -1,4 +1,4 @@
-"""The one MFU yardstick (aiayn.flops): model FLOPs worked out by hand, padding not counted."""
+"""The one MFU yardstick (aiayn.runtime.flops): model FLOPs worked out by hand, padding not counted."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aiayn.config import ModelConfig
-from aiayn.flops import (
+from aiayn.runtime.flops import (
     PROBE_SIDE,
     forward_flops,
     mfu,

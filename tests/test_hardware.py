@@ -9,9 +9,8 @@ import sys
 import pytest
 import torch
 
-from aiayn import hardware
-from aiayn.decode import packed
 from aiayn.errors import UserError
+from aiayn.runtime import cpu, hardware, packed
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -27,11 +26,11 @@ flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf16
 def test_cpu_description_names_the_model_and_the_flags_that_decide_bf16_and_int8(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(CPUINFO)
-    assert hardware.cpu_description(cpuinfo) == (
+    assert cpu.cpu_description(cpuinfo) == (
         "AMD EPYC 9R14 96-Core Processor, flags: avx2, avx512f, avx512_vnni, avx512_bf16"
     )
     cpuinfo.write_text(CPUINFO.replace(" avx512f avx512bw avx512_vnni avx512_bf16", ""))
-    assert hardware.cpu_description(cpuinfo).endswith(", flags: avx2")
+    assert cpu.cpu_description(cpuinfo).endswith(", flags: avx2")
 
 
 @pytest.mark.parametrize(
@@ -70,16 +69,16 @@ def test_the_assumed_answer_overrides_the_cpus_and_a_bad_one_is_refused(monkeypa
 
 def test_this_machines_answer_agrees_with_its_cpuinfo(monkeypatch):
     monkeypatch.delenv(hardware.ASSUME_BF16)
-    flags = hardware.cpu_description()
+    flags = cpu.cpu_description()
     support = hardware.bf16_support(torch.device("cpu"))
-    if hardware.CPUINFO.is_file():
+    if cpu.CPUINFO.is_file():
         assert support.native == ("avx512_bf16" in flags or "amx_bf16" in flags)
 
 
 _SWEEPS = """
 import torch
-from aiayn.decode.packed import PackedLinear
-from aiayn.hardware import keep_onednn_primitives
+from aiayn.runtime.packed import PackedLinear
+from aiayn.runtime.hardware import keep_onednn_primitives
 keep_onednn_primitives()
 linear = PackedLinear(torch.nn.Linear(8, 8))
 for sweep in range(2):  # each row count is a shape of its own: a primitive each

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn import hardware, measure, measured
+from aiayn.analysis import measure
 from aiayn.cli.main import main
 from aiayn.errors import UserError
-from aiayn.policy import (
+from aiayn.runtime import cpu, hardware
+from aiayn.runtime import figures as measured
+from aiayn.runtime.kernels import BF16_MATMULS
+from aiayn.runtime.policy import (
     Precision,
     choose_precision,
     decoder_attention,
@@ -24,7 +27,6 @@ from aiayn.policy import (
     resolve_attention,
     resolve_compile,
 )
-from aiayn.runtime import BF16_MATMULS
 
 CPU = torch.device("cpu")
 SOURCE = {"cpu": "test CPU", "threads": 2, "torch": "2.13.0", "date": "2026-12-01", "command": "x"}
@@ -381,7 +383,7 @@ def test_measure_writes_the_figures_the_rules_read(
         f"aiayn measure decode_bf16 --threads 1 --checkpoint {checkpoint} "
         f"--attention {decode['attention']} --sentences 4"
     )
-    assert train["cpu"] == hardware.cpu_description() and train["threads"] == 1
+    assert train["cpu"] == cpu.cpu_description() and train["threads"] == 1
     out = capsys.readouterr().out
     for setting in ("train_bf16", "decode_bf16"):
         decision = measured.decide(setting, "cpu-avx512_bf16")  # from this machine's table

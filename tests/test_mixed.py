@@ -9,7 +9,7 @@ from _cli import TINY, config
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn import ModelConfig, Transformer
-from aiayn.runtime import BF16_MATMULS
+from aiayn.runtime.kernels import BF16_MATMULS
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.mixed import WeightCopies
 from aiayn.train.trainer import Trainer

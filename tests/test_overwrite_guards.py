@@ -13,8 +13,8 @@ import pytest
 import torch
 from _cli import TINY, config, copy_run, one_line_error, run_cli
 
-from aiayn.averaging import average_checkpoints, is_averaged_checkpoint
 from aiayn.checkpoint import META, VOCAB, WEIGHTS, latest_checkpoint, list_checkpoints
+from aiayn.checkpoint.averaging import average_checkpoints, is_averaged_checkpoint
 from aiayn.data import Vocab
 from aiayn.decode import DecodeConfig
 from aiayn.errors import UserError
@@ -85,7 +85,7 @@ def test_average_replaces_a_previous_average_and_force_replaces_anything_else(
 
 
 def test_a_failed_average_leaves_the_previous_one_intact(tiny_run, tmp_path, monkeypatch):
-    from aiayn import averaging
+    from aiayn.checkpoint import averaging
 
     out = average_checkpoints(
         list_checkpoints(tiny_run / "checkpoints")[-1:], tmp_path / "averaged"

@@ -1,4 +1,4 @@
-"""Linear weights packed for oneDNN (``aiayn.decode.packed``): the same model, computed faster.
+"""Linear weights packed for oneDNN (``aiayn.runtime.packed``): the same model, computed faster.
 
 Equality of whole beam-search outputs is pinned by the golden test (tests/test_decode_golden.py,
 the "packed" cases); here: logits, what packing replaces and keeps, and the fallback.
@@ -11,10 +11,11 @@ import torch
 from torch import nn
 
 import aiayn
-from aiayn.decode import for_decoding, packed
+from aiayn.decode import for_decoding
 from aiayn.decode.cache import decode_step, new_cache
-from aiayn.decode.precision import to_bf16
-from aiayn.runtime import use_fast_paths
+from aiayn.runtime import packed
+from aiayn.runtime.kernels import use_fast_paths
+from aiayn.runtime.precision import to_bf16
 
 pytestmark = pytest.mark.skipif(
     not packed.available(), reason="this PyTorch has no oneDNN linear ops"

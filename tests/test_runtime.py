@@ -1,4 +1,4 @@
-"""The fast paths (aiayn.runtime): bf16 attention on a CPU computed in fp32 or as bf16 matmuls,
+"""The fast paths (aiayn.runtime.kernels): bf16 attention on a CPU computed in fp32 or as bf16 matmuls,
 and what installing them changes in a model (its speed, not its function)."""
 
 from functools import partial
@@ -10,9 +10,9 @@ from _tiny_models import PAD, batch
 from _tiny_models import make as make_paper
 
 from aiayn import ModelConfig, Transformer
-from aiayn import runtime as runtime_module
 from aiayn.model import attention_mask, reference_attention
-from aiayn.runtime import (
+from aiayn.runtime import kernels as runtime_module
+from aiayn.runtime.kernels import (
     BF16_MATMULS,
     UniformDropout,
     attention_precision,
@@ -186,7 +186,7 @@ def test_the_trainers_summary_names_the_attention_path(
 ):
     from _cli import config
 
-    from aiayn import measured
+    from aiayn.runtime import figures as measured
     from aiayn.train.trainer import Trainer
 
     decision = measured.Decision(pays, "a figure")

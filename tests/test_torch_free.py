@@ -24,6 +24,7 @@ TORCH_FREE = [
     "aiayn.workflow",
     "aiayn.files",
     "aiayn.records",
+    "aiayn.runtime.cpu",
     "aiayn.metrics",
     "aiayn.metrics.significance",
     "aiayn.analysis.compare",

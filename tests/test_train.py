@@ -23,8 +23,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch._dynamo.utils import counters
 from torch.utils.flop_counter import FlopCounterMode
 
-from aiayn import ModelConfig, Transformer, hardware
-from aiayn.averaging import average_checkpoints
+from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import (
     best_checkpoint,
     checkpoint_name,
@@ -33,14 +32,16 @@ from aiayn.checkpoint import (
     load_transformer,
     save_checkpoint,
 )
+from aiayn.checkpoint.averaging import average_checkpoints
 from aiayn.config import PRESETS
 from aiayn.data import TokenDataset, Vocab
 from aiayn.decode import DecodeConfig, SearchRequest
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
 from aiayn.files import temp_dir_beside
-from aiayn.flops import real_lengths, training_flops
-from aiayn.policy import resolve_attention
+from aiayn.runtime import hardware
+from aiayn.runtime.flops import real_lengths, training_flops
+from aiayn.runtime.policy import resolve_attention
 from aiayn.train import TrainConfig, load_train_config, noam_rate
 from aiayn.train import trainer as trainer_module
 from aiayn.train.config import resolve_train_config
@@ -641,7 +642,7 @@ def _flops_by_counting_ops(cfg: ModelConfig, batches: list) -> float:
     """Training FLOPs of ``batches`` counted from the matmuls that a forward and backward pass
     of each pair alone (no padding) runs, with torch's FlopCounterMode; attention's query-key
     products by hand, 2 (d_k + d_v) h FLOPs a pair forward and twice that backward (the counter
-    does not see the CPU's fused attention kernel). aiayn.flops is not used."""
+    does not see the CPU's fused attention kernel). aiayn.runtime.flops is not used."""
     model, total = Transformer(dataclasses.replace(cfg, P_drop=0.0)), 0.0
     per_pair = 3 * 2 * cfg.h * (cfg.resolved_d_k + cfg.resolved_d_v)
     for batch in batches:
@@ -695,11 +696,11 @@ def test_training_writes_logs_and_summary(tiny_corpus, tmp_path, monkeypatch):
 def test_aiayn_train_reports_the_cost_against_the_peak_it_measures(
     tiny_corpus, tmp_path, monkeypatch, capsys
 ):
-    import aiayn.flops
+    import aiayn.runtime.flops
 
     asked = []
     monkeypatch.setattr(
-        aiayn.flops, "measure_matmul_peak", lambda *args: asked.append(args) or 1e11
+        aiayn.runtime.flops, "measure_matmul_peak", lambda *args: asked.append(args) or 1e11
     )
     cfg_path = _write(config(tiny_corpus, tmp_path / "run", max_updates=2), tmp_path / "c.json")
     code, out, err = run_cli(capsys, "train", cfg_path, "--device", "cpu")
@@ -1379,7 +1380,7 @@ def test_the_run_says_which_precision_it_used_and_why(
     """Under a table where bf16 training pays on the native class: a native CPU trains in bf16,
     one without in fp32, and the summary, config.json, log.jsonl, meta.json and the progress line
     all say so with the reason."""
-    from aiayn import measured
+    from aiayn.runtime import figures as measured
 
     table = tmp_path / "measured.json"
     figure = {

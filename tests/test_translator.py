@@ -17,7 +17,7 @@ from aiayn.cli.main import build_parser, main
 from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate, translate_corpus
 from aiayn.errors import UserError
 from aiayn.evaluate import evaluate_model
-from aiayn.policy import choose_precision
+from aiayn.runtime.policy import choose_precision
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -59,7 +59,7 @@ def main() -> None:
 
 def emulated(args: argparse.Namespace) -> str:
     """What a bf16 row's time shares are worth on a CPU that emulates bf16."""
-    from aiayn.hardware import bf16_support
+    from aiayn.runtime.hardware import bf16_support
 
     if "bf16" not in args.variant.split("+") or bf16_support(torch.device("cpu")).native:
         return ""

@@ -32,8 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-# what a run executes with a tree's code: aiayn.measure.train's run, written out because an older
-# tree (7874d75) has no aiayn.measure; both have recipe_config, Trainer and prepare_bundled
+# what a run executes with a tree's code: aiayn.analysis.measure.train's run, written out because an older
+# tree (7874d75) has no aiayn.analysis.measure; both have recipe_config, Trainer and prepare_bundled
 RUN = """
 import json, sys
 from pathlib import Path

@@ -32,7 +32,7 @@ _LAZY = {
     "ModelConfig": "config",
     "PRESETS": "config",
     "Transformer": "model",
-    "count_parameters": "flops",
+    "count_parameters": "runtime.flops",
     "Translator": "translator",
     "Translation": "translator",
     "Candidate": "translator",

@@ -28,10 +28,9 @@ import torch
 
 from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
-from .averaging import average_last_best
+from .checkpoint.averaging import average_last_best
 from .data import bundled_corpus_paths, prepare_bundled
 from .decode import Batching, SearchRequest, for_decoding
-from .decode.workers import auto_workers
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .files import (
@@ -41,9 +40,10 @@ from .files import (
     write_lines_atomic,
     write_text_atomic,
 )
-from .flops import measure_matmul_peak
 from .metrics.significance import with_interval
 from .records import Record, make_record, write_record
+from .runtime.flops import measure_matmul_peak
+from .runtime.workers import auto_workers
 from .train import TrainConfig
 from .train.config import recipe_config
 from .train.preemption import stop_on_signals

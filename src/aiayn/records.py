@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import secrets
 import subprocess
@@ -36,6 +35,7 @@ from typing import Any
 
 from .errors import UserError
 from .files import write_text_atomic
+from .runtime.cpu import REPORTED_FLAGS, cpu_class, cpu_model_and_flags
 
 RECORDS = "records"  # the one directory of records, at the repository root
 # what a record measures; each topic has one table, on the page that explains it
@@ -51,14 +51,11 @@ PAGES = {
     "data": "docs/benchmarks.md#data",
 }
 TOPICS = tuple(PAGES)
-# the chip classes of aiayn.hardware.Bf16.chip, which aiayn.measured keys its figures by
+# the chip classes of aiayn.runtime.hardware.Bf16.chip, which aiayn.runtime.figures keys its figures by
 CLASSES = ("cpu-amx", "cpu-avx512_bf16", "cpu-no_bf16", "cuda")
 HEADLINE = "headline"
 HEADLINE_FIGURES = 3  # a README row shows a record's first three figures; its page shows all
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
-CPUINFO = Path("/proc/cpuinfo")
-# the flags that decide bf16 and int8 speed on x86, in the order a report lists them
-REPORTED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
 
 
 @dataclass(frozen=True)
@@ -209,29 +206,6 @@ def make_record(
         headline=headline,
     )
     return check(asdict(record), f"the record of {what!r}")
-
-
-def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, set[str]]:
-    """The CPU's model name and its flags, from /proc/cpuinfo where there is one."""
-    model, flags = platform.processor() or platform.machine(), set()
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break  # every core lists the same flags
-    return model, flags
-
-
-def cpu_class(flags: set[str]) -> str:
-    """The class ``aiayn.hardware`` names this CPU by, from its flags (without torch)."""
-    if "amx_bf16" in flags:
-        return "cpu-amx"
-    if "avx512_bf16" in flags:
-        return "cpu-avx512_bf16"
-    return "cpu-no_bf16"
 
 
 def current_commit() -> str:

@@ -49,11 +49,11 @@ from .decode.engine import Engine, TorchEngine
 if TYPE_CHECKING:
     from .export.engine import CTranslate2Engine
 from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
-from .decode.workers import resolve_workers
 from .errors import UserError
 from .evaluate import Evaluation
-from .hardware import resolve_device
-from .policy import Precision, choose_precision
+from .runtime.hardware import resolve_device
+from .runtime.policy import Precision, choose_precision
+from .runtime.workers import resolve_workers
 
 ENGINES = ("torch", "ctranslate2")
 

@@ -190,8 +190,8 @@ def train_model(
     SIGTERM or Ctrl-C (in the main thread) stops the run after the update in progress with a
     checkpoint: the result's ``stopped`` names the signal, and ``on_stopped`` gets the summary
     while a second signal is still held off (the command prints its resume line there)."""
-    from .flops import measure_matmul_peak
-    from .hardware import resolve_device
+    from .runtime.flops import measure_matmul_peak
+    from .runtime.hardware import resolve_device
     from .train import distributed
     from .train.config import load_train_config, resolve_train_config
     from .train.trainer import Trainer

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import PRESETS, ModelConfig
-from ..flops import count_parameters
+from ..runtime.flops import count_parameters
 
 
 def preset_table() -> str:

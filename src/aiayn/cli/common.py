@@ -240,7 +240,7 @@ def workers_arg(text: str) -> int | str:
 def workers_option(args: argparse.Namespace) -> int:
     """``--workers`` as a count, at least 1 (``decode.workers.resolve_workers`` on
     ``--device``, as ``aiayn.Translator`` resolves it); 1 for a command without the option."""
-    from ..decode.workers import resolve_workers
+    from ..runtime.workers import resolve_workers
 
     return resolve_workers(getattr(args, "workers", 1), getattr(args, "device", "cpu"))
 
@@ -384,7 +384,7 @@ def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:
 def check_device(name: str) -> str:
     """``--device`` as torch takes it, or a one-line ``UserError`` (``hardware.resolve_device``,
     which ``aiayn.Translator`` resolves its device with too)."""
-    from ..hardware import resolve_device
+    from ..runtime.hardware import resolve_device
 
     return resolve_device(name)
 

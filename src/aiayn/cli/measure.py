@@ -1,4 +1,4 @@
-"""``aiayn measure``: this machine's figures for every ``auto`` (``aiayn.measure``), written into
+"""``aiayn measure``: this machine's figures for every ``auto`` (``aiayn.analysis.measure``), written into
 its own table, which ``auto`` reads before the package's."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from ..errors import UserError
 def _measure(args: argparse.Namespace) -> None:
     import torch
 
-    from .. import hardware, measure, measured
+    from ..analysis import measure
+    from ..runtime import figures, hardware
+    from ..runtime.cpu import cpu_description
 
     plan = measure.Plan(
         data=Path(args.data),
@@ -30,22 +32,20 @@ def _measure(args: argparse.Namespace) -> None:
     support = hardware.bf16_support(torch.device("cpu"))
     if args.setting != "compile" and not support.native:
         raise UserError(f"{args.setting}: {support.reason}, where auto never chooses bf16")
-    print(
-        f"{args.setting} on {hardware.cpu_description()} ({support.chip}), {plan.threads} threads"
-    )
+    print(f"{args.setting} on {cpu_description()} ({support.chip}), {plan.threads} threads")
     with tempfile.TemporaryDirectory(prefix="aiayn-measure-") as work:
         figure = measure.measure(args.setting, plan, Path(work))
     if args.setting == "decode_bf16":  # the choice it measured, recorded in its command
         plan = dataclasses.replace(plan, attention=figure["attention"])
     table = Path(args.table)
     measure.record(table, support.chip, args.setting, figure, measure.command(args.setting, plan))
-    decision = measured.decide(args.setting, support.chip, table)
+    decision = figures.decide(args.setting, support.chip, table)
     print(f"{table}: {support.chip} {args.setting} = {figure}")
     print(f"auto: {'on' if decision.on else 'off'}: {decision.reason}")
 
 
 def add_measure(sub: argparse._SubParsersAction) -> None:
-    from ..measured import SETTINGS, user_table
+    from ..runtime.figures import SETTINGS, user_table
 
     p = sub.add_parser(
         "measure",
@@ -63,7 +63,7 @@ def add_measure(sub: argparse._SubParsersAction) -> None:
         "--table",
         default=str(user_table()),
         help="the table to write (default: this machine's, $AIAYN_MEASURED or the user's cache; "
-        "src/aiayn/measured.json: the package's)",
+        "src/aiayn/runtime/figures.json: the package's)",
     )
     p.add_argument(
         "--data", default="work/bible", help="the prepared bundled corpus (prepared if absent)"

@@ -18,7 +18,13 @@ def _train(args: argparse.Namespace) -> None:
 def _average(args: argparse.Namespace) -> None:
     import warnings
 
-    from ..averaging import average_checkpoints, checkpoint_label, choose_best, choose_last, ema_of
+    from ..checkpoint.averaging import (
+        average_checkpoints,
+        checkpoint_label,
+        choose_best,
+        choose_last,
+        ema_of,
+    )
 
     if args.best is not None and args.choose_on:
         raise UserError("--choose-on chooses among the last checkpoints: give --last, not --best")
@@ -33,7 +39,7 @@ def _average(args: argparse.Namespace) -> None:
     if args.ema:
         chosen = ema_of(chosen)
     if args.choose_on:
-        from ..averaging import average_last_best, check_average_out
+        from ..checkpoint.averaging import average_last_best, check_average_out
         from ..evaluate import perplexity_on, read_test_pair
 
         check_average_out(Path(args.out), [*chosen, *map(Path, args.choose_on)], args.force)

@@ -5,13 +5,13 @@ constraints (``constraints``) and word alignments (``align``). The searches depe
 ``encode``/``src_mask``/``new_cache``/``decode_step``, called through ``cache``, which gives a
 ``Transformer`` its fast shared-history cache."""
 
+from ..runtime.quantize import QUANTIZE_MODES, for_decoding
 from .beam import Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .constraints import Constraint, OutputConstraint, text_constraint
 from .ensemble import Ensemble, load_models
 from .nbest import Output, jsonl_line, nbest_outputs
 from .penalties import gnmt_length_penalty
-from .quantize import QUANTIZE_MODES, for_decoding
 from .request import Batching, SearchRequest, SpecialIds
 from .sample import SampleConfig, sample
 from .score import Score, force_decode, score_ids

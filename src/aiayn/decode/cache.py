@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..model import DecoderLayer, MultiHeadAttention, Transformer, attention_mask
-from ..runtime import attention_precision, key_padding
+from ..runtime.kernels import attention_precision, key_padding
 
 # --- The decoding interface ----------------------------------------------------------------
 

@@ -27,11 +27,11 @@ import torch
 
 from ..data.collate import pad_rows
 from ..data.vocab import cut_source
+from ..runtime.workers import run_batches
 from .beam import Hypothesis, beam_search
 from .request import SearchRequest
 from .sample import sample
 from .shortlist import check_shortlist, shortlisted_search
-from .workers import run_batches
 
 WINDOW = 100_000  # lines sorted and written together: what bounds a corpus's memory
 
@@ -92,7 +92,7 @@ def decode_ids(
 
     ``progress``: True for a bar of its own, or a bar (``update``) that the caller shares
     between calls; empty sources count as done at once. Workers (``request.batching``) decode
-    the batches side by side in CPU processes (``aiayn.decode.workers``; the same outputs).
+    the batches side by side in CPU processes (``aiayn.runtime.workers``; the same outputs).
     """
     if request.shortlist is not None:
         check_shortlist(model, request.constraints, request.sampling)

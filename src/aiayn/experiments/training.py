@@ -16,7 +16,7 @@ from ..config import ModelConfig
 from ..data import Vocab
 from ..decode import SearchRequest, for_decoding
 from ..evaluate import evaluate_model
-from ..flops import count_parameters, forward_flops
+from ..runtime.flops import count_parameters, forward_flops
 from ..train.config import recipe_config
 from ..train.trainer import Trainer
 from .inputs import Corpus

@@ -56,7 +56,7 @@ def refuse_unsupported(cfg: ModelConfig, target: str, supported: set[str]) -> No
 
 
 def refuse_decoding_form(model: Any) -> None:
-    """Refuse a model whose Linear layers ``aiayn.decode.quantize`` converted for decoding
+    """Refuse a model whose Linear layers ``aiayn.runtime.quantize`` converted for decoding
     (packed for oneDNN or int8): the exporters read ``nn.Linear`` weights, which are gone."""
     converted = [
         name

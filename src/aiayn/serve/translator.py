@@ -39,8 +39,8 @@ from ..decode.capabilities import CAPABILITIES, Feature, check_supported
 from ..decode.engine import Engine, TorchEngine
 from ..decode.nbest import is_cut
 from ..errors import UserError
-from ..flops import count_parameters
 from ..model import Transformer
+from ..runtime.flops import count_parameters
 
 if TYPE_CHECKING:
     from .. import translator as library

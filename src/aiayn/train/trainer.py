@@ -41,11 +41,11 @@ from ..decode import DecodeConfig
 from ..decode.translate import eval_mode
 from ..errors import UserError
 from ..files import exclusive_lock, lock_holder, write_text_atomic
-from ..flops import mfu, paper_cost, real_lengths, training_flops
-from ..hardware import bf16_support, keep_onednn_primitives
 from ..model import Transformer
-from ..policy import resolve_amp, resolve_attention, resolve_compile
-from ..runtime import BF16_MATMULS, bf16_matmul_attention, use_fast_paths
+from ..runtime.flops import mfu, paper_cost, real_lengths, training_flops
+from ..runtime.hardware import bf16_support, keep_onednn_primitives
+from ..runtime.kernels import BF16_MATMULS, bf16_matmul_attention, use_fast_paths
+from ..runtime.policy import resolve_amp, resolve_attention, resolve_compile
 from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig, resume_changes

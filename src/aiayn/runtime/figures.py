@@ -7,7 +7,7 @@ measurement on that class of chip (``hardware.Bf16.chip``) has shown that it pay
 below; a class with no figure keeps the paper's fp32 and the eager step. The figures live in
 two tables of one entry per class and setting, each with the CPU, torch version, date and the
 command that measured it: this machine's own (``user_table()``, written by ``aiayn measure``), read
-first, then ``measured.json`` beside this module, the figures the project measured. So a new
+first, then ``figures.json`` beside this module, the figures the project measured. So a new
 class is one command away, and every ``auto`` can say what it rests on.
 """
 
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import UserError
+from ..errors import UserError
 
-TABLE = Path(__file__).with_name("measured.json")
+TABLE = Path(__file__).with_name("figures.json")
 # where this machine's figures live, if not in the user's cache (see user_table)
 USER_TABLE = "AIAYN_MEASURED"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from .errors import UserError
+from ..errors import UserError
 
 DIGESTS = "SHA256SUMS"
 

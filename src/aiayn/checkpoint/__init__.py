@@ -36,24 +36,24 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file
 from torch import nn
 
-from .config import ModelConfig, from_dict
-from .data.pieces import (
+from ..config import ModelConfig, from_dict
+from ..data.pieces import (
     AnyVocab,
     copy_vocabulary,
     load_vocabulary,
     vocabulary_file,
 )
-from .digest import check_digest, write_digests
-from .errors import UserError
-from .files import (
+from ..errors import UserError
+from ..files import (
     fsync_tree,
     publish_dir,
     remove_leftovers,
     temp_dir_beside,
     write_text_atomic,
 )
-from .model import Transformer
-from .runtime import use_fast_paths
+from ..model import Transformer
+from ..runtime.kernels import use_fast_paths
+from .digest import check_digest, write_digests
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
 LATEST, BEST = "latest", "best"  # pointer files in a run's checkpoints/

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .model import MultiHeadAttention, Transformer, attention_mask
+from ..model import MultiHeadAttention, Transformer, attention_mask
 
 
 def use_fast_paths(model: nn.Module) -> nn.Module:

@@ -6,7 +6,7 @@
     aiayn measure train_bf16_matmul_attention   # bf16 training's attention path (~7 min)
 
 Each figure goes under the chip's class (``hardware.Bf16.chip``) into this machine's table
-(``measured.user_table()``), which every ``auto`` reads before the package's, with the CPU, the
+(``figures.user_table()``), which every ``auto`` reads before the package's, with the CPU, the
 threads, torch, the date and the command, so that a decision can say what it rests on.
 
 train_bf16: each run starts from the same seed; tokens/s is the run's own (the trainer's summary),
@@ -36,9 +36,10 @@ from typing import Any
 
 import torch
 
-from . import hardware, measured
-from .errors import UserError
-from .files import read_jsonl, write_text_atomic
+from ..errors import UserError
+from ..files import read_jsonl, write_text_atomic
+from ..runtime import figures
+from ..runtime.cpu import cpu_description
 
 WARMED = "train_bf16_matmul_attention"  # with compile, timed after --warm updates
 # updates a run when not given: enough for a steady tokens/s on the demo recipe
@@ -64,7 +65,7 @@ def measure(setting: str, plan: Plan, work: Path) -> dict[str, Any]:
     """The figure of ``setting`` on this machine; training runs go under ``work``."""
     if setting == "decode_bf16":
         return decode_bf16(plan)
-    from .data import prepare_bundled
+    from ..data import prepare_bundled
 
     if not (plan.data / "meta.json").exists():  # a prepared dataset (ours, the demo's) is reused
         prepare_bundled(plan.data)
@@ -77,8 +78,8 @@ def train(plan: Plan, out: Path, attention: str | None = None, **sets: Any) -> d
     """One fresh run of the demo recipe for ``plan.updates`` updates; its summary. ``attention``:
     the training attention path to take (``policy.resolve_attention``'s names) in place of the
     one this machine's tables choose."""
-    from .train.config import recipe_config
-    from .train.trainer import Trainer
+    from ..train.config import recipe_config
+    from ..train.trainer import Trainer
 
     cfg = recipe_config(
         "demo",
@@ -118,12 +119,12 @@ def train_bf16(plan: Plan, work: Path) -> dict[str, Any]:
 
 
 def decode_bf16(plan: Plan) -> dict[str, Any]:
-    from .checkpoint import load_translator
-    from .data import bundled_corpus_paths
-    from .decode import SearchRequest, for_decoding
-    from .evaluate import evaluate_model
-    from .files import read_lines
-    from .policy import decoder_attention
+    from ..checkpoint import load_translator
+    from ..data import bundled_corpus_paths
+    from ..decode import SearchRequest, for_decoding
+    from ..evaluate import evaluate_model
+    from ..files import read_lines
+    from ..runtime.policy import decoder_attention
 
     if plan.checkpoint is None:
         raise UserError("decode_bf16 needs --checkpoint (the demo model: runs/demo/averaged)")
@@ -153,7 +154,7 @@ def decode_bf16(plan: Plan) -> dict[str, Any]:
 
 def _compared(fp32: list[str], bf16: list[str], references: list[str]) -> dict[str, Any]:
     """bf16's outputs against fp32's: both scores, the paired tests' p-values, lines unchanged."""
-    from .metrics.significance import significance
+    from ..metrics.significance import significance
 
     tested = significance([("fp32", fp32), ("bf16", bf16)], references, ["bleu"])
     fp32_bleu, bf16_bleu = (scores["BLEU"] for scores in tested.scores)
@@ -177,24 +178,24 @@ def steady(run: Path, warm: int) -> tuple[float, float]:
 def compile_step(plan: Plan, work: Path) -> dict[str, Any]:
     if plan.updates <= plan.warm:
         raise UserError(f"--updates {plan.updates} must exceed --warm {plan.warm}")
-    figures = {}
+    rates = {}
     for on in (False, True):
         train(plan, work / f"compile-{on}", amp="none", compile=on)
-        figures[on] = steady(work / f"compile-{on}", plan.warm)
+        rates[on] = steady(work / f"compile-{on}", plan.warm)
         print(
-            f"  compile={on}: {figures[on][0]:.0f} tokens/s, update {plan.warm} at "
-            f"{figures[on][1]:.1f} s"
+            f"  compile={on}: {rates[on][0]:.0f} tokens/s, update {plan.warm} at "
+            f"{rates[on][1]:.1f} s"
         )
     return {
-        "eager_tokens_per_s": round(figures[False][0]),
-        "compiled_tokens_per_s": round(figures[True][0]),
-        "compile_s": round(max(figures[True][1] - figures[False][1], 0.0), 1),
+        "eager_tokens_per_s": round(rates[False][0]),
+        "compiled_tokens_per_s": round(rates[True][0]),
+        "compile_s": round(max(rates[True][1] - rates[False][1], 0.0), 1),
     }
 
 
 def bf16_attention(plan: Plan, work: Path) -> dict[str, Any]:
-    from .policy import resolve_attention
-    from .runtime import BF16_MATMULS
+    from ..runtime.kernels import BF16_MATMULS
+    from ..runtime.policy import resolve_attention
 
     if plan.updates <= plan.warm:
         raise UserError(f"--updates {plan.updates} must exceed --warm {plan.warm}")
@@ -228,10 +229,10 @@ def update_ms(run: Path, warm: int) -> float:
 def record(table: Path, chip: str, setting: str, figure: dict[str, Any], command: str) -> None:
     """``figure`` with where it was measured, under ``chip`` and ``setting`` in ``table`` (made
     with its folder if absent; the table's other figures kept)."""
-    content = measured.load_table(table) if table.exists() else {}
+    content = figures.load_table(table) if table.exists() else {}
     content.setdefault(chip, {})[setting] = {
         **figure,
-        "cpu": hardware.cpu_description(),
+        "cpu": cpu_description(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__.split("+")[0],
         "date": date.today().isoformat(),

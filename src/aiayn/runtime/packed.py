@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..hardware import bf16_support, keep_onednn_primitives
 from ..model import PositionwiseFeedForward
+from .hardware import bf16_support, keep_onednn_primitives
 
 
 def available() -> bool:

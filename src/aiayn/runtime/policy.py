@@ -2,7 +2,7 @@
 attention path (``resolve_attention``) and compiled step (``resolve_compile``); decoding's
 precision (``choose_precision``) and a bf16 model's decoder attention (``decoder_attention``).
 
-Each choice asks ``hardware`` what the chip can do and ``measured`` what was measured to pay on
+Each choice asks ``hardware`` what the chip can do and ``figures`` what was measured to pay on
 its class, and says why in a phrase that summaries, reports and ``config.json`` repeat; the
 kernels chosen are ``runtime``'s.
 """
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from . import measured
-from .errors import UserError
+from ..errors import UserError
+from . import figures
 from .hardware import bf16_support
-from .runtime import BF16_MATMULS, attention_precision
+from .kernels import BF16_MATMULS, attention_precision
 
 # --- Training --------------------------------------------------------------------------------
 
@@ -24,7 +24,7 @@ from .runtime import BF16_MATMULS, attention_precision
 def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
     """(what autocast computes in, why) for the config's ``amp``. ``auto`` on a CPU: bf16 only
     where the chip computes in it natively *and* bf16 training measured to pay on its class
-    (``measured.train_bf16``), else the paper's fp32. On CUDA: bf16 where supported, fp16 with a
+    (``figures.train_bf16``), else the paper's fp32. On CUDA: bf16 where supported, fp16 with a
     gradient scaler elsewhere (a documented deviation, as fairseq's ``--fp16``)."""
     if amp == "none":
         return "fp32", "amp=none"
@@ -39,16 +39,16 @@ def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
         return "fp16", f"amp=auto and {support.reason}: fp16 with a gradient scaler"
     if not support.native:
         return "fp32", f"amp=auto and {support.reason}"
-    decision = measured.train_bf16(support.chip)
+    decision = figures.train_bf16(support.chip)
     return ("bf16" if decision.on else "fp32"), f"amp=auto and {support.reason}; {decision.reason}"
 
 
 def resolve_attention(amp: str, device: torch.device) -> str:
     """The attention path of training, as the summary names it: ``BF16_MATMULS`` for bf16 on a
-    CPU whose class measured it to pay (``measured.train_bf16_matmul_attention``), else
+    CPU whose class measured it to pay (``figures.train_bf16_matmul_attention``), else
     ``SDPA in`` what ``runtime.attention_precision`` computes in (fp32 on every CPU)."""
     if device.type == "cpu" and amp == "bf16":
-        if measured.train_bf16_matmul_attention(bf16_support(device).chip).on:
+        if figures.train_bf16_matmul_attention(bf16_support(device).chip).on:
             return BF16_MATMULS
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp, torch.float32)
     return f"SDPA in {attention_precision(device, dtype)}"
@@ -57,10 +57,10 @@ def resolve_attention(amp: str, device: torch.device) -> str:
 def resolve_compile(compile: bool | str, device: torch.device) -> tuple[bool, str]:
     """(whether the layers are compiled, why) for the config's ``compile``. ``auto``: on only
     where the compiled step measured to pay back its compile time within 5% of a demo run on this
-    class of chip (``measured.compile_step``)."""
+    class of chip (``figures.compile_step``)."""
     if compile != "auto":
         return bool(compile), f"compile={str(compile).lower()}"
-    decision = measured.compile_step(bf16_support(device).chip)
+    decision = figures.compile_step(bf16_support(device).chip)
     return decision.on, f"compile=auto: {decision.reason}"
 
 
@@ -108,7 +108,7 @@ def choose_precision(
         return Precision("fp32", f"auto: --engine {engine} decodes in float32")
     if not support.native:
         return Precision("fp32", f"auto: {support.reason}, so bf16 would be slower")
-    decision = measured.decode_bf16(support.chip)
+    decision = figures.decode_bf16(support.chip)
     return Precision(
         "bf16" if decision.on else "fp32", f"auto: {support.reason}; {decision.reason}"
     )
@@ -129,5 +129,5 @@ def decoder_attention(device: torch.device | str) -> str:
     ``BF16_ATTENTION``. It differs by chip: a step's batched products have a new shape each
     step, and oneDNN (bf16) compiles a kernel per shape and copies the cache's strided slices,
     MKL (fp32) neither; on AMX that outweighs bf16's halved bytes (docs/decoding.md#precision)."""
-    figure = measured.entry(bf16_support(torch.device(device)).chip, "decode_bf16")
+    figure = figures.entry(bf16_support(torch.device(device)).chip, "decode_bf16")
     return str(figure.get("attention", BF16_ATTENTION)) if figure else BF16_ATTENTION

@@ -15,7 +15,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .checkpoint import (
+from ..data.pieces import PAIR_FILES, copy_vocabulary, vocabulary_file
+from ..errors import UserError
+from ..files import check_not_input, publish_dir, temp_dir_beside
+from . import (
     EMA_DIR,
     LOWER_IS_BETTER,
     META,
@@ -26,10 +29,7 @@ from .checkpoint import (
     read_meta,
     vocab_fingerprint,
 )
-from .data.pieces import PAIR_FILES, copy_vocabulary, vocabulary_file
 from .digest import DIGESTS, write_digests
-from .errors import UserError
-from .files import check_not_input, publish_dir, temp_dir_beside
 
 
 def is_averaged_checkpoint(path: Path) -> bool:

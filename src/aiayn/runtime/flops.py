@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import ModelConfig
-from .errors import UserError
+from ..config import ModelConfig
+from ..errors import UserError
 
 
 def forward_flops(cfg: ModelConfig, src_lens: Sequence[int], tgt_lens: Sequence[int]) -> float:

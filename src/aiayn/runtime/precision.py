@@ -22,9 +22,8 @@ import torch
 from torch import nn
 
 from ..model import Transformer
-from ..policy import decoder_attention
-from ..runtime import use_fast_paths
-from .translate import model_device
+from .kernels import use_fast_paths
+from .policy import decoder_attention
 
 
 @torch.no_grad()
@@ -35,7 +34,7 @@ def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     that ``decode.cache`` reads; default: ``decoder_attention`` of the model's device). The
     encoder's attention computes as in training (``runtime.use_fast_paths``: fp32 on a CPU)."""
     if attention is None:
-        attention = decoder_attention(model_device(model))
+        attention = decoder_attention(next(model.parameters()).device)
     if attention not in ("fp32", "bf16"):
         raise ValueError(f"attention in fp32 or bf16, not {attention!r}")
     for module in model.modules():

@@ -27,9 +27,9 @@ import warnings
 from torch import nn
 
 from ..errors import UserError
-from ..policy import check_combination
-from ..runtime import use_fast_paths
+from .kernels import use_fast_paths
 from .packed import pack_linears
+from .policy import check_combination
 from .precision import to_bf16
 
 QUANTIZE_MODES = ("int8",)

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from .errors import UserError
-from .records import CPUINFO, REPORTED_FLAGS, cpu_model_and_flags
+from ..errors import UserError
 
 # oneDNN keeps this many compiled primitives (its default is 1,024): see keep_onednn_primitives
 ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
@@ -94,14 +92,6 @@ def _detected_cpu() -> Bf16:
     capability = torch.backends.cpu.get_cpu_capability()
     reason = f"the CPU has no native bf16 (no avx512_bf16 or AMX; {capability})"
     return Bf16(False, reason, "cpu-no_bf16")
-
-
-def cpu_description(cpuinfo: Path = CPUINFO) -> str:
-    """``"AMD EPYC, flags: avx2"``: the CPU's model and the flags that decide bf16 / int8
-    speed, as every speed figure in the docs names them (machines change between days)."""
-    model, flags = cpu_model_and_flags(cpuinfo)
-    present = [flag for flag in REPORTED_FLAGS if flag in flags]
-    return f"{model}, flags: {', '.join(present) or 'none of ' + ', '.join(REPORTED_FLAGS)}"
 
 
 def keep_onednn_primitives(capacity: int = ONEDNN_PRIMITIVES) -> None:
