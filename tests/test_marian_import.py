@@ -131,6 +131,24 @@ def test_the_tokenisers_agree_side_by_side(opus, imported):
     assert vocab.encode(line, "source") != vocab.encode(line, "target")
 
 
+def test_a_piece_the_target_model_lacks_prints_as_marian_tokenizer_prints_it(opus, imported):
+    """A source-only piece of the joint table, output by the model: its word mark a space."""
+    _, _, tokenizer = opus
+    _, _, vocab, layout = imported
+    target = vocab.models["target"]
+    foreign = [
+        i
+        for i, p in enumerate(vocab.pieces)
+        if p.startswith("\u2581") and len(p) > 2 and target.piece_to_id(p) == target.unk_id()
+    ]
+    known = [i for i in vocab.encode_target("i father") if i != vocab.unk_id]
+    assert foreign and known
+    for ids in (known + foreign[:2], foreign[:1] + known, foreign[:3]):
+        text = vocab.decode(ids)
+        assert "\u2581" not in text
+        assert text == tokenizer.decode(marian_ids(layout, ids), skip_special_tokens=True)
+
+
 def test_imported_logits_equal_transformers(opus, imported):
     """In float64, so that what is compared is the mapping: in float32 the two
     implementations' orders of summation differ by more than 1e-5 on logits near 10, which
