@@ -217,6 +217,62 @@ def test_hf_rules_equal_generate_on_200_sentences(opus, imported):
     assert generate(hf, [marian_ids(layout, s) for s in sources], hf.config.pad_token_id) == mine
 
 
+def test_hf_rules_take_the_models_own_generation_settings(opus, tmp_path, capsys):
+    """Imported, the model's generation_config.json (beam 3, max_length, transformers'
+    length penalty 1.0) is the checkpoint's search under --search-rules hf: translate finds
+    what generate() finds with no options; options given still win."""
+    from aiayn import Translator
+
+    _, _, tokenizer = opus
+    copy, pad = tmp_path / "marian", opus[1].config.pad_token_id
+    shutil.copytree(opus[0], copy)
+    settings = {"num_beams": 3, "max_length": LIMIT + 1, "bad_words_ids": [[pad]]}
+    settings |= {"decoder_start_token_id": pad, "pad_token_id": pad, "eos_token_id": 0}
+    (copy / "generation_config.json").write_text(json.dumps(settings))
+    main(["import", str(copy), "--out", str(tmp_path / "ckpt")])
+    lines = corpus_lines("test", 0, 8)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    args = [
+        "translate",
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--input",
+        str(tmp_path / "in.txt"),
+    ]
+    main([*args, "--quiet", "--search-rules", "hf"])
+    mine = capsys.readouterr().out.splitlines()
+    hf = transformers.MarianMTModel.from_pretrained(copy).eval()
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)
+    assert mine == theirs
+    with Translator(tmp_path / "ckpt") as translator:
+        own = translator.request(rules="hf").decode
+        assert (own.beam, own.alpha, own.rules.max_len) == (3, 1.0, LIMIT)
+        given = translator.request(rules="hf", beam=5, alpha=0.6).decode
+        assert (given.beam, given.alpha, given.rules.max_len) == (5, 0.6, LIMIT)
+        paper = translator.request().decode
+        assert (paper.beam, paper.alpha, paper.rules) == (4, 0.6, SEARCH_RULES["paper"])
+
+
+@pytest.mark.parametrize(
+    "settings, warned",
+    [({"do_sample": True}, "do_sample=True"), ({"bad_words_ids": [[5, 6]]}, "bad_words_ids")],
+)
+def test_import_warns_of_generation_settings_the_search_does_not_do(
+    opus, tmp_path, settings, warned
+):
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    (copy / "generation_config.json").write_text(json.dumps(settings))
+    with pytest.warns(UserWarning, match=re.escape(warned)):
+        import_marian(copy, tmp_path / "out")
+    (copy / "generation_config.json").write_text(json.dumps({"max_length": 1}))
+    with pytest.raises(ExportError, match=r"max_length=1 is not a setting generate\(\) can run"):
+        import_marian(copy, tmp_path / "again")
+
+
 def nbest(model, sources):
     config = DecodeConfig(beam=BEAM, alpha=ALPHA, nbest=3, max_len_a=0, max_len_b=LIMIT)
     return [
