@@ -320,6 +320,49 @@ def test_import_refuses_what_it_cannot_represent(opus, tmp_path, change, message
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "change, key, theirs, ours",
+    [
+        ({"d_model": 64}, "model.shared.weight", "(V, 32)", "(V, 64)"),
+        (
+            {"encoder_ffn_dim": 128, "decoder_ffn_dim": 128},
+            "model.encoder.layers.0.fc1.weight",
+            "(64, 32)",
+            "(128, 32)",
+        ),
+        ({"d_model": 16}, "model.shared.weight", "(V, 32)", "(V, 16)"),  # a slice would fit
+    ],
+)
+def test_import_names_a_config_that_disagrees_with_the_weights(
+    opus, tmp_path, capsys, change, key, theirs, ours
+):
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, **change}))
+    size = str(config["vocab_size"])
+    with pytest.raises(SystemExit):
+        main(["import", str(copy), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    expected = f"{key}: the weights hold {theirs.replace('V', size)}, config.json's sizes make"
+    assert expected in err and ours.replace("V", size) in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_import_warns_of_tensors_the_config_does_not_use(opus, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a whole model: every tensor used, nothing said
+        import_marian(opus[0], tmp_path / "whole")
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "encoder_layers": 1}))
+    with pytest.warns(UserWarning, match=r"16 tensor\(s\) the config does not use.*layers\.1\."):
+        import_marian(copy, tmp_path / "out")
+
+
 def test_fields_at_their_defaults_and_generation_settings_are_accepted(opus, imported, tmp_path):
     copy = tmp_path / "marian"
     shutil.copytree(opus[0], copy)

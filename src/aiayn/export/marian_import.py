@@ -94,6 +94,9 @@ MAPPED = {
     "decoder_start_token_id",
 }  # fmt: skip
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+# Tensors that hold nothing of their own: the sinusoids (computed), the tied output layer and
+# embeddings (copies of model.shared), the output bias when it is all zeros (else read).
+DERIVED = ("embed_positions.weight", "lm_head.weight", "embed_tokens.weight", "final_logits_bias")
 # generate()'s settings aiayn's search reproduces, at transformers' GenerationConfig defaults
 # (what generate() does where the model sets none), and our name for each.
 GENERATE = {
@@ -230,32 +233,51 @@ def model_config(config: dict[str, Any], vocab_size: int, output_bias: bool) -> 
     )
 
 
-def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: Layout) -> None:
-    """Fill ``model`` with Marian's ``state``: ``export.hf.marian_state_dict`` backwards."""
+def marian_tensor(state: dict[str, Tensor], name: str, shape: tuple[int, ...]) -> Tensor:
+    """Marian's tensor ``name`` in float32, which config.json's sizes say is ``shape``: a
+    config that disagrees with the weights is named, not a traceback (or, where a slice
+    fits, a model silently cut)."""
+    if name not in state:
+        raise ExportError(f"the weights have no {name}")
+    if tuple(state[name].shape) != shape:
+        raise ExportError(
+            f"{name}: the weights hold {tuple(state[name].shape)}, config.json's sizes make "
+            f"it {shape}: config.json does not match the weights"
+        )
+    return state[name].float()
+
+
+def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: Layout) -> set[str]:
+    """Fill ``model`` with Marian's ``state``: ``export.hf.marian_state_dict`` backwards; the
+    names of the tensors read."""
     c = model.cfg
     Q = torch.argsort(marian_permutation(c.d_model))  # ours = marian[Q]
     order = torch.tensor(layout.order)
     rows, own = order.clamp(min=0), order < 0
 
-    def get(name: str) -> Tensor:
-        if name not in state:
-            raise ExportError(f"the weights have no {name}")
-        return state[name].float()
+    used: set[str] = set()
+
+    def get(name: str, *shape: int) -> Tensor:
+        used.add(name)
+        return marian_tensor(state, name, shape)
 
     def reads(linear: torch.nn.Linear, name: str) -> None:
-        linear.weight.copy_(get(f"{name}.weight")[:, Q])
-        linear.bias.copy_(get(f"{name}.bias"))
+        linear.weight.copy_(get(f"{name}.weight", *linear.weight.shape)[:, Q])
+        linear.bias.copy_(get(f"{name}.bias", *linear.bias.shape))
 
     def writes(module: torch.nn.Module, name: str) -> None:
-        module.weight.copy_(get(f"{name}.weight")[Q])
-        module.bias.copy_(get(f"{name}.bias")[Q])
+        module.weight.copy_(get(f"{name}.weight", *module.weight.shape)[Q])
+        module.bias.copy_(get(f"{name}.bias", *module.bias.shape)[Q])
 
     def joined(linear: torch.nn.Linear, name: str, parts: str) -> None:
-        linear.weight.copy_(torch.cat([get(f"{name}.{p}_proj.weight") for p in parts])[:, Q])
-        linear.bias.copy_(torch.cat([get(f"{name}.{p}_proj.bias") for p in parts]))
+        width = linear.weight.size(0) // len(parts)
+        weights = [get(f"{name}.{p}_proj.weight", width, c.d_model) for p in parts]
+        linear.weight.copy_(torch.cat(weights)[:, Q])
+        linear.bias.copy_(torch.cat([get(f"{name}.{p}_proj.bias", width) for p in parts]))
 
     def embedding(tokens: torch.nn.Embedding, *names: str) -> None:
-        matrix = get(next((n for n in names if n in state), names[-1]))[rows][:, Q]
+        name = next((n for n in names if n in state), names[-1])
+        matrix = get(name, int((~own).sum()), c.d_model)[rows][:, Q]
         tokens.weight.copy_(matrix.masked_fill(own[:, None], 0.0))
 
     shared = "model.shared.weight"
@@ -263,7 +285,9 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
     if not c.share_embeddings:
         embedding(model.tgt_embed.tokens, "model.decoder.embed_tokens.weight", shared)
     if c.output_bias:
-        bias = state.get("final_logits_bias", torch.zeros(1, len(order))).float().reshape(-1)
+        marian = int((~own).sum())
+        bias = get("final_logits_bias", 1, marian) if "final_logits_bias" in state else None
+        bias = (torch.zeros(1, marian) if bias is None else bias).reshape(-1)
         model.generator.bias.copy_(bias[rows].masked_fill(own, PAD_LOGIT_BIAS))
     for i, layer in enumerate(model.encoder):
         p = f"model.encoder.layers.{i}"
@@ -285,6 +309,7 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
         reads(layer.feed_forward.W_1, f"{p}.fc1")
         writes(layer.feed_forward.W_2, f"{p}.fc2")
         writes(layer.ffn_norm, f"{p}.final_layer_norm")
+    return used
 
 
 def check_tokenizer(directory: Path) -> None:
@@ -349,7 +374,15 @@ def marian_to_transformer(directory: Path) -> tuple[Transformer, Layout]:
     output_bias = own_pad or (bias is not None and bool(bias.ne(0).any()))
     model = Transformer(model_config(config, len(layout.order), output_bias))
     with torch.no_grad():
-        load_marian_weights(model, state, layout)
+        used = load_marian_weights(model, state, layout)
+    unused = sorted(k for k in state if k not in used and not k.endswith(DERIVED))
+    if unused:
+        more = f" and {len(unused) - 5} more" if len(unused) > 5 else ""
+        warnings.warn(
+            f"{directory}: {len(unused)} tensor(s) the config does not use are not imported: "
+            f"{', '.join(unused[:5])}{more}",
+            stacklevel=2,
+        )
     return model.eval(), layout
 
 
