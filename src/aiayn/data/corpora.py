@@ -28,6 +28,7 @@ _LANG_SUFFIX = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?")
 _NOT_LANGS = {"src", "tgt", "txt", "tok", "raw", "out", "ref", "hyp", "tsv", "tmx", "bpe", "xml"}
 _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 TAG_BT = "<BT>"  # the source tag of back-translated pairs (Caswell et al., 2019)
+MAX_WEIGHT = 100.0  # an epoch's pair list is weight times a corpus: 1e9 took all memory
 _KEYS = {"name", "src", "tgt", "tsv", "tmx", "weight", "back_translated"}
 
 Pair = tuple[str | None, str | None]  # None: that side's line is not UTF-8
@@ -67,8 +68,11 @@ class Corpus:
             weight = float(spec.get("weight", 1.0))
         except (TypeError, ValueError):
             raise UserError(f"{where}: weight must be a number, got {spec['weight']!r}") from None
-        if not weight > 0 or weight == float("inf"):
-            raise UserError(f"{where}: weight must be a positive number, got {weight}")
+        if not 0 < weight <= MAX_WEIGHT:
+            raise UserError(
+                f"{where}: weight must be a number > 0 and at most {MAX_WEIGHT:g} (an epoch "
+                f"holds each pair up to that many times), got {weight}"
+            )
         bt = spec.get("back_translated", False)
         if bt not in (True, False, "true", "false", "1", "0", 1, 0):
             raise UserError(f"{where}: back_translated must be true or false, got {bt!r}")
