@@ -194,6 +194,25 @@ def test_flipped_bytes_in_the_trainer_state_are_named(ckpt):
     assert state
 
 
+@pytest.mark.parametrize(
+    "sums", [b"not a digest\n", b"\xff\xfe garbage", b"abc  model.safetensors\n"]
+)
+def test_a_damaged_sha256sums_is_named_not_skipped(ckpt, tmp_path, capsys, sums):
+    (ckpt / DIGESTS).write_bytes(sums)
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2 and out == ""
+    one_line_error(err, f"{ckpt / DIGESTS}: line 1 is not a sha256sum line", "damaged")
+
+
+def test_a_changed_sha256sums_is_not_blamed_on_the_weights_alone(ckpt):
+    lines = (ckpt / DIGESTS).read_text().splitlines()
+    (ckpt / DIGESTS).write_text("".join(("0" * 64 + line[64:] + "\n") for line in lines))
+    with pytest.raises(UserError, match=r"the file or SHA256SUMS is damaged"):
+        checkpoint.load_state(ckpt)
+
+
 def test_a_checkpoint_without_digests_loads_as_before(ckpt):
     recorded = {
         line.split("  ")[1]: line.split("  ")[0]
