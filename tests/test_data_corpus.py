@@ -256,6 +256,29 @@ def test_tmx_units_stream_by_language_tag(tmp_path):
     assert got == [*pairs, ("two lines", "dos"), ("", "")]
 
 
+def test_tmx_codes_in_any_case_and_units_of_other_languages_are_said(tmp_path):
+    units = [
+        '<tu><tuv xml:lang="EN-US"><seg>one</seg></tuv><tuv xml:lang="ES"><seg>uno</seg></tuv></tu>',
+        '<tu><tuv xml:lang="en"><seg>two</seg></tuv><tuv xml:lang="fr"><seg>deux</seg></tuv></tu>',
+    ]
+    path = tmp_path / "memory.tmx"
+    path.write_text(TMX.format(units="\n".join(units)))
+    corpus = Corpus("tm", "tmx", (path,))
+    with pytest.warns(UserWarning, match=r"units without en or es hold other languages: fr \(1\)"):
+        got = list(iter_corpus(corpus, Languages("en", "es-MX")))
+    assert got == [("one", "uno"), ("two", "")]
+
+
+@pytest.mark.parametrize("lang", ["english", "x/y", "EN", ""])
+def test_a_language_that_is_no_code_is_refused(tmp_path, capsys, lang):
+    src, tgt = write_pairs(tmp_path, "all", distinct_pairs(5, seed=5))
+    code, _, err = run_cli(
+        capsys, "prepare", "--train-src", src, "--train-tgt", tgt, "--src-lang", lang,
+        "--out", tmp_path / "o",
+    )  # fmt: skip
+    assert code == 2 and f"--src-lang {lang!r}: not a language code" in err, err
+
+
 def test_a_broken_tmx_names_the_line(tmp_path, capsys):
     path = tmp_path / "memory.tmx"
     path.write_text(TMX.format(units="<tu><tuv xml:lang='en'><seg>a</seg></tu>"))
