@@ -363,6 +363,17 @@ def test_import_warns_of_tensors_the_config_does_not_use(opus, tmp_path):
         import_marian(copy, tmp_path / "out")
 
 
+def test_a_damaged_sentencepiece_model_is_named_as_the_user_gave_it(opus, tmp_path, capsys):
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    (copy / "source.spm").write_bytes(b"not a model")
+    with pytest.raises(SystemExit):
+        main(["import", str(copy), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert f"{copy / 'source.spm'}: not a SentencePiece model" in err and ".tmp" not in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_fields_at_their_defaults_and_generation_settings_are_accepted(opus, imported, tmp_path):
     copy = tmp_path / "marian"
     shutil.copytree(opus[0], copy)

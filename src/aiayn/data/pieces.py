@@ -35,7 +35,8 @@ PAIR_FILES = (PIECES, SOURCE_MODEL, TARGET_MODEL)
 Side = Literal["source", "target"]
 
 
-def _processor(path: Path) -> spm.SentencePieceProcessor:
+def sentencepiece_model(path: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model in ``path``, or a one-line UserError naming ``path``."""
     if not path.is_file():
         raise UserError(f"SentencePiece model {path} does not exist")
     try:
@@ -76,8 +77,8 @@ class TwoModelVocab:
             path.with_name(TARGET_MODEL),
         )
         self.models = {
-            "source": _processor(self.source_path),
-            "target": _processor(self.target_path),
+            "source": sentencepiece_model(self.source_path),
+            "target": sentencepiece_model(self.target_path),
         }
 
     @classmethod

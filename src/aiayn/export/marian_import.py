@@ -40,7 +40,7 @@ from torch import Tensor
 
 from ..checkpoint import META, WEIGHTS, save_weights
 from ..config import ModelConfig
-from ..data.pieces import TwoModelVocab
+from ..data.pieces import TwoModelVocab, sentencepiece_model
 from ..data.vocab import BOS_ID, PAD_ID
 from ..files import check_not_input, check_parent, publish_dir, temp_dir_beside
 from ..model import Transformer
@@ -321,6 +321,7 @@ def check_tokenizer(directory: Path) -> None:
     for name in ("source.spm", "target.spm"):
         if not (directory / name).is_file():
             raise ExportError(f"{directory / name} does not exist: a MarianTokenizer needs it")
+        sentencepiece_model(directory / name)  # damaged: named here, not as its copy
 
 
 def _generate_value(key: str, value: Any, where: Path) -> Any:
