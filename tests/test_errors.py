@@ -26,6 +26,7 @@ from aiayn.checkpoint import (
 )
 from aiayn.digest import DIGESTS, file_sha256
 from aiayn.errors import UserError
+from aiayn.files import write_text_atomic
 from aiayn.train import load_train_config
 
 
@@ -261,6 +262,22 @@ def test_an_unwritable_output_folder_is_named_not_the_hidden_temporary_one(tmp_p
         f"{tmp_path / 'ro' / 'd'}: cannot write it: {tmp_path / 'ro'} is not writable "
         "(Permission denied)"
     )
+
+
+def test_an_output_on_a_read_only_file_system_is_refused_first_by_its_name(ckpt, tmp_path, capsys):
+    """/proc takes no new file, for root too: refused before the model decodes, naming the
+    path given, not a hidden temporary file beside it."""
+    (tmp_path / "src.txt").write_text("one\n")
+    (tmp_path / "ref.txt").write_text("uno\n")
+    out = Path("/proc/aiayn-nowhere/hyp.txt")
+    code, _, err = run_cli(
+        capsys, "evaluate", "--checkpoint", ckpt, "--src", tmp_path / "src.txt",
+        "--ref", tmp_path / "ref.txt", "--output", out,
+    )  # fmt: skip
+    assert code == 2
+    one_line_error(err, f"cannot write {out}: /proc is not writable")
+    with pytest.raises(UserError, match=f"^cannot write {out}"):
+        write_text_atomic(out, "x")
 
 
 # --- damaged datasets ----------------------------------------------------------------------------
