@@ -204,6 +204,32 @@ def test_carving_all_of_train_is_refused(tmp_path, capsys):
     assert code == 2 and "leave nothing to train on" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (("--valid-size", "-5"), "--valid-size must be a number of pairs, 0 or more, got -5"),
+        (("--test-size", "-1"), "--test-size must be a number of pairs, 0 or more, got -1"),
+        (("--valid-size", "2", "--seed", "-1"), "--seed must be an integer, 0 or more, got -1"),
+        (("--ratio", "nan"), "--ratio must be a number >= 1 (0: off), got nan"),
+        (("--ratio", "-1"), "--ratio must be a number >= 1 (0: off), got -1"),
+        (("--max-words", "0"), "--max-words must be a number of words >= 1, got 0"),
+        (("--max-words", "-2"), "--max-words must be a number of words >= 1, got -2"),
+        (("--corpus", "src={src},tgt={tgt},weight=1e9"), "weight must be a number > 0 and at most 100"),
+        (("--corpus", "name=a,src={src},tgt={tgt}", "--corpus", "name=a,src={src},tgt={tgt}"), "two train corpora are named 'a'"),
+    ],
+)  # fmt: skip
+def test_prepare_options_out_of_range_are_one_line(tmp_path, capsys, options, message):
+    """Each refused before any work, where they were numpy tracebacks, every pair dropped
+    and blamed on the data, or (a weight of 1e9) an epoch that took all memory."""
+    src, tgt = write_pairs(tmp_path, "all", distinct_pairs(20, seed=5))
+    options = [o.format(src=src, tgt=tgt) for o in options]
+    if "--corpus" not in options:
+        options += ["--train-src", str(src), "--train-tgt", str(tgt)]
+    code, _, err = run_cli(capsys, "prepare", *options, "--out", tmp_path / "o")
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+
+
 # --- formats, languages, spec files --------------------------------------------------------------
 
 
@@ -228,6 +254,29 @@ def test_tmx_units_stream_by_language_tag(tmp_path):
     corpus = Corpus("tm", "tmx", (path,))
     got = list(iter_corpus(corpus, Languages("en", "es")))
     assert got == [*pairs, ("two lines", "dos"), ("", "")]
+
+
+def test_tmx_codes_in_any_case_and_units_of_other_languages_are_said(tmp_path):
+    units = [
+        '<tu><tuv xml:lang="EN-US"><seg>one</seg></tuv><tuv xml:lang="ES"><seg>uno</seg></tuv></tu>',
+        '<tu><tuv xml:lang="en"><seg>two</seg></tuv><tuv xml:lang="fr"><seg>deux</seg></tuv></tu>',
+    ]
+    path = tmp_path / "memory.tmx"
+    path.write_text(TMX.format(units="\n".join(units)))
+    corpus = Corpus("tm", "tmx", (path,))
+    with pytest.warns(UserWarning, match=r"units without en or es hold other languages: fr \(1\)"):
+        got = list(iter_corpus(corpus, Languages("en", "es-MX")))
+    assert got == [("one", "uno"), ("two", "")]
+
+
+@pytest.mark.parametrize("lang", ["english", "x/y", "EN", ""])
+def test_a_language_that_is_no_code_is_refused(tmp_path, capsys, lang):
+    src, tgt = write_pairs(tmp_path, "all", distinct_pairs(5, seed=5))
+    code, _, err = run_cli(
+        capsys, "prepare", "--train-src", src, "--train-tgt", tgt, "--src-lang", lang,
+        "--out", tmp_path / "o",
+    )  # fmt: skip
+    assert code == 2 and f"--src-lang {lang!r}: not a language code" in err, err
 
 
 def test_a_broken_tmx_names_the_line(tmp_path, capsys):

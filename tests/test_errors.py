@@ -26,6 +26,7 @@ from aiayn.checkpoint import (
 )
 from aiayn.checkpoint.digest import DIGESTS, file_sha256
 from aiayn.errors import UserError
+from aiayn.files import write_text_atomic
 from aiayn.train import load_train_config
 
 
@@ -194,6 +195,25 @@ def test_flipped_bytes_in_the_trainer_state_are_named(ckpt):
     assert state
 
 
+@pytest.mark.parametrize(
+    "sums", [b"not a digest\n", b"\xff\xfe garbage", b"abc  model.safetensors\n"]
+)
+def test_a_damaged_sha256sums_is_named_not_skipped(ckpt, tmp_path, capsys, sums):
+    (ckpt / DIGESTS).write_bytes(sums)
+    src = tmp_path / "in.txt"
+    src.write_text("one\n")
+    code, out, err = run_cli(capsys, "translate", "--checkpoint", ckpt, "--input", src)
+    assert code == 2 and out == ""
+    one_line_error(err, f"{ckpt / DIGESTS}: line 1 is not a sha256sum line", "damaged")
+
+
+def test_a_changed_sha256sums_is_not_blamed_on_the_weights_alone(ckpt):
+    lines = (ckpt / DIGESTS).read_text().splitlines()
+    (ckpt / DIGESTS).write_text("".join(("0" * 64 + line[64:] + "\n") for line in lines))
+    with pytest.raises(UserError, match=r"the file or SHA256SUMS is damaged"):
+        checkpoint.load_state(ckpt)
+
+
 def test_a_checkpoint_without_digests_loads_as_before(ckpt):
     recorded = {
         line.split("  ")[1]: line.split("  ")[0]
@@ -242,6 +262,22 @@ def test_an_unwritable_output_folder_is_named_not_the_hidden_temporary_one(tmp_p
         f"{tmp_path / 'ro' / 'd'}: cannot write it: {tmp_path / 'ro'} is not writable "
         "(Permission denied)"
     )
+
+
+def test_an_output_on_a_read_only_file_system_is_refused_first_by_its_name(ckpt, tmp_path, capsys):
+    """/proc takes no new file, for root too: refused before the model decodes, naming the
+    path given, not a hidden temporary file beside it."""
+    (tmp_path / "src.txt").write_text("one\n")
+    (tmp_path / "ref.txt").write_text("uno\n")
+    out = Path("/proc/aiayn-nowhere/hyp.txt")
+    code, _, err = run_cli(
+        capsys, "evaluate", "--checkpoint", ckpt, "--src", tmp_path / "src.txt",
+        "--ref", tmp_path / "ref.txt", "--output", out,
+    )  # fmt: skip
+    assert code == 2
+    one_line_error(err, f"cannot write {out}: /proc is not writable")
+    with pytest.raises(UserError, match=f"^cannot write {out}"):
+        write_text_atomic(out, "x")
 
 
 # --- damaged datasets ----------------------------------------------------------------------------

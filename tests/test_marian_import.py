@@ -131,6 +131,24 @@ def test_the_tokenisers_agree_side_by_side(opus, imported):
     assert vocab.encode(line, "source") != vocab.encode(line, "target")
 
 
+def test_a_piece_the_target_model_lacks_prints_as_marian_tokenizer_prints_it(opus, imported):
+    """A source-only piece of the joint table, output by the model: its word mark a space."""
+    _, _, tokenizer = opus
+    _, _, vocab, layout = imported
+    target = vocab.models["target"]
+    foreign = [
+        i
+        for i, p in enumerate(vocab.pieces)
+        if p.startswith("\u2581") and len(p) > 2 and target.piece_to_id(p) == target.unk_id()
+    ]
+    known = [i for i in vocab.encode_target("i father") if i != vocab.unk_id]
+    assert foreign and known
+    for ids in (known + foreign[:2], foreign[:1] + known, foreign[:3]):
+        text = vocab.decode(ids)
+        assert "\u2581" not in text
+        assert text == tokenizer.decode(marian_ids(layout, ids), skip_special_tokens=True)
+
+
 def test_imported_logits_equal_transformers(opus, imported):
     """In float64, so that what is compared is the mapping: in float32 the two
     implementations' orders of summation differ by more than 1e-5 on logits near 10, which
@@ -199,6 +217,62 @@ def test_hf_rules_equal_generate_on_200_sentences(opus, imported):
     assert generate(hf, [marian_ids(layout, s) for s in sources], hf.config.pad_token_id) == mine
 
 
+def test_hf_rules_take_the_models_own_generation_settings(opus, tmp_path, capsys):
+    """Imported, the model's generation_config.json (beam 3, max_length, transformers'
+    length penalty 1.0) is the checkpoint's search under --search-rules hf: translate finds
+    what generate() finds with no options; options given still win."""
+    from aiayn import Translator
+
+    _, _, tokenizer = opus
+    copy, pad = tmp_path / "marian", opus[1].config.pad_token_id
+    shutil.copytree(opus[0], copy)
+    settings = {"num_beams": 3, "max_length": LIMIT + 1, "bad_words_ids": [[pad]]}
+    settings |= {"decoder_start_token_id": pad, "pad_token_id": pad, "eos_token_id": 0}
+    (copy / "generation_config.json").write_text(json.dumps(settings))
+    main(["import", str(copy), "--out", str(tmp_path / "ckpt")])
+    lines = corpus_lines("test", 0, 8)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    args = [
+        "translate",
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--input",
+        str(tmp_path / "in.txt"),
+    ]
+    main([*args, "--quiet", "--search-rules", "hf"])
+    mine = capsys.readouterr().out.splitlines()
+    hf = transformers.MarianMTModel.from_pretrained(copy).eval()
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)
+    assert mine == theirs
+    with Translator(tmp_path / "ckpt") as translator:
+        own = translator.request(rules="hf").decode
+        assert (own.beam, own.alpha, own.rules.max_len) == (3, 1.0, LIMIT)
+        given = translator.request(rules="hf", beam=5, alpha=0.6).decode
+        assert (given.beam, given.alpha, given.rules.max_len) == (5, 0.6, LIMIT)
+        paper = translator.request().decode
+        assert (paper.beam, paper.alpha, paper.rules) == (4, 0.6, SEARCH_RULES["paper"])
+
+
+@pytest.mark.parametrize(
+    "settings, warned",
+    [({"do_sample": True}, "do_sample=True"), ({"bad_words_ids": [[5, 6]]}, "bad_words_ids")],
+)
+def test_import_warns_of_generation_settings_the_search_does_not_do(
+    opus, tmp_path, settings, warned
+):
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    (copy / "generation_config.json").write_text(json.dumps(settings))
+    with pytest.warns(UserWarning, match=re.escape(warned)):
+        import_marian(copy, tmp_path / "out")
+    (copy / "generation_config.json").write_text(json.dumps({"max_length": 1}))
+    with pytest.raises(ExportError, match=r"max_length=1 is not a setting generate\(\) can run"):
+        import_marian(copy, tmp_path / "again")
+
+
 def nbest(model, sources):
     config = DecodeConfig(beam=BEAM, alpha=ALPHA, nbest=3, max_len_a=0, max_len_b=LIMIT)
     return [
@@ -243,6 +317,60 @@ def test_import_refuses_what_it_cannot_represent(opus, tmp_path, change, message
     (copy / "config.json").write_text(json.dumps({**config, **change}))
     with pytest.raises(ExportError, match=re.escape(message)):
         import_marian(copy, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "change, key, theirs, ours",
+    [
+        ({"d_model": 64}, "model.shared.weight", "(V, 32)", "(V, 64)"),
+        (
+            {"encoder_ffn_dim": 128, "decoder_ffn_dim": 128},
+            "model.encoder.layers.0.fc1.weight",
+            "(64, 32)",
+            "(128, 32)",
+        ),
+        ({"d_model": 16}, "model.shared.weight", "(V, 32)", "(V, 16)"),  # a slice would fit
+    ],
+)
+def test_import_names_a_config_that_disagrees_with_the_weights(
+    opus, tmp_path, capsys, change, key, theirs, ours
+):
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, **change}))
+    size = str(config["vocab_size"])
+    with pytest.raises(SystemExit):
+        main(["import", str(copy), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    expected = f"{key}: the weights hold {theirs.replace('V', size)}, config.json's sizes make"
+    assert expected in err and ours.replace("V", size) in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_import_warns_of_tensors_the_config_does_not_use(opus, tmp_path):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a whole model: every tensor used, nothing said
+        import_marian(opus[0], tmp_path / "whole")
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "encoder_layers": 1}))
+    with pytest.warns(UserWarning, match=r"16 tensor\(s\) the config does not use.*layers\.1\."):
+        import_marian(copy, tmp_path / "out")
+
+
+def test_a_damaged_sentencepiece_model_is_named_as_the_user_gave_it(opus, tmp_path, capsys):
+    copy = tmp_path / "marian"
+    shutil.copytree(opus[0], copy)
+    (copy / "source.spm").write_bytes(b"not a model")
+    with pytest.raises(SystemExit):
+        main(["import", str(copy), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert f"{copy / 'source.spm'}: not a SentencePiece model" in err and ".tmp" not in err
     assert not (tmp_path / "out").exists()
 
 

@@ -88,6 +88,26 @@ def test_a_missing_key_and_broken_json_name_the_file(tmp_path):
         records.load_records(tmp_path)
 
 
+@pytest.mark.parametrize("figure", ["NaN", "Infinity", "-Infinity"])
+def test_a_figure_that_is_no_number_is_named_not_rendered(tmp_path, capsys, figure):
+    """json reads NaN and Infinity: a table showing 'nan' (and --check calling the page out of
+    date) would hide a measurement that failed."""
+    (tmp_path / "records").mkdir()
+    text = json.dumps(asdict(a_record())).replace("22.59", figure)
+    (tmp_path / "records" / "a.json").write_text(text)
+    assert records.main(["render", "--root", str(tmp_path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "a.json: figures['SacreBLEU'] is " in err and "not a measured number" in err
+
+
+def test_a_record_that_is_not_utf8_is_one_line(tmp_path, capsys):
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "a.json").write_bytes(b'{"topic": "\xff"}')
+    assert records.main(["render", "--root", str(tmp_path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "a.json: not UTF-8 text (byte 11)" in err and err.count("\n") == 1
+
+
 def test_a_bad_record_is_refused_before_a_file_is_written(tmp_path):
     with pytest.raises(UserError, match="topic"):
         records.write_record(a_record(topic="nope"), tmp_path)

@@ -47,10 +47,11 @@ def test_a_long_sentence_is_cut_at_clause_punctuation_then_at_spaces():
     ]
     spans, _ = split_line("aaaa bbbb cccc dddd", "en", words, 10, where="x")
     assert [(a, b) for a, b in spans] == [(0, 9), (10, 19)]  # the space nearest the middle
-    with pytest.raises(
-        UserError, match=r"^in.txt: line 3: a sentence of 12 source positions, more than the 5"
-    ):
-        split_line("abcdefghijkl", "en", words, 5, where="in.txt: line 3")
+    with pytest.warns(
+        UserWarning, match=r"^in.txt: line 3: a sentence of 13 source positions, more than the 5"
+    ):  # translated whole, as without --split, not the whole file refused
+        spans, _ = split_line("abcdefghijkl. Ab cd.", "en", words, 5, where="in.txt: line 3")
+    assert spans == [(0, 13), (14, 16), (17, 20)]
 
 
 def test_the_limit_is_the_longest_training_source_else_the_positions():
@@ -98,6 +99,17 @@ def test_split_on_the_command_line_gives_a_paragraph_its_lines_translations(
     code, apart, _ = run_cli(capsys, *argv, "--input", lines)
     assert code == 0
     assert out == "\n  " + " ".join(apart.splitlines()) + "\n\n"  # blank lines and spaces kept
+
+
+def test_an_unbreakable_long_sentence_is_translated_whole_not_the_file_refused(
+    tiny, tmp_path, capsys, one_thread
+):
+    src = tmp_path / "in.txt"
+    src.write_text("In the beginning.\n" + "x" * 400 + "\nAnd God said.\n", encoding="utf-8")
+    argv = ("translate", "--checkpoint", tiny[0], "--beam", 1, "--input", src, "--split")
+    with pytest.warns(UserWarning, match="line 2: a sentence of .* no space to cut it at"):
+        code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and len(out.splitlines()) == 3, err
 
 
 def test_split_refuses_per_sentence_outputs(tiny, tmp_path, capsys):

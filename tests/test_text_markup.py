@@ -173,3 +173,64 @@ def test_translate_markup_on_the_command_line(tiny, tmp_path, capsys):
         assert well_formed(line, "xml") and not (_kept(source) - _kept(line))
     code, _, err = run_cli(capsys, *argv, "--markup", "xml", "--split")
     assert code == 2 and "not with --split" in err
+
+
+def test_a_cdata_section_comes_back_whole_and_the_output_stays_well_formed():
+    source = "Use <![CDATA[<b> & x]]> with <i>care</i>"
+    marked = take_apart(source, PATTERN)
+    assert marked.source == "Use with care"
+    out = put_back(marked, "Usa con cuidado", [(0, 0), (1, 1), (2, 2)], markup=True)
+    assert "<![CDATA[<b> & x]]>" in out and well_formed(out, "xml"), out
+
+
+def test_html_script_and_style_are_kept_whole_not_translated():
+    pattern = placeholder_pattern(markup=True, built_in=False)
+    source = "<p>Hi <script>if (a < b) { go('x') }</script> there</p><STYLE>p { x: 1 }</STYLE>"
+    marked = take_apart(source, pattern, html=True)
+    assert marked.source == "Hi there"
+    out = put_back(marked, "Hola alli", [(0, 0), (1, 1)], markup=True)
+    assert "<script>if (a < b) { go('x') }</script>" in out and "<STYLE>p { x: 1 }</STYLE>" in out
+    assert well_formed(out, "html"), out
+    as_xml = take_apart("<script>one</script>", pattern)  # XML has no raw-text elements
+    assert as_xml.source == "one"
+
+
+@pytest.mark.parametrize(
+    "user, text, left",
+    [
+        ("(?i)JESUS", "and Jesus said", "and said"),  # a global flag: alone, it is valid
+        (r"(['\"])\w+\1", "say 'hello' now", "say now"),  # its own group numbers
+        (r"(?P<ph>X\d)", "a X1 b", "a b"),  # a group name the old alternation used
+    ],
+)
+def test_any_valid_user_pattern_works_as_it_does_alone(user, text, left):
+    pattern = placeholder_pattern(markup=True, built_in=True, user=(user,))
+    assert take_apart(text, pattern).source == left
+
+
+def test_a_pattern_that_matches_nothing_is_refused():
+    with pytest.raises(UserError, match=r"'a\*' matches the empty string"):
+        placeholder_pattern(markup=False, built_in=False, user=("a*",))
+
+
+def test_signed_numbers_and_exponents_are_taken_whole():
+    assert all(PATTERN.fullmatch(n) for n in ("-5", "+3", "1e-3", "2.5E10", "-1,000.50"))
+    assert take_apart("from -5 to 1e-3 now", PATTERN).source == "from to now"
+    assert take_apart("pages 5-3", PATTERN).source == "pages -"  # a range's dash is a word
+
+
+def test_things_glued_in_the_source_stay_glued():
+    marked = take_apart("Dear {first}{last}, see <b>this</b><i>that</i>", PATTERN)
+    out = put_back(marked, "Querido , ver esto aquello", [(i, i) for i in range(4)], True)
+    assert "{first}{last}" in out and "</b><i>" in out, out
+    spaced = take_apart("{first} {last} x", PATTERN)
+    assert put_back(spaced, "y", [(0, 0)], markup=False) == "{first} {last} y"
+
+
+def test_unpaired_tags_are_warned_of(tiny):
+    _, model, vocab = tiny
+    request = SearchRequest(DecodeConfig.preset("translation", beam=1))
+    with pytest.warns(UserWarning, match=r"1 line\(s\) not well formed.*first: </b> in 'a </b> c'"):
+        MarkupOutputs("xml", PATTERN)(
+            model, ["a </b> c", "<b>ok</b>"], vocab, request, progress=False, on_truncate=None
+        )

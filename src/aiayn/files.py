@@ -32,6 +32,7 @@ import shutil
 import socket
 import stat
 import sys
+import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -165,12 +166,19 @@ def check_output_file(path: PathLike) -> Path:
 
 
 def check_parent(path: Path) -> None:
-    """Refuse ``path`` when the nearest existing folder above it is a file (``afile/sub``)."""
+    """Refuse ``path`` when the nearest existing folder above it is a file (``afile/sub``) or
+    cannot be written (tried with a nameless temporary file: permissions, a read-only file
+    system), before any work, naming the path the user gave."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"cannot write {path}: {parent} is a file, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {parent} is not writable ({err.strerror})") from None
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -220,10 +228,13 @@ def atomic_file(path: PathLike) -> Iterator[Path]:
     format from it). It is created with the umask's usual permissions, unlike mkstemp's 0600.
     """
     path = check_output_file(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.tmp{path.suffix}")
-    with open(tmp, "xb"):
-        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "xb"):
+            pass
+    except OSError as err:  # named for the output asked for, not our hidden file
+        raise UserError(f"cannot write {path}: {err.strerror}") from None
     try:
         yield tmp
         with open(tmp, "rb") as f:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import secrets
@@ -134,6 +135,8 @@ def _check_values(data: dict[str, Any], source: str) -> None:
     for name, value in data["figures"].items():
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise UserError(f"{source}: figures[{name!r}] must be a number or a string")
+        if isinstance(value, float) and not math.isfinite(value):  # json reads NaN, Infinity
+            raise UserError(f"{source}: figures[{name!r}] is {value}, not a measured number")
     for name, version in data.get("peers", {}).items():
         if not isinstance(version, str):
             raise UserError(f"{source}: peers[{name!r}] must be a version string")
@@ -151,6 +154,8 @@ def load_records(directory: str | os.PathLike[str] = RECORDS) -> list[Record]:
     for path in sorted(Path(directory).glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path}: not UTF-8 text (byte {e.start}); a record is JSON") from None
         except json.JSONDecodeError as e:
             raise UserError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
         records.append(check(data, str(path)))
@@ -334,7 +339,10 @@ def render(root: Path, *, write: bool = True) -> list[Path]:
     for page in rendered_pages(root):
         if not page.is_file():
             continue
-        text = page.read_text(encoding="utf-8")
+        try:
+            text = page.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise UserError(f"{page}: not UTF-8 text (byte {e.start})") from None
         new = render_text(text, records, str(page.relative_to(root)))
         if new != text:
             changed.append(page)

@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TextIO
 
-from .checkpoint import follow_pointer, recorded_language
+from .checkpoint import follow_pointer, recorded_language, search_defaults
 from .data import Vocab
 from .decode import (
     Batching,
@@ -213,8 +213,9 @@ class Translator:
         drawn = _sampling(sample, beam, nbest, rules)
         guards = {"no_repeat_ngram_size": no_repeat_ngram_size}
         guards["repetition_penalty"] = repetition_penalty
+        own = search_defaults(self.checkpoints[0])  # an import's generate() settings
         config = DecodeConfig.choose(
-            preset, beam=beam, alpha=alpha, nbest=nbest, rules=rules, **guards
+            preset, beam=beam, alpha=alpha, nbest=nbest, rules=rules, own=own, **guards
         )
         sizes = {"batch_size": batch_size, "max_tokens": max_tokens}
         batching = Batching(

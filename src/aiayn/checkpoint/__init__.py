@@ -237,6 +237,17 @@ def recorded_language(ckpt: str | Path, side: str) -> str | None:
     return str(lang) if lang else None
 
 
+def search_defaults(ckpt: str | Path) -> dict[str, Any]:
+    """The checkpoint's own search settings per rules (``meta.json``'s ``search_defaults``:
+    an imported OPUS-MT model's generation settings under "hf"); {} when it records none, or
+    when ``ckpt`` is no checkpoint (loading it says so)."""
+    path = follow_pointer(ckpt)
+    if not (path / META).is_file():
+        return {}
+    recorded = read_meta(path).get("search_defaults") or {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
 def read_meta(ckpt: Path) -> dict[str, Any]:
     path = Path(ckpt) / META
     if not path.is_file():

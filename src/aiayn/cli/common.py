@@ -414,8 +414,11 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha``, ``--nbest``,
     ``--search-rules`` and the repetition guards where given (``DecodeConfig.choose``, as
     ``aiayn.Translator`` takes them)."""
+    from ..checkpoint import search_defaults
     from ..decode import DecodeConfig
 
+    checkpoint = getattr(args, "checkpoint", None)
+    first = checkpoint[0] if isinstance(checkpoint, list) else checkpoint
     return DecodeConfig.choose(
         args.decode_preset,
         beam=getattr(args, "beam", None),
@@ -424,6 +427,7 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
         rules=getattr(args, "search_rules", "paper"),
         no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", None),
         repetition_penalty=getattr(args, "repetition_penalty", None),
+        own=search_defaults(first) if first else None,
     )
 
 

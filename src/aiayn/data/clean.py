@@ -19,6 +19,7 @@ n^2 / 2^65 (1e-6 for 5M pairs), which would drop one pair too many.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,6 +49,15 @@ class Cleaning:
     duplicates: bool = True
     remove_overlap: bool = True  # False: overlap is counted and reported, the pairs kept
     langid: bool = False
+
+    def __post_init__(self) -> None:
+        # a ratio below 1 or max_words below 1 drop every pair: a mistake, not data's fault
+        if self.ratio is not None and not (math.isfinite(self.ratio) and self.ratio >= 1):
+            raise UserError(f"--ratio must be a number >= 1 (0: off), got {self.ratio}")
+        if self.max_words is not None and not (
+            isinstance(self.max_words, int) and self.max_words >= 1
+        ):
+            raise UserError(f"--max-words must be a number of words >= 1, got {self.max_words}")
 
     @classmethod
     def off(cls) -> Cleaning:

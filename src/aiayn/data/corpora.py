@@ -12,7 +12,9 @@ pair, not the run); a Windows CRLF ending and a byte-order mark opening a file a
 from __future__ import annotations
 
 import re
+import warnings
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +27,11 @@ BOM = b"\xef\xbb\xbf"
 # a file name's last suffix that names a language ("train.de", "news.pt-BR.gz")
 _LANG_SUFFIX = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?")
 # suffixes that look like language codes and are not
+LANG_CODE = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*")  # a language tag, BCP 47's shape
 _NOT_LANGS = {"src", "tgt", "txt", "tok", "raw", "out", "ref", "hyp", "tsv", "tmx", "bpe", "xml"}
 _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
 TAG_BT = "<BT>"  # the source tag of back-translated pairs (Caswell et al., 2019)
+MAX_WEIGHT = 100.0  # an epoch's pair list is weight times a corpus: 1e9 took all memory
 _KEYS = {"name", "src", "tgt", "tsv", "tmx", "weight", "back_translated"}
 
 Pair = tuple[str | None, str | None]  # None: that side's line is not UTF-8
@@ -67,8 +71,11 @@ class Corpus:
             weight = float(spec.get("weight", 1.0))
         except (TypeError, ValueError):
             raise UserError(f"{where}: weight must be a number, got {spec['weight']!r}") from None
-        if not weight > 0 or weight == float("inf"):
-            raise UserError(f"{where}: weight must be a positive number, got {weight}")
+        if not 0 < weight <= MAX_WEIGHT:
+            raise UserError(
+                f"{where}: weight must be a number > 0 and at most {MAX_WEIGHT:g} (an epoch "
+                f"holds each pair up to that many times), got {weight}"
+            )
         bt = spec.get("back_translated", False)
         if bt not in (True, False, "true", "false", "1", "0", 1, 0):
             raise UserError(f"{where}: back_translated must be true or false, got {bt!r}")
@@ -96,6 +103,17 @@ class Languages:
     src: str | None = None
     tgt: str | None = None
     found_in: dict[str, str] = field(default_factory=dict)  # language -> where it was read
+
+    def __post_init__(self) -> None:
+        # recorded, they choose BLEU's tokeniser and --split's rules: "english" or "x/y" would
+        # be used silently as no language at all
+        for side in ("src", "tgt"):
+            lang = getattr(self, side)
+            if lang is not None and not (isinstance(lang, str) and LANG_CODE.fullmatch(lang)):
+                raise UserError(
+                    f"--{side}-lang {lang!r}: not a language code (ISO 639: two or three "
+                    "lower-case letters, then an optional region: en, de, pt-BR)"
+                )
 
     def record(self) -> dict[str, str]:
         """What ``meta.json`` records (validation BLEU and evaluate read ``tgt_lang``)."""
@@ -232,13 +250,15 @@ def _iter_tsv(path: Path) -> Iterator[Pair]:
 
 def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
     """The (source, target) segments of each translation unit (``<tu>``) of a TMX file, by
-    their ``xml:lang`` (its primary subtag: ``en-GB`` is ``en``); a unit without one of the
-    two languages gives an empty side. Each unit is dropped once read: memory stays flat."""
+    their ``xml:lang`` (its primary subtag, in any case: ``EN-GB`` is ``en``); a unit without
+    one of the two languages gives an empty side, and a warning counts those that hold other
+    languages instead. Each unit is dropped once read: memory stays flat."""
     if not (langs.src and langs.tgt):
         raise UserError(
             f"{path}: which of the TMX file's languages is the source and which the target? "
             "give --src-lang and --tgt-lang"
         )
+    src, tgt, others = _primary(langs.src), _primary(langs.tgt), Counter()
     with open_binary(path) as f:
         parents: list[ET.Element] = []
         try:
@@ -250,7 +270,9 @@ def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
                 if elem.tag != "tu":
                     continue
                 segments = _segments(elem)
-                yield segments.get(langs.src, ""), segments.get(langs.tgt, "")
+                if src not in segments or tgt not in segments:
+                    others.update(set(segments) - {src, tgt})
+                yield segments.get(src, ""), segments.get(tgt, "")
                 if parents:
                     parents[-1].remove(elem)  # the unit is done with: keep memory flat
         except ET.ParseError as e:
@@ -258,6 +280,13 @@ def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
             raise UserError(
                 f"{path}: line {line}, column {column}: not valid TMX ({e.msg})"
             ) from None
+    if others:
+        found = ", ".join(f"{lang} ({n})" for lang, n in others.most_common(5))
+        warnings.warn(
+            f"{path}: units without {src} or {tgt} hold other languages: {found}; they are "
+            "dropped as empty sides (give --src-lang/--tgt-lang to choose the pair)",
+            stacklevel=2,
+        )
 
 
 def _segments(tu: ET.Element) -> dict[str, str]:

@@ -28,13 +28,15 @@ import sentencepiece as spm
 from ..errors import UserError
 from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, cut_source
 
+WORD_MARK = "\u2581"  # SentencePiece's word boundary, "▁"
 SOURCE_MODEL, TARGET_MODEL, PIECES = "source.spm", "target.spm", "pieces.json"
 SINGLE_MODEL = "spm.model"  # one model for both sides (``Vocab``)
 PAIR_FILES = (PIECES, SOURCE_MODEL, TARGET_MODEL)
 Side = Literal["source", "target"]
 
 
-def _processor(path: Path) -> spm.SentencePieceProcessor:
+def sentencepiece_model(path: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model in ``path``, or a one-line UserError naming ``path``."""
     if not path.is_file():
         raise UserError(f"SentencePiece model {path} does not exist")
     try:
@@ -75,8 +77,8 @@ class TwoModelVocab:
             path.with_name(TARGET_MODEL),
         )
         self.models = {
-            "source": _processor(self.source_path),
-            "target": _processor(self.target_path),
+            "source": sentencepiece_model(self.source_path),
+            "target": sentencepiece_model(self.target_path),
         }
 
     @classmethod
@@ -136,10 +138,12 @@ class TwoModelVocab:
     content_ids = staticmethod(Vocab.content_ids)
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Text of ``ids`` up to the first eos, joined by the target model (MarianTokenizer's
-        rule: a piece the target model lacks reads as its unk)."""
+        """Text of ``ids`` up to the first eos, joined by the target model. A piece the target
+        model lacks (a source-only piece of the joint table) comes out as its own text, and
+        its word marks become spaces, as MarianTokenizer's ``convert_tokens_to_string`` does:
+        the same ids print the same text in both."""
         pieces = [self.pieces[i] for i in self.content_ids(ids)]
-        return self.models["target"].decode_pieces(pieces)
+        return self.models["target"].decode_pieces(pieces).replace(WORD_MARK, " ").strip()
 
     @cached_property
     def fingerprint(self) -> str:

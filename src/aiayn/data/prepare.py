@@ -216,6 +216,10 @@ def _checked_inputs(
     for name, value in (("max_len", max_len), ("max_words", max_words)):
         if value is not None and value < 1:
             raise UserError(f"{name} must be a positive number (or None for no limit), got {value}")
+    for split, group in corpora.items():  # meta.json counts and weighs each corpus by name
+        names = [c.name for c in group]
+        if twice := next((n for n in names if names.count(n) > 1), None):
+            raise UserError(f"two {split} corpora are named {twice!r}: give each its own name=")
     if workers < 1:  # before the vocabulary's minutes of training
         raise UserError(f"workers must be a positive number of processes, got {workers}")
     inputs = [path for corpus in _all(corpora) for path in corpus.files]

@@ -36,6 +36,13 @@ class HeldOutSizes:
     test: int = 0
     seed: int = 1
 
+    def __post_init__(self) -> None:
+        for option, value in (("--valid-size", self.valid), ("--test-size", self.test)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UserError(f"{option} must be a number of pairs, 0 or more, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise UserError(f"--seed must be an integer, 0 or more, got {self.seed!r}")
+
 
 @dataclass
 class Plan:

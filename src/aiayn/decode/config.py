@@ -7,6 +7,7 @@ parsing:     beam 21, alpha 0.3, max output length = input length + 300 (section
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from .rules import PAPER_RULES, SearchRules, search_rules
+from .rules import PAPER_RULES, SearchRules, own_defaults, search_rules
 
 
 @dataclass(frozen=True)
@@ -95,18 +96,22 @@ class DecodeConfig:
         rules: str = "paper",
         no_repeat_ngram_size: int | None = None,
         repetition_penalty: float | None = None,
+        own: Mapping[str, Any] | None = None,
     ) -> DecodeConfig:
         """The preset with the options given (None: the preset's), as ``--decode-preset``,
         ``--beam``, ``--alpha``, ``--nbest``, ``--search-rules`` and the repetition guards ask
-        and as ``aiayn.Translator`` takes them: K best raise the beam to K unless it is given."""
+        and as ``aiayn.Translator`` takes them: K best raise the beam to K unless it is given.
+        ``own``: the checkpoint's own settings per rules (``rules.own_defaults``), which
+        stand for the preset's under those rules."""
         given = (("beam", beam), ("alpha", alpha), ("nbest", nbest))
         given += (("no_repeat_ngram_size", no_repeat_ngram_size),)
         given += (("repetition_penalty", repetition_penalty),)
-        overrides: dict[str, Any] = {k: v for k, v in given if v is not None}
+        overrides: dict[str, Any] = own_defaults(own, rules)
+        overrides.update((k, v) for k, v in given if v is not None)  # the caller's win
         if rules != "paper":
-            overrides["rules"] = search_rules(rules)
+            overrides.setdefault("rules", search_rules(rules))
         if isinstance(nbest, int) and beam is None:  # K best need a beam of K at least
-            overrides["beam"] = max(nbest, cls.preset(preset).beam)
+            overrides["beam"] = max(nbest, overrides.get("beam", cls.preset(preset).beam))
         return cls.preset(preset, **overrides)
 
     def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:

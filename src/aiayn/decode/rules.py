@@ -45,8 +45,9 @@ same in all four, so it is not a field. ``patience`` is CTranslate2's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from ..errors import UserError
 from .penalties import gnmt_length_penalty
@@ -110,3 +111,20 @@ def search_rules(name: str, option: str = "--search-rules") -> SearchRules:
     if name not in SEARCH_RULES:
         raise UserError(f"{option} {name!r}: choose one of {', '.join(SEARCH_RULES)}")
     return SEARCH_RULES[name]
+
+
+# A checkpoint's own search settings (``meta.json``'s ``search_defaults``) that are fields of
+# its rules, the others being ``DecodeConfig``'s (beam, alpha, the repetition guards).
+_RULE_FIELDS = ("max_len", "min_len", "eos_at_limit")
+
+
+def own_defaults(recorded: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
+    """The ``DecodeConfig`` fields a checkpoint's own settings give under the rules ``name``:
+    ``recorded`` maps a rules name to settings (an imported OPUS-MT model records what
+    transformers' ``generate()`` does with it under "hf"); {} when it records none. The
+    caller's explicit options go over these."""
+    own = dict((recorded or {}).get(name) or {})
+    if not own:
+        return {}
+    fields = {key: own.pop(key) for key in _RULE_FIELDS if key in own}
+    return {**own, "rules": replace(search_rules(name), **fields)}

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import pickle
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,8 +40,8 @@ from torch import Tensor
 
 from ..checkpoint import META, WEIGHTS, save_weights
 from ..config import ModelConfig
-from ..data.pieces import TwoModelVocab
-from ..data.vocab import BOS_ID
+from ..data.pieces import TwoModelVocab, sentencepiece_model
+from ..data.vocab import BOS_ID, PAD_ID
 from ..files import check_not_input, check_parent, publish_dir, temp_dir_beside
 from ..model import Transformer
 from .common import ExportError
@@ -92,6 +94,26 @@ MAPPED = {
     "decoder_start_token_id",
 }  # fmt: skip
 ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+# Tensors that hold nothing of their own: the sinusoids (computed), the tied output layer and
+# embeddings (copies of model.shared), the output bias when it is all zeros (else read).
+DERIVED = ("embed_positions.weight", "lm_head.weight", "embed_tokens.weight", "final_logits_bias")
+# generate()'s settings aiayn's search reproduces, at transformers' GenerationConfig defaults
+# (what generate() does where the model sets none), and our name for each.
+GENERATE = {
+    "num_beams": (1, "beam"),
+    "length_penalty": (1.0, "alpha"),
+    "max_length": (20, "max_len"),
+    "min_length": (0, "min_len"),
+    "no_repeat_ngram_size": (0, "no_repeat_ngram_size"),
+    "repetition_penalty": (1.0, "repetition_penalty"),
+}
+# generate()'s settings it does not reproduce, at their defaults: another value is warned of.
+NOT_REPRODUCED = {
+    "do_sample": False, "early_stopping": False, "num_beam_groups": 1, "max_new_tokens": None,
+    "min_new_tokens": None, "diversity_penalty": 0.0, "encoder_no_repeat_ngram_size": 0,
+    "exponential_decay_length_penalty": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "forced_bos_token_id": None,
+}  # fmt: skip
 
 
 def _json(path: Path) -> Any:
@@ -211,32 +233,51 @@ def model_config(config: dict[str, Any], vocab_size: int, output_bias: bool) -> 
     )
 
 
-def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: Layout) -> None:
-    """Fill ``model`` with Marian's ``state``: ``export.hf.marian_state_dict`` backwards."""
+def marian_tensor(state: dict[str, Tensor], name: str, shape: tuple[int, ...]) -> Tensor:
+    """Marian's tensor ``name`` in float32, which config.json's sizes say is ``shape``: a
+    config that disagrees with the weights is named, not a traceback (or, where a slice
+    fits, a model silently cut)."""
+    if name not in state:
+        raise ExportError(f"the weights have no {name}")
+    if tuple(state[name].shape) != shape:
+        raise ExportError(
+            f"{name}: the weights hold {tuple(state[name].shape)}, config.json's sizes make "
+            f"it {shape}: config.json does not match the weights"
+        )
+    return state[name].float()
+
+
+def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: Layout) -> set[str]:
+    """Fill ``model`` with Marian's ``state``: ``export.hf.marian_state_dict`` backwards; the
+    names of the tensors read."""
     c = model.cfg
     Q = torch.argsort(marian_permutation(c.d_model))  # ours = marian[Q]
     order = torch.tensor(layout.order)
     rows, own = order.clamp(min=0), order < 0
 
-    def get(name: str) -> Tensor:
-        if name not in state:
-            raise ExportError(f"the weights have no {name}")
-        return state[name].float()
+    used: set[str] = set()
+
+    def get(name: str, *shape: int) -> Tensor:
+        used.add(name)
+        return marian_tensor(state, name, shape)
 
     def reads(linear: torch.nn.Linear, name: str) -> None:
-        linear.weight.copy_(get(f"{name}.weight")[:, Q])
-        linear.bias.copy_(get(f"{name}.bias"))
+        linear.weight.copy_(get(f"{name}.weight", *linear.weight.shape)[:, Q])
+        linear.bias.copy_(get(f"{name}.bias", *linear.bias.shape))
 
     def writes(module: torch.nn.Module, name: str) -> None:
-        module.weight.copy_(get(f"{name}.weight")[Q])
-        module.bias.copy_(get(f"{name}.bias")[Q])
+        module.weight.copy_(get(f"{name}.weight", *module.weight.shape)[Q])
+        module.bias.copy_(get(f"{name}.bias", *module.bias.shape)[Q])
 
     def joined(linear: torch.nn.Linear, name: str, parts: str) -> None:
-        linear.weight.copy_(torch.cat([get(f"{name}.{p}_proj.weight") for p in parts])[:, Q])
-        linear.bias.copy_(torch.cat([get(f"{name}.{p}_proj.bias") for p in parts]))
+        width = linear.weight.size(0) // len(parts)
+        weights = [get(f"{name}.{p}_proj.weight", width, c.d_model) for p in parts]
+        linear.weight.copy_(torch.cat(weights)[:, Q])
+        linear.bias.copy_(torch.cat([get(f"{name}.{p}_proj.bias", width) for p in parts]))
 
     def embedding(tokens: torch.nn.Embedding, *names: str) -> None:
-        matrix = get(next((n for n in names if n in state), names[-1]))[rows][:, Q]
+        name = next((n for n in names if n in state), names[-1])
+        matrix = get(name, int((~own).sum()), c.d_model)[rows][:, Q]
         tokens.weight.copy_(matrix.masked_fill(own[:, None], 0.0))
 
     shared = "model.shared.weight"
@@ -244,7 +285,9 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
     if not c.share_embeddings:
         embedding(model.tgt_embed.tokens, "model.decoder.embed_tokens.weight", shared)
     if c.output_bias:
-        bias = state.get("final_logits_bias", torch.zeros(1, len(order))).float().reshape(-1)
+        marian = int((~own).sum())
+        bias = get("final_logits_bias", 1, marian) if "final_logits_bias" in state else None
+        bias = (torch.zeros(1, marian) if bias is None else bias).reshape(-1)
         model.generator.bias.copy_(bias[rows].masked_fill(own, PAD_LOGIT_BIAS))
     for i, layer in enumerate(model.encoder):
         p = f"model.encoder.layers.{i}"
@@ -266,6 +309,7 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
         reads(layer.feed_forward.W_1, f"{p}.fc1")
         writes(layer.feed_forward.W_2, f"{p}.fc2")
         writes(layer.ffn_norm, f"{p}.final_layer_norm")
+    return used
 
 
 def check_tokenizer(directory: Path) -> None:
@@ -277,6 +321,46 @@ def check_tokenizer(directory: Path) -> None:
     for name in ("source.spm", "target.spm"):
         if not (directory / name).is_file():
             raise ExportError(f"{directory / name} does not exist: a MarianTokenizer needs it")
+        sentencepiece_model(directory / name)  # damaged: named here, not as its copy
+
+
+def _generate_value(key: str, value: Any, where: Path) -> Any:
+    """``value`` of generate()'s ``key`` in our terms, or an ExportError naming it."""
+    least = {"num_beams": 1, "max_length": 2}.get(key, 0)
+    if key in ("length_penalty", "repetition_penalty"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value) and (key == "length_penalty" or value > 0)
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= least
+    if not ok:
+        raise ExportError(f"{where}: {key}={value!r} is not a setting generate() can run")
+    return value - 1 if key == "max_length" else value  # our max_len has no start token
+
+
+def generation_defaults(directory: Path, layout: Layout) -> dict[str, Any]:
+    """What transformers' ``generate()`` does with the model, as aiayn's search options:
+    ``generation_config.json`` (else ``config.json``, as transformers falls back), with
+    GenerationConfig's defaults where it sets none. What the search does not do is warned
+    of: the checkpoint records these as its defaults under ``--search-rules hf``."""
+    where = directory / "generation_config.json"
+    if not where.is_file():
+        where = directory / "config.json"
+    settings = _json(where)
+    own = {
+        ours: _generate_value(key, settings.get(key, default), where)
+        for key, (default, ours) in GENERATE.items()
+    }
+    unlike = [f"{k}={settings[k]!r}" for k, v in NOT_REPRODUCED.items() if settings.get(k, v) != v]
+    banned = {layout.order[PAD_ID], layout.order[BOS_ID]}  # never generated by our search
+    bad = [w for w in settings.get("bad_words_ids") or [] if len(w) != 1 or w[0] not in banned]
+    unlike += [f"bad_words_ids {bad}"] if bad else []
+    if unlike:
+        warnings.warn(
+            f"{where}: aiayn's search does not do {', '.join(unlike)}: under --search-rules hf "
+            "it searches as generate() would without them",
+            stacklevel=2,
+        )
+    return own
 
 
 def marian_to_transformer(directory: Path) -> tuple[Transformer, Layout]:
@@ -291,7 +375,15 @@ def marian_to_transformer(directory: Path) -> tuple[Transformer, Layout]:
     output_bias = own_pad or (bias is not None and bool(bias.ne(0).any()))
     model = Transformer(model_config(config, len(layout.order), output_bias))
     with torch.no_grad():
-        load_marian_weights(model, state, layout)
+        used = load_marian_weights(model, state, layout)
+    unused = sorted(k for k in state if k not in used and not k.endswith(DERIVED))
+    if unused:
+        more = f" and {len(unused) - 5} more" if len(unused) > 5 else ""
+        warnings.warn(
+            f"{directory}: {len(unused)} tensor(s) the config does not use are not imported: "
+            f"{', '.join(unused[:5])}{more}",
+            stacklevel=2,
+        )
     return model.eval(), layout
 
 
@@ -304,6 +396,7 @@ def import_marian(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
         raise ExportError(f"--out {out} exists; choose a new directory")
     check_parent(out)
     model, layout = marian_to_transformer(directory)
+    own = generation_defaults(directory, layout)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out)
     try:
@@ -315,6 +408,7 @@ def import_marian(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
             "model_config": dataclasses.asdict(model.cfg),
             "imported_from": str(directory),
             "vocab_fingerprint": vocab.fingerprint,
+            "search_defaults": {"hf": own},
         }
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         publish_dir(tmp, out)

@@ -6,17 +6,18 @@ blank lines and the spaces around and between sentences kept.
 A sentence longer than the longest source the model was trained on (``trained_limit``) would
 be translated badly or truncated: it is cut at the clause punctuation (, ; :) nearest its
 middle, else at the space nearest it, until every piece fits; a piece with no space to cut at
-is refused in one line. Nothing is truncated silently.
+is translated whole with a warning (and truncated with one where it exceeds the model's
+positions, as without ``--split``). Nothing is truncated silently.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import UserError
 from .segment import Span, sentence_spans
 
 CLAUSE = re.compile(r"[,;:]\s+")  # a cut after clause punctuation keeps the clauses whole
@@ -46,7 +47,7 @@ def split_line(
 ) -> tuple[list[Span], bool]:
     """``text``'s sentences as spans, long ones cut so that ``count`` (the source positions of
     a piece) is at most ``limit``; and whether one was cut. ``where`` names the line in the
-    refusal of a piece that cannot be cut."""
+    warning about a piece that cannot be cut."""
     spans, cut = [], False
     for start, end in sentence_spans(text, lang):
         pieces = _cut(text, start, end, count, limit, where)
@@ -66,11 +67,14 @@ def _cut(
     points = [start + m.end() for m in CLAUSE.finditer(piece) if m.end() < len(piece)]
     if not points:
         points = [start + m.end() for m in SPACE.finditer(piece) if 0 < m.start()]
-    if not points:
-        raise UserError(
+    if not points:  # translated whole, as without --split: one piece does not stop the file
+        warnings.warn(
             f"{where}: a sentence of {n} source positions, more than the {limit} the model was "
-            "trained on, has no space to cut it at"
+            "trained on, has no space to cut it at: translated whole (cut at the model's "
+            "positions if longer)",
+            stacklevel=2,
         )
+        return [(start, end)]
     middle = (start + end) / 2
     at = min(points, key=lambda p: abs(p - middle))  # where the second piece starts
     left = at

@@ -5,13 +5,14 @@ puts the tags and placeholders back (``markup.put_back``)."""
 
 from __future__ import annotations
 
-import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from ..decode.align import cross_attention, pharaoh
 from ..decode.engine import TorchEngine
 from .markup import Marked, proportional, put_back, take_apart
+from .placeholders import Placeholders
 
 
 @dataclass
@@ -21,7 +22,7 @@ class MarkupOutputs:
     aligns (-1: the last)."""
 
     markup: str | None
-    pattern: re.Pattern[str]
+    pattern: Placeholders
     layer: int = -1
 
     def __call__(
@@ -35,6 +36,14 @@ class MarkupOutputs:
         on_truncate: Any,
     ) -> list[str]:
         marked = [take_apart(t, self.pattern, html=self.markup == "html") for t in texts]
+        broken = [(t, m.unpaired) for t, m in zip(texts, marked) if m.unpaired]
+        if broken and self.markup is not None:
+            text, tags = broken[0]
+            warnings.warn(
+                f"--markup: {len(broken)} line(s) not well formed, their unpaired tags kept as "
+                f"placeholders (first: {', '.join(tags)} in {text.strip()[:60]!r})",
+                stacklevel=2,
+            )
         sources = [tokenizer.encode_source(m.source) if m.source else [] for m in marked]
         engine = model if hasattr(model, "decode_ids") else TorchEngine(model)
         nbest = engine.decode_ids(

@@ -24,28 +24,38 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from xml.sax.saxutils import escape
 
+from .placeholders import Placeholders
+
 VOID = frozenset(
     "area base br col embed hr img input link meta param source track wbr".split()
 )  # HTML elements without a closing tag
 
 
+RAW_TEXT = frozenset({"script", "style"})  # HTML elements whose contents are code, not text
+
+
 @dataclass
 class Leaf:
-    """A placeholder or self-closing tag, at character ``at`` of the plain text."""
+    """A placeholder or self-closing tag, at character ``at`` of the plain text; ``glued``:
+    it follows the thing taken out before it with no space (``{first}{last}``)."""
 
     text: str
     at: int
+    glued: bool = False
 
 
 @dataclass
 class Element:
-    """A pair of tags around characters [start, end) of the plain text."""
+    """A pair of tags around characters [start, end) of the plain text; each tag ``glued``
+    to the thing taken out before it or not, as ``Leaf``'s."""
 
     open: str
     close: str = ""
     start: int = 0
     end: int = 0
     children: list[Leaf | Element] = field(default_factory=list)
+    open_glued: bool = False
+    close_glued: bool = False
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Marked:
     root: Element  # the tree of tags and placeholders, offsets into ``plain``
     lead: str  # the string's own leading and trailing spaces
     trail: str
+    unpaired: list[str] = field(default_factory=list)  # tags without their pair: malformed
 
     @property
     def words(self) -> list[re.Match[str]]:
@@ -77,39 +88,54 @@ def _glued(plain: list[str], body: str, at: int) -> bool:
     return bool(before) and not before[-1].isspace() and at < len(body) and not body[at].isspace()
 
 
-def take_apart(text: str, pattern: re.Pattern[str], html: bool = False) -> Marked:
-    """``text`` as plain text and a tree of what ``pattern`` matched (its ``tag`` group: tags,
-    paired by name; its ``ph`` group: placeholders). ``html``: void elements need no close."""
+def _raw_text_end(body: str, tag: str, at: int) -> int:
+    """Where an HTML raw-text element (``<script>``, ``<style>``) opened by ``tag`` ends: after
+    its close tag, else at the string's end (as a browser reads it)."""
+    close = re.compile(rf"</{_name(tag)}\s*>", re.IGNORECASE).search(body, at)
+    return close.end() if close else len(body)
+
+
+def take_apart(text: str, pattern: Placeholders, html: bool = False) -> Marked:
+    """``text`` as plain text and a tree of what ``pattern`` matched (kind "tag": tags,
+    paired by name; "ph": placeholders). ``html``: void elements need no close, and a
+    ``<script>`` or ``<style>`` element is kept whole, its code not translated."""
     body = text.strip()
     lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
-    root = Element("")
-    stack, plain, at = [root], [], 0
-    for m in pattern.finditer(body):
-        plain.append(body[at : m.start()])
-        at, here, tag = m.end(), sum(map(len, plain)), m.group()
-        if (
-            m.lastgroup != "tag"
-            or tag.endswith("/>")
-            or tag[1] in "!?"
-            or (html and _name(tag) in VOID and not tag.startswith("</"))
-        ):
-            stack[-1].children.append(Leaf(tag, here))
+    root, unpaired = Element(""), []
+    stack, plain, at = [root], [], -1
+    for kind, m in pattern.scan(body):
+        if m.start() < at:
+            continue  # inside a raw-text element taken whole
+        end, tag = m.end(), m.group()
+        leaf = kind != "tag" or tag.endswith("/>") or tag[1] in "!?"
+        leaf = leaf or (html and _name(tag) in VOID and not tag.startswith("</"))
+        if html and not leaf and not tag.startswith("</") and _name(tag) in RAW_TEXT:
+            end = _raw_text_end(body, tag, end)
+            tag, leaf = body[m.start() : end], True
+        glued = m.start() == at  # right after the thing taken out before it
+        plain.append(body[max(at, 0) : m.start()])
+        at, here = end, sum(map(len, plain))
+        if leaf:
+            stack[-1].children.append(Leaf(tag, here, glued))
             if _glued(plain, body, at):  # "one<br>two": still two words
                 plain.append(" ")
         elif not tag.startswith("</"):
-            stack.append(Element(tag, start=here))
+            stack.append(Element(tag, start=here, open_glued=glued))
         elif len(stack) > 1 and _name(stack[-1].open) == _name(tag):
             element = stack.pop()
-            element.close, element.end = tag, here
+            element.close, element.end, element.close_glued = tag, here, glued
             stack[-1].children.append(element)
         else:  # a close without its open: kept, as a placeholder
-            stack[-1].children.append(Leaf(tag, here))
-    plain.append(body[at:])
+            stack[-1].children.append(Leaf(tag, here, glued))
+            unpaired.append(tag)
+    plain.append(body[max(at, 0) :])
     while len(stack) > 1:  # an open without its close: a placeholder, its contents lifted
         element = stack.pop()
-        stack[-1].children += [Leaf(element.open, element.start), *element.children]
+        stack[-1].children += [Leaf(element.open, element.start, element.open_glued)]
+        stack[-1].children += element.children
+        unpaired.append(element.open)
     root.end = sum(map(len, plain))
-    return Marked("".join(plain), root, lead, trail)
+    return Marked("".join(plain), root, lead, trail, unpaired)
 
 
 @dataclass
@@ -168,9 +194,12 @@ def put_back(marked: Marked, translation: str, pairs: list[tuple[int, int]], mar
             return (proj.point(word_at(node.at)),) * 2
         return proj.span(sum(e <= node.start for e in ends), word_at(node.end))
 
-    items: list[tuple[str, str]] = []
+    items: list[Item] = []
     _render(marked.root, (0, len(words)), place, words, items, markup)
     return marked.lead + _join(items) + marked.trail
+
+
+Item = tuple[str, str, bool]  # kind ("w", "leaf", "open", "close"), text, glued
 
 
 def _render(
@@ -178,7 +207,7 @@ def _render(
     span: tuple[int, int],
     place: Callable[[Leaf | Element], tuple[int, int]],
     words: list[str],
-    items: list[tuple[str, str]],
+    items: list[Item],
     markup: bool,
 ) -> None:
     """Append ``node``'s items: its target words [span) with its children inside, each
@@ -195,25 +224,27 @@ def _render(
     for s, e, k in placed:
         child = node.children[k]
         s = max(s, at)
-        items += [("w", escape(w) if markup else w) for w in words[at:s]]
+        items += [("w", escape(w) if markup else w, False) for w in words[at:s]]
         if isinstance(child, Leaf):
-            items.append(("leaf", child.text))
+            items.append(("leaf", child.text, child.glued))
             at = s
             continue
         e = max(e, s)
-        items.append(("open", child.open))
+        items.append(("open", child.open, child.open_glued))
         _render(child, (s, e), place, words, items, markup)
-        items.append(("close", child.close))
+        items.append(("close", child.close, child.close_glued))
         at = e
-    items += [("w", escape(w) if markup else w) for w in words[at:hi]]
+    items += [("w", escape(w) if markup else w, False) for w in words[at:hi]]
 
 
-def _join(items: list[tuple[str, str]]) -> str:
+def _join(items: list[Item]) -> str:
     """Items with a space between two that stand apart (an open tag sticks to what follows
-    it, a close tag to what precedes it)."""
+    it, a close tag to what precedes it), and none between two things taken out that stood
+    glued in the source (``{first}{last}``, ``</b><i>``)."""
     out, before = [], None
-    for kind, text in items:
-        if before in ("w", "leaf", "close") and kind in ("w", "leaf", "open"):
+    for kind, text, glued in items:
+        apart = before in ("w", "leaf", "close") and kind in ("w", "leaf", "open")
+        if apart and not (glued and before != "w"):
             out.append(" ")
         out.append(text)
         before = kind
