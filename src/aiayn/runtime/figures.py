@@ -180,7 +180,7 @@ def train_bf16(chip: str, table: Path | None = None) -> Decision:
 
 
 def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decision:
-    """Attention as bf16 matmuls and softmax (``runtime.matmul_attention``) in bf16
+    """Attention as bf16 matmuls and softmax (``runtime.kernels.matmul_attention``) in bf16
     training on a CPU: on where the trainer's bf16 step measured at least 1.02x as fast with it
     as with SDPA in fp32, and the demo recipe's validation perplexity after the same updates
     within 3% of fp32 training's."""
