@@ -52,7 +52,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -169,7 +169,7 @@ def model_config(sh: Shape) -> ModelConfig:
 
 def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch], Tensor]]:
     import aiayn
-    from aiayn.model import MultiHeadAttention, as_given
+    from aiayn.model import as_given
     from aiayn.runtime.kernels import UniformDropout, bf16_matmul_attention, use_fast_paths
     from aiayn.train.mixed import WeightCopies
     from aiayn.train.trainer import compile_layers
@@ -180,11 +180,9 @@ def build_ours(sh: Shape, variant: str = "") -> tuple[nn.Module, Callable[[Batch
         for module in model.modules():
             if isinstance(module, UniformDropout):
                 module.forward = partial(_uniform_dropout, module)
-    if "sdpabf16" in options:  # the model's own hooks: SDPA in the activations' dtype, no casts
-        for module in model.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.attention_cast = as_given
-                module.attention_kernel = F.scaled_dot_product_attention
+    if "sdpabf16" in options:  # the model's own attention: SDPA in the activations' dtype
+        sdpa = F.scaled_dot_product_attention
+        model.use_kernels(replace(model.kernels, attention_cast=as_given, attention=sdpa))
     fwd: Callable = model
     if "compile" in options:  # what the trainer's compile=true does
         compile_layers(model)

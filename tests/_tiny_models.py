@@ -23,7 +23,7 @@ VARIANTS = [
 
 def make(seed: int = 0, *, fast: bool = False, **overrides) -> Transformer:
     """The tiny preset, seeded, in eval mode; ``fast``: with the fast paths, as training and
-    decoding run it (``runtime.use_fast_paths``)."""
+    decoding run it (``runtime.kernels.use_fast_paths``)."""
     torch.manual_seed(seed)
     model = Transformer(ModelConfig.preset("tiny", **overrides)).eval()
     return use_fast_paths(model) if fast else model

@@ -228,7 +228,7 @@ def test_bf16_decoder_attention_defaults_to_what_the_chip_was_measured_with(
     measured.TABLE.write_text(json.dumps(table))
     assert decoder_attention("cpu") == want
     model = to_bf16(tiny_model())
-    assert model.decode_attention == want
+    assert model.kernels.decode_attention == want
     src = random_src()
     cache = new_cache(model, model.encode(src), model.src_mask(src))
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[want]

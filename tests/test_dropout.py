@@ -1,4 +1,4 @@
-"""runtime.UniformDropout: nn.Dropout's distribution (each element dropped with probability p, the
+"""runtime.kernels.UniformDropout: nn.Dropout's distribution (each element dropped with probability p, the
 kept ones scaled so that the expectation is the input), from 16 random bits an element on the
 CPU; identity in eval."""
 

@@ -74,9 +74,9 @@ def test_a_training_update_reads_the_host_at_these_sites(tiny_corpus, tmp_path):
     assert reads.sites == Counter(
         {
             # the host copy of the batch, before it goes to the device: no sync there
-            "flops.py:real_lengths": 2,
+            "runtime/flops.py:real_lengths": 2,
             # the CPU's no-padding check; on a device the mask is always given (test above)
-            "runtime.py:key_padding": 2,
+            "runtime/kernels.py:key_padding": 2,
             "model.py:forward": 1,  # states[output_mask]: padding is never projected
             # a micro-batch's targets' select, its gradient's in backward and the one copy of
             # its summed losses and token counts; the update's tolist of that host copy
@@ -129,5 +129,5 @@ def test_beam_search_reads_the_host_a_fixed_number_of_times_per_step(constraint,
         "decode/beam.py:add",
         "decode/beam.py:nbest_lists",
         "decode/beam.py:fill_from_tail",  # how many sentences go on, when some finish
-        "runtime.py:key_padding",
+        "runtime/kernels.py:key_padding",
     }

@@ -459,3 +459,63 @@ def test_measure_help_in_a_fresh_interpreter_names_the_settings():
     assert result.returncode == 0, result.stderr
     settings = "{train_bf16,decode_bf16,compile,train_bf16_matmul_attention}"
     assert settings in result.stdout and "--table" in result.stdout
+
+
+# --- a table of the wrong shape: one line naming the file and the key ------------------------
+
+
+def _broken_tables(chip: str) -> list[tuple[bytes, str]]:
+    """(the table's bytes, what the error must say after the file's name)."""
+    without_key = {k: v for k, v in train_figure(1300, 1000).items() if k != "fp32_tokens_per_s"}
+    zero = {**train_figure(1300, 1000), "fp32_tokens_per_s": 0}
+    text = {**train_figure(1300, 1000), "bf16_valid_ppl": "low"}
+    return [
+        (json.dumps({chip: {"train_bf16": without_key}}).encode(), "no 'fp32_tokens_per_s'"),
+        (json.dumps({chip: {"train_bf16": zero}}).encode(), "fp32_tokens_per_s: 0, which"),
+        (json.dumps({chip: {"train_bf16": text}}).encode(), "bf16_valid_ppl: 'low' is not"),
+        (json.dumps({chip: 5}).encode(), f"{chip}: not an object of figures by setting"),
+        (json.dumps({chip: {"train_bf16": 5}}).encode(), "train_bf16: not an object of figures"),
+        (b'{"\xff": {}}', "not a table of measured figures: not UTF-8"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_a_table_of_the_wrong_shape_is_one_line_naming_the_file_and_key(
+    case, tmp_path, monkeypatch
+):
+    """What train (``amp: auto``) and translate (``--precision auto``) ask a table: a missing
+    figure, a zero divided by, a string, an int for an object or bytes that are not UTF-8 are
+    a ``UserError`` naming the file, not a KeyError, ZeroDivisionError or AttributeError."""
+    monkeypatch.setenv(hardware.ASSUME_BF16, "native")
+    chip = hardware.bf16_support(CPU).chip
+    content, error = _broken_tables(chip)[case]
+    mine = tmp_path / "mine.json"
+    mine.write_bytes(content)
+    monkeypatch.setenv(measured.USER_TABLE, str(mine))
+    with pytest.raises(UserError, match=f"^{re.escape(str(mine))}: .*{re.escape(error)}"):
+        resolve_amp("auto", CPU)
+
+
+def test_a_decode_figure_of_the_wrong_shape_is_named_when_translate_chooses(tmp_path, monkeypatch):
+    monkeypatch.setenv(hardware.ASSUME_BF16, "native")
+    chip = hardware.bf16_support(CPU).chip
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({chip: {"decode_bf16": {**decode_figure(), "outputs": 0}}}))
+    monkeypatch.setenv(measured.USER_TABLE, str(mine))
+    with pytest.raises(UserError, match=re.escape(f"{mine}: {chip}.decode_bf16.outputs: 0")):
+        choose_precision("auto", "cpu")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--warm", "-1"), ("--warm", "0"), ("--updates", "0"), ("--threads", "0")],
+)
+def test_measure_refuses_a_count_below_one_before_it_trains(option, value, tmp_path, capsys):
+    """--warm -1 used to train every run and then stop on StopIteration; --updates 0 and
+    --threads 0 silently meant the defaults."""
+    data = tmp_path / "never-prepared"
+    with pytest.raises(SystemExit) as stop:
+        main(["measure", "compile", "--data", str(data), option, value])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and not data.exists()
+    assert f"argument {option}: must be a positive number, not {value}" in err.splitlines()[-1]

@@ -44,7 +44,7 @@ def test_the_fast_paths_replace_every_dropout_keeping_its_rate_and_mode():
     dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
     assert dropouts and all(type(m) is UniformDropout for m in dropouts)
     assert all(m.p == 0.25 and m.training for m in dropouts)
-    assert model.key_padding is runtime_module.key_padding
+    assert model.kernels.key_padding is runtime_module.key_padding
     assert use_fast_paths(model) is model  # again: nothing left to replace
 
 

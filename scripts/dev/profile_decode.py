@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from aiayn.checkpoint import load_translator
 from aiayn.decode import beam as beam_module
 from aiayn.decode.translate import decode_ids
-from aiayn.runtime.quantize import for_decoding
+from aiayn.runtime.ready import for_decoding
 
 TEST = Path(__file__).resolve().parents[2] / "src" / "aiayn" / "corpus" / "bible" / "test.en.gz"
 OPS = ("aten::", "mkldnn::")  # what an operator's profiler event is named

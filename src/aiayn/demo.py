@@ -30,7 +30,7 @@ from . import checkpoint as ckpt
 from .analysis.plots import attention_maps, plot_training
 from .checkpoint.averaging import average_last_best
 from .data import bundled_corpus_paths, prepare_bundled
-from .decode import Batching, SearchRequest, for_decoding
+from .decode import Batching, SearchRequest
 from .errors import UserError
 from .evaluate import Evaluation, evaluate_model, perplexity_on
 from .files import (
@@ -43,6 +43,7 @@ from .files import (
 from .metrics.significance import with_interval
 from .records import Record, make_record, write_record
 from .runtime.flops import measure_matmul_peak
+from .runtime.ready import for_decoding
 from .runtime.workers import auto_workers
 from .train import TrainConfig
 from .train.config import recipe_config

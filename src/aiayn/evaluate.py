@@ -29,6 +29,7 @@ from .files import (
 from .metrics import paper_bleu, sacre_bleu
 from .metrics.significance import MetricScore, significance
 from .model import Transformer
+from .runtime.kernels import use_fast_paths
 from .train.loss import perplexity, teacher_forced
 
 
@@ -114,7 +115,8 @@ def perplexity_on(sources: Sequence[str], references: Sequence[str]) -> Callable
     chooses by (lower is better)."""
 
     def score(ckpt: Path) -> float:
-        return reference_perplexity(*load_translator(ckpt), sources, references)
+        model, vocab = load_translator(ckpt)
+        return reference_perplexity(use_fast_paths(model), vocab, sources, references)
 
     return score
 

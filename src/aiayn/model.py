@@ -64,7 +64,7 @@ class EncoderLayer(nn.Module):
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, encoder-decoder attention, feed-forward (Figure 1, right); the
-    fast decode step (``aiayn.decode.cache.step_layer``) runs the same ``_sublayers``."""
+    fast decode step (``aiayn.decode.cache.step_layer``) runs the same ``sublayers``."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -97,14 +97,19 @@ class DecoderLayer(nn.Module):
             kv = self.src_attn.project_kv(memory)
             return self.src_attn(y, memory_mask, memory_kv=kv, weights=src_w)
 
-        return self._sublayers(y, self_attention, src_attention)
+        return self.sublayers(y, self_attention, src_attention)
 
-    def _sublayers(
+    def sublayers(
         self,
         y: Tensor,
         self_attention: Callable[[Tensor], Tensor],
         src_attention: Callable[[Tensor], Tensor],
     ) -> Tensor:
+        """The layer's wiring around its two attentions, given as functions of the (normed)
+        input, y (B, T, d_model) -> (B, T, d_model): residuals, norms, dropout and the
+        feed-forward network. ``forward`` gives attention over the whole sequence; a decode
+        step (``aiayn.decode.cache``) gives attention over its cache, so that both run one
+        wiring."""
         if self.norm_first:
             y = y + self.dropout(self_attention(self.self_attn_norm(y)))
             y = y + self.dropout(src_attention(self.src_attn_norm(y)))
@@ -135,8 +140,28 @@ def reference_attention(
 
 
 def as_given(t: Tensor) -> Tensor:
-    """The cast and padding hooks' default: the tensor as it is."""
+    """The default cast and key padding of ``Kernels``: the tensor as it is."""
     return t
+
+
+@dataclass
+class Kernels:
+    """What a faster implementation may replace, declared in one place; each computes what its
+    default does (``aiayn.runtime.kernels`` has the faster ones; ``Transformer.use_kernels``).
+
+    ``attention_cast``: what attention's projections are cast to, once, before the heads;
+    ``attention``: attention with ``F.scaled_dot_product_attention``'s arguments (the function
+    ``reference_attention`` writes out); ``key_padding``: the key-padding mask (B, 1, 1, S), or
+    None where no key is padding; ``dropout``: the class of every ``nn.Dropout`` (5.4);
+    ``decode_attention``: what a decode step's attention computes in, "fp32" or "bf16" (read
+    by ``aiayn.decode.cache``; None: what the encoder's does).
+    """
+
+    attention_cast: Callable[[Tensor], Tensor] = as_given
+    attention: Callable[..., Tensor] = F.scaled_dot_product_attention
+    key_padding: Callable[[Tensor], Tensor | None] = as_given
+    dropout: type[nn.Dropout] = nn.Dropout
+    decode_attention: str | None = None
 
 
 # --- 3.2.2 Multi-head attention ---------------------------------------------------------
@@ -164,11 +189,7 @@ class MultiHeadAttention(nn.Module):
             self.W_Q = nn.Linear(cfg.d_model, qk)
             self.W_KV = nn.Linear(cfg.d_model, qk + v)
         self.W_O = nn.Linear(v, cfg.d_model)
-        # Hooks for a faster kernel (``aiayn.runtime.use_fast_paths``): what the projections are
-        # cast to for attention, and attention itself, by default PyTorch's fused kernel (the
-        # function ``reference_attention`` writes out) and with its arguments.
-        self.attention_cast: Callable[[Tensor], Tensor] = as_given
-        self.attention_kernel: Callable[..., Tensor] = F.scaled_dot_product_attention
+        self.kernels = Kernels()  # the attention cast and kernel; the model's (use_kernels)
 
     def reset_parameters(self, init: Init) -> None:
         """W_O: Xavier-uniform, bias 0. W_Q, W_K, W_V: "xavier" treats a stacked matrix (W_QKV,
@@ -193,7 +214,9 @@ class MultiHeadAttention(nn.Module):
         nn.init.xavier_uniform_(self.W_O.weight)
         nn.init.zeros_(self.W_O.bias)
 
-    def _heads(self, x: Tensor, d: int) -> Tensor:
+    def heads(self, x: Tensor, d: int) -> Tensor:
+        """The h heads of a projection, side by side in its last dimension, as a dimension of
+        their own: (B, L, h*d) -> (B, h, L, d), a view."""
         B, L, _ = x.shape
         return x.view(B, L, self.h, d).transpose(1, 2)  # (B, L, h*d) -> (B, h, L, d)
 
@@ -202,9 +225,9 @@ class MultiHeadAttention(nn.Module):
         attention computes in (``attention_cast``), or with ``cast`` False in the projection's
         dtype, for a caller that casts them as it lays them out (``decode.cache``: one copy)."""
         kv = self.W_KV(memory)
-        kv = self.attention_cast(kv) if cast else kv
+        kv = self.kernels.attention_cast(kv) if cast else kv
         k, v = kv.split([self.h * self.d_k, self.h * self.d_v], dim=-1)
-        return self._heads(k, self.d_k), self._heads(v, self.d_v)
+        return self.heads(k, self.d_k), self.heads(v, self.d_v)
 
     def forward(
         self,
@@ -223,12 +246,14 @@ class MultiHeadAttention(nn.Module):
         """
         T, qk = x.size(1), self.h * self.d_k
         if self.self_attention:
-            q, k, v = self.attention_cast(self.W_QKV(x)).split([qk, qk, self.h * self.d_v], dim=-1)
-            q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
+            q, k, v = self.kernels.attention_cast(self.W_QKV(x)).split(
+                [qk, qk, self.h * self.d_v], dim=-1
+            )
+            q, k, v = self.heads(q, self.d_k), self.heads(k, self.d_k), self.heads(v, self.d_v)
         else:
             assert memory_kv is not None, "encoder-decoder attention needs the memory's k, v"
             k, v = memory_kv
-            q = self._heads(self.attention_cast(self.W_Q(x)), self.d_k)
+            q = self.heads(self.kernels.attention_cast(self.W_Q(x)), self.d_k)
         dropout_p = self.dropout_p if self.training else 0.0
         if weights is not None:
             if is_causal:
@@ -236,14 +261,15 @@ class MultiHeadAttention(nn.Module):
             out, w = reference_attention(q, k, v, mask, self.scale, dropout_p)
             weights.append(w)
         else:
-            kernel = self.attention_kernel  # is_causal: the decoder's mask without building it
+            kernel = self.kernels.attention  # is_causal: the decoder's mask without building it
             out = kernel(q, k, v, mask, dropout_p, is_causal=is_causal, scale=self.scale)
-        return self._concat(out, x)  # (B, h, T, d_v) -> W_O of the concatenated heads
+        return self.concat_heads(out, x)  # (B, h, T, d_v) -> W_O of the concatenated heads
 
-    def _concat(self, out: Tensor, x: Tensor) -> Tensor:
-        """Heads (B, h, T, d_v) of x (B, T, d_model), or (n, h, b*m, d_v) of the rows of x
-        (n*b, m, d_model) in a decode step -> W_O of their concat; a cast back to x's dtype lays
-        the heads side by side in the same copy (else the reshape would copy too)."""
+    def concat_heads(self, out: Tensor, x: Tensor) -> Tensor:
+        """Concat(head_1, ..., head_h) W_O: heads (B, h, T, d_v) of x (B, T, d_model), or
+        (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) in a decode step (``aiayn.decode.
+        cache``) -> (B, T, d_model); a cast back to x's dtype lays the heads side by side in the
+        same copy (else the reshape would copy too)."""
         B, T, _ = x.shape
         amp = torch.amp.is_autocast_available(t := x.device.type) and torch.is_autocast_enabled(t)
         dtype = torch.get_autocast_dtype(t) if amp else x.dtype  # W_O's: no round trip via fp32
@@ -379,9 +405,22 @@ class Transformer(nn.Module):
         # ``output_bias``: a bias on the pre-softmax layer, as Marian's (imported models) have.
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object
-        # Hook (``runtime.use_fast_paths``): the key-padding mask (B, 1, 1, S), or None if none
-        self.key_padding: Callable[[Tensor], Tensor | None] = as_given
+        self.kernels = Kernels()  # what may be swapped for a faster kernel (use_kernels)
         self.reset_parameters(init)
+
+    def use_kernels(self, kernels: Kernels) -> Transformer:
+        """The model computing with ``kernels`` (``Kernels``), in place: every attention takes
+        them, and every dropout becomes ``kernels.dropout`` with its rate and mode. The weights,
+        and so the state dict, are untouched."""
+        self.kernels = kernels
+        for module in list(self.modules()):
+            if isinstance(module, MultiHeadAttention):
+                module.kernels = kernels
+            for name, child in list(module.named_children()):
+                if isinstance(child, nn.Dropout) and type(child) is not kernels.dropout:
+                    dropout = kernels.dropout(child.p, inplace=child.inplace)
+                    setattr(module, name, dropout.train(child.training))
+        return self
 
     def reset_parameters(self, init: Init = "fairseq") -> None:
         """Initial weights: embeddings N(0, d_model^-1/2) (so that embedding * sqrt(d_model) has unit
@@ -429,7 +468,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, weights: list[Tensor] | None = None) -> Tensor:
         """src: (B, S) token ids -> memory (B, S, d_model). ``weights``: a list that gets each
         layer's attention weights (B, h, S, S) (``MultiHeadAttention``)."""
-        S, keys = src.size(1), self.key_padding(self.src_mask(src))
+        S, keys = src.size(1), self.kernels.key_padding(self.src_mask(src))
         mask = attention_mask(S, S, src.device, window=self.cfg.attention_window, keys=keys)
         x = self.src_embed(src)
         for layer in self.encoder:
@@ -449,7 +488,7 @@ class Transformer(nn.Module):
         T, r, device = tgt_in.size(1), self.cfg.attention_window, tgt_in.device
         # Causal alone goes to the fused kernel as is_causal; a window needs an explicit mask.
         self_mask = None if r is None else attention_mask(T, T, device, causal=True, window=r)
-        memory_mask = self.key_padding(src_mask)
+        memory_mask = self.kernels.key_padding(src_mask)
         y = self.tgt_embed(tgt_in)
         for layer in self.decoder:
             y = layer(y, memory, self_mask, memory_mask, self_mask is None, weights)

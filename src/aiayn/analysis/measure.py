@@ -121,10 +121,11 @@ def train_bf16(plan: Plan, work: Path) -> dict[str, Any]:
 def decode_bf16(plan: Plan) -> dict[str, Any]:
     from ..checkpoint import load_translator
     from ..data import bundled_corpus_paths
-    from ..decode import SearchRequest, for_decoding
+    from ..decode import SearchRequest
     from ..evaluate import evaluate_model
     from ..files import read_lines
     from ..runtime.policy import decoder_attention
+    from ..runtime.ready import for_decoding
 
     if plan.checkpoint is None:
         raise UserError("decode_bf16 needs --checkpoint (the demo model: runs/demo/averaged)")

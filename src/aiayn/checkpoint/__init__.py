@@ -9,7 +9,7 @@ A checkpoint is a directory ``<run>/checkpoints/update_0001234/`` holding
 - ``spm.model``: the vocabulary, so that a checkpoint translates raw text on its own (an
   imported MarianMT model: ``source.spm``, ``target.spm`` and ``pieces.json``, ``data.pieces``),
 - ``SHA256SUMS``: the digests of the weights and trainer state, checked when they load
-  (``aiayn.digest``: safetensors has no checksum of its own),
+  (``checkpoint.digest``: safetensors has no checksum of its own),
 - ``ema/`` (training with ``ema_decay``): the moving average of the weights, a checkpoint
   directory of its own (weights, meta.json, vocabulary) that every command reads as any other.
 
@@ -52,7 +52,6 @@ from ..files import (
     write_text_atomic,
 )
 from ..model import Transformer
-from ..runtime.kernels import use_fast_paths
 from .digest import check_digest, write_digests
 
 WEIGHTS, META, TRAINER, VOCAB = "model.safetensors", "meta.json", "trainer.pt", "spm.model"
@@ -359,14 +358,15 @@ def load_weights(model: nn.Module, ckpt: Path) -> None:
 
 
 def load_transformer(ckpt: str | Path, device: str | torch.device = "cpu"):
-    """(Transformer in eval mode, its ModelConfig) from a checkpoint or averaged directory."""
+    """(Transformer in eval mode, its ModelConfig) from a checkpoint or averaged directory: the
+    weights and nothing else; whoever decodes with it makes it ready (``runtime.for_decoding``)."""
     meta = read_meta(Path(ckpt))
     cfg = from_dict(
         ModelConfig,
         meta_field(meta, "model_config", Path(ckpt)),
         where=f"{ckpt}/{META} model_config",
     )
-    model = use_fast_paths(Transformer(cfg))
+    model = Transformer(cfg)  # the paper's kernels: a decoding model gets its own (runtime)
     load_weights(model, Path(ckpt))
     return model.to(device).eval(), cfg
 

@@ -44,6 +44,15 @@ def _measure(args: argparse.Namespace) -> None:
     print(f"auto: {'on' if decision.on else 'off'}: {decision.reason}")
 
 
+def _count(text: str) -> int:
+    """A count an option gives (updates, threads, sentences): 0 would silently mean the
+    default, and a negative one fails after the training it waits for."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
 def add_measure(sub: argparse._SubParsersAction) -> None:
     from ..runtime.figures import SETTINGS, user_table
 
@@ -69,18 +78,18 @@ def add_measure(sub: argparse._SubParsersAction) -> None:
         "--data", default="work/bible", help="the prepared bundled corpus (prepared if absent)"
     )
     p.add_argument(
-        "--updates", type=int, help="per run (train_bf16 100, compile 40, the attention 100)"
+        "--updates", type=_count, help="per run (train_bf16 100, compile 40, the attention 100)"
     )
     p.add_argument(
         "--warm",
-        type=int,
+        type=_count,
         default=5,
         help="compile and train_bf16_matmul_attention: updates before the steady rate",
     )
     p.add_argument("--preset", help="a model preset in place of the demo's (tiny: a check)")
-    p.add_argument("--threads", type=int, help="(default: torch's)")
+    p.add_argument("--threads", type=_count, help="(default: torch's)")
     p.add_argument("--checkpoint", help="decode_bf16: the demo model")
-    p.add_argument("--sentences", type=int, help="decode_bf16: the first N test verses")
+    p.add_argument("--sentences", type=_count, help="decode_bf16: the first N test verses")
     p.add_argument(
         "--attention",
         choices=["fp32", "bf16"],

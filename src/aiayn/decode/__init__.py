@@ -5,7 +5,8 @@ constraints (``constraints``) and word alignments (``align``). The searches depe
 ``encode``/``src_mask``/``new_cache``/``decode_step``, called through ``cache``, which gives a
 ``Transformer`` its fast shared-history cache."""
 
-from ..runtime.quantize import QUANTIZE_MODES, for_decoding
+from ..runtime.quantize import QUANTIZE_MODES
+from ..runtime.ready import for_decoding  # the machine's door, here for the searches' users
 from .beam import Hypothesis, beam_search
 from .config import DECODE_PRESETS, DecodeConfig
 from .constraints import Constraint, OutputConstraint, text_constraint

@@ -41,12 +41,10 @@ def shared_history_cache(
     ``model.src_mask(src)`` (n, 1, 1, S): each layer's encoder-decoder keys and values,
     projected once per sentence and shared by its beams, and room for ``max_len`` target
     positions (default, and at most, the model's); keys and values in what the decoder's
-    attention computes in (``decode_attention``)."""
+    attention computes in (``Kernels.decode_attention``)."""
     capacity = min(max_len or model.cfg.max_len, model.cfg.max_len)
-    # ``decode.precision.to_bf16`` may set what the decoder's attention computes in
-    precision = getattr(model, "decode_attention", None) or attention_precision(
-        memory.device, memory.dtype
-    )
+    # a bf16 model may decode with its own (``runtime.precision.to_bf16``)
+    precision = model.kernels.decode_attention or attention_precision(memory.device, memory.dtype)
     dtype = torch.float32 if precision == "fp32" else memory.dtype
     padding = key_padding(src_mask)
     bias = None
@@ -93,7 +91,7 @@ def decode_step(model: Any, tgt_in: Tensor, cache: Any) -> Tensor:
 
 def step_layer(layer: DecoderLayer, y: Tensor, cache: LayerCache, step: Step) -> Tensor:
     """y: (n*b, m, d_model), the m new positions of every row -> (n*b, m, d_model)."""
-    return layer._sublayers(
+    return layer.sublayers(
         y,
         lambda y: step_self(layer.self_attn, y, cache, step),
         lambda y: step_src(layer.src_attn, y, cache, step),
@@ -118,7 +116,7 @@ def step_self(attn: MultiHeadAttention, x: Tensor, cache: LayerCache, step: Step
     keys = cache.keys[:, :, step.first : t + m].flatten(2, 3)  # (n, h, P*W, d_k), a view
     values = cache.values[:, :, step.first : t + m].flatten(2, 3)
     q = _query_heads(q.view(n, b * m, h, d_k), keys.dtype)  # (n, h, b*m, d_k)
-    return attn._concat(cached_attention(q, keys, values, step.self_bias, attn.scale), x)
+    return attn.concat_heads(cached_attention(q, keys, values, step.self_bias, attn.scale), x)
 
 
 def step_src(attn: MultiHeadAttention, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
@@ -128,7 +126,7 @@ def step_src(attn: MultiHeadAttention, x: Tensor, cache: LayerCache, step: Step)
     n, (B, m, _) = step.sentences, x.shape
     k, v = cache.memory_keys, cache.memory_values
     q = _query_heads(attn.W_Q(x).view(n, B // n * m, attn.h, attn.d_k), k.dtype)
-    return attn._concat(cached_attention(q, k, v, step.memory_bias, attn.scale), x)
+    return attn.concat_heads(cached_attention(q, k, v, step.memory_bias, attn.scale), x)
 
 
 def _query_heads(q: Tensor, dtype: torch.dtype) -> Tensor:

@@ -98,7 +98,7 @@ def load_models(
     """(model ready for decoding (``for_decoding``), its vocabulary) from one checkpoint, or an
     ``Ensemble`` of several; ``UserError`` unless they share one vocabulary (``spm.model``)."""
     from ..checkpoint import VOCAB, load_translator, vocab_fingerprint
-    from ..runtime.quantize import for_decoding
+    from ..runtime.ready import for_decoding
 
     paths = (
         [Path(checkpoints)]

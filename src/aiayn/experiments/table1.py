@@ -80,7 +80,7 @@ class BandedSelfAttention(SelfAttention):
         a, r = self.attn, self.window or R
         B, n, _ = x.shape
         q, k, v = a.W_QKV(x).split([a.h * a.d_k, a.h * a.d_k, a.h * a.d_v], dim=-1)
-        q, k, v = a._heads(q, a.d_k), a._heads(k, a.d_k), a._heads(v, a.d_v)  # (B, h, n, d)
+        q, k, v = a.heads(q, a.d_k), a.heads(k, a.d_k), a.heads(v, a.d_v)  # (B, h, n, d)
         # Neighbourhoods: pad r each side, then a sliding window of 2r + 1 positions.
         k = F.pad(k, (0, 0, r, r)).unfold(2, 2 * r + 1, 1)  # (B, h, n, d_k, 2r+1)
         v = F.pad(v, (0, 0, r, r)).unfold(2, 2 * r + 1, 1)  # (B, h, n, d_v, 2r+1)

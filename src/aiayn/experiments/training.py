@@ -14,9 +14,10 @@ from typing import Any
 from .. import checkpoint as ckpt
 from ..config import ModelConfig
 from ..data import Vocab
-from ..decode import SearchRequest, for_decoding
+from ..decode import SearchRequest
 from ..evaluate import evaluate_model
 from ..runtime.flops import count_parameters, forward_flops
+from ..runtime.ready import for_decoding
 from ..train.config import recipe_config
 from ..train.trainer import Trainer
 from .inputs import Corpus

@@ -37,6 +37,7 @@ from ..decode import Batching, DecodeConfig, SearchRequest, decode_ids
 from ..decode.translate import check_sentences
 from ..errors import UserError
 from ..files import check_not_input, write_lines_atomic
+from ..runtime.kernels import use_fast_paths
 from .constraint import TreeConstraint
 from .evalb import evalb_score
 from .linearize import Leaves, delinearize, index_token, is_bracket, linearize, source_line
@@ -256,6 +257,13 @@ def _parse_words(
     return out
 
 
+def _load(checkpoint: str | Path, device: str) -> tuple[Any, Vocab]:
+    """(model, vocabulary) of a checkpoint, with the fast kernels it always parsed with (not
+    the packed weights of ``runtime.for_decoding``: the same trees as before)."""
+    model, vocab = load_translator(checkpoint, device)
+    return use_fast_paths(model), _parser_vocab(vocab, checkpoint)
+
+
 def evaluate_parser(
     checkpoint: str | Path,
     data_dir: str | Path,
@@ -284,8 +292,7 @@ def evaluate_parser(
     for output in (trees_path, report_path):
         check_not_input(output, inputs, option="--out")
     gold = _gold_trees(data_dir, split, limit)
-    model, vocab = load_translator(checkpoint, device)
-    vocab = _parser_vocab(vocab, checkpoint)
+    model, vocab = _load(checkpoint, device)
     check_vocab(data_dir, vocab)
     leaves = prepared_leaves(data_dir)
     parsed = _parse_words(
@@ -374,8 +381,7 @@ def parse_lines(
     checkpoint records (``decode_leaves``)."""
     check_sentences(lines, "lines")
     leaves = decode_leaves(checkpoint, leaves)
-    model, vocab = load_translator(checkpoint, device)
-    vocab = _parser_vocab(vocab, checkpoint)
+    model, vocab = _load(checkpoint, device)
     words = [line.split() for line in lines]
     index = [i for i, w in enumerate(words) if w]
     parsed = _parse_words(

@@ -47,6 +47,26 @@ COMPILE_PAYBACK_S = 45.0
 MEASURE = "aiayn measure"
 # the settings it measures
 SETTINGS = ("train_bf16", "decode_bf16", "compile", "train_bf16_matmul_attention")
+# per setting, the figures its rule reads (numbers >= 0) and those it divides by (> 0); a
+# decode_bf16 figure may lack DECODE_KEYS (an older rule's: it decides nothing now)
+NUMBERS = {
+    "train_bf16": {"fp32_tokens_per_s", "bf16_tokens_per_s", "fp32_valid_ppl", "bf16_valid_ppl"},
+    "train_bf16_matmul_attention": {
+        "sdpa_fp32_step_ms",
+        "bf16_matmuls_step_ms",
+        "fp32_valid_ppl",
+        "bf16_matmuls_valid_ppl",
+    },
+    "decode_bf16": set(),
+    "compile": {"eager_tokens_per_s", "compiled_tokens_per_s", "compile_s"},
+}
+DIVISORS = {
+    "train_bf16": {"fp32_tokens_per_s", "fp32_valid_ppl"},
+    "train_bf16_matmul_attention": {"bf16_matmuls_step_ms", "fp32_valid_ppl"},
+    "decode_bf16": {"bf16_decode_s", "outputs"},
+    "compile": {"eager_tokens_per_s"},
+}
+SOURCE_KEYS = ("date", "torch")  # what every decision says it rests on
 
 
 @dataclass(frozen=True)
@@ -73,13 +93,44 @@ def load_table(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     ``compile``)."""
     try:
         content = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{path}: not a table of measured figures: not UTF-8 ({e.reason})"
+        ) from None
     except json.JSONDecodeError as e:  # a table edited by hand, or cut short by a full disk
         raise UserError(
             f"{path}: line {e.lineno}: not a table of measured figures: {e.msg}"
         ) from None
     if not isinstance(content, dict):
         raise UserError(f"{path}: not a table of measured figures (a JSON object by chip class)")
+    for chip, settings in content.items():
+        if not isinstance(settings, dict):
+            raise UserError(f"{path}: {chip}: not an object of figures by setting")
+        for setting, figure in settings.items():
+            if not isinstance(figure, dict):
+                raise UserError(f"{path}: {chip}.{setting}: not an object of figures")
     return content
+
+
+def check_figure(figure: dict[str, Any], setting: str, where: str) -> dict[str, Any]:
+    """``figure`` if its rule can read it, else a ``UserError`` naming ``where`` and the key: a
+    figure missing, not a number, or zero where the rule divides by it. A decode_bf16 figure
+    without every one of ``DECODE_KEYS`` is an older rule's, decided off (``decode_bf16``)."""
+    numbers = NUMBERS[setting]
+    if setting == "decode_bf16":
+        if not DECODE_KEYS <= set(figure):
+            return figure
+        numbers = DECODE_KEYS
+    for key in (*sorted(numbers), *SOURCE_KEYS):
+        if key not in figure:
+            raise UserError(f"{where}: no {key!r}")
+    for key in sorted(numbers):
+        value = figure[key]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise UserError(f"{where}.{key}: {value!r} is not a number >= 0")
+        if value == 0 and key in DIVISORS[setting]:
+            raise UserError(f"{where}.{key}: 0, which the rule divides by")
+    return figure
 
 
 def entry(chip: str, setting: str, table: Path | None = None) -> dict[str, Any] | None:
@@ -90,7 +141,7 @@ def entry(chip: str, setting: str, table: Path | None = None) -> dict[str, Any] 
         if path.exists():
             figure = load_table(path).get(chip, {}).get(setting)
             if figure is not None:
-                return figure
+                return check_figure(figure, setting, f"{path}: {chip}.{setting}")
     return None
 
 
@@ -129,7 +180,7 @@ def train_bf16(chip: str, table: Path | None = None) -> Decision:
 
 
 def train_bf16_matmul_attention(chip: str, table: Path | None = None) -> Decision:
-    """Attention as bf16 matmuls and softmax (``runtime.matmul_attention``) in bf16
+    """Attention as bf16 matmuls and softmax (``runtime.kernels.matmul_attention``) in bf16
     training on a CPU: on where the trainer's bf16 step measured at least 1.02x as fast with it
     as with SDPA in fp32, and the demo recipe's validation perplexity after the same updates
     within 3% of fp32 training's."""

@@ -1,6 +1,7 @@
-"""The fast paths: faster kernels for the model's hooks on the CPU and in low precision.
+"""The fast paths: faster kernels for the slots the model declares (``model.Kernels``), on the
+CPU and in low precision.
 
-``use_fast_paths(model)`` sets them (training, loading a checkpoint, preparing a model for
+``use_fast_paths(model)`` gives them to a model (``aiayn.runtime``'s doors: for training, for
 decoding); ``aiayn.model`` itself computes what the paper says with PyTorch's fused attention,
 ``nn.Dropout`` and every key-padding mask given. What they change is speed, not the function:
 
@@ -22,22 +23,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..model import MultiHeadAttention, Transformer, attention_mask
+from ..model import Kernels, Transformer, attention_mask
 
 
 def use_fast_paths(model: nn.Module) -> nn.Module:
-    """``model``'s hooks set to this module's kernels, in place, and its ``nn.Dropout`` layers
-    made ``UniformDropout``; the weights (and so the state dict) are untouched. Idempotent."""
+    """Every ``Transformer`` of ``model`` computing with this module's kernels (``fast_kernels``,
+    through ``Transformer.use_kernels``), in place; what its decode step's attention computes
+    in (``decode_attention``) kept. The weights (and so the state dict) are untouched."""
     for module in list(model.modules()):
-        if isinstance(module, MultiHeadAttention):
-            module.attention_cast, module.attention_kernel = for_attention, attention_kernel
-        elif isinstance(module, Transformer):
-            module.key_padding = key_padding
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Dropout:
-                fast = UniformDropout(child.p, inplace=child.inplace).train(child.training)
-                setattr(module, name, fast)
+        if isinstance(module, Transformer):
+            module.use_kernels(fast_kernels(module.kernels.decode_attention))
     return model
+
+
+def fast_kernels(decode_attention: str | None = None) -> Kernels:
+    """The model's slots (``Kernels``) filled with this module's kernels."""
+    return Kernels(
+        attention_cast=for_attention,
+        attention=attention_kernel,
+        key_padding=key_padding,
+        dropout=UniformDropout,
+        decode_attention=decode_attention,
+    )
 
 
 # --- Attention: precision and kernels --------------------------------------------------------
@@ -53,7 +60,7 @@ def attention_kernel(
     scale: float = 1.0,
 ) -> Tensor:
     """``fused_attention`` with ``F.scaled_dot_product_attention``'s arguments, the contract of
-    the model's attention hook (``MultiHeadAttention.attention_kernel``)."""
+    the model's attention slot (``Kernels.attention``)."""
     return fused_attention(q, k, v, attn_mask, scale, dropout_p, is_causal)
 
 

@@ -4,7 +4,7 @@ precision (``choose_precision``) and a bf16 model's decoder attention (``decoder
 
 Each choice asks ``hardware`` what the chip can do and ``figures`` what was measured to pay on
 its class, and says why in a phrase that summaries, reports and ``config.json`` repeat; the
-kernels chosen are ``runtime``'s.
+kernels chosen live in ``kernels``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def resolve_amp(amp: str, device: torch.device) -> tuple[str, str]:
 def resolve_attention(amp: str, device: torch.device) -> str:
     """The attention path of training, as the summary names it: ``BF16_MATMULS`` for bf16 on a
     CPU whose class measured it to pay (``figures.train_bf16_matmul_attention``), else
-    ``SDPA in`` what ``runtime.attention_precision`` computes in (fp32 on every CPU)."""
+    ``SDPA in`` what ``runtime.kernels.attention_precision`` computes in (fp32 on every CPU)."""
     if device.type == "cpu" and amp == "bf16":
         if figures.train_bf16_matmul_attention(bf16_support(device).chip).on:
             return BF16_MATMULS

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..model import Transformer
-from .kernels import use_fast_paths
+from .kernels import fast_kernels
 from .policy import decoder_attention
 
 
@@ -30,14 +30,15 @@ from .policy import decoder_attention
 def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
     """The model's weights and buffers (the positional encoding) as bf16, in place; every
     activation then follows, since each op computes in its inputs' dtype, but the decoder's
-    attention, which computes in ``attention`` ("fp32" or "bf16", the model's ``decode_attention``
-    that ``decode.cache`` reads; default: ``decoder_attention`` of the model's device). The
-    encoder's attention computes as in training (``runtime.use_fast_paths``: fp32 on a CPU)."""
+    attention, which computes in ``attention`` ("fp32" or "bf16", the model's
+    ``Kernels.decode_attention`` that ``decode.cache`` reads; default: ``decoder_attention`` of
+    the model's device). The encoder's attention computes as in training (``fast_kernels``:
+    fp32 on a CPU)."""
     if attention is None:
         attention = decoder_attention(next(model.parameters()).device)
     if attention not in ("fp32", "bf16"):
         raise ValueError(f"attention in fp32 or bf16, not {attention!r}")
-    for module in model.modules():
+    for module in list(model.modules()):
         if isinstance(module, Transformer):
-            module.decode_attention = attention
-    return use_fast_paths(model).to(torch.bfloat16).eval()
+            module.use_kernels(fast_kernels(decode_attention=attention))
+    return model.to(torch.bfloat16).eval()

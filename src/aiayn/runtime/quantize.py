@@ -1,10 +1,8 @@
-"""The weights' form for decoding on the CPU: fp32 packed for oneDNN, int8 (``--quantize int8``)
-or bf16 (``--precision bf16``, see ``precision``).
+"""int8 weights for decoding on the CPU (``--quantize int8``; the door is
+``runtime.for_decoding``).
 
     model, _ = load_transformer(checkpoint)      # safetensors: no pickle, no code executed
-    model = for_decoding(model)                  # fp32, Linear weights packed (see ``packed``)
-    model = for_decoding(model, "int8")          # or int8
-    model = for_decoding(model, precision="bf16")  # or bf16 (packed where native)
+    model = for_decoding(model, "int8")          # aiayn.runtime.ready
 
 Every ``nn.Linear`` (attention projections, feed-forward, and the output projection, which
 gets its own int8 copy of the tied embedding matrix) becomes a dynamically quantized linear:
@@ -27,32 +25,14 @@ import warnings
 from torch import nn
 
 from ..errors import UserError
-from .kernels import use_fast_paths
-from .packed import pack_linears
-from .policy import check_combination
-from .precision import to_bf16
 
 QUANTIZE_MODES = ("int8",)
 
 
-def for_decoding(
-    model: nn.Module,
-    quantize: str | None = None,
-    precision: str = "fp32",
-    attention: str | None = None,
-) -> nn.Module:
-    """A loaded model made ready for decoding, in place: ``quantize`` None keeps fp32 and packs the
-    Linear weights for oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it
-    is); "int8" quantizes them; ``precision`` "bf16" casts every weight to bf16 instead (not with
-    int8), packed too where oneDNN computes bf16 natively, its decoder attention in ``attention``
-    (``precision.to_bf16``); the model's hooks get the fast paths (``runtime.use_fast_paths``).
-    Never for a model that will still be trained."""
-    check_combination(quantize, precision)
-    use_fast_paths(model)
-    if precision == "bf16":
-        return pack_linears(to_bf16(model, attention))
-    if quantize is None:
-        return pack_linears(model)
+def quantize_int8(model: nn.Module, quantize: str = "int8") -> nn.Module:
+    """Every ``nn.Linear`` of a CPU model made a dynamically quantized int8 linear, in place
+    (``quantize`` names the mode, one of ``QUANTIZE_MODES``). Never for a model that will still
+    be trained."""
     if quantize not in QUANTIZE_MODES:
         raise UserError(
             f"unknown quantization {quantize!r}; choose one of: {', '.join(QUANTIZE_MODES)}"
@@ -84,5 +64,5 @@ def _pass_on_deprecation(caught: list[warnings.WarningMessage]) -> None:
             f"--quantize int8 runs on PyTorch's eager int8 kernels, which it deprecates "
             f"({said}); torchao's eager int8 is slower on the CPU (docs/decoding.md#int8)",
             FutureWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of for_decoding
         )

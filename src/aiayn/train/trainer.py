@@ -44,8 +44,9 @@ from ..files import exclusive_lock, lock_holder, write_text_atomic
 from ..model import Transformer
 from ..runtime.flops import mfu, paper_cost, real_lengths, training_flops
 from ..runtime.hardware import bf16_support, keep_onednn_primitives
-from ..runtime.kernels import BF16_MATMULS, bf16_matmul_attention, use_fast_paths
+from ..runtime.kernels import BF16_MATMULS, bf16_matmul_attention
 from ..runtime.policy import resolve_amp, resolve_attention, resolve_compile
+from ..runtime.ready import for_training
 from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig, resume_changes
@@ -180,7 +181,7 @@ class Trainer:
         average; then each rank's own dropout seed."""
         cfg = self.cfg
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = use_fast_paths(Transformer(self.model_cfg, init=cfg.init)).to(self.device)
+        self.model = for_training(Transformer(self.model_cfg, init=cfg.init), self.device)
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)  # independent dropout per rank
         self.ddp = DistributedDataParallel(self.model) if self.dist.enabled else self.model
         # kept by rank 0 only, which validates and saves; the weights are the same on every rank
