@@ -248,14 +248,12 @@ def marian_tensor(state: dict[str, Tensor], name: str, shape: tuple[int, ...]) -
 
 
 def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: Layout) -> set[str]:
-    """Fill ``model`` with Marian's ``state``: ``export.hf.marian_state_dict`` backwards; the
-    names of the tensors read."""
+    """Fill ``model`` from Marian's ``state`` (``export.hf``'s mapping backwards); names read."""
     c = model.cfg
     Q = torch.argsort(marian_permutation(c.d_model))  # ours = marian[Q]
     order = torch.tensor(layout.order)
     rows, own = order.clamp(min=0), order < 0
-
-    used: set[str] = set()
+    marian, used = int((~own).sum()), set()  # Marian's vocabulary size; the tensors read
 
     def get(name: str, *shape: int) -> Tensor:
         used.add(name)
@@ -277,7 +275,7 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
 
     def embedding(tokens: torch.nn.Embedding, *names: str) -> None:
         name = next((n for n in names if n in state), names[-1])
-        matrix = get(name, int((~own).sum()), c.d_model)[rows][:, Q]
+        matrix = get(name, marian, c.d_model)[rows][:, Q]
         tokens.weight.copy_(matrix.masked_fill(own[:, None], 0.0))
 
     shared = "model.shared.weight"
@@ -285,10 +283,9 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
     if not c.share_embeddings:
         embedding(model.tgt_embed.tokens, "model.decoder.embed_tokens.weight", shared)
     if c.output_bias:
-        marian = int((~own).sum())
-        bias = get("final_logits_bias", 1, marian) if "final_logits_bias" in state else None
-        bias = (torch.zeros(1, marian) if bias is None else bias).reshape(-1)
-        model.generator.bias.copy_(bias[rows].masked_fill(own, PAD_LOGIT_BIAS))
+        name = "final_logits_bias"
+        bias = get(name, 1, marian) if name in state else torch.zeros(1, marian)
+        model.generator.bias.copy_(bias.reshape(-1)[rows].masked_fill(own, PAD_LOGIT_BIAS))
     for i, layer in enumerate(model.encoder):
         p = f"model.encoder.layers.{i}"
         joined(layer.self_attn.W_QKV, f"{p}.self_attn", "qkv")
