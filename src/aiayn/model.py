@@ -314,7 +314,11 @@ def attention_mask(
 
 
 # ``activation`` other than "relu" is a deviation (pretrained OPUS-MT models use swish).
-ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+}
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -376,7 +380,8 @@ class Embedding(nn.Module):
         end = start + x.size(1)
         if end > self.max_len:
             raise ValueError(f"sequence of length {end} exceeds max_len={self.max_len}")
-        pe = self.learned.weight[start:end] if hasattr(self, "learned") else self.pe[start:end]
+        table = self.learned.weight if hasattr(self, "learned") else self.get_buffer("pe")
+        pe = table[start:end]
         return self.dropout(self.tokens(x) * self.scale + pe)
 
 

@@ -159,6 +159,7 @@ def _compared(fp32: list[str], bf16: list[str], references: list[str]) -> dict[s
 
     tested = significance([("fp32", fp32), ("bf16", bf16)], references, ["bleu"])
     fp32_bleu, bf16_bleu = (scores["BLEU"] for scores in tested.scores)
+    assert bf16_bleu.p_bootstrap is not None and bf16_bleu.p_ar is not None  # two systems: tested
     return {
         "fp32_sacrebleu": round(fp32_bleu.score, 2),
         "bf16_sacrebleu": round(bf16_bleu.score, 2),

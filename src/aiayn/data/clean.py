@@ -213,10 +213,9 @@ class Cleaner:
         self._seen = set()
 
     def _languages_match(self, src: str, tgt: str) -> bool:
-        src_lang, tgt_lang = self.langs
-        return self.language_fits(src, src_lang, tgt_lang) and self.language_fits(
-            tgt, tgt_lang, src_lang
-        )
+        fits, (src_lang, tgt_lang) = self.language_fits, self.langs
+        assert fits is not None and src_lang and tgt_lang  # set only with both languages known
+        return fits(src, src_lang, tgt_lang) and fits(tgt, tgt_lang, src_lang)
 
     def summary(self, name: str) -> str:
         """One line: what was read, kept, and dropped by each filter that dropped any."""

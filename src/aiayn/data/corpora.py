@@ -258,7 +258,7 @@ def iter_tmx(path: Path, langs: Languages) -> Iterator[Pair]:
             f"{path}: which of the TMX file's languages is the source and which the target? "
             "give --src-lang and --tgt-lang"
         )
-    src, tgt, others = _primary(langs.src), _primary(langs.tgt), Counter()
+    src, tgt, others = _primary(langs.src), _primary(langs.tgt), Counter[str]()
     with open_binary(path) as f:
         parents: list[ET.Element] = []
         try:

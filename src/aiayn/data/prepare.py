@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from importlib import resources
 from itertools import islice
@@ -42,7 +42,13 @@ from .binarize import (
 )
 from .clean import Cleaning, HeldOut, language_identifier
 from .corpora import TAG_BT, Corpus, Languages, resolve_languages, text_lines
-from .pieces import copy_vocabulary, load_vocabulary, resolve_vocabulary, vocabulary_files
+from .pieces import (
+    AnyVocab,
+    copy_vocabulary,
+    load_vocabulary,
+    resolve_vocabulary,
+    vocabulary_files,
+)
 from .readers import iter_lines
 from .select import HeldOutSizes, Plan, clean_train, held_out_splits
 from .vocab import Vocab
@@ -94,7 +100,7 @@ def bundled_corpus_paths(src: str = "en", tgt: str = "es") -> dict[str, tuple[Pa
 
 
 def prepare_corpus(
-    splits: dict[str, SplitInput],
+    splits: Mapping[str, SplitInput],
     out_dir: str | os.PathLike,
     vocab_size: int = 8000,
     max_len: int | None = 256,
@@ -183,6 +189,7 @@ def _as_corpora(split: str, value: SplitInput) -> list[Corpus]:
         return [value]
     if isinstance(value, list) and value and all(isinstance(c, Corpus) for c in value):
         return value
+    assert not isinstance(value, list)  # a list is of Corpus (checked above)
     src, tgt = value
     return [Corpus(split, "pair", (Path(src), Path(tgt)))]
 
@@ -285,13 +292,13 @@ def _build(
     clean_s = time.perf_counter() - start
     tagged = any(c.back_translated for c in plan.corpora["train"])
     symbols = [*user_defined_symbols, *([TAG_BT] if tagged else [])]
-    vocab = _vocabulary(out, vocab, text.files, vocab_size, num_threads, symbols)
+    vocabulary = _vocabulary(out, vocab, text.files, vocab_size, num_threads, symbols)
     vocab_s = time.perf_counter() - start - clean_s
-    summary = {"train": _binarise_train(plan, text, vocab, out, max_len, workers)}
+    summary = {"train": _binarise_train(plan, text, vocabulary, out, max_len, workers)}
     if held.sizes:
         summary["train"]["overlap"] = {**text.cleaner.overlap, "held_out": held.report()}
     for split, pairs in held_out.pairs.items():
-        counts = binarize_split(pairs, vocab, out, split, max_len, workers=workers)
+        counts = binarize_split(pairs, vocabulary, out, split, max_len, workers=workers)
         where = _files(plan.corpora.get(split, [])) or "carved from train"
         read = held_out.cleaners[split].counts
         _check_kept(split, where, {**counts, "max_len": max_len}, read, plan)
@@ -301,7 +308,7 @@ def _build(
     for path in text.files:
         path.unlink()
     record = {**plan.languages.record(), **(record or {})}
-    meta = write_meta(out, vocab, summary, record or None)
+    meta = write_meta(out, vocabulary, summary, record or None)
     seconds = {"clean": clean_s, "vocab": vocab_s, "total": time.perf_counter() - start}
     return {**meta, "seconds": seconds}
 
@@ -313,7 +320,7 @@ def _vocabulary(
     vocab_size: int,
     num_threads: int,
     symbols: list[str],
-) -> Vocab:
+) -> AnyVocab:
     """The given vocabulary (a SentencePiece model, or a checkpoint's one or two) copied into
     ``out``, or one trained on ``text``."""
     if given is None:
@@ -335,7 +342,7 @@ def _vocabulary(
 
 
 def _binarise_train(
-    plan: Plan, text: Any, vocab: Vocab, out: Path, max_len: int | None, workers: int
+    plan: Plan, text: Any, vocab: AnyVocab, out: Path, max_len: int | None, workers: int
 ) -> dict[str, Any]:
     kept = sum(text.group_sizes)
     pairs = tqdm(

@@ -12,8 +12,9 @@ the cache depends on the model, never the reverse.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -22,6 +23,12 @@ from ..model import DecoderLayer, MultiHeadAttention, Transformer, attention_mas
 from ..runtime.kernels import attention_precision, key_padding
 
 # --- The decoding interface ----------------------------------------------------------------
+
+
+def decoder_layers(model: Transformer) -> Iterable[DecoderLayer]:
+    """The decoder's layers as what they are (an ``nn.ModuleList`` yields plain ``Module``s);
+    the list itself, no copy, since the decoder steps through it every token."""
+    return cast("Iterable[DecoderLayer]", model.decoder)
 
 
 def new_cache(model: Any, memory: Any, src_mask: Tensor, max_len: int | None = None) -> Any:
@@ -53,7 +60,7 @@ def shared_history_cache(
         bias = bias.masked_fill_(~padding, float("-inf")).expand(-1, model.cfg.h, -1, -1)
         bias = bias.contiguous()
     layers, contiguous = [], torch.contiguous_format
-    for layer in model.decoder:
+    for layer in decoder_layers(model):
         k, v = layer.src_attn.project_kv(memory, cast=False)  # 2 x (n, h, S, d)
         # cast and laid out in one copy each (``copy``: also when the dtype is already it);
         # the keys stored (n, h, d, S), seen as (n, h, S, d)
@@ -71,7 +78,7 @@ def decode_state(model: Transformer, tgt_in: Tensor, cache: DecoderCache) -> Ten
     are sentence-major: b consecutive rows (beams) per sentence of the cache."""
     step = cache.advance(tgt_in)
     y = model.tgt_embed(tgt_in, start=step.start)
-    for layer, layer_cache in zip(model.decoder, cache.layers):
+    for layer, layer_cache in zip(decoder_layers(model), cache.layers):
         y = step_layer(layer, y, layer_cache, step)
     return model.dec_norm(y[:, -1])
 
@@ -327,6 +334,7 @@ class DecoderCache:
         visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
         if m > 1:  # several new positions: causal (and windowed) among themselves
             order = attention_mask(m, end, keys.device, causal=True, window=self.window)
+            assert order is not None  # causal: always a mask
             visible = visible & order[None, :, first:, None]  # (B, m, P, W)
         cells = (end - first) * W
         # (B, m, P, W) -> (n, 1, b*m, P*W), then one copy per head: half the work of filling

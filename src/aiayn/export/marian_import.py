@@ -44,7 +44,7 @@ from ..data.pieces import TwoModelVocab, sentencepiece_model
 from ..data.vocab import BOS_ID, PAD_ID
 from ..files import check_not_input, check_parent, publish_dir, temp_dir_beside
 from ..model import Transformer
-from .common import ExportError
+from .common import ExportError, layers
 from .hf import marian_permutation
 
 PAD_LOGIT_BIAS = -100.0  # our extra pad row's output bias: e^-100 of the softmax, i.e. none
@@ -187,7 +187,9 @@ def vocabulary_layout(marian_vocab: dict[str, int], config: dict[str, Any], wher
     pad, eos = config.get("pad_token_id"), config.get("eos_token_id")
     start = config.get("decoder_start_token_id", pad)
     unk = marian_vocab.get("<unk>")
-    if unk is None or len({pad, eos, unk}) < 3 or start in (eos, unk) or not isinstance(eos, int):
+    if not (isinstance(pad, int) and isinstance(eos, int) and isinstance(start, int)) or (
+        unk is None or len({pad, eos, unk}) < 3 or start in (eos, unk)
+    ):
         raise ExportError(
             f"{where}: pad {pad}, eos {eos}, unk {unk}, start {start}: need distinct ids"
         )
@@ -263,7 +265,7 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
         linear.weight.copy_(get(f"{name}.weight", *linear.weight.shape)[:, Q])
         linear.bias.copy_(get(f"{name}.bias", *linear.bias.shape))
 
-    def writes(module: torch.nn.Module, name: str) -> None:
+    def writes(module: torch.nn.Linear | torch.nn.LayerNorm, name: str) -> None:
         module.weight.copy_(get(f"{name}.weight", *module.weight.shape)[Q])
         module.bias.copy_(get(f"{name}.bias", *module.bias.shape)[Q])
 
@@ -286,7 +288,8 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
         name = "final_logits_bias"
         bias = get(name, 1, marian) if name in state else torch.zeros(1, marian)
         model.generator.bias.copy_(bias.reshape(-1)[rows].masked_fill(own, PAD_LOGIT_BIAS))
-    for i, layer in enumerate(model.encoder):
+    encoder, decoder = layers(model)
+    for i, layer in enumerate(encoder):
         p = f"model.encoder.layers.{i}"
         joined(layer.self_attn.W_QKV, f"{p}.self_attn", "qkv")
         writes(layer.self_attn.W_O, f"{p}.self_attn.out_proj")
@@ -294,18 +297,18 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
         reads(layer.feed_forward.W_1, f"{p}.fc1")
         writes(layer.feed_forward.W_2, f"{p}.fc2")
         writes(layer.ffn_norm, f"{p}.final_layer_norm")
-    for i, layer in enumerate(model.decoder):
+    for i, dlayer in enumerate(decoder):
         p = f"model.decoder.layers.{i}"
-        joined(layer.self_attn.W_QKV, f"{p}.self_attn", "qkv")
-        writes(layer.self_attn.W_O, f"{p}.self_attn.out_proj")
-        writes(layer.self_attn_norm, f"{p}.self_attn_layer_norm")
-        reads(layer.src_attn.W_Q, f"{p}.encoder_attn.q_proj")
-        joined(layer.src_attn.W_KV, f"{p}.encoder_attn", "kv")
-        writes(layer.src_attn.W_O, f"{p}.encoder_attn.out_proj")
-        writes(layer.src_attn_norm, f"{p}.encoder_attn_layer_norm")
-        reads(layer.feed_forward.W_1, f"{p}.fc1")
-        writes(layer.feed_forward.W_2, f"{p}.fc2")
-        writes(layer.ffn_norm, f"{p}.final_layer_norm")
+        joined(dlayer.self_attn.W_QKV, f"{p}.self_attn", "qkv")
+        writes(dlayer.self_attn.W_O, f"{p}.self_attn.out_proj")
+        writes(dlayer.self_attn_norm, f"{p}.self_attn_layer_norm")
+        reads(dlayer.src_attn.W_Q, f"{p}.encoder_attn.q_proj")
+        joined(dlayer.src_attn.W_KV, f"{p}.encoder_attn", "kv")
+        writes(dlayer.src_attn.W_O, f"{p}.encoder_attn.out_proj")
+        writes(dlayer.src_attn_norm, f"{p}.encoder_attn_layer_norm")
+        reads(dlayer.feed_forward.W_1, f"{p}.fc1")
+        writes(dlayer.feed_forward.W_2, f"{p}.fc2")
+        writes(dlayer.ffn_norm, f"{p}.final_layer_norm")
     return used
 
 

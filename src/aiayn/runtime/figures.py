@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def check_figure(figure: dict[str, Any], setting: str, where: str) -> dict[str, 
     """``figure`` if its rule can read it, else a ``UserError`` naming ``where`` and the key: a
     figure missing, not a number, or zero where the rule divides by it. A decode_bf16 figure
     without every one of ``DECODE_KEYS`` is an older rule's, decided off (``decode_bf16``)."""
-    numbers = NUMBERS[setting]
+    numbers: AbstractSet[str] = NUMBERS[setting]
     if setting == "decode_bf16":
         if not DECODE_KEYS <= set(figure):
             return figure

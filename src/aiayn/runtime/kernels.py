@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import math
 from collections.abc import Iterator
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -25,8 +26,12 @@ from torch import Tensor, nn
 
 from ..model import Kernels, Transformer, attention_mask
 
+ModuleT = TypeVar(
+    "ModuleT", bound=nn.Module
+)  # the runtime's doors return the model they were given
 
-def use_fast_paths(model: nn.Module) -> nn.Module:
+
+def use_fast_paths(model: ModuleT) -> ModuleT:
     """Every ``Transformer`` of ``model`` computing with this module's kernels (``fast_kernels``,
     through ``Transformer.use_kernels``), in place; what its decode step's attention computes
     in (``decode_attention``) kept. The weights (and so the state dict) are untouched."""

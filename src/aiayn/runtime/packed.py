@@ -19,12 +19,16 @@ only where oneDNN computes in bf16 natively).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..model import PositionwiseFeedForward
 from .hardware import bf16_support, keep_onednn_primitives
+from .kernels import ModuleT
 
 
 def available() -> bool:
@@ -87,7 +91,7 @@ class PackedFeedForward(nn.Module):
 
 
 @torch.no_grad()
-def pack_linears(model: nn.Module) -> nn.Module:
+def pack_linears(model: ModuleT) -> ModuleT:
     """Replace every ``nn.Linear`` of an eval-mode CPU model, fp32 or bf16, by a
     ``PackedLinear``, in place, and every feed-forward by a ``PackedFeedForward`` (the tied
     output projection gets its own packed copy; the embedding keeps the matrix). Returns the
@@ -103,12 +107,14 @@ def pack_linears(model: nn.Module) -> nn.Module:
         keep_onednn_primitives()
     model.eval()
     # The feed-forwards first, so that their Linears are packed once, by ``PackedFeedForward``.
-    for kind, replacement in (
-        (PositionwiseFeedForward, PackedFeedForward),
-        (nn.Linear, PackedLinear),
-    ):
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if type(child) is kind:
-                    setattr(parent, name, replacement(child))
+    _replace(model, PositionwiseFeedForward, PackedFeedForward)
+    _replace(model, nn.Linear, PackedLinear)
     return model
+
+
+def _replace(model: nn.Module, kind: type, replacement: Callable[[Any], nn.Module]) -> None:
+    """Every child module of exactly type ``kind`` swapped for ``replacement(child)``."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is kind:
+                setattr(parent, name, replacement(child))

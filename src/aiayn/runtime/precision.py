@@ -19,15 +19,14 @@ paired bootstrap finds (``measured.decode_rule``, docs/decoding.md#precision). i
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ..model import Transformer
-from .kernels import fast_kernels
+from .kernels import ModuleT, fast_kernels
 from .policy import decoder_attention
 
 
 @torch.no_grad()
-def to_bf16(model: nn.Module, attention: str | None = None) -> nn.Module:
+def to_bf16(model: ModuleT, attention: str | None = None) -> ModuleT:
     """The model's weights and buffers (the positional encoding) as bf16, in place; every
     activation then follows, since each op computes in its inputs' dtype, but the decoder's
     attention, which computes in ``attention`` ("fp32" or "bf16", the model's

@@ -25,11 +25,12 @@ import warnings
 from torch import nn
 
 from ..errors import UserError
+from .kernels import ModuleT
 
 QUANTIZE_MODES = ("int8",)
 
 
-def quantize_int8(model: nn.Module, quantize: str = "int8") -> nn.Module:
+def quantize_int8(model: ModuleT, quantize: str = "int8") -> ModuleT:
     """Every ``nn.Linear`` of a CPU model made a dynamically quantized int8 linear, in place
     (``quantize`` names the mode, one of ``QUANTIZE_MODES``). Never for a model that will still
     be trained."""

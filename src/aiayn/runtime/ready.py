@@ -14,10 +14,9 @@ computes (bf16 and int8 round differently, by the user's choice).
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from ..model import Transformer
-from .kernels import use_fast_paths
+from .kernels import ModuleT, use_fast_paths
 from .packed import pack_linears
 from .policy import check_combination
 from .precision import to_bf16
@@ -32,11 +31,11 @@ def for_training(model: Transformer, device: torch.device | str) -> Transformer:
 
 
 def for_decoding(
-    model: nn.Module,
+    model: ModuleT,
     quantize: str | None = None,
     precision: str = "fp32",
     attention: str | None = None,
-) -> nn.Module:
+) -> ModuleT:
     """A loaded model (on the device it decodes on) made ready for decoding, in place: the fast
     kernels (``use_fast_paths``); ``quantize`` None keeps fp32 and packs the Linear weights for
     oneDNN on the CPU (``packed.pack_linears``; elsewhere the model stays as it is); "int8"

@@ -79,7 +79,9 @@ class Marked:
 
 
 def _name(tag: str) -> str:
-    return re.match(r"</?([\w:.-]+)", tag).group(1).lower()
+    named = re.match(r"</?([\w:.-]+)", tag)
+    assert named is not None  # a tag the tokenizer matched starts with its name
+    return named.group(1).lower()
 
 
 def _glued(plain: list[str], body: str, at: int) -> bool:

@@ -57,6 +57,7 @@ class Placeholders:
                 return
             i = min(found)[1]
             match = nexts[i]
+            assert match is not None  # i is one of found's
             yield self.patterns[i][0], match
             at = match.end()
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 class _LabelSmoothedNLL(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, eps: float, ignore_index: int):  # type: ignore[override]
+    def forward(ctx, logits: Tensor, target: Tensor, eps: float, ignore_index: int):
         valid = target != ignore_index
         t = target.masked_fill(~valid, 0).unsqueeze(1)  # (N, 1), ignored rows read class 0
         if logits.dtype in (torch.bfloat16, torch.float16):
@@ -42,7 +42,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         return ((1 - eps) * nll + eps * smooth).sum(), nll.sum()
 
     @staticmethod
-    def backward(ctx, g_loss: Tensor, g_nll: Tensor):  # type: ignore[override]
+    def backward(ctx, g_loss: Tensor, g_nll: Tensor):
         logp, t, w = ctx.saved_tensors
         eps, V = ctx.eps, logp.size(-1)
         g_loss = logp.new_zeros(()) if g_loss is None else g_loss

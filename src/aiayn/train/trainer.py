@@ -323,7 +323,8 @@ class Trainer:
             )
             batch = batch.to(self.device)  # lengths counted on the CPU copy: no device sync
             last = micro == self.update_freq - 1
-            sync = nullcontext() if last or not self.dist.enabled else self.ddp.no_sync()
+            ddp = self.ddp if isinstance(self.ddp, DistributedDataParallel) else None
+            sync = nullcontext() if last or ddp is None else ddp.no_sync()
             with sync:
                 mask = batch.tgt_out != pad
                 with self._autocast():
@@ -849,7 +850,7 @@ class _Log:
             self.jsonl = open(out / "log.jsonl", "a", encoding="utf-8")
             self.tb = SummaryWriter(str(out / "tensorboard"))
 
-    def write(self, record: dict[str, float]) -> None:
+    def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         self.jsonl.write(json.dumps(record) + "\n")
@@ -871,7 +872,7 @@ def _shown_validation(valid: dict[str, Any]) -> dict[str, str]:
 
 
 def _advance(bar: tqdm, update: int, elapsed: float, cfg: TrainConfig) -> None:
-    bar.n = min(int(elapsed), bar.total) if cfg.max_minutes else update
+    bar.n = min(int(elapsed), bar.total or 0) if cfg.max_minutes else update
     bar.refresh()
 
 
