@@ -142,7 +142,7 @@ def test_html_void_elements_need_no_close():
     pattern = placeholder_pattern(markup=True, built_in=False)
     marked = take_apart("line one<br>line <b>two</b>", pattern, html=True)
     out = put_back(marked, "l1 o l2 t", [(0, 0), (1, 1), (2, 2), (3, 3)], markup=True)
-    assert out == "l1 o <br> l2 <b>t</b>" and well_formed(out, "html")
+    assert out == "l1 o<br>l2 <b>t</b>" and well_formed(out, "html")  # glued as it was
     assert not well_formed("<b>x</i>", "html") and not well_formed("<b>x", "xml")
 
 
@@ -223,6 +223,10 @@ def test_things_glued_in_the_source_stay_glued():
     marked = take_apart("Dear {first}{last}, see <b>this</b><i>that</i>", PATTERN)
     out = put_back(marked, "Querido , ver esto aquello", [(i, i) for i in range(4)], True)
     assert "{first}{last}" in out and "</b><i>" in out, out
+    counted = take_apart("{count}items left", PATTERN)
+    assert (
+        put_back(counted, "quedan articulos", [(0, 1), (1, 0)], False) == "quedan {count}articulos"
+    )
     spaced = take_apart("{first} {last} x", PATTERN)
     assert put_back(spaced, "y", [(0, 0)], markup=False) == "{first} {last} y"
 

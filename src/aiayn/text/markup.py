@@ -36,12 +36,13 @@ RAW_TEXT = frozenset({"script", "style"})  # HTML elements whose contents are co
 
 @dataclass
 class Leaf:
-    """A placeholder or self-closing tag, at character ``at`` of the plain text; ``glued``:
-    it follows the thing taken out before it with no space (``{first}{last}``)."""
+    """A placeholder or self-closing tag, at character ``at`` of the plain text; ``touches``:
+    whether the source had no space on its left and on its right (``{count}items``,
+    ``{first}{last}``): the output keeps those sides glued."""
 
     text: str
     at: int
-    glued: bool = False
+    touches: tuple[bool, bool] = (False, False)
 
 
 @dataclass
@@ -84,6 +85,11 @@ def _name(tag: str) -> str:
     return named.group(1).lower()
 
 
+def _touches(body: str, end: int) -> bool:
+    """Whether the thing taken out of ``body`` up to ``end`` has no space after it."""
+    return end < len(body) and not body[end].isspace()
+
+
 def _glued(plain: list[str], body: str, at: int) -> bool:
     """Whether a thing taken out stood between two words with no space."""
     before = next((p for p in reversed(plain) if p), "")
@@ -115,10 +121,11 @@ def take_apart(text: str, pattern: Placeholders, html: bool = False) -> Marked:
             end = _raw_text_end(body, tag, end)
             tag, leaf = body[m.start() : end], True
         glued = m.start() == at  # right after the thing taken out before it
+        touches = (m.start() > 0 and not body[m.start() - 1].isspace(), _touches(body, end))
         plain.append(body[max(at, 0) : m.start()])
         at, here = end, sum(map(len, plain))
         if leaf:
-            stack[-1].children.append(Leaf(tag, here, glued))
+            stack[-1].children.append(Leaf(tag, here, touches))
             if _glued(plain, body, at):  # "one<br>two": still two words
                 plain.append(" ")
         elif not tag.startswith("</"):
@@ -128,12 +135,12 @@ def take_apart(text: str, pattern: Placeholders, html: bool = False) -> Marked:
             element.close, element.end, element.close_glued = tag, here, glued
             stack[-1].children.append(element)
         else:  # a close without its open: kept, as a placeholder
-            stack[-1].children.append(Leaf(tag, here, glued))
+            stack[-1].children.append(Leaf(tag, here, touches))
             unpaired.append(tag)
     plain.append(body[max(at, 0) :])
     while len(stack) > 1:  # an open without its close: a placeholder, its contents lifted
         element = stack.pop()
-        stack[-1].children += [Leaf(element.open, element.start, element.open_glued)]
+        stack[-1].children += [Leaf(element.open, element.start, (element.open_glued, False))]
         stack[-1].children += element.children
         unpaired.append(element.open)
     root.end = sum(map(len, plain))
@@ -201,7 +208,8 @@ def put_back(marked: Marked, translation: str, pairs: list[tuple[int, int]], mar
     return marked.lead + _join(items) + marked.trail
 
 
-Item = tuple[str, str, bool]  # kind ("w", "leaf", "open", "close"), text, glued
+# kind ("w", "leaf", "open", "close"), text, and whether it is glued on its left and right
+Item = tuple[str, str, bool, bool]
 
 
 def _render(
@@ -226,30 +234,32 @@ def _render(
     for s, e, k in placed:
         child = node.children[k]
         s = max(s, at)
-        items += [("w", escape(w) if markup else w, False) for w in words[at:s]]
+        items += [("w", escape(w) if markup else w, False, False) for w in words[at:s]]
         if isinstance(child, Leaf):
-            items.append(("leaf", child.text, child.glued))
+            items.append(("leaf", child.text, *child.touches))
             at = s
             continue
         e = max(e, s)
-        items.append(("open", child.open, child.open_glued))
+        items.append(("open", child.open, child.open_glued, False))
         _render(child, (s, e), place, words, items, markup)
-        items.append(("close", child.close, child.close_glued))
+        items.append(("close", child.close, child.close_glued, False))
         at = e
-    items += [("w", escape(w) if markup else w, False) for w in words[at:hi]]
+    items += [("w", escape(w) if markup else w, False, False) for w in words[at:hi]]
 
 
 def _join(items: list[Item]) -> str:
     """Items with a space between two that stand apart (an open tag sticks to what follows
-    it, a close tag to what precedes it), and none between two things taken out that stood
-    glued in the source (``{first}{last}``, ``</b><i>``)."""
-    out, before = [], None
-    for kind, text, glued in items:
+    it, a close tag to what precedes it), except where the source had none: a placeholder
+    keeps the sides it touched glued (``{count}items``, ``one<br>two``), and two tags that
+    stood together stay together (``</b><i>``), not glued to a word they never touched."""
+    out, before, right = [], None, False
+    for kind, text, left, next_right in items:
         apart = before in ("w", "leaf", "close") and kind in ("w", "leaf", "open")
-        if apart and not (glued and before != "w"):
+        glued = (left and (kind == "leaf" or before != "w")) or (right and kind == "w")
+        if apart and not glued:
             out.append(" ")
         out.append(text)
-        before = kind
+        before, right = kind, next_right
     return "".join(out)
 
 
