@@ -550,3 +550,17 @@ def test_a_prefix_file_longer_than_an_input_redirected_from_a_file_is_refused_fi
         f"aiayn translate: error: --prefix {tmp_path / 'prefix.txt'} has 3 lines, the input 2: "
         "give one line per input line\n"
     )
+
+
+def test_ctrl_c_anywhere_in_a_command_is_one_line_and_status_130(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while `aiayn import` (a command with no handler of its own) works, or while any
+    handler still imports the library: one line naming the command, no traceback."""
+    import aiayn.export.marian_import as marian_import
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(marian_import, "import_marian", interrupted)
+    code, out, err = run_cli(capsys, "import", tmp_path / "opus", "--out", tmp_path / "ckpt")
+    assert code == 130 and out == ""
+    assert err.strip() == "aiayn import: stopped by SIGINT"

@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
             args.device = check_device(args.device)
         follow_checkpoint_pointers(args)  # OUT/checkpoints/latest or best: what it names
         args.func(args)
+    except KeyboardInterrupt:  # also while a handler still imports the library (seconds)
+        print(f"aiayn {args.command}: stopped by SIGINT", file=sys.stderr)
+        raise SystemExit(130) from None
     except (UserError, OSError) as err:
         if not is_path_error(err):
             raise  # a bug keeps its traceback
