@@ -41,6 +41,7 @@ from aiayn.decode import (
     nbest_outputs,
     translate,
 )
+from aiayn.errors import UserError
 from aiayn.serve import (
     Batcher,
     DeadlinePassed,
@@ -1063,6 +1064,12 @@ def test_an_api_key_guards_every_route_but_health_and_the_page(translator):
         info = c.get("/info", headers={"Authorization": "bearer s3cret"})
     assert [bearer.status_code, header.status_code, info.status_code] == [200, 200, 200]
     assert bearer.json() == header.json()
+
+
+@pytest.mark.parametrize("key", ["ключ", "tab\there", "é"])
+def test_an_api_key_no_header_can_carry_is_refused_at_start(translator, key):
+    with pytest.raises(UserError, match="the API key must be printable ASCII"):
+        create_app(translator, api_key=key)
 
 
 def test_the_cli_takes_the_key_from_the_environment_and_warns_without_one_beyond_loopback(

@@ -431,6 +431,9 @@ def create_app(
 
     ``app.state.batcher.stop(drain_s)`` begins a shutdown (``server.make_server`` calls it).
     """
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+        # a header's bytes arrive as Latin-1: a UTF-8 client's key would never match
+        raise UserError("the API key must be printable ASCII: an HTTP header carries it")
     app = FastAPI(
         title="aiayn",
         summary="Transformer translation with dynamic batching",
