@@ -299,17 +299,24 @@ def import_marian(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write MarianMT ``directory`` as the checkpoint directory ``out`` (weights, meta.json and
     the two SentencePiece models with their table); ``out`` must not exist yet."""
     directory, out = Path(directory), Path(out)
+    model, layout = marian_to_transformer(directory)
+    spms = (directory / "source.spm", directory / "target.spm")
+    return write_imported(model, layout.pieces, spms, directory, out)
+
+
+def write_imported(
+    model: Transformer, pieces: list[str], spms: tuple[Path, Path], directory: Path, out: Path
+) -> Path:
+    """Write an imported ``model`` with its table of ``pieces`` and its (source, target)
+    SentencePiece models as the new checkpoint directory ``out`` (Marian's .npz import too)."""
     check_not_input(out, [directory], option="--out", whole_dir=True)
     if out.exists() or out.is_symlink():
         raise ExportError(f"--out {out} exists; choose a new directory")
     check_parent(out)
-    model, layout = marian_to_transformer(directory)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out)
     try:
-        vocab = TwoModelVocab.write(
-            tmp, directory / "source.spm", directory / "target.spm", layout.pieces
-        )
+        vocab = TwoModelVocab.write(tmp, spms[0], spms[1], pieces)
         save_weights(model, tmp / WEIGHTS)
         meta = {
             "model_config": dataclasses.asdict(model.cfg),
