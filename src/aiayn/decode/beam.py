@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # the vocabulary's ids: one source
 from .cache import decode_step, new_cache
 from .config import DecodeConfig
 from .constraints import Constraint, advance_states, constrain, constraint_states
@@ -157,16 +157,18 @@ class _Finished:
     def add(
         self,
         lp: float,
+        penalty: float,
         finish: Tensor,
         sentence: Tensor,
         log_prob: Tensor,
         outputs: Tensor,
         is_eos: Tensor,
     ) -> None:
-        """One step's finishing candidates, of length |Y| with penalty ``lp``. finish, log_prob,
-        is_eos (n, 2k); sentence (n,) original indices; outputs (m, |Y|) the m finishing
-        outputs in ``finish.nonzero()`` order, eos or not as the last token."""
-        score = log_prob.double() / lp  # (n, 2k)
+        """One step's finishing candidates, of length |Y| with penalty ``lp`` (and a word
+        penalty ``penalty`` taken from log P first). finish, log_prob, is_eos (n, 2k); sentence
+        (n,) original indices; outputs (m, |Y|) the m finishing outputs in ``finish.nonzero()``
+        order, eos or not as the last token."""
+        score = (log_prob.double() - penalty) / lp  # (n, 2k)
         i, j = finish.nonzero(as_tuple=True)
         self.records.append((sentence[i], score[i, j], log_prob[i, j], outputs, is_eos[i, j]))
         candidates = score.masked_fill(~finish, NEG_INF)
@@ -309,11 +311,13 @@ def finish(
 ) -> None:
     """Finish the eos candidates that rank among the first k (at a sentence's length limit,
     every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``.
-    Under "first_k" rules (fairseq) a sentence keeps only the first k it finishes."""
+    Under "first_k" rules (fairseq) a sentence keeps only the first k it finishes; under
+    "shrink" (Marian) the first k less those it has finished count."""
     k, n, rules = cand.k, cand.top.size(0), config.rules
     b = prefixes.size(0) // n  # live beams per sentence
     at_max = (live.max_lens <= t)[:, None]  # (n, 1)
-    rank_ok = torch.arange(2 * k, device=cand.top.device) < k  # (2k,)
+    width = k - finished.count[:, None] if rules.stopping == "shrink" else k  # (n, 1) or k
+    rank_ok = torch.arange(2 * k, device=cand.top.device) < width  # (2k,) or (n, 2k)
     chosen = rank_ok & (cand.is_eos | at_max) & (cand.top > NEG_INF)  # (n, 2k)
     if rules.stopping == "first_k":  # in candidate order, up to k in all
         chosen &= finished.count[:, None] + chosen.cumsum(1) <= k
@@ -323,7 +327,8 @@ def finish(
             [prefixes.index_select(0, i * b + cand.beam_of[i, j]), cand.tok[i, j, None]], dim=1
         )
         lp = rules.length_penalty(t, config.alpha)
-        finished.add(lp, chosen, live.active, cand.top, outputs, cand.is_eos)
+        penalty = rules.word_penalty * t
+        finished.add(lp, penalty, chosen, live.active, cand.top, outputs, cand.is_eos)
 
 
 def prune(
@@ -337,6 +342,9 @@ def prune(
     scores (n, k) of the live beams; done (n,) bool.
     """
     scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
+    if config.rules.stopping == "shrink":  # Marian's narrowed beam: k less the finished live
+        narrowed = torch.arange(cand.k, device=scores.device) >= cand.k - finished.count[:, None]
+        scores = scores.masked_fill(narrowed, NEG_INF)
     done = (live.max_lens <= t) | _stop(finished, live, scores[:, 0], t=t, config=config)
     n = cand.top.size(0)
     rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
@@ -439,6 +447,8 @@ def beam_search(
     for t in range(1, T + 1):
         logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
+        if not config.rules.allow_unk:
+            lprobs[:, UNK_ID] = NEG_INF
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
