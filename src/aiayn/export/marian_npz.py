@@ -72,6 +72,7 @@ REQUIRED = {
     "transformer-tied-layers": ([],),
     "right-left": (False,),
     "lemma-dim-emb": (0,),
+    "ulr": (False,),
 }
 HINTS = {  # what a refused option means, for the one-line refusal
     "transformer-decoder-autoreg": "an RNN/SSRU or average-attention decoder",
@@ -128,8 +129,6 @@ def check_options(options: dict[str, Any], where: Path) -> None:
             raise ExportError(
                 f"{where}: {key}: {value!r}{what} cannot be represented (need {allowed[0]!r})"
             )
-    if options.get("dec-cell") == "ssru" and options.get("type") == "transformer":
-        raise ExportError(f"{where}: dec-cell: ssru (an SSRU decoder) cannot be represented")
     if options.get("transformer-ffn-activation", "swish") not in ACTIVATIONS:
         raise ExportError(
             f"{where}: transformer-ffn-activation {options['transformer-ffn-activation']!r}; "
