@@ -49,13 +49,15 @@ def marian_decode(
     (workdir / "in.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
     command = [
         os.environ["AIAYN_MARIAN"], "decode", "-c", str(decoder_yml(directory)),
-        "--relative-paths", "--models", str(next(directory.glob("*.npz")).resolve()),
+        "--models", str(next(directory.glob("*.npz")).resolve()),
         "--input", str(workdir / "in.txt"), "--cpu-threads", "1", "--mini-batch", "1",
         "--maxi-batch", "1", "--beam-size", str(BEAM), "--normalize", str(NORMALIZE),
         "--word-penalty", "0", "--max-length-factor", "3", "--word-scores", "--no-spm-decode",
         "--quiet",
     ]  # fmt: skip
-    lines = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    run = subprocess.run(command, capture_output=True, text=True, cwd=directory)  # its paths
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout
     found = []
     for line in lines.splitlines():
         text, _, scores = line.partition(" ||| WordScores= ")

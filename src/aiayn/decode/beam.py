@@ -85,10 +85,13 @@ def output_log_probs(
     return lprobs
 
 
-def at_limit(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchRules) -> Tensor:
-    """(n*b, V) log-probabilities at step t; under ``rules.eos_at_limit`` (fairseq's last
-    step, where every output ends with eos) every token but eos is impossible in the rows of
-    the sentences whose limit (``limits`` (n,)) is t."""
+def rule_masks(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchRules) -> Tensor:
+    """(n*b, V) log-probabilities at step t with what ``rules`` make impossible: unk unless
+    ``rules.allow_unk`` (Marian's), and under ``rules.eos_at_limit`` (fairseq's last step,
+    where every output ends with eos) every token but eos in the rows of the sentences whose
+    limit (``limits`` (n,)) is t."""
+    if not rules.allow_unk:
+        lprobs[:, UNK_ID] = NEG_INF
     if not rules.eos_at_limit:
         return lprobs
     rows = (limits <= t).repeat_interleave(lprobs.size(0) // limits.numel())  # (n*b,)
@@ -447,11 +450,9 @@ def beam_search(
     for t in range(1, T + 1):
         logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
-        if not config.rules.allow_unk:
-            lprobs[:, UNK_ID] = NEG_INF
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
-        lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
+        lprobs = rule_masks(lprobs, live.max_lens, t, eos_id, config.rules)
         lprobs = guard_repetition(lprobs, prefixes, config)  # as it is unless asked
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, config=config)
