@@ -76,7 +76,10 @@ def test_an_imported_marian_model_translates_as_marian(directory, tmp_path):
     config = DecodeConfig(beam=BEAM, alpha=NORMALIZE, rules=SEARCH_RULES["marian"])
     ours = [h[0].tokens for h in decode_ids(model, ids, SearchRequest(config))]
     same = [[vocab.id_to_piece(t) for t in o] == pieces for o, (pieces, _) in zip(ours, theirs)]
-    targets = [[vocab.piece_to_id(p) for p in pieces] + [vocab.eos_id] for pieces, _ in theirs]
+    targets = [  # the eos when Marian scored one (an output cut at the length limit has none)
+        [vocab.piece_to_id(p) for p in pieces] + [vocab.eos_id] * (len(scores) - len(pieces))
+        for pieces, scores in theirs
+    ]
     scored = score_ids(model, ids, targets)
     worst = max(
         max(abs(a - b) for a, b in zip(s.token_log_probs, scores, strict=True))
