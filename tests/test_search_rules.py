@@ -10,7 +10,7 @@ from pathlib import Path
 import peer_search as peers
 import pytest
 import torch
-from _decode_helpers import B_, EOS, SRC, A, ScriptedModel
+from _decode_helpers import B_, EOS, SRC, UNK, A, ScriptedModel
 
 from aiayn.cli.common import SEARCH_RULE_NAMES
 from aiayn.cli.main import main
@@ -46,8 +46,8 @@ def run(table, rules: str, **config):
 
 def test_the_command_lines_choices_are_the_rules():
     assert SEARCH_RULE_NAMES == tuple(SEARCH_RULES)
-    with pytest.raises(UserError, match="--search-rules 'marian': choose one of paper, fairseq"):
-        search_rules("marian")
+    with pytest.raises(UserError, match="--search-rules 'moses': choose one of paper, fairseq"):
+        search_rules("moses")
 
 
 def test_fairseq_keeps_the_first_k_it_finishes_ctranslate2_every_one():
@@ -74,6 +74,44 @@ def test_hf_stops_on_its_heuristic_though_a_longer_output_scores_better():
     # The paper's exact stop goes on (aa's bound at |Y| <= 3 beats a) and finds it.
     paper, steps = run(LONGER_WINS, "paper", beam=1, alpha=2.0, max_len_a=0, max_len_b=3)
     assert [tokens for tokens, _ in paper] == [[A, A]] and steps == 3
+
+
+def test_marian_narrows_its_beam_by_each_output_it_finishes():
+    # Step 2: a-eos (.33) and ba (.27) are the 2 best of the beam's 2x6 extensions: a finishes
+    # and the beam narrows to ba alone, so aa (.22), which the others keep live, is dropped.
+    # Step 3: ba-eos finishes; the beam is empty and the sentence stops. alpha 1: log P / |Y|.
+    found, steps = run(TWO_AT_ONCE, "marian", beam=2, alpha=1.0, nbest=2)
+    assert steps == 3
+    assert found == [
+        ([B_, A], pytest.approx(math.log(0.243) / 3)),
+        ([A], pytest.approx(math.log(0.33) / 2)),
+    ]
+
+
+def test_marian_subtracts_its_word_penalty_and_never_outputs_unk():
+    # k 1: step 1 keeps a (unk's .5 is impossible, not renormalised away); step 2 finishes a
+    # (.3 x .6): score (log P - wp |Y|) / |Y|^alpha with |Y| 2 (the eos counted).
+    table = {(): {UNK: 0.5, A: 0.3, B_: 0.2}, (A,): {EOS: 0.6, A: 0.4}}
+    rules = replace(SEARCH_RULES["marian"], word_penalty=-0.5)
+    found, steps = run(table, "marian", beam=1, alpha=0.5, rules_given=rules)
+    assert steps == 2
+    assert found == [([A], pytest.approx((math.log(0.18) + 0.5 * 2) / 2**0.5))]
+
+
+def test_marian_finishes_every_live_output_at_its_length_limit():
+    # ceil(factor x |X|) with |X| 3: a factor of 0.5 allows 2 tokens; at step 2 the beam's 2
+    # best (aa .54 and ba .36, no eos) finish as they are and the sentence stops.
+    table = {(): {A: 0.6, B_: 0.4}, (A,): {A: 0.9, EOS: 0.1}, (B_,): {A: 0.9, EOS: 0.1}}
+    rules = replace(SEARCH_RULES["marian"], max_len_factor=0.5)
+    found, steps = run(table, "marian", beam=2, alpha=0.0, nbest=2, rules_given=rules)
+    assert steps == 2
+    assert found == [
+        ([A, A], pytest.approx(math.log(0.54))),
+        ([B_, A], pytest.approx(math.log(0.36))),
+    ]
+    limits = DecodeConfig(rules=SEARCH_RULES["marian"]).max_len(torch.tensor([3, 5]))
+    assert limits.tolist() == [9, 15]
+    assert DecodeConfig(rules=rules).max_len(torch.tensor([3, 5])).tolist() == [2, 3]
 
 
 def test_ctranslate2_exits_when_its_best_candidate_finishes_without_a_penalty():

@@ -43,13 +43,15 @@ class ModelConfig:
     max_len: int = 1024
     # --- deviations from the paper, each off by default ---
     norm: Literal["post", "pre"] = "post"  # "pre": LayerNorm before each sub-layer + final norm
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # "learned": Table 3 row E
+    # "learned": Table 3 row E; "marian": Marian's sinusoids (timescales 10000^(i/(d/2-1)))
+    positional: Literal["sinusoidal", "learned", "marian"] = "sinusoidal"
     scale_attention: bool = True  # False: no 1/sqrt(d_k) (the paper's open question)
     attention_window: int | None = None  # r: restricted self-attention of Table 1
     share_embeddings: bool = True  # one matrix for both embeddings and the pre-softmax layer
     attention_dropout: float = 0.0  # the parsing section mentions attention dropout
     activation: Literal["relu", "swish", "gelu"] = "relu"  # the FFN's; OPUS-MT models use swish
     output_bias: bool = False  # a bias on the pre-softmax layer (Marian's final_logits_bias)
+    norm_eps: float = 1e-5  # LayerNorm's epsilon (PyTorch's; Marian's own models: 1e-9)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -77,6 +79,8 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by h={self.h}; "
                 "set d_k and d_v explicitly or choose another h"
             )
+        if not 0.0 < self.norm_eps < 1.0:
+            raise UserError(f"ModelConfig.norm_eps must be in (0, 1), got {self.norm_eps}")
         for name in ("P_drop", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"ModelConfig.{name} must be in [0, 1), got {getattr(self, name)}")
@@ -88,9 +92,9 @@ class ModelConfig:
             raise UserError(
                 f"activation must be 'relu' (paper), 'swish' or 'gelu', got {self.activation!r}"
             )
-        if self.positional not in ("sinusoidal", "learned"):
+        if self.positional not in ("sinusoidal", "learned", "marian"):
             raise UserError(
-                f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}"
+                f"positional must be 'sinusoidal', 'learned' or 'marian', got {self.positional!r}"
             )
 
     @classmethod

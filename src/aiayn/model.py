@@ -37,9 +37,9 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(cfg.d_model)
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.feed_forward = PositionwiseFeedForward(cfg)
-        self.ffn_norm = nn.LayerNorm(cfg.d_model)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.P_drop)  # 5.4: residual dropout
         self.norm_first = cfg.norm == "pre"
 
@@ -69,11 +69,11 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg, self_attention=True)
-        self.self_attn_norm = nn.LayerNorm(cfg.d_model)
+        self.self_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.src_attn = MultiHeadAttention(cfg, self_attention=False)
-        self.src_attn_norm = nn.LayerNorm(cfg.d_model)
+        self.src_attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.feed_forward = PositionwiseFeedForward(cfg)
-        self.ffn_norm = nn.LayerNorm(cfg.d_model)
+        self.ffn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.P_drop)  # 5.4: residual dropout
         self.norm_first = cfg.norm == "pre"
 
@@ -348,10 +348,11 @@ class PositionwiseFeedForward(nn.Module):
 # --- 3.4 Embeddings and softmax, 3.5 Positional encoding ---------------------------------
 
 
-def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (max_len, d_model)."""
+def sinusoidal_encoding(max_len: int, d_model: int, marian: bool = False) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (max_len, d_model).
+    ``marian``: 10000^(2i/(d_model - 2)), the timescales Marian's own models were trained with."""
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    div = torch.pow(10000.0, torch.arange(0, d_model, 2).double() / (d_model - 2 * marian))
     pe = torch.zeros(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(pos / div)
     pe[:, 1::2] = torch.cos(pos / div)[:, : d_model // 2]
@@ -370,9 +371,8 @@ class Embedding(nn.Module):
             self.learned = nn.Embedding(cfg.max_len, cfg.d_model)
             nn.init.normal_(self.learned.weight, std=cfg.d_model**-0.5)
         else:
-            self.register_buffer(
-                "pe", sinusoidal_encoding(cfg.max_len, cfg.d_model), persistent=False
-            )
+            pe = sinusoidal_encoding(cfg.max_len, cfg.d_model, cfg.positional == "marian")
+            self.register_buffer("pe", pe, persistent=False)
         self.dropout = nn.Dropout(cfg.P_drop)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
@@ -404,9 +404,9 @@ class Transformer(nn.Module):
         self.tgt_embed = Embedding(cfg, tgt_tokens)
         self.encoder = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.N_enc)])
         self.decoder = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.N_dec)])
-        # Pre-LN needs a final LayerNorm on each stack; the paper's post-LN has none.
-        self.enc_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
-        self.dec_norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        pre = cfg.norm == "pre"  # pre-LN needs a final LayerNorm on each stack; post-LN has none
+        self.enc_norm = nn.LayerNorm(cfg.d_model, cfg.norm_eps) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model, cfg.norm_eps) if pre else nn.Identity()
         # ``output_bias``: a bias on the pre-softmax layer, as Marian's (imported models) have.
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.generator.weight = tgt_tokens.weight  # tied: the same Parameter object

@@ -1,5 +1,6 @@
 """``aiayn export``: a checkpoint as a Hugging Face MarianMT or a CTranslate2 model (``aiayn.export``);
-``aiayn import``: a MarianMT directory (OPUS-MT) as a checkpoint (``aiayn.export.marian_import``)."""
+``aiayn import``: a MarianMT directory (``aiayn.export.marian_import``) or a Marian model directory
+(``model.npz`` + ``decoder.yml``, as OPUS-MT releases it: ``aiayn.export.marian_npz``) as a checkpoint."""
 
 from __future__ import annotations
 
@@ -30,17 +31,21 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 def _import(args: argparse.Namespace) -> None:
     from ..export.marian_import import import_marian
+    from ..export.marian_npz import import_marian_npz, is_marian_npz
 
-    out = import_marian(args.marian_dir, args.out)
+    read = import_marian_npz if is_marian_npz(args.marian_dir) else import_marian
+    out = read(args.marian_dir, args.out)
     print(f"imported {args.marian_dir} -> {out}")
 
 
 def add_import(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "import", help="turn a Hugging Face MarianMT (OPUS-MT) directory into a checkpoint"
+        "import",
+        help="turn a Marian model directory (OPUS-MT's .npz) or a Hugging Face MarianMT into a checkpoint",
     )
     p.add_argument(
-        "marian_dir", help="a save_pretrained directory of MarianMTModel + MarianTokenizer"
+        "marian_dir",
+        help="Marian's own (model.npz, decoder.yml, vocabularies) or a save_pretrained MarianMTModel",
     )
     p.add_argument("--out", required=True, help="the new checkpoint directory (must not exist)")
     p.set_defaults(func=_import)

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # the vocabulary's ids: one source
 from .cache import decode_step, new_cache
 from .config import DecodeConfig
 from .constraints import Constraint, advance_states, constrain, constraint_states
@@ -85,10 +85,13 @@ def output_log_probs(
     return lprobs
 
 
-def at_limit(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchRules) -> Tensor:
-    """(n*b, V) log-probabilities at step t; under ``rules.eos_at_limit`` (fairseq's last
-    step, where every output ends with eos) every token but eos is impossible in the rows of
-    the sentences whose limit (``limits`` (n,)) is t."""
+def rule_masks(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchRules) -> Tensor:
+    """(n*b, V) log-probabilities at step t with what ``rules`` make impossible: unk unless
+    ``rules.allow_unk`` (Marian's), and under ``rules.eos_at_limit`` (fairseq's last step,
+    where every output ends with eos) every token but eos in the rows of the sentences whose
+    limit (``limits`` (n,)) is t."""
+    if not rules.allow_unk:
+        lprobs[:, UNK_ID] = NEG_INF
     if not rules.eos_at_limit:
         return lprobs
     rows = (limits <= t).repeat_interleave(lprobs.size(0) // limits.numel())  # (n*b,)
@@ -157,16 +160,18 @@ class _Finished:
     def add(
         self,
         lp: float,
+        penalty: float,
         finish: Tensor,
         sentence: Tensor,
         log_prob: Tensor,
         outputs: Tensor,
         is_eos: Tensor,
     ) -> None:
-        """One step's finishing candidates, of length |Y| with penalty ``lp``. finish, log_prob,
-        is_eos (n, 2k); sentence (n,) original indices; outputs (m, |Y|) the m finishing
-        outputs in ``finish.nonzero()`` order, eos or not as the last token."""
-        score = log_prob.double() / lp  # (n, 2k)
+        """One step's finishing candidates, of length |Y| with penalty ``lp`` (and a word
+        penalty ``penalty`` taken from log P first). finish, log_prob, is_eos (n, 2k); sentence
+        (n,) original indices; outputs (m, |Y|) the m finishing outputs in ``finish.nonzero()``
+        order, eos or not as the last token."""
+        score = (log_prob.double() - penalty) / lp  # (n, 2k)
         i, j = finish.nonzero(as_tuple=True)
         self.records.append((sentence[i], score[i, j], log_prob[i, j], outputs, is_eos[i, j]))
         candidates = score.masked_fill(~finish, NEG_INF)
@@ -309,11 +314,13 @@ def finish(
 ) -> None:
     """Finish the eos candidates that rank among the first k (at a sentence's length limit,
     every one of its first k): their outputs, prefixes (n*b, t-1) + token, join ``finished``.
-    Under "first_k" rules (fairseq) a sentence keeps only the first k it finishes."""
+    Under "first_k" rules (fairseq) a sentence keeps only the first k it finishes; under
+    "shrink" (Marian) the first k less those it has finished count."""
     k, n, rules = cand.k, cand.top.size(0), config.rules
     b = prefixes.size(0) // n  # live beams per sentence
     at_max = (live.max_lens <= t)[:, None]  # (n, 1)
-    rank_ok = torch.arange(2 * k, device=cand.top.device) < k  # (2k,)
+    width = k - finished.count[:, None] if rules.stopping == "shrink" else k  # (n, 1) or k
+    rank_ok = torch.arange(2 * k, device=cand.top.device) < width  # (2k,) or (n, 2k)
     chosen = rank_ok & (cand.is_eos | at_max) & (cand.top > NEG_INF)  # (n, 2k)
     if rules.stopping == "first_k":  # in candidate order, up to k in all
         assert finished.count is not None  # counted under every rule but "exact"
@@ -324,7 +331,8 @@ def finish(
             [prefixes.index_select(0, i * b + cand.beam_of[i, j]), cand.tok[i, j, None]], dim=1
         )
         lp = rules.length_penalty(t, config.alpha)
-        finished.add(lp, chosen, live.active, cand.top, outputs, cand.is_eos)
+        penalty = rules.word_penalty * t
+        finished.add(lp, penalty, chosen, live.active, cand.top, outputs, cand.is_eos)
 
 
 def prune(
@@ -338,6 +346,9 @@ def prune(
     scores (n, k) of the live beams; done (n,) bool.
     """
     scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
+    if config.rules.stopping == "shrink":  # Marian's narrowed beam: k less the finished live
+        narrowed = torch.arange(cand.k, device=scores.device) >= cand.k - finished.count[:, None]
+        scores = scores.masked_fill(narrowed, NEG_INF)
     done = (live.max_lens <= t) | _stop(finished, live, scores[:, 0], t=t, config=config)
     n = cand.top.size(0)
     rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
@@ -443,7 +454,7 @@ def beam_search(
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
         if states is not None:
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
-        lprobs = at_limit(lprobs, live.max_lens, t, eos_id, config.rules)
+        lprobs = rule_masks(lprobs, live.max_lens, t, eos_id, config.rules)
         lprobs = guard_repetition(lprobs, prefixes, config)  # as it is unless asked
         cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, config=config)

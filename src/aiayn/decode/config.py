@@ -118,6 +118,8 @@ class DecodeConfig:
         """(B,) source lengths -> (B,) long maximum output lengths |Y| (eos included), >= 1."""
         if self.rules.max_len is not None:
             limit = torch.full_like(src_len, self.rules.max_len, dtype=torch.long)
+        elif self.rules.max_len_factor is not None:
+            limit = (self.rules.max_len_factor * src_len.to(torch.float64)).ceil().long()
         else:
             limit = (self.max_len_a * src_len.to(torch.float64) + self.max_len_b).floor().long()
         return limit.clamp(min=1, max=cap) if cap is not None else limit.clamp(min=1)

@@ -2,7 +2,8 @@
 
 Four toolkits run the same beam search (expand every live prefix, keep the 2k best candidates,
 finish the eos candidates among the first k, keep the k best others live) and differ in four
-rules, which ``SearchRules`` names and ``beam.py`` applies:
+rules, which ``SearchRules`` names and ``beam.py`` applies; Marian narrows its beam instead
+(below):
 
 ==========  ======================  ===========================  ===================  ===========
 rules       length penalty lp(|Y|)  a sentence stops when        |Y| at most          at limit
@@ -14,6 +15,8 @@ hf          |Y|^alpha               k finished and the best      511 (max_length
                                     own length, cannot win       start token)
 ct2         |Y|^alpha               round(k * patience)          256                  cut
                                     finished (patience 1)
+marian      |Y|^alpha, score        k finished (each narrows     ceil(3 |X|)          cut, the cut
+            (log P - wp |Y|) / lp   the beam by one)                                  ones finish
 ==========  ======================  ===========================  ===================  ===========
 
 |Y| counts the final eos in all four (tensor2tensor; fairseq's ``(step + 1) ** lenpen``;
@@ -38,8 +41,19 @@ How each toolkit behaves, read from its code (behaviour, not code, is reproduced
   have finished; ``max_decoding_length`` (256) counts the eos; the last step finishes the first
   k candidates whatever they are.
 
+- Marian ``BeamSearch::search`` (marian-dev, ``beam_search.cpp``, ``history.h``): a sentence's
+  beam holds w hypotheses (w = k at first); each step takes the w best of their w*V extensions,
+  the eos ones among them finish and the others form the next beam, so w shrinks by one per
+  finished output (``shrink``) and the sentence stops at w = 0; <unk> is impossible
+  (``--allow-unk`` off); at ``history size >= max-length-factor * |X|`` (3 by default, |X| the
+  source with its eos) every hypothesis of the beam finishes as it is. A finished output scores
+  ``(log P - word_penalty * |Y|) / |Y|^normalize`` (``--word-penalty``, ``--normalize``: alpha).
+  Outputs equal Marian's where it decodes one sentence a batch (``--mini-batch 1``): with more,
+  Marian's limit follows the batch's longest source and ends every sentence at once.
+
 The eos rule (an eos outside the first k of the 2k candidates never ends an output) is the
-same in all four, so it is not a field. ``patience`` is CTranslate2's.
+same in all four, so it is not a field (Marian's ``shrink`` looks at the first w <= k).
+``patience`` is CTranslate2's.
 """
 
 from __future__ import annotations
@@ -53,7 +67,7 @@ from ..errors import UserError
 from .penalties import gnmt_length_penalty
 
 Penalty = Literal["gnmt", "power"]
-Stopping = Literal["exact", "first_k", "heuristic", "patience"]
+Stopping = Literal["exact", "first_k", "heuristic", "patience", "shrink"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +80,10 @@ class SearchRules:
     config's ``max_len_a * |X| + max_len_b``; either is capped by the model's positions.
     ``eos_at_limit``: the last position may only be eos (fairseq), else outputs are cut there.
     ``min_len``: eos is impossible before this output position (``beam_search``'s min_len):
-    2 for fairseq, whose ``min_len`` 1 counts steps from 0.
+    2 for fairseq, whose ``min_len`` 1 counts steps from 0. ``max_len_factor``: the limit is
+    ceil(factor * |X|) (Marian's ``--max-length-factor``). ``word_penalty``: subtracted from a
+    finished output's log P per token before the length penalty (Marian's ``--word-penalty``).
+    ``allow_unk``: False makes unk impossible (Marian's default).
     """
 
     name: str
@@ -76,6 +93,9 @@ class SearchRules:
     eos_at_limit: bool = False
     patience: float = 1.0
     min_len: int = 0
+    max_len_factor: float | None = None
+    word_penalty: float = 0.0
+    allow_unk: bool = True
 
     def length_penalty(self, length: int, alpha: float) -> float:
         """lp of outputs of ``length`` tokens (eos counted)."""
@@ -89,8 +109,8 @@ class SearchRules:
         return beam if self.stopping == "heuristic" else nbest
 
     def finished_for_stop(self, beam: int) -> int:
-        """How many finished outputs stop a sentence under "first_k", "heuristic" and
-        "patience" (std::round of beam * patience, as CTranslate2 rounds)."""
+        """How many finished outputs stop a sentence under "first_k", "heuristic", "shrink"
+        and "patience" (std::round of beam * patience, as CTranslate2 rounds)."""
         return int(math.floor(beam * self.patience + 0.5)) if self.stopping == "patience" else beam
 
 
@@ -101,6 +121,9 @@ SEARCH_RULES: dict[str, SearchRules] = {
     ),
     "hf": SearchRules("hf", penalty="power", stopping="heuristic", max_len=511),
     "ct2": SearchRules("ct2", penalty="power", stopping="patience", max_len=256),
+    "marian": SearchRules(
+        "marian", penalty="power", stopping="shrink", max_len_factor=3.0, allow_unk=False
+    ),
 }
 PAPER_RULES = SEARCH_RULES["paper"]
 

@@ -75,8 +75,8 @@ def deviations(cfg: ModelConfig) -> dict[str, str]:
     found = {}
     if cfg.norm == "pre":
         found["norm"] = "norm='pre' (pre-LN)"
-    if cfg.positional == "learned":
-        found["positional"] = "positional='learned'"
+    if cfg.positional != "sinusoidal":
+        found["positional"] = f"positional={cfg.positional!r}"
     if not cfg.scale_attention:
         found["scale_attention"] = "scale_attention=False (no 1/sqrt(d_k))"
     if cfg.attention_window is not None:
@@ -85,6 +85,8 @@ def deviations(cfg: ModelConfig) -> dict[str, str]:
         )
     if cfg.activation != "relu":
         found["activation"] = f"activation={cfg.activation!r}"
+    if cfg.norm_eps != 1e-5:
+        found["norm_eps"] = f"norm_eps={cfg.norm_eps} (LayerNorm's epsilon)"
     if cfg.output_bias:
         found["output_bias"] = "output_bias=True (a bias on the pre-softmax layer)"
     if cfg.resolved_d_k * cfg.h != cfg.d_model or cfg.resolved_d_v * cfg.h != cfg.d_model:

@@ -65,7 +65,9 @@ def ctranslate2_spec(model: Transformer, vocab: Any) -> Any:
     from ctranslate2.specs import common_spec, transformer_spec
 
     c = model.cfg
-    refuse_unsupported(c, TARGET, supported={"norm", "positional", "activation", "output_bias"})
+    refuse_unsupported(
+        c, TARGET, supported={"norm", "positional", "activation", "output_bias", "norm_eps"}
+    )
     refuse_decoding_form(model)
     check_vocab_size(c, vocab)
     spec = transformer_spec.TransformerSpec.from_config(

@@ -255,7 +255,7 @@ def load_marian_weights(model: Transformer, state: dict[str, Tensor], layout: La
     Q = torch.argsort(marian_permutation(c.d_model))  # ours = marian[Q]
     order = torch.tensor(layout.order)
     rows, own = order.clamp(min=0), order < 0
-    marian, used = int((~own).sum()), set()  # Marian's vocabulary size; the tensors read
+    marian, used = int(rows.max()) + 1, set()  # the embedding rows the layout reads; names
 
     def get(name: str, *shape: int) -> Tensor:
         used.add(name)
@@ -391,25 +391,39 @@ def import_marian(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
     """Write MarianMT ``directory`` as the checkpoint directory ``out`` (weights, meta.json and
     the two SentencePiece models with their table); ``out`` must not exist yet."""
     directory, out = Path(directory), Path(out)
+    model, layout = marian_to_transformer(directory)
+    spms = (directory / "source.spm", directory / "target.spm")
+    own = {"hf": generation_defaults(directory, layout)}
+    return write_imported(model, layout.pieces, spms, directory, out, search_defaults=own)
+
+
+def write_imported(
+    model: Transformer,
+    pieces: list[str],
+    spms: tuple[Path, Path],
+    directory: Path,
+    out: Path,
+    search_defaults: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """Write an imported ``model`` with its table of ``pieces`` and its (source, target)
+    SentencePiece models as the new checkpoint directory ``out`` (Marian's .npz import too);
+    ``search_defaults``: the model's own search settings by search rules (meta.json's)."""
     check_not_input(out, [directory], option="--out", whole_dir=True)
     if out.exists() or out.is_symlink():
         raise ExportError(f"--out {out} exists; choose a new directory")
     check_parent(out)
-    model, layout = marian_to_transformer(directory)
-    own = generation_defaults(directory, layout)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out)
     try:
-        vocab = TwoModelVocab.write(
-            tmp, directory / "source.spm", directory / "target.spm", layout.pieces
-        )
+        vocab = TwoModelVocab.write(tmp, spms[0], spms[1], pieces)
         save_weights(model, tmp / WEIGHTS)
         meta = {
             "model_config": dataclasses.asdict(model.cfg),
             "imported_from": str(directory),
             "vocab_fingerprint": vocab.fingerprint,
-            "search_defaults": {"hf": own},
         }
+        if search_defaults:
+            meta["search_defaults"] = search_defaults
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         publish_dir(tmp, out)
     finally:
