@@ -84,6 +84,7 @@ from aiayn.evaluate import evaluate_model
 from aiayn.files import read_lines, write_text_atomic
 from aiayn.runtime.cpu import cpu_description
 from aiayn.runtime.flops import measure_matmul_peak
+from aiayn.runtime.kernels import use_fast_paths
 from aiayn.train import TrainConfig
 from aiayn.train.trainer import Trainer
 
@@ -747,6 +748,7 @@ def demo(check: Check) -> dict[str, Any]:
     summary = trainer.run()
     cost = trainer.cost(measure_matmul_peak(trainer.device, trainer.peak_dtype))
     model, vocab = load_translator(latest_checkpoint(out / "checkpoints"), check.device)
+    use_fast_paths(model)  # the kernels the commands decode with (loading gives weights only)
     sources, references = (
         read_lines(p)[: plan.demo_test_limit] for p in bundled_corpus_paths()["test"]
     )

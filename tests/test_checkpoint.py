@@ -145,3 +145,22 @@ def test_a_checkpoint_file_is_the_same_bytes_whenever_its_tensors_are(tiny_run, 
     assert "generator.weight" in stored and "src_embed.tokens.weight" not in stored  # once
     for name, tensor in again.state_dict().items():
         assert torch.equal(tensor, stored.get(name, stored["generator.weight"])), name
+
+
+def test_loading_a_checkpoint_loads_weights_and_nothing_else(tiny_run):
+    """The loaded model computes with the model's own kernels; the fast ones and the weights'
+    form are the decoding door's (``runtime.for_decoding``), asked by whoever decodes."""
+    from aiayn.model import Kernels
+    from aiayn.runtime import for_decoding
+    from aiayn.runtime.kernels import UniformDropout, key_padding
+
+    model, _ = load_transformer(latest_checkpoint(tiny_run / "checkpoints"))
+    assert model.kernels == Kernels()
+    assert {type(m) for m in model.modules() if isinstance(m, torch.nn.Dropout)} == {
+        torch.nn.Dropout
+    }
+    ready = for_decoding(model)
+    assert ready.kernels.key_padding is key_padding
+    assert all(
+        type(m) is UniformDropout for m in ready.modules() if isinstance(m, torch.nn.Dropout)
+    )

@@ -252,3 +252,35 @@ def test_the_model_reads_in_one_sitting_and_imports_only_torch_and_its_config():
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or "").split(".")[0])
     assert imported <= {"__future__", "math", "collections", "dataclasses", "torch", ".config"}
+
+
+def _private_methods_of_the_model() -> set[str]:
+    """The names of model.py's private methods (``_sublayers``, ...), dunders aside."""
+    tree = ast.parse(MODEL.read_text(encoding="utf-8"))
+    return {
+        node.name
+        for cls in tree.body
+        if isinstance(cls, ast.ClassDef)
+        for node in cls.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name.startswith("_")
+        and not node.name.startswith("__")
+    }
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_outside_the_model_calls_its_private_methods(path):
+    """What another package needs from the model is public API with a docstring (the decode
+    step runs ``DecoderLayer.sublayers``, ``MultiHeadAttention.concat_heads``)."""
+    if path == MODEL:
+        return
+    private = _private_methods_of_the_model()
+    calls = [
+        f"{ast.unparse(node.func)} (line {node.lineno})"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in private
+        and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "self")
+    ]
+    assert not calls, calls

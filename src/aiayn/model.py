@@ -267,9 +267,9 @@ class MultiHeadAttention(nn.Module):
 
     def concat_heads(self, out: Tensor, x: Tensor) -> Tensor:
         """Concat(head_1, ..., head_h) W_O: heads (B, h, T, d_v) of x (B, T, d_model), or
-        (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) in a decode step (``aiayn.decode.
-        cache``) -> (B, T, d_model); a cast back to x's dtype lays the heads side by side in the
-        same copy (else the reshape would copy too)."""
+        (n, h, b*m, d_v) of the rows of x (n*b, m, d_model) in a decode step
+        (``aiayn.decode.cache``) -> (B, T, d_model); a cast back to x's dtype lays the heads
+        side by side in the same copy (else the reshape would copy too)."""
         B, T, _ = x.shape
         amp = torch.amp.is_autocast_available(t := x.device.type) and torch.is_autocast_enabled(t)
         dtype = torch.get_autocast_dtype(t) if amp else x.dtype  # W_O's: no round trip via fp32
