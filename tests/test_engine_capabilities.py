@@ -1,18 +1,21 @@
 """The command line, ``aiayn.Translator`` and the server refuse the same features of the
-CTranslate2 engine (``aiayn.decode.capabilities``), each naming what its user typed: the
-option, the keyword, the request's field. No export is made: the engine refuses before its
-``ctranslate2.Translator`` (None here) is used, the command line before anything loads."""
+CTranslate2 engine (``aiayn.decode.capabilities``) through the Translator's one refusal, each
+naming what its user typed: the option, the keyword, the request's field. No export is made:
+the Translator refuses before its engine's ``ctranslate2.Translator`` (None here) is used."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
 from _export_models import trained_like_model
 
 import aiayn
-from aiayn.cli.common import asked_features, check_engine_options
+from aiayn.cli.common import open_decoding
 from aiayn.cli.main import build_parser
+from aiayn.cli.outputs import Outputs
+from aiayn.cli.stream import TextStream, translate_stream
 from aiayn.data import Vocab
 from aiayn.decode import SearchRequest
 from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES
@@ -100,22 +103,33 @@ def _refusal(call) -> str | None:
     return None
 
 
-def _by_cli(feature: str) -> str | None:
+def _by_cli(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+    per_line = tmp_path / "F"  # --prefix F, --constraints F: one line for the one input line
+    per_line.write_text("God\n", encoding="utf-8")
+    options = [str(per_line) if o == "F" else o for o in CLI[feature]]
+    checkpoint = ["--checkpoint", str(tmp_path), "--workers", "1"]
     args = build_parser().parse_args(
-        ["translate", "--checkpoint", "A", "--engine", "ctranslate2", *CLI[feature]]
+        ["translate", *checkpoint, "--engine", "ctranslate2", *options]
     )
-    asked = set(asked_features(args))
-    assert asked == ({"sampling", "seed"} if feature == "seed" else {feature})
-    return _refusal(lambda: check_engine_options(args))
+
+    def run() -> None:
+        translator, request = open_decoding(args, "translate")
+        translator.engine, translator.vocab = engine, engine.vocab  # as opened on an export
+        stream = TextStream(io.BytesIO(f"{SENTENCE}\n".encode()), io.StringIO())
+        translate_stream(stream, translator, request, Outputs.from_args(args))
+
+    refused = _refusal(run)
+    for other in set(CAPABILITIES) - {feature}:  # the option asks for its feature alone
+        assert refused is None or CAPABILITIES[other].reason not in refused, other
+    return refused
 
 
 def _by_translator(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
     if feature in LOADING:
         options = {"checkpoint": str(tmp_path), **LOADING[feature]}
         return _refusal(lambda: aiayn.Translator(engine="ctranslate2", **options))
-    translator = object.__new__(aiayn.Translator)  # as opened on a CTranslate2 export
-    translator.engine, translator.vocab, translator.workers = engine, engine.vocab, 1
-    translator._model = None
+    translator = aiayn.Translator(str(tmp_path), engine="ctranslate2", workers=1)  # not loaded
+    translator.engine, translator.vocab = engine, engine.vocab  # as opened on an export
     return _refusal(lambda: translator.translate([SENTENCE], **TRANSLATE[feature]))
 
 
@@ -138,7 +152,7 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
     capability = CAPABILITIES[feature]
     said = {}
     if feature in CLI:
-        said["cli"] = _by_cli(feature)
+        said["cli"] = _by_cli(feature, engine, tmp_path)
     if feature in LOADING or feature in TRANSLATE:
         said["translator"] = _by_translator(feature, engine, tmp_path)
     if feature in SERVER:

@@ -12,7 +12,7 @@ import pytest
 
 import aiayn
 from aiayn.checkpoint import latest_checkpoint
-from aiayn.cli.common import search_request
+from aiayn.cli.common import keywords
 from aiayn.cli.main import build_parser, main
 from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate, translate_corpus
 from aiayn.errors import UserError
@@ -116,7 +116,7 @@ def test_score_is_the_commands_tsv(capsys, translator, checkpoint, tiny_corpus):
 )
 def test_request_is_the_one_the_command_builds_from_the_same_options(translator, options, argv):
     args = build_parser().parse_args(["translate", "--checkpoint", "x", *argv])
-    assert translator.request(**options) == search_request(args, sampling=True)
+    assert translator.request(**options) == translator.request(**keywords(args, translator.request))
 
 
 def test_loading_options_resolve_as_the_commands_do(checkpoint, bf16_answer):

@@ -5,17 +5,18 @@ command wrote."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
 
 if TYPE_CHECKING:
-    from ..decode import Batching, DecodeConfig, SampleConfig, SearchRequest
-    from ..decode.capabilities import Feature
+    from ..decode import DecodeConfig, SearchRequest
     from ..translator import Translator
 
 # --search-rules' choices: aiayn.decode.rules.SEARCH_RULES' names (tested), named here so
@@ -67,9 +68,11 @@ def add_decode_args(
     else:
         p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
     if preset is None:
-        p.add_argument("--decode-preset", default="translation", choices=list(_PRESET_HELP))
+        p.add_argument(
+            "--decode-preset", dest="preset", default="translation", choices=list(_PRESET_HELP)
+        )
     else:
-        p.set_defaults(decode_preset=preset)
+        p.set_defaults(preset=preset)
     beam_help, alpha_help = _PRESET_HELP[preset or "translation"]
     if search:
         p.add_argument("--beam", type=int, help=beam_help)
@@ -77,6 +80,7 @@ def add_decode_args(
     if search and preset is None:
         p.add_argument(
             "--search-rules",
+            dest="rules",
             default="paper",
             choices=list(SEARCH_RULE_NAMES),
             help="whose beam-search rules to follow: the paper's (GNMT penalty, exact stop, "
@@ -160,6 +164,7 @@ def _add_constraint_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("constraints (aiayn.decode.constraints)")
     g.add_argument(
         "--prefix",
+        dest="prefixes",  # Translator.translate's keyword
         metavar="FILE",
         help="one line per input line: the fixed start of its output (blank: none)",
     )
@@ -228,21 +233,13 @@ def add_corpus_args(p: argparse.ArgumentParser, *, window: bool = False) -> None
 
 
 def workers_arg(text: str) -> int | str:
-    """``--workers``: a count or "auto" (resolved by ``workers_option`` once the device is known)."""
+    """``--workers``: a count or "auto" (resolved by ``aiayn.Translator`` once the device is known)."""
     if text == "auto":
         return text
     try:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a number of processes or auto, not {text!r}") from None
-
-
-def workers_option(args: argparse.Namespace) -> int:
-    """``--workers`` as a count, at least 1 (``decode.workers.resolve_workers`` on
-    ``--device``, as ``aiayn.Translator`` resolves it); 1 for a command without the option."""
-    from ..decode.workers import resolve_workers
-
-    return resolve_workers(getattr(args, "workers", 1), getattr(args, "device", "cpu"))
 
 
 def add_shortlist_args(p: argparse.ArgumentParser) -> None:
@@ -280,83 +277,6 @@ def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
     for name, value in given.items():
         followed = [str(follow_pointer(v)) for v in value] if isinstance(value, list) else None
         setattr(args, name, followed if followed is not None else str(follow_pointer(value)))
-
-
-def shortlist_sizes(args: argparse.Namespace) -> dict[str, int] | None:
-    """The sizes ``--shortlist`` is cut to (``add_shortlist_args``; those not given keep the
-    library's defaults), checked before anything loads; None without ``--shortlist``."""
-    sizes = {"frequent": args.shortlist_frequent, "best": args.shortlist_best}
-    if args.shortlist is None:
-        given = [f"--shortlist-{k}" for k, v in sizes.items() if v is not None]
-        if given:
-            raise UserError(f"{given[0]} sizes a shortlist: give --shortlist FILE too")
-        return None
-    for option in ("prefix", "constraints"):  # the library's message says "constraints"
-        if getattr(args, option, None) is not None:
-            raise UserError(
-                f"--shortlist and --{option} cannot be combined (a shortlist renumbers the "
-                "pieces the search sees)"
-            )
-    if getattr(args, "sample", False):
-        raise UserError("--shortlist restricts the beam search; --sample draws from every piece")
-    chosen = {k: v for k, v in sizes.items() if v is not None}
-    for key, value in chosen.items():
-        if value < 0:
-            raise UserError(f"--shortlist-{key} must be at least 0, got {value}")
-    if chosen == {"frequent": 0, "best": 0}:
-        raise UserError(
-            "--shortlist-frequent 0 and --shortlist-best 0 leave only the special pieces: every "
-            "output would be empty; give either at least 1"
-        )
-    return chosen
-
-
-_BATCHING = {"max_tokens": "--max-tokens", "batch_size": "--batch-size"}
-
-
-def search_request(args: argparse.Namespace, *, sampling: bool = False) -> SearchRequest:
-    """The one search the options ask for (``aiayn.decode.request``), every option checked
-    before a model loads: the decoding preset and its overrides, batching and, given
-    ``sampling``, ``--sample``'s draw; the shortlist is read by ``open_decoding`` for the
-    checkpoint's vocabulary. Without options it is ``Translator.request()`` (tested)."""
-    from ..decode import SearchRequest
-
-    check_engine_options(args)
-    drawn = sample_config(args) if sampling else None
-    if drawn is not None and getattr(args, "search_rules", "paper") != "paper":
-        raise UserError(f"--search-rules {args.search_rules} is a beam search's; --sample draws")
-    if hasattr(args, "shortlist"):
-        shortlist_sizes(args)
-    return SearchRequest(decode_config(args), sampling=drawn, batching=batching_option(args))
-
-
-def open_decoding(
-    args: argparse.Namespace, command: str, request: SearchRequest
-) -> tuple[Translator, SearchRequest]:
-    """The one ``aiayn.Translator`` (``open_translator``) of a command that decodes, and its
-    one request: ``request`` (``search_request``) with ``--shortlist`` read for its vocabulary."""
-    from dataclasses import replace
-
-    translator = open_translator(args, command)
-    sizes = shortlist_sizes(args) if hasattr(args, "shortlist") else None
-    if sizes is not None:
-        from ..decode.shortlist import load_shortlist
-
-        shortlist = load_shortlist(args.shortlist, translator.vocab, **sizes)
-        request = replace(request, shortlist=shortlist)
-    return translator, request
-
-
-def batching_option(args: argparse.Namespace) -> Batching:
-    """``--max-tokens`` and ``--batch-size`` (``add_corpus_args``), each at least 1, those
-    not given keeping the one policy's defaults; and ``--workers`` (``workers_option``)."""
-    from ..decode import Batching
-
-    given = {k: getattr(args, k) for k in _BATCHING if getattr(args, k, None) is not None}
-    for key, value in given.items():
-        if value < 1:
-            raise UserError(f"{_BATCHING[key]} must be at least 1, got {value}")
-    return Batching(**given, workers=workers_option(args))
 
 
 def window_option(args: argparse.Namespace) -> dict[str, int]:
@@ -408,68 +328,6 @@ def add_precision_args(p: argparse.ArgumentParser) -> None:
         "(docs/decoding.md#precision)",
     )
     p.add_argument("--verbose", action="store_true", help="say on stderr how the model decodes")
-
-
-def decode_config(args: argparse.Namespace) -> DecodeConfig:
-    """The preset ``add_decode_args`` chose, with ``--beam``, ``--alpha``, ``--nbest``,
-    ``--search-rules`` and the repetition guards where given (``DecodeConfig.choose``, as
-    ``aiayn.Translator`` takes them)."""
-    from ..decode import DecodeConfig
-
-    return DecodeConfig.choose(
-        args.decode_preset,
-        beam=getattr(args, "beam", None),
-        alpha=args.alpha,
-        nbest=getattr(args, "nbest", None),
-        rules=getattr(args, "search_rules", "paper"),
-        no_repeat_ngram_size=getattr(args, "no_repeat_ngram_size", None),
-        repetition_penalty=getattr(args, "repetition_penalty", None),
-    )
-
-
-_SAMPLING = {
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "temperature": "--temperature",
-    "seed": "--seed",
-}
-
-
-def sample_config(args: argparse.Namespace) -> SampleConfig | None:
-    """``--sample`` and its options (``add_output_args``) as a SampleConfig; None without it."""
-    from ..decode import SampleConfig
-    from ..errors import UserError
-
-    given = {k: getattr(args, k) for k in _SAMPLING if getattr(args, k, None) is not None}
-    if not getattr(args, "sample", False):
-        if given:
-            raise UserError(f"{_SAMPLING[next(iter(given))]} needs --sample")
-        return None
-    if args.beam is not None:
-        raise UserError("--beam has no effect with --sample (--nbest N: N samples per source)")
-    return SampleConfig(samples=args.nbest or 1, **given)
-
-
-def open_translator(args: argparse.Namespace, command: str) -> Translator:
-    """The ``aiayn.Translator`` of ``--checkpoint`` (an ensemble when repeated), ``--device``,
-    ``--precision``, ``--workers``, ``--engine`` and ``--quantize`` as parsed (a command
-    without ``--workers``, score and serve, decodes in one process), its precision said on
-    stderr with ``--verbose``. The options an engine cannot honour are refused first, by name."""
-    from ..translator import Translator
-
-    check_engine_options(args)
-    translator = Translator(
-        args.checkpoint,
-        device=args.device,
-        precision=getattr(args, "precision", "auto"),
-        workers=getattr(args, "workers", 1),
-        engine=getattr(args, "engine", "torch"),
-        quantize=getattr(args, "quantize", None),
-    )
-    if getattr(args, "verbose", False):
-        precision = translator.precision
-        print(f"aiayn {command}: precision {precision.name}: {precision.reason}", file=sys.stderr)
-    return translator
 
 
 def add_threads_arg(p: argparse.ArgumentParser) -> None:
@@ -579,22 +437,7 @@ def resume_command(args: argparse.Namespace, command: str) -> str:
     return shlex.join([*launch, "-m", *argv])
 
 
-ENGINES = ("torch", "ctranslate2")
-
-# The attribute argparse sets for each feature an option asks of an engine
-# (``decode.capabilities``), and the value that leaves it off.
-_ASKED_BY: dict[Feature, tuple[str, object]] = {
-    "lexical_constraints": ("constraints", None),
-    "prefixes": ("prefix", None),
-    "sampling": ("sample", False),
-    "seed": ("seed", None),
-    "shortlist": ("shortlist", None),
-    "search_rules": ("search_rules", "paper"),
-    "no_repeat_ngram": ("no_repeat_ngram_size", 0),
-    "repetition_penalty": ("repetition_penalty", 1.0),
-    "token_scores": ("token_scores", False),
-    "alignments": ("alignments", False),
-}
+ENGINES = ("torch", "ctranslate2")  # aiayn.translator.ENGINES (tested): --help without torch
 
 
 def add_engine_arg(p: argparse.ArgumentParser) -> None:
@@ -608,31 +451,43 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def check_engine_options(args: argparse.Namespace) -> None:
-    """Refuse in one line, by name, every option the chosen engine cannot honour, before the
-    checkpoint loads or exports: ``decode.capabilities.check_supported``, the refusal of
-    ``aiayn.Translator`` and the server."""
-    engine = getattr(args, "engine", "torch")
-    if engine == "torch":  # ours does every one: no need to import the engines
-        return
-    from ..decode.capabilities import check_supported
-    from ..translator import engine_supports
-
-    check_supported(asked_features(args), engine, engine_supports(engine), instead="--engine torch")
+def keywords(args: argparse.Namespace, function: Callable[..., Any]) -> dict[str, Any]:
+    """The parsed options that are keywords of ``function``, passed through whole: an option's
+    destination is its keyword (``--top-k`` is ``top_k``), as sacrebleu's command line passes
+    its options into ``BLEU(**kwargs)``; the library checks them all."""
+    names = inspect.signature(function).parameters
+    return {name: value for name, value in vars(args).items() if name in names}
 
 
-def asked_features(args: argparse.Namespace) -> dict[Feature, str]:
-    """What the parsed options ask of an engine beyond the paper's search, by option name."""
-    from ..decode.capabilities import CAPABILITIES
-    from ..translator import loading_features
+def decode_config(args: argparse.Namespace) -> DecodeConfig:
+    """The decoding options as a ``DecodeConfig`` (``DecodeConfig.choose``), for the commands
+    that decode without a ``SearchRequest``: score (its alpha) and the parsing pipeline."""
+    from ..decode import DecodeConfig
 
-    checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
-    asked = loading_features(
-        len(checkpoints), getattr(args, "quantize", None), getattr(args, "precision", "auto")
-    )
-    for feature, (attr, off) in _ASKED_BY.items():
-        value = getattr(args, attr, None)
-        if value is not None and value != off:
-            option = CAPABILITIES[feature].option
-            asked[feature] = f"{option} {value}" if feature == "search_rules" else str(option)
-    return asked
+    names = inspect.signature(DecodeConfig).parameters
+    options = {k: v for k, v in vars(args).items() if k in names or k == "rules"}
+    return DecodeConfig.choose(args.preset, **options)
+
+
+def open_translator(args: argparse.Namespace, command: str) -> Translator:
+    """The ``aiayn.Translator`` of the loading options as parsed (``--checkpoint``, repeated for
+    an ensemble, ``--device``, ``--precision``, ``--workers``, ``--engine``, ``--quantize``;
+    a command without ``--workers``, score and serve, decodes in one process), its refusals
+    named as options; its precision said on stderr with ``--verbose``. Nothing loads yet."""
+    from ..decode.capabilities import COMMAND_LINE
+    from ..translator import Translator
+
+    options = {"workers": 1, **keywords(args, Translator)}
+    translator = Translator(**options, spelling=COMMAND_LINE)
+    if getattr(args, "verbose", False):
+        precision = translator.precision
+        print(f"aiayn {command}: precision {precision.name}: {precision.reason}", file=sys.stderr)
+    return translator
+
+
+def open_decoding(args: argparse.Namespace, command: str) -> tuple[Translator, SearchRequest]:
+    """The one ``aiayn.Translator`` of a command that decodes, and the one request its search
+    options ask for (``Translator.request``: every check, before the model loads, but for a
+    shortlist's file, which is read for the checkpoint's vocabulary)."""
+    translator = open_translator(args, command)
+    return translator, translator.request(**keywords(args, translator.request))
