@@ -13,7 +13,7 @@ from _cli import run_cli
 from _decode_helpers import hypotheses
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
-from aiayn.cli.common import open_translator, workers_arg
+from aiayn.cli.decoding import open_translator, workers_arg
 from aiayn.cli.main import build_parser
 from aiayn.decode import Batching, DecodeConfig, SampleConfig, SearchRequest, decode_ids
 from aiayn.decode import workers as workers_module

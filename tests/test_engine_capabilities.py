@@ -12,7 +12,7 @@ import pytest
 from _export_models import trained_like_model
 
 import aiayn
-from aiayn.cli.common import open_decoding
+from aiayn.cli.decoding import open_decoding
 from aiayn.cli.main import build_parser
 from aiayn.cli.outputs import Outputs
 from aiayn.cli.stream import TextStream, translate_stream

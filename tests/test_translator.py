@@ -12,7 +12,7 @@ import pytest
 
 import aiayn
 from aiayn.checkpoint import latest_checkpoint
-from aiayn.cli.common import keywords
+from aiayn.cli.decoding import keywords
 from aiayn.cli.main import build_parser, main
 from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate, translate_corpus
 from aiayn.errors import UserError
@@ -322,6 +322,6 @@ def test_another_engine_is_the_commands(capsys, checkpoint, test_en, tmp_path):
 
 def test_the_command_lines_engine_choices_are_the_translators():
     from aiayn import translator
-    from aiayn.cli import common
+    from aiayn.cli import decoding as common
 
     assert common.ENGINES == translator.ENGINES  # named twice: --help must not import torch

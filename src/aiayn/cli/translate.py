@@ -12,15 +12,13 @@ import sys
 from typing import Any
 
 from ..errors import UserError
-from .common import (
+from .common import say_wrote, show_progress, window_option
+from .decoding import (
     add_corpus_args,
     add_decode_args,
     add_engine_arg,
     add_shortlist_args,
     open_decoding,
-    say_wrote,
-    show_progress,
-    window_option,
 )
 from .outputs import Outputs
 
