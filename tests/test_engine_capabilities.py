@@ -21,8 +21,8 @@ from aiayn.decode import SearchRequest
 from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES
 from aiayn.errors import UserError
 from aiayn.export.engine import CTranslate2Engine
+from aiayn.serve import Adapter
 from aiayn.serve.app import TranslateRequest, _Refused, _translate_job
-from aiayn.serve.translator import Translator as ServeTranslator
 
 SENTENCE = "And God saw the light, that it was good."
 
@@ -133,9 +133,11 @@ def _by_translator(feature: str, engine: CTranslate2Engine, tmp_path) -> str | N
     return _refusal(lambda: translator.translate([SENTENCE], **TRANSLATE[feature]))
 
 
-def _by_server(feature: str, engine: CTranslate2Engine) -> str | None:
-    model = trained_like_model(len(engine.vocab), max_len=64)
-    translator = ServeTranslator(model, engine.vocab, engine=engine)
+def _by_server(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+    library = aiayn.Translator(str(tmp_path), engine="ctranslate2", workers=1)  # not loaded
+    library.engine, library.vocab = engine, engine.vocab  # as opened on an export
+    library._model = trained_like_model(len(engine.vocab), max_len=64)  # attention's model
+    translator = Adapter(library)
     body = TranslateRequest(text=[SENTENCE], **SERVER[feature])
     return _refusal(lambda: _translate_job(translator, body, translator.encode(body.text)))
 
@@ -156,7 +158,7 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
     if feature in LOADING or feature in TRANSLATE:
         said["translator"] = _by_translator(feature, engine, tmp_path)
     if feature in SERVER:
-        said["server"] = _by_server(feature, engine)
+        said["server"] = _by_server(feature, engine, tmp_path)
     assert said  # every feature is asked somewhere
     assert {entry: message is not None for entry, message in said.items()} == dict.fromkeys(
         said, refused

@@ -196,8 +196,9 @@ class Translator:
 
     def _open(self) -> None:
         if self.engine_name == "torch":
-            self._model, self._vocab = self._load()
-            self._engine = TorchEngine(self._model)
+            if self._model is None:
+                self._model, self._vocab = self._load()
+            self._engine = TorchEngine(self._model)  # the one model: ``model`` is its
         else:
             opened = _open_engine(self.checkpoints[0], self.device, self.workers)
             self._engine, self._vocab = opened, opened.vocab  # the checkpoint's spm.model
@@ -210,7 +211,9 @@ class Translator:
         """Our model (an ``Ensemble`` for several checkpoints), ready for decoding; with another
         engine it is loaded on first use (perplexity, alignments, forced decoding)."""
         self._check_open()
-        if self._model is None:
+        if self._model is None and self.engine_name == "torch":
+            self._open()
+        elif self._model is None:
             self._model, vocab = self._load()
             self._vocab = self._vocab or vocab
         return self._model
