@@ -1643,3 +1643,18 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
     assert "); search_rules (" in both.json()["error"]
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"
+
+
+def test_repetition_penalty_has_the_librarys_one_rule(translator):
+    """The server, the command line and ``aiayn.Translator`` refuse the same penalties, with
+    the library's words (``DecodeConfig``), where the server once had a bound of its own."""
+    from aiayn.decode.config import MAX_REPETITION_PENALTY
+
+    with client(translator) as c:
+        over = c.post("/translate", json={"text": ["a"], "repetition_penalty": 1e30})
+        at = c.post("/translate", json={"text": ["a"], "repetition_penalty": 10.0})
+    assert over.status_code == 422 and at.status_code == 200
+    assert over.json()["error"] == (
+        f"repetition_penalty must be a finite number > 0 and at most {MAX_REPETITION_PENALTY:g}, "
+        "got 1e+30"
+    )

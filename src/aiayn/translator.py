@@ -51,7 +51,7 @@ from .decode.capabilities import PYTHON, Feature, Spelling, check_supported
 from .decode.engine import Engine, TorchEngine
 from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
 from .decode.workers import resolve_workers
-from .errors import UserError
+from .errors import UserError, UserTypeError
 from .evaluate import Evaluation
 from .hardware import resolve_device
 from .policy import Precision, choose_precision
@@ -317,7 +317,7 @@ class Translator:
 
     def _request(self, request: SearchRequest | None, options: dict[str, Any]) -> SearchRequest:
         if request is not None and options:
-            raise TypeError(f"give a request or options ({', '.join(options)}), not both")
+            raise UserTypeError(f"give a request or options ({', '.join(options)}), not both")
         return request if request is not None else self.request(**options)
 
     # ------------------------------------------------------------------------------------
@@ -530,6 +530,8 @@ class Translator:
         check_sentences(references, "references")
         if len(sources) != len(references):
             raise UserError(f"{len(sources)} sources but {len(references)} references")
+        if not sources:
+            raise UserError("no sources to evaluate: give at least one sentence")
         search = self.request() if request is None else request
         start = time.perf_counter()
         windows = self.windows(sources, search, progress=progress, total=len(sources))
@@ -602,7 +604,7 @@ def _checkpoints(checkpoint: Any) -> list[str | os.PathLike]:
     """The checkpoints given: one path or a list of them, each a str or a path."""
     given = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else checkpoint
     if isinstance(given, (bytes, bytearray)) or not isinstance(given, Sequence):
-        raise UserError(
+        raise UserTypeError(
             f"checkpoint must be a path (str or os.PathLike) or a list of them, not "
             f"{type(checkpoint).__name__}"
         )
@@ -610,7 +612,7 @@ def _checkpoints(checkpoint: Any) -> list[str | os.PathLike]:
         raise UserError("give a checkpoint (or several: an ensemble)")
     for i, path in enumerate(given):
         if not isinstance(path, (str, os.PathLike)):
-            raise UserError(f"checkpoint[{i}] must be a path, not {type(path).__name__}")
+            raise UserTypeError(f"checkpoint[{i}] must be a path, not {type(path).__name__}")
         _text(os.fspath(path), "checkpoint")
     return list(given)
 
@@ -619,7 +621,7 @@ def _text(value: Any, name: str) -> Any:
     """``value`` when it is a str that UTF-8 can encode (no lone surrogate), else a one-line
     ``UserError`` naming ``name``."""
     if not isinstance(value, str):
-        raise UserError(f"{name} must be a str, not {type(value).__name__}")
+        raise UserTypeError(f"{name} must be a str, not {type(value).__name__}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -639,7 +641,7 @@ def _sampling(
     top_p, temperature and seed where given), or None: beam search."""
     given = {k: v for k, v in drawing.items() if v is not None}
     if sample is not None and not isinstance(sample, (bool, SampleConfig)):
-        raise UserError(
+        raise UserTypeError(
             f"{say('sample')} must be True, False or a SampleConfig, not {sample!r} "
             f"({type(sample).__name__})"
         )
@@ -761,7 +763,7 @@ def _alignment_layer(alignments: bool | int) -> int | None:
     if alignments is True:
         return -1
     if not isinstance(alignments, int):
-        raise UserError(
+        raise UserTypeError(
             f"alignments must be True, False or a decoder layer's number, not {alignments!r}"
         )
     return alignments
@@ -771,29 +773,31 @@ def _check_per_sentence(given: Any, name: str, sentences: int) -> None:
     """A per-sentence list checked as ``sentences`` is (``check_sentences``): one str would
     be taken one character a sentence."""
     if isinstance(given, (str, bytes)):
-        raise UserError(
+        raise UserTypeError(
             f"{name} must be a list with one item per sentence, not one "
             f"{type(given).__name__}: give [{name[:-1] if name == 'prefixes' else 'phrases'}] "
             "for one sentence"
         )
     if not isinstance(given, Sequence):
-        raise UserError(f"{name} must be a list, one item per sentence, not {type(given).__name__}")
+        raise UserTypeError(
+            f"{name} must be a list, one item per sentence, not {type(given).__name__}"
+        )
     if len(given) != sentences:
         raise UserError(f"{len(given)} {name} for {sentences} sentences: give one each")
     if name == "prefixes":
         for i, prefix in enumerate(given):
             if not isinstance(prefix, str):
-                raise UserError(f"prefixes[{i}] is {type(prefix).__name__}, not str")
+                raise UserTypeError(f"prefixes[{i}] is {type(prefix).__name__}, not str")
 
 
 def _phrases(given: Sequence[str] | str, i: int) -> list[str]:
     """Sentence i's phrases: a list of str, or one str (one phrase, not its characters)."""
     phrases = [given] if isinstance(given, str) else given
     if not isinstance(phrases, Sequence) or isinstance(phrases, bytes):
-        raise UserError(f"constraints[{i}] is {type(given).__name__}, not a list of str")
+        raise UserTypeError(f"constraints[{i}] is {type(given).__name__}, not a list of str")
     for j, phrase in enumerate(phrases):
         if not isinstance(phrase, str):
-            raise UserError(f"constraints[{i}][{j}] is {type(phrase).__name__}, not str")
+            raise UserTypeError(f"constraints[{i}][{j}] is {type(phrase).__name__}, not str")
     return list(phrases)
 
 
