@@ -309,15 +309,18 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig.choose(args.preset, **options)
 
 
-def open_translator(args: argparse.Namespace, command: str) -> Translator:
+def open_translator(
+    args: argparse.Namespace, command: str, loading: dict[str, Any] | None = None
+) -> Translator:
     """The ``aiayn.Translator`` of the loading options as parsed (``--checkpoint``, repeated for
     an ensemble, ``--device``, ``--precision``, ``--workers``, ``--engine``, ``--quantize``;
     a command without ``--workers``, score and serve, decodes in one process), its refusals
-    named as options; its precision said on stderr with ``--verbose``. Nothing loads yet."""
+    named as options; its precision said on stderr with ``--verbose``. Nothing loads yet.
+    ``loading``: those options, already picked (``keywords``)."""
     from ..decode.capabilities import COMMAND_LINE
     from ..translator import Translator
 
-    options = {"workers": 1, **keywords(args, Translator)}
+    options = {"workers": 1, **(keywords(args, Translator) if loading is None else loading)}
     translator = Translator(**options, spelling=COMMAND_LINE)
     if getattr(args, "verbose", False):
         precision = translator.precision
@@ -329,5 +332,8 @@ def open_decoding(args: argparse.Namespace, command: str) -> tuple[Translator, S
     """The one ``aiayn.Translator`` of a command that decodes, and the one request its search
     options ask for (``Translator.request``: every check, before the model loads, but for a
     shortlist's file, which is read for the checkpoint's vocabulary)."""
-    translator = open_translator(args, command)
-    return translator, translator.request(**keywords(args, translator.request))
+    from ..translator import Translator
+
+    loading, search = keywords(args, Translator), keywords(args, Translator.request)
+    translator = open_translator(args, command, loading)
+    return translator, translator.request(**search)

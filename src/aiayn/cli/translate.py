@@ -51,9 +51,9 @@ def _translate(args: argparse.Namespace) -> None:
     from .stream import TextStream, translate_stream
 
     corpus = window_option(args)
-    translator, request = open_decoding(args, "translate")  # every option checked, none loaded
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
     progress = show_progress(args) and not interactive
+    translator, request = open_decoding(args, "translate")  # every option checked, none loaded
     if interactive:
         corpus["window"] = 1  # answer each line as it comes
     output = Outputs.from_args(args)
