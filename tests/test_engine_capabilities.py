@@ -173,3 +173,18 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
     if "server" in said:
         named = "constraints[0]: " if feature == "lexical_constraints" else ": "
         assert named in said["server"] and f"{capability.field} (" in said["server"]
+
+
+@pytest.mark.parametrize("option", ["--token-scores", "--alignments", "--constraints"])
+def test_the_command_line_refuses_before_anything_loads_or_exports(option, tmp_path, capsys):
+    """An empty directory as the checkpoint: any load or export would fail another way."""
+    from aiayn.cli.main import main
+
+    source = tmp_path / "in.txt"
+    source.write_text(f"{SENTENCE}\n", encoding="utf-8")
+    given = [option, str(source)] if option == "--constraints" else [option]
+    argv = ["translate", "--checkpoint", str(tmp_path), "--input", str(source)]
+    with pytest.raises(SystemExit):
+        main([*argv, "--engine", "ctranslate2", "--workers", "1", *given])
+    err = capsys.readouterr().err
+    assert f"the ctranslate2 engine cannot do: {option} (" in err and err.count("\n") == 1

@@ -108,9 +108,10 @@ class Outputs:
         constraints = tuple(self.constraint(vocab, first + i) for i in range(n))
         return replace(request, constraints=constraints)
 
-    def constrained_for(self, vocab: Any) -> Callable[[SearchRequest, int], SearchRequest]:
-        """``Translator.windows``' ``per_window``: a window's request with its lines' own."""
-        return lambda request, n: self.constrained(request, vocab, n)
+    def constrained_for(self, translator: Any) -> Callable[[SearchRequest, int], SearchRequest]:
+        """``Translator.windows``' ``per_window``: a window's request with its lines' own, in
+        the vocabulary the Translator loads once ``windows`` has refused what it cannot do."""
+        return lambda request, n: self.constrained(request, translator.vocab, n)
 
     def format(self, nbest: list[list[Output]], first: int) -> list[str]:
         """The lines printed for input lines ``first``, ``first`` + 1, ... and their outputs."""

@@ -85,7 +85,7 @@ def translate_stream(
         request,
         token_scores=output.token_scores if output else False,
         alignment_layer=output.alignment_layer if output else None,
-        per_window=output.constrained_for(translator.vocab) if output else None,
+        per_window=output.constrained_for(translator) if output else None,
         **stream.corpus(),
     )
     first = 0
