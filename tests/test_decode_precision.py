@@ -180,9 +180,12 @@ def test_for_decoding_refuses_bf16_with_int8_too():
 
 
 def test_the_server_loads_bf16_and_says_so(tiny_run):
-    from aiayn.serve.translator import Translator
+    from aiayn.serve import Adapter
+    from aiayn.translator import Translator
 
-    translator = Translator.load(latest_checkpoint(tiny_run / "checkpoints"), precision="bf16")
+    translator = Adapter(
+        Translator(latest_checkpoint(tiny_run / "checkpoints"), workers=1, precision="bf16")
+    )
     assert translator.info()["precision"] == "bf16"
     assert {p.dtype for p in translator.model.parameters()} == {torch.bfloat16}
 

@@ -13,11 +13,12 @@ from _cli import run_cli
 from _decode_helpers import hypotheses
 
 from aiayn.checkpoint import latest_checkpoint, load_translator
-from aiayn.cli.common import batching_option, workers_arg
+from aiayn.cli.decoding import open_translator, workers_arg
+from aiayn.cli.main import build_parser
 from aiayn.decode import Batching, DecodeConfig, SampleConfig, SearchRequest, decode_ids
 from aiayn.errors import UserError
 from aiayn.runtime import workers as workers_module
-from aiayn.runtime.workers import MAX_AUTO_WORKERS, auto_workers, run_batches
+from aiayn.runtime.workers import MAX_AUTO_WORKERS, auto_workers, resolve_workers, run_batches
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -129,10 +130,9 @@ def test_translate_with_two_workers_prints_what_one_prints(tiny_run, tmp_path, c
 
 
 def test_workers_on_a_gpu_are_refused_by_name():
-    args = argparse.Namespace(workers=2, device="cuda:0", batch_size=None)
     with pytest.raises(UserError, match="--workers are CPU processes: --device cuda:0 decodes"):
-        batching_option(args)
-    assert batching_option(argparse.Namespace(workers=1, device="cuda:0")) == Batching(workers=1)
+        resolve_workers(2, "cuda:0")
+    assert resolve_workers(1, "cuda:0") == 1
 
 
 @pytest.fixture
@@ -175,12 +175,11 @@ def test_auto_is_a_process_per_thread_on_the_cpu_and_one_on_a_gpu(monkeypatch):
     for threads, expected in ((1, 1), (3, 3), (64, MAX_AUTO_WORKERS)):
         monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
         assert auto_workers("cpu") == expected
-        args = argparse.Namespace(workers="auto", device="cpu", batch_size=None)
-        assert batching_option(args).workers == expected
+        assert resolve_workers("auto", "cpu") == expected
     assert auto_workers("cuda:0") == 1
-    gpu = argparse.Namespace(workers="auto", device="cuda:0")
-    assert batching_option(gpu) == Batching(workers=1)  # auto on a GPU is not refused
-    assert batching_option(argparse.Namespace(device="cpu")) == Batching(workers=1)  # no option
+    assert resolve_workers("auto", "cuda:0") == 1  # auto on a GPU is not refused
+    score = build_parser().parse_args(["score", "--checkpoint", "x"])  # no --workers: one
+    assert open_translator(score, "score").workers == 1
     assert workers_arg("auto") == "auto" and workers_arg("3") == 3
     with pytest.raises(argparse.ArgumentTypeError, match="a number of processes or auto, not 'x'"):
         workers_arg("x")

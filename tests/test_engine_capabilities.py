@@ -1,25 +1,28 @@
 """The command line, ``aiayn.Translator`` and the server refuse the same features of the
-CTranslate2 engine (``aiayn.decode.capabilities``), each naming what its user typed: the
-option, the keyword, the request's field. No export is made: the engine refuses before its
-``ctranslate2.Translator`` (None here) is used, the command line before anything loads."""
+CTranslate2 engine (``aiayn.decode.capabilities``) through the Translator's one refusal, each
+naming what its user typed: the option, the keyword, the request's field. No export is made:
+the Translator refuses before its engine's ``ctranslate2.Translator`` (None here) is used."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
 from _export_models import trained_like_model
 
 import aiayn
-from aiayn.cli.common import asked_features, check_engine_options
+from aiayn.cli.decoding import open_decoding
 from aiayn.cli.main import build_parser
+from aiayn.cli.outputs import Outputs
+from aiayn.cli.stream import TextStream, translate_stream
 from aiayn.data import Vocab
 from aiayn.decode import SearchRequest
 from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES
 from aiayn.errors import UserError
 from aiayn.export.engine import CTranslate2Engine
+from aiayn.serve import Adapter
 from aiayn.serve.app import TranslateRequest, _Refused, _translate_job
-from aiayn.serve.translator import Translator as ServeTranslator
 
 SENTENCE = "And God saw the light, that it was good."
 
@@ -100,28 +103,41 @@ def _refusal(call) -> str | None:
     return None
 
 
-def _by_cli(feature: str) -> str | None:
+def _by_cli(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+    per_line = tmp_path / "F"  # --prefix F, --constraints F: one line for the one input line
+    per_line.write_text("God\n", encoding="utf-8")
+    options = [str(per_line) if o == "F" else o for o in CLI[feature]]
+    checkpoint = ["--checkpoint", str(tmp_path), "--workers", "1"]
     args = build_parser().parse_args(
-        ["translate", "--checkpoint", "A", "--engine", "ctranslate2", *CLI[feature]]
+        ["translate", *checkpoint, "--engine", "ctranslate2", *options]
     )
-    asked = set(asked_features(args))
-    assert asked == ({"sampling", "seed"} if feature == "seed" else {feature})
-    return _refusal(lambda: check_engine_options(args))
+
+    def run() -> None:
+        translator, request = open_decoding(args, "translate")
+        translator.engine, translator.vocab = engine, engine.vocab  # as opened on an export
+        stream = TextStream(io.BytesIO(f"{SENTENCE}\n".encode()), io.StringIO())
+        translate_stream(stream, translator, request, Outputs.from_args(args))
+
+    refused = _refusal(run)
+    for other in set(CAPABILITIES) - {feature}:  # the option asks for its feature alone
+        assert refused is None or CAPABILITIES[other].reason not in refused, other
+    return refused
 
 
 def _by_translator(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
     if feature in LOADING:
         options = {"checkpoint": str(tmp_path), **LOADING[feature]}
         return _refusal(lambda: aiayn.Translator(engine="ctranslate2", **options))
-    translator = object.__new__(aiayn.Translator)  # as opened on a CTranslate2 export
-    translator.engine, translator.vocab, translator.workers = engine, engine.vocab, 1
-    translator._model = None
+    translator = aiayn.Translator(str(tmp_path), engine="ctranslate2", workers=1)  # not loaded
+    translator.engine, translator.vocab = engine, engine.vocab  # as opened on an export
     return _refusal(lambda: translator.translate([SENTENCE], **TRANSLATE[feature]))
 
 
-def _by_server(feature: str, engine: CTranslate2Engine) -> str | None:
-    model = trained_like_model(len(engine.vocab), max_len=64)
-    translator = ServeTranslator(model, engine.vocab, engine=engine)
+def _by_server(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+    library = aiayn.Translator(str(tmp_path), engine="ctranslate2", workers=1)  # not loaded
+    library.engine, library.vocab = engine, engine.vocab  # as opened on an export
+    library._model = trained_like_model(len(engine.vocab), max_len=64)  # attention's model
+    translator = Adapter(library)
     body = TranslateRequest(text=[SENTENCE], **SERVER[feature])
     return _refusal(lambda: _translate_job(translator, body, translator.encode(body.text)))
 
@@ -138,11 +154,11 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
     capability = CAPABILITIES[feature]
     said = {}
     if feature in CLI:
-        said["cli"] = _by_cli(feature)
+        said["cli"] = _by_cli(feature, engine, tmp_path)
     if feature in LOADING or feature in TRANSLATE:
         said["translator"] = _by_translator(feature, engine, tmp_path)
     if feature in SERVER:
-        said["server"] = _by_server(feature, engine)
+        said["server"] = _by_server(feature, engine, tmp_path)
     assert said  # every feature is asked somewhere
     assert {entry: message is not None for entry, message in said.items()} == dict.fromkeys(
         said, refused
@@ -157,3 +173,18 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
     if "server" in said:
         named = "constraints[0]: " if feature == "lexical_constraints" else ": "
         assert named in said["server"] and f"{capability.field} (" in said["server"]
+
+
+@pytest.mark.parametrize("option", ["--token-scores", "--alignments", "--constraints"])
+def test_the_command_line_refuses_before_anything_loads_or_exports(option, tmp_path, capsys):
+    """An empty directory as the checkpoint: any load or export would fail another way."""
+    from aiayn.cli.main import main
+
+    source = tmp_path / "in.txt"
+    source.write_text(f"{SENTENCE}\n", encoding="utf-8")
+    given = [option, str(source)] if option == "--constraints" else [option]
+    argv = ["translate", "--checkpoint", str(tmp_path), "--input", str(source)]
+    with pytest.raises(SystemExit):
+        main([*argv, "--engine", "ctranslate2", "--workers", "1", *given])
+    err = capsys.readouterr().err
+    assert f"the ctranslate2 engine cannot do: {option} (" in err and err.count("\n") == 1

@@ -487,12 +487,15 @@ def test_serve_answers_with_the_imported_model(imported):
     from fastapi.testclient import TestClient
 
     from aiayn.decode import translate
+    from aiayn.serve import Adapter
     from aiayn.serve.app import Limits, create_app
-    from aiayn.serve.translator import Translator
+    from aiayn.translator import Translator
 
     ckpt, model, vocab, _ = imported
     lines = corpus_lines("test", 0, 2)
-    with TestClient(create_app(Translator.load(ckpt), Limits())) as c:
+    with TestClient(
+        create_app(Adapter(Translator(ckpt, workers=1, precision="fp32")), Limits())
+    ) as c:
         r = c.post("/translate", json={"text": lines, "beam": 3, "alpha": 1.0})
     assert r.status_code == 200
     expected = translate(model, lines, vocab, SearchRequest(DecodeConfig(beam=3, alpha=1.0)))

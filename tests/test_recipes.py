@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from aiayn.cli.common import decode_config
+from aiayn.cli.decoding import decode_config
 from aiayn.cli.main import build_parser
 from aiayn.train import load_train_config
 from aiayn.train.config import bundled_configs

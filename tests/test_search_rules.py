@@ -12,7 +12,7 @@ import pytest
 import torch
 from _decode_helpers import B_, EOS, SRC, UNK, A, ScriptedModel
 
-from aiayn.cli.common import SEARCH_RULE_NAMES
+from aiayn.cli.decoding import SEARCH_RULE_NAMES
 from aiayn.cli.main import main
 from aiayn.decode import DecodeConfig, SearchRequest, beam_search
 from aiayn.decode.capabilities import check_supported

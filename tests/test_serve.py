@@ -43,17 +43,25 @@ from aiayn.decode import (
 )
 from aiayn.errors import UserError
 from aiayn.serve import (
+    Adapter,
     Batcher,
     DeadlinePassed,
     Limits,
     QueueFull,
     ShuttingDown,
     TranslateJob,
-    Translator,
     create_app,
     make_server,
 )
 from aiayn.serve.app import DRAIN_BYTES
+from aiayn.translator import Translator as Library
+
+
+def served(checkpoint, **options) -> Adapter:
+    """The server's adapter of ``aiayn.Translator(checkpoint)``, as ``aiayn serve`` opens it
+    (one process, fp32 unless asked)."""
+    return Adapter(Library(checkpoint, workers=1, **{"precision": "fp32", **options}))
+
 
 SENTENCES = [
     "In the beginning God created the heaven and the earth.",
@@ -364,22 +372,22 @@ def checkpoint(tiny_corpus, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def translator(checkpoint) -> Translator:
-    return Translator.load(checkpoint)
+def translator(checkpoint) -> Adapter:
+    return served(checkpoint)
 
 
 @contextmanager
-def client(translator: Translator, **limits):
+def client(translator: Adapter, **limits):
     with TestClient(create_app(translator, Limits(**limits))) as c:
         yield c
 
 
-def _alone(translator: Translator, lines: list[str], **config) -> list[dict]:
+def _alone(translator: Adapter, lines: list[str], **config) -> list[dict]:
     """The answers for ``lines`` decoded by themselves, outside the server."""
     return translator.decode([TranslateJob(translator.encode(lines), DecodeConfig(**config))])[0]
 
 
-def _by_sentence(translator: Translator, lines: list[str], **config) -> dict[str, dict]:
+def _by_sentence(translator: Adapter, lines: list[str], **config) -> dict[str, dict]:
     """The library's answer for each of ``lines`` (decoded together, in one call)."""
     return dict(zip(lines, _alone(translator, lines, **config)))
 
@@ -425,7 +433,7 @@ def test_answers_cut_at_the_length_limit_say_so_as_the_commands_json_lines_do(tr
 def test_int8_server_answers_as_the_int8_library(checkpoint):
     """``aiayn serve --quantize int8`` decodes with the same int8 model as ``aiayn translate
     --quantize int8``, loaded from safetensors and quantized after loading."""
-    quantized = Translator.load(checkpoint, quantize="int8")
+    quantized = served(checkpoint, quantize="int8")
     assert any(
         isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantized.model.modules()
     )
@@ -849,7 +857,7 @@ def test_without_batching_each_request_is_decoded_alone(translator):
 def test_a_poison_request_fails_alone_bisected_and_its_error_names_only_its_id(
     checkpoint, monkeypatch, caplog
 ):
-    translator = Translator.load(checkpoint)
+    translator = served(checkpoint)
     poison_text = "Zebras quote Quixote."
     poison = set(translator.encode([poison_text])[0]) - {
         t
@@ -1426,7 +1434,7 @@ def test_a_port_or_address_the_server_cannot_listen_on_is_one_line_before_the_mo
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded before the address was checked")
 
-    monkeypatch.setattr(Translator, "load", no_model)
+    monkeypatch.setattr(Library, "_load", no_model)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -1591,15 +1599,14 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
     from _export_models import trained_like_model
 
     from aiayn.config import to_dict
-    from aiayn.export.engine import CTranslate2Engine
 
     vocab = Vocab.load(tiny_corpus / "spm.model")
     model = trained_like_model(len(vocab), max_len=40)
     ckpt = save_checkpoint(
         tmp_path, 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path
     )
-    ours = Translator.load(ckpt)
-    theirs = Translator.load(ckpt, engine=CTranslate2Engine.open(ckpt, threads=1))
+    ours = served(ckpt)
+    theirs = served(ckpt, engine="ctranslate2")
     bodies = [{"text": [SENTENCES[i], SENTENCES[i + 4]], "beam": 2, "nbest": 2} for i in range(4)]
     held = HeldFirstDecode(theirs.decode)
     theirs.decode = held
@@ -1643,3 +1650,18 @@ def test_the_ctranslate2_engine_serves_our_answers_batched_with_our_attention(
     assert "); search_rules (" in both.json()["error"]
     assert sampled.status_code == 200 and len(sampled.json()["translations"][0]["nbest"]) == 2
     assert info["engine"] == "ctranslate2"
+
+
+def test_repetition_penalty_has_the_librarys_one_rule(translator):
+    """The server, the command line and ``aiayn.Translator`` refuse the same penalties, with
+    the library's words (``DecodeConfig``), where the server once had a bound of its own."""
+    from aiayn.decode.config import MAX_REPETITION_PENALTY
+
+    with client(translator) as c:
+        over = c.post("/translate", json={"text": ["a"], "repetition_penalty": 1e30})
+        at = c.post("/translate", json={"text": ["a"], "repetition_penalty": 10.0})
+    assert over.status_code == 422 and at.status_code == 200
+    assert over.json()["error"] == (
+        f"repetition_penalty must be a finite number > 0 and at most {MAX_REPETITION_PENALTY:g}, "
+        "got 1e+30"
+    )

@@ -12,9 +12,10 @@ from fastapi.testclient import TestClient  # noqa: E402
 import aiayn  # noqa: E402
 from aiayn.checkpoint import save_checkpoint  # noqa: E402
 from aiayn.data import Vocab  # noqa: E402
+from aiayn.serve import Adapter  # noqa: E402
 from aiayn.serve.app import Limits, create_app  # noqa: E402
-from aiayn.serve.translator import Translator  # noqa: E402
 from aiayn.text.markup import well_formed  # noqa: E402
+from aiayn.translator import Translator  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,7 +27,9 @@ def client(tiny_corpus, tmp_path_factory):
     model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=40))
     meta = {"update": 1, "model_config": dataclasses.asdict(model.eval().cfg)}
     ckpt = save_checkpoint(tmp_path_factory.mktemp("st") / "c", 1, model, meta, None, vocab.path)
-    with TestClient(create_app(Translator.load(ckpt), Limits())) as c:
+    with TestClient(
+        create_app(Adapter(Translator(ckpt, workers=1, precision="fp32")), Limits())
+    ) as c:
         yield c
 
 

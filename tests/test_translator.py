@@ -6,13 +6,14 @@ resolved and refused as the command resolves them; sentences are checked in one 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 import aiayn
 from aiayn.checkpoint import latest_checkpoint
-from aiayn.cli.common import search_request
+from aiayn.cli.decoding import keywords
 from aiayn.cli.main import build_parser, main
 from aiayn.decode import DecodeConfig, SampleConfig, nbest_outputs, translate, translate_corpus
 from aiayn.errors import UserError
@@ -116,7 +117,7 @@ def test_score_is_the_commands_tsv(capsys, translator, checkpoint, tiny_corpus):
 )
 def test_request_is_the_one_the_command_builds_from_the_same_options(translator, options, argv):
     args = build_parser().parse_args(["translate", "--checkpoint", "x", *argv])
-    assert translator.request(**options) == search_request(args, sampling=True)
+    assert translator.request(**options) == translator.request(**keywords(args, translator.request))
 
 
 def test_loading_options_resolve_as_the_commands_do(checkpoint, bf16_answer):
@@ -322,6 +323,77 @@ def test_another_engine_is_the_commands(capsys, checkpoint, test_en, tmp_path):
 
 def test_the_command_lines_engine_choices_are_the_translators():
     from aiayn import translator
-    from aiayn.cli import common
+    from aiayn.cli import decoding as common
 
     assert common.ENGINES == translator.ENGINES  # named twice: --help must not import torch
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: t.translate(["Amen.", "Jesus wept."], prefixes="Yo"), "prefixes must be a list"),
+        (lambda t: t.translate(["Amen.", "Jesus wept."], constraints="ab"), "constraints must be"),
+        (lambda t: t.translate(["Amen."], prefixes=[None]), "prefixes[0] is NoneType, not str"),
+        (lambda t: t.translate(["Amen."], constraints=[[3]]), "constraints[0][0] is int, not str"),
+        (lambda t: t.translate(["Amen."], sample="yes"), "sample must be True, False or a"),
+        (lambda t: t.translate(["Amen."], sample=True, top_k="5"), "top_k must be an integer"),
+        (lambda t: t.translate(["Amen."], repetition_penalty="2"), "repetition_penalty must be a"),
+        (lambda t: t.request(batch_size=1.5), "batch_size must be at least 1, got 1.5"),
+        (lambda t: t.translate(["A \ud800 b"]), "sentences[0] is not Unicode text"),
+        (lambda t: t.evaluate([], []), "no sources to evaluate"),
+    ],
+)
+def test_a_python_argument_of_the_wrong_kind_is_the_projects_one_line_error(
+    translator, call, message
+):
+    """No str split into characters, no Python or tokenizer error from deep inside: every
+    argument is refused where it enters, as the command line refuses an option."""
+    with pytest.raises(UserError) as err:
+        call(translator)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("checkpoint", [None, b"runs/demo", 7, ["x", None], "bad\ud800"])
+def test_a_checkpoint_that_is_not_a_path_is_one_line(checkpoint):
+    with pytest.raises(UserError) as err:
+        aiayn.Translator(checkpoint)
+    assert "checkpoint" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "argv", "message"),
+    [
+        ({"top_k": 5}, ["--top-k", "5"], "{top_k} needs {sample}"),
+        ({"sample": True, "beam": 3}, ["--sample", "--beam", "3"], "{beam} has no effect with"),
+        ({"shortlist_best": 3}, ["--shortlist-best", "3"], "{shortlist_best} sizes a shortlist"),
+        ({"max_tokens": 0}, ["--max-tokens", "0"], "{max_tokens} must be at least 1, got 0"),
+        ({"repetition_penalty": 1e30}, ["--repetition-penalty", "1e30"], "at most 10, got 1e+30"),
+    ],
+)
+def test_python_gets_every_check_the_command_line_has(
+    capsys, translator, checkpoint, options, argv, message
+):
+    """One check in the library (``Translator.request``), named as each user typed it."""
+    from aiayn.decode.capabilities import option_name
+
+    keywords = {k: k for k in ("top_k", "sample", "beam", "shortlist_best", "max_tokens")}
+    with pytest.raises(UserError, match=message.format(**keywords).replace("+", r"\+")):
+        translator.request(**options)
+    options_named = {k: option_name(k) for k in keywords}
+    with pytest.raises(SystemExit) as code:
+        main(["translate", "--checkpoint", str(checkpoint), *argv])
+    assert code.value.code == 2
+    err = capsys.readouterr().err
+    assert message.format(**options_named) in err and err.count("\n") == 1
+
+
+def test_the_entry_points_ask_the_translator_for_requests_and_no_engine_by_class():
+    """One ``SearchRequest`` builder (``Translator.request``) for the command line and the
+    server; no ``isinstance`` on an engine class outside the engines."""
+    package = Path(aiayn.__file__).parent
+    for path in [*(package / "cli").glob("*.py"), *(package / "serve").glob("*.py")]:
+        assert "SearchRequest(" not in path.read_text(encoding="utf-8"), path
+    engines = {package / "decode" / "engine.py", package / "export" / "engine.py"}
+    by_class = re.compile(r"isinstance\([^)]*Engine\b")
+    for path in set(package.rglob("*.py")) - engines:
+        assert not by_class.search(path.read_text(encoding="utf-8")), path

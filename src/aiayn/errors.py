@@ -8,3 +8,9 @@ It subclasses ``ValueError`` so that library callers catching bad values keep wo
 
 class UserError(ValueError):
     """Input a user can fix (a file, a line, a key, a flag); the message names it and the problem."""
+
+
+class UserTypeError(UserError, TypeError):
+    """A Python caller's argument of the wrong type (``sentences="text"``, ``sample="yes"``):
+    a user's mistake in one line like every other, and still a ``TypeError`` for callers
+    that catch one."""

@@ -36,6 +36,7 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
@@ -100,6 +101,38 @@ def decode_line(raw: bytes, source: str, lineno: int) -> str:
         raise UserError(
             f"{source}: line {lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
         ) from None
+
+
+@dataclass
+class LenientLines:
+    """The texts of a stream's lines where a line that is not valid UTF-8 becomes "" and is
+    remembered, so that its output line keeps the others aligned and ``check`` names it at
+    the end (translation: one output line per input line, whatever the input holds)."""
+
+    name: str
+    count: int = 0
+    bad: int = 0
+    first_bad: list[int] = field(default_factory=list)  # the first 10: memory stays flat
+
+    def texts(self, raw: Iterable[bytes]) -> Iterator[str]:
+        for line in raw:
+            self.count += 1
+            try:
+                yield decode_line(line, self.name, self.count)
+            except UserError:
+                self.bad += 1
+                if len(self.first_bad) < 10:
+                    self.first_bad.append(self.count)
+                yield ""  # an empty line translates to an empty line
+
+    def check(self) -> None:
+        """``UserError`` naming the lines that were not valid UTF-8, if any."""
+        if self.bad:
+            shown = ", ".join(map(str, self.first_bad)) + (", ..." if self.bad > 10 else "")
+            raise UserError(
+                f"{self.name}: {self.bad} line(s) not valid UTF-8 (line {shown}): their outputs "
+                f"are empty lines; the other {self.count - self.bad} were translated"
+            )
 
 
 def iter_lines(source: PathLike | IO[bytes], name: str | None = None) -> Iterator[str]:

@@ -7,49 +7,50 @@
         best = translator.translate(["In the beginning God created the heaven and the earth."])
         print(best[0].text, best[0].score)
 
-The device, precision, workers and engine are resolved as the command line resolves its
-``--device``, ``--precision``, ``--workers`` and ``--engine`` (``auto`` included: one worker
-process per CPU thread, bf16 where it is native and measured faster), and the search options
-(``request``) are the command's options by their Python names, so that ``translate``,
-``evaluate``, ``score`` and ``serve`` build one Translator and one ``SearchRequest`` and call
-it: the Python object and the commands cannot drift. A checkpoint is a checkpoint directory,
-an averaged one, a run's ``checkpoints/latest`` or ``checkpoints/best`` pointer, or a list of
-them (an ensemble).
+One front door, one vocabulary: the keywords of ``Translator(...)`` (how a checkpoint loads)
+and of ``Translator.request(...)`` (how to search) are the command line's options, which it
+passes through whole (``--top-k`` is ``top_k``; ``capabilities.option_name``), as sacrebleu's
+command line passes its options into ``BLEU(**kwargs)``. Every check of a decoding option
+lives here, once: ``translate``, ``evaluate``, ``score`` and ``serve`` build one Translator and
+ask it for their ``SearchRequest``, so Python users get every check the command line has, and
+what an engine cannot do is refused here (loading options at construction, search options in
+``request``), named as the caller's user typed it (``capabilities.Spelling``).
+
+The device, precision and workers are resolved as ``--device``, ``--precision`` and
+``--workers`` are (``auto``: one worker process per CPU thread, bf16 where it is native and
+measured faster). The model loads on first use, so that every option is checked before a
+checkpoint is read or exported. A checkpoint is a checkpoint directory, an averaged one, a
+run's ``checkpoints/latest`` or ``checkpoints/best`` pointer, or a list of them (an ensemble).
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol, TextIO
+from typing import Any
 
 from .checkpoint import follow_pointer, recorded_language, search_defaults
 from .data import Vocab
 from .decode import (
-    Batching,
     DecodeConfig,
     Output,
     SampleConfig,
     Score,
     SearchRequest,
     load_models,
-    nbest_outputs,
     score_ids,
     text_constraint,
     translate_corpus,
 )
-from .decode.capabilities import Feature, check_supported
+from .decode import options as checks
+from .decode.capabilities import PYTHON, Feature, Spelling, check_supported
 from .decode.engine import Engine, TorchEngine
-
-if TYPE_CHECKING:
-    from .export.engine import CTranslate2Engine
 from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
-from .errors import UserError
+from .errors import UserError, UserTypeError
 from .evaluate import Evaluation
 from .runtime.hardware import resolve_device
 from .runtime.policy import Precision, choose_precision
@@ -60,6 +61,8 @@ ENGINES = ("torch", "ctranslate2")
 Checkpoints = str | os.PathLike | Sequence[str | os.PathLike]
 # A window's request (its constraints) from the request numbering its first line, and its size
 PerWindow = Callable[[SearchRequest, int], SearchRequest]
+# A window's best lines from our search or the engine's (``--split``, ``--markup``)
+Around = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
@@ -118,13 +121,16 @@ class Translation:
 
 
 class Translator:
-    """A checkpoint (or an ensemble of them) loaded once for decoding, with its vocabulary.
+    """A checkpoint (or an ensemble of them) for decoding, with its vocabulary.
 
     ``device``: cpu, cuda, cuda:N or auto; ``precision``: auto, fp32 or bf16; ``workers``: CPU
     processes decoding batches side by side, or auto; ``engine``: torch (our search) or
     ctranslate2 (the checkpoint exported beside it, ``aiayn.export.engine``); ``quantize``:
     None or "int8". Each is resolved as the command line resolves its option of that name,
-    with the same one-line errors. Use it as a context manager, or ``close`` it.
+    with the same one-line errors, and what the engine cannot do is refused here, before
+    anything loads; the model (or the engine) loads on first use. ``spelling``: how refusals
+    name the options (Python's keywords; the command line and the server pass theirs). Use it
+    as a context manager, or ``close`` it.
     """
 
     def __init__(
@@ -136,28 +142,66 @@ class Translator:
         workers: int | str = "auto",
         engine: str = "torch",
         quantize: str | None = None,
+        spelling: Spelling = PYTHON,
     ) -> None:
-        given = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else list(checkpoint)
-        if not given:
-            raise UserError("give a checkpoint (or several: an ensemble)")
-        self.checkpoints = [follow_pointer(p) for p in given]
-        self.device = resolve_device(device)
+        self.checkpoints = [follow_pointer(p) for p in _checkpoints(checkpoint)]
+        self.device = resolve_device(_text(device, "device"))
         self.workers = resolve_workers(workers, self.device)
-        check_supported(
-            loading_features(len(self.checkpoints), quantize, precision),
-            engine,
-            engine_supports(engine),
-            instead="--engine torch",
-        )
+        self.spelling, self.engine_name = spelling, engine
+        self.supports = engine_supports(engine)
+        self._refuse_loading(quantize, precision)
         self.precision: Precision = choose_precision(precision, self.device, quantize, engine)
         self.quantize = quantize
         self._model: Any = None
-        if engine == "torch":
-            self._model, self.vocab = self._load()
-            self.engine: Engine | None = TorchEngine(self._model)
+        self._engine: Engine | None = None
+        self._vocab: Any = None
+        self._closed = False
+
+    def _refuse_loading(self, quantize: str | None, precision: str) -> None:
+        """The one refusal of the loading options the engine cannot honour, named as the
+        command line's options with their values (as their other errors name them)."""
+        asked: dict[Feature, str] = {}
+        if len(self.checkpoints) > 1:
+            asked["ensemble"] = f"{len(self.checkpoints)} --checkpoint"
+        if quantize is not None:
+            asked["quantize"] = f"--quantize {quantize}"
+        if precision not in ("auto", "fp32"):
+            asked["precision"] = f"--precision {precision}"
+        check_supported(asked, self.engine_name, self.supports, instead="--engine torch")
+
+    @property
+    def engine(self) -> Engine:
+        """What decodes (``decode.engine.Engine``), loaded on first use."""
+        self._check_open()
+        if self._engine is None:
+            self._open()
+        assert self._engine is not None
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def vocab(self) -> Any:
+        """The checkpoint's vocabulary (``Vocab``; the engine's for another engine)."""
+        if self._vocab is None:
+            self._check_open()
+            self._open()
+        return self._vocab
+
+    @vocab.setter
+    def vocab(self, vocab: Any) -> None:
+        self._vocab = vocab
+
+    def _open(self) -> None:
+        if self.engine_name == "torch":
+            if self._model is None:
+                self._model, self._vocab = self._load()
+            self._engine = TorchEngine(self._model)  # the one model: ``model`` is its
         else:
             opened = _open_engine(self.checkpoints[0], self.device, self.workers)
-            self.engine, self.vocab = opened, opened.vocab  # the checkpoint's spm.model
+            self._engine, self._vocab = opened, opened.vocab  # the checkpoint's spm.model
 
     def _load(self) -> tuple[Any, Vocab]:
         return load_models(self.checkpoints, self.device, self.quantize, self.precision.name)
@@ -166,19 +210,22 @@ class Translator:
     def model(self) -> Any:
         """Our model (an ``Ensemble`` for several checkpoints), ready for decoding; with another
         engine it is loaded on first use (perplexity, alignments, forced decoding)."""
-        if self._model is None:
-            self._check_open()
-            self._model, _ = self._load()
+        self._check_open()
+        if self._model is None and self.engine_name == "torch":
+            self._open()
+        elif self._model is None:
+            self._model, vocab = self._load()
+            self._vocab = self._vocab or vocab
         return self._model
 
     def _check_open(self) -> None:
-        if self.engine is None:
+        if getattr(self, "_closed", False):
             raise UserError("this Translator is closed")
 
     def close(self) -> None:
         """Let go of the model and the engine (its threads and replicas); decoding after is an
         error. The worker processes are forked per call and gone when it returns."""
-        self.engine, self._model = None, None
+        self._engine, self._model, self._closed = None, None, True
 
     def __enter__(self) -> Translator:
         return self
@@ -187,7 +234,7 @@ class Translator:
         self.close()
 
     # ------------------------------------------------------------------------------------
-    # The search, as data
+    # The search, as data: the one builder of a SearchRequest
 
     def request(
         self,
@@ -200,37 +247,79 @@ class Translator:
         no_repeat_ngram_size: int | None = None,
         repetition_penalty: float | None = None,
         sample: SampleConfig | bool | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
         shortlist: str | os.PathLike | None = None,
+        shortlist_frequent: int | None = None,
+        shortlist_best: int | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
+        prefixes: bool | str | None = None,
+        constraints: bool | str | None = None,
     ) -> SearchRequest:
-        """The ``SearchRequest`` of these options, named as the command line's (``--beam``,
-        ``--alpha``, ``--nbest``, ``--search-rules``, ``--no-repeat-ngram-size``,
-        ``--repetition-penalty``, ``--shortlist``, ``--batch-size``, ``--max-tokens``), the
-        others as the preset has them; the batches go to this
-        Translator's workers. ``sample``: True, or a ``SampleConfig``, draws instead of the beam
-        search (``nbest`` samples per source)."""
-        drawn = _sampling(sample, beam, nbest, rules)
-        guards = {"no_repeat_ngram_size": no_repeat_ngram_size}
-        guards["repetition_penalty"] = repetition_penalty
-        own = search_defaults(self.checkpoints[0])  # an import's generate() settings
+        """The ``SearchRequest`` of these options (the command line's, ``--top-k`` as
+        ``top_k``; ``rules`` is ``--search-rules``, ``preset`` ``--decode-preset``), the others
+        as the preset has them; the batches go to this Translator's workers. ``sample``: True
+        (with ``top_k``, ``top_p``, ``temperature``, ``seed``), or a ``SampleConfig``, draws
+        instead of the beam search (``nbest`` samples per source). ``prefixes`` and
+        ``constraints``: True (or the file the command line reads them from) when the
+        sentences will come with them (``translate``'s), so that a shortlist, or an engine
+        without them, is refused here. Every option is checked here, and what the engine
+        cannot do refused, before the shortlist is read or anything loads."""
+        say = self.spelling.name
+        drawing = {"top_k": top_k, "top_p": top_p, "temperature": temperature, "seed": seed}
+        drawn = checks.sampling(say, sample, beam, nbest, rules, drawing)
+        own = search_defaults(self.checkpoints[0])  # an import's own settings, per rules
         config = DecodeConfig.choose(
-            preset, beam=beam, alpha=alpha, nbest=nbest, rules=rules, own=own, **guards
+            preset,
+            own=own,
+            beam=beam,
+            alpha=alpha,
+            nbest=nbest,
+            rules=rules,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            repetition_penalty=repetition_penalty,
         )
-        sizes = {"batch_size": batch_size, "max_tokens": max_tokens}
-        batching = Batching(
-            **{k: v for k, v in sizes.items() if v is not None}, workers=self.workers
-        )
-        listed = None
-        if shortlist is not None:
-            from .decode.shortlist import load_shortlist
+        sizes = checks.shortlist_sizes(say, shortlist, drawn, shortlist_frequent, shortlist_best)
+        per_sentence = checks.per_sentence(say, shortlist, prefixes, constraints)
+        batching = checks.batching(say, batch_size, max_tokens, self.workers)
+        request = SearchRequest(config, sampling=drawn, batching=batching)
+        asked = request.features() | per_sentence
+        asked |= {"shortlist"} if shortlist is not None else set()
+        asked |= {"seed"} if seed is not None else set()
+        self.check(asked, values={"search_rules": rules})
+        if shortlist is None:
+            return request
+        from .decode.shortlist import load_shortlist
 
-            listed = load_shortlist(shortlist, self.vocab)
-        return SearchRequest(config, sampling=drawn, shortlist=listed, batching=batching)
+        return replace(request, shortlist=load_shortlist(shortlist, self.vocab, **sizes))
+
+    def check(
+        self,
+        asked: Iterable[Feature],
+        *,
+        where: dict[Feature, str] | None = None,
+        spelling: Spelling | None = None,
+        values: dict[Feature, object] | None = None,
+    ) -> None:
+        """The one refusal of what this Translator's engine cannot do: ``UserError`` in one
+        line naming every feature ``asked`` that it lacks as ``spelling`` (default: this
+        Translator's) names it (with its value from ``values``, where the spelling says so),
+        prefixed by the ``where`` of the first that has one."""
+        spelling, values = spelling or self.spelling, values or {}
+        check_supported(
+            {f: spelling.feature(f, values.get(f)) for f in asked},
+            self.engine_name,
+            self.supports,
+            where=where,
+            instead=spelling.instead,
+        )
 
     def _request(self, request: SearchRequest | None, options: dict[str, Any]) -> SearchRequest:
         if request is not None and options:
-            raise TypeError(f"give a request or options ({', '.join(options)}), not both")
+            raise UserTypeError(f"give a request or options ({', '.join(options)}), not both")
         return request if request is not None else self.request(**options)
 
     # ------------------------------------------------------------------------------------
@@ -242,7 +331,7 @@ class Translator:
         request: SearchRequest | None = None,
         *,
         prefixes: Sequence[str] | None = None,
-        constraints: Sequence[Sequence[str]] | None = None,
+        constraints: Sequence[Sequence[str] | str] | None = None,
         token_scores: bool = False,
         alignments: bool | int = False,
         progress: bool = False,
@@ -255,6 +344,8 @@ class Translator:
         go one per sentence; ``token_scores`` adds log P of every token; ``alignments`` (True:
         the last decoder layer, or a layer's number) adds word alignments."""
         check_sentences(sentences)
+        if request is None:  # a shortlist, or an engine, that cannot take them is refused first
+            options.update(prefixes=prefixes is not None, constraints=constraints is not None)
         search = self._request(request, options)
         per_window = None
         if prefixes is not None or constraints is not None:
@@ -264,7 +355,7 @@ class Translator:
             sentences,
             search,
             token_scores=token_scores,
-            alignment_layer=_alignment_layer(alignments),
+            alignment_layer=checks.alignment_layer(alignments),
             per_window=per_window,
             progress=progress,
         )
@@ -290,17 +381,18 @@ class Translator:
         """The n-best ``Output`` lists of ``lines``, a window of ``window`` lines at a time
         (``translate_corpus``: sorted by length within it, given back in input order).
         ``per_window``: the request of a window of n lines (its constraints), given the
-        request whose ``first_index`` is the window's first line."""
+        request whose ``first_index`` is the window's first line; each window's request is
+        refused here (``check``) if the engine cannot do it."""
         check_sentences(lines, "lines", stream=True)
         self._check_open()
-        outputs = partial(
-            self._outputs,
-            token_scores=token_scores,
-            alignment_layer=alignment_layer,
-            per_window=per_window,
-        )
+        outputs: dict[Feature, bool] = {
+            "token_scores": token_scores,
+            "alignments": alignment_layer is not None,
+        }
+        self.check([f for f, given in outputs.items() if given])
+        nbest = _WindowNbest(self.engine, self.check, token_scores, alignment_layer, per_window)
         return translate_corpus(
-            self,
+            self.engine,
             lines,
             self.vocab,
             request,
@@ -308,81 +400,36 @@ class Translator:
             progress=progress,
             total=total,
             on_truncate=on_truncate,
-            outputs=outputs,
+            outputs=nbest,
         )
 
     def best_lines(
-        self, lines: Iterable[str], request: SearchRequest, stream: TextStream
+        self,
+        lines: Iterable[str],
+        request: SearchRequest,
+        around: Around,
+        *,
+        window: int = WINDOW,
+        progress: bool = False,
+        total: int | None = None,
+        on_truncate: OnTruncate | None = None,
     ) -> Iterator[list[str]]:
-        """The best translation of each of ``lines``, a window at a time, through
-        ``stream.around`` (``text.document.SplitOutputs``: --split; ``text.marked.MarkupOutputs``:
-        --markup), which wraps our search (``decode.translate``) or the engine's."""
-        from .decode import translate
-        from .decode.engine import translate_with
-
+        """The best translation of each of ``lines``, a window at a time, through ``around``
+        (``text.document.SplitOutputs``: --split; ``text.marked.MarkupOutputs``: --markup),
+        which wraps the engine's best lines (``Engine.best_lines``) on its ``decoder``."""
         self._check_open()
-        if isinstance(self.engine, TorchEngine):
-            decoder, inner = self.model, translate
-        else:
-            decoder, inner = self.engine, translate_with
+        engine = self.engine
         return translate_corpus(
-            decoder,
+            engine.decoder,
             lines,
             self.vocab,
             request,
-            window=stream.window,
-            progress=stream.progress,
-            total=stream.total,
-            on_truncate=stream.say_truncated,
-            outputs=stream.around(inner),
-        )
-
-    def _outputs(
-        self,
-        _: Any,
-        texts: list[str],
-        vocab: Vocab,
-        request: SearchRequest,
-        *,
-        token_scores: bool,
-        alignment_layer: int | None,
-        per_window: PerWindow | None,
-        progress: bool | Progress,
-        on_truncate: OnTruncate | None,
-    ) -> list[list[Output]]:
-        """One window's n-best lists (``translate_corpus``'s ``outputs``): our model's, with
-        token scores and alignments on request, or another engine's."""
-        if per_window is not None:
-            request = per_window(request, len(texts))
-        if isinstance(self.engine, TorchEngine):
-            return nbest_outputs(
-                self.model,
-                texts,
-                vocab,
-                request,
-                token_scores=token_scores,
-                alignment_layer=alignment_layer,
-                progress=progress,
-                on_truncate=on_truncate,
-            )
-        outputs: dict[Feature, bool] = {
-            "token_scores": token_scores,
-            "alignments": alignment_layer is not None,
-        }
-        check_supported(
-            [f for f, given in outputs.items() if given],
-            self.engine.name,
-            self.engine.supports,
-            instead="engine='torch'",
-        )
-        request = request.with_ids(vocab)
-        nbest = self.engine.decode_ids(
-            [vocab.encode_source(text) for text in texts],
-            request,
+            window=window,
             progress=progress,
+            total=total,
             on_truncate=on_truncate,
+            outputs=around(engine.best_lines),
         )
-        return [[Output.of(h, vocab.decode(h.tokens)) for h in hyps] for hyps in nbest]
 
     def _candidate(self, output: Output) -> Candidate:
         pieces = tuple(self.vocab.id_to_piece(t) for t in output.ids or [])
@@ -402,21 +449,19 @@ class Translator:
         self,
         sentences: Sequence[str],
         prefixes: Sequence[str] | None,
-        constraints: Sequence[Sequence[str]] | None,
+        constraints: Sequence[Sequence[str] | str] | None,
     ) -> tuple[Any, ...]:
         """Each sentence's prefix and phrases as a constraint (``text_constraint``; None for
-        neither), or a one-line ``UserError`` naming the sentence (from 0)."""
+        neither), or a one-line ``UserError`` naming the sentence (from 0). Each list is
+        checked as ``sentences`` is: one str would be split into its characters."""
         for name, given in (("prefixes", prefixes), ("constraints", constraints)):
             if given is not None:
-                if len(given) != len(sentences):
-                    raise UserError(
-                        f"{len(given)} {name} for {len(sentences)} sentences: give one each"
-                    )
+                checks.check_per_sentence(given, name, len(sentences))
         return tuple(
             text_constraint(
                 self.vocab,
                 prefixes[i] if prefixes is not None else "",
-                _phrases(constraints[i]) if constraints is not None else [],
+                checks.phrases(constraints[i], i) if constraints is not None else [],
                 where=f"sentence {i}",
             )
             for i in range(len(sentences))
@@ -431,17 +476,32 @@ class Translator:
     ) -> int:
         """Translate the file ``source`` (.gz allowed) into the file ``output``, one line per
         line, as ``aiayn translate --input SOURCE > OUTPUT`` does; ``output`` is written to a
-        temporary name and renamed, and is never one of the inputs. Returns the lines."""
+        temporary name and renamed, and is never one of the inputs. A line not valid UTF-8 has
+        an empty output line and is named in a ``UserError`` at the end; a line longer than
+        the model's positions is truncated with a warning. Returns the lines."""
         from .checkpoint import checkpoint_files
-        from .files import atomic_file, check_not_input, check_output_file, open_binary
+        from .files import (
+            LenientLines,
+            atomic_file,
+            check_not_input,
+            check_output_file,
+            open_binary,
+            split_lines,
+        )
 
         search = self._request(request, options)
         check_output_file(output)
         inputs = [source, *(f for c in self.checkpoints for f in checkpoint_files(c))]
         check_not_input(output, inputs, option="output")
+        lines = LenientLines(str(source))
+        truncated = partial(_warn_truncated, str(source))
         with open_binary(source) as raw, atomic_file(output) as tmp:
             with open(tmp, "w", encoding="utf-8", newline="\n") as sink:
-                return translate_stream(TextStream(raw, sink, name=str(source)), self, search)
+                texts = lines.texts(split_lines(raw))
+                for nbest in self.windows(texts, search, on_truncate=truncated):
+                    sink.write("".join(_best(outputs) + "\n" for outputs in nbest))
+            lines.check()  # before the rename: no output with lines missing
+        return lines.count
 
     def target_language(self) -> str | None:
         """The target language the checkpoint's training data recorded (``aiayn prepare``
@@ -472,6 +532,8 @@ class Translator:
         check_sentences(references, "references")
         if len(sources) != len(references):
             raise UserError(f"{len(sources)} sources but {len(references)} references")
+        if not sources:
+            raise UserError("no sources to evaluate: give at least one sentence")
         search = self.request() if request is None else request
         start = time.perf_counter()
         windows = self.windows(sources, search, progress=progress, total=len(sources))
@@ -529,19 +591,7 @@ def engine_supports(engine: str) -> frozenset[Feature]:
     return CTranslate2Engine.supports
 
 
-def loading_features(checkpoints: int, quantize: str | None, precision: str) -> dict[Feature, str]:
-    """What the loading options ask of an engine, named as the command line's options."""
-    asked: dict[Feature, str] = {}
-    if checkpoints > 1:
-        asked["ensemble"] = f"{checkpoints} --checkpoint"
-    if quantize is not None:
-        asked["quantize"] = f"--quantize {quantize}"
-    if precision not in ("auto", "fp32"):
-        asked["precision"] = f"--precision {precision}"
-    return asked
-
-
-def _open_engine(checkpoint: Path, device: str, workers: int) -> CTranslate2Engine:
+def _open_engine(checkpoint: Any, device: str, workers: int) -> Engine:
     """Another engine on ``checkpoint`` (CTranslate2's, exported beside it on first use)."""
     import torch
 
@@ -552,131 +602,69 @@ def _open_engine(checkpoint: Path, device: str, workers: int) -> CTranslate2Engi
     )
 
 
-def _sampling(
-    sample: SampleConfig | bool | None, beam: int | None, nbest: int | None, rules: str
-) -> SampleConfig | None:
-    """The draw ``sample`` asks for (``nbest`` samples per source), or None: beam search."""
-    if not sample:
-        return None
-    if beam is not None:
-        raise UserError("beam has no effect when sampling (nbest N: N samples per source)")
-    if rules != "paper":
-        raise UserError(f"search rules {rules} are a beam search's; sampling draws")
-    if sample is True:
-        return SampleConfig(samples=nbest or 1)
-    if nbest is not None:
-        return replace(sample, samples=nbest)
-    return sample
+def _checkpoints(checkpoint: Any) -> list[str | os.PathLike]:
+    """The checkpoints given: one path or a list of them, each a str or a path."""
+    given = [checkpoint] if isinstance(checkpoint, (str, os.PathLike)) else checkpoint
+    if isinstance(given, (bytes, bytearray)) or not isinstance(given, Sequence):
+        raise UserTypeError(
+            f"checkpoint must be a path (str or os.PathLike) or a list of them, not "
+            f"{type(checkpoint).__name__}"
+        )
+    if not given:
+        raise UserError("give a checkpoint (or several: an ensemble)")
+    for i, path in enumerate(given):
+        if not isinstance(path, (str, os.PathLike)):
+            raise UserTypeError(f"checkpoint[{i}] must be a path, not {type(path).__name__}")
+        _text(os.fspath(path), "checkpoint")
+    return list(given)
 
 
-def _alignment_layer(alignments: bool | int) -> int | None:
-    if alignments is False or alignments is None:
-        return None
-    return -1 if alignments is True else int(alignments)
+def _text(value: Any, name: str) -> Any:
+    """``value`` when it is a str that UTF-8 can encode (no lone surrogate), else a one-line
+    ``UserError`` naming ``name``."""
+    if not isinstance(value, str):
+        raise UserTypeError(f"{name} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{name} {value!r} is not Unicode text (a lone surrogate)") from None
+    return value
 
 
-def _phrases(given: Sequence[str] | str) -> list[str]:
-    """A sentence's phrases: a list, or one str (one phrase, not its characters)."""
-    return [given] if isinstance(given, str) else list(given)
+@dataclass(frozen=True)
+class _WindowNbest:
+    """A window's n-best ``Output`` lists by ``engine`` (``translate_corpus``'s ``outputs``):
+    the window's request built by ``per_window`` (its constraints) and refused by ``check``
+    if the engine cannot do it, then token scores and alignments on request."""
 
-
-# ----------------------------------------------------------------------------------------
-# A stream of lines, as ``aiayn translate`` reads stdin or a file
-
-
-class LineFormat(Protocol):
-    """What a window's n-best lists are printed as (``aiayn translate``'s ``Outputs``)."""
-
+    engine: Engine
+    check: Callable[..., None]
     token_scores: bool
     alignment_layer: int | None
+    per_window: PerWindow | None
 
-    def constrained(self, request: SearchRequest, vocab: Any, n: int) -> SearchRequest: ...
-    def format(self, nbest: list[list[Output]], first: int) -> list[str]: ...
-    def finish(self, count: int) -> None: ...
-
-
-@dataclass
-class TextStream:
-    """Lines in (bytes, split by ``aiayn.files``' rule), their outputs out (one line each,
-    flushed a window at a time). ``name``: what messages call the input; ``prompt``: "> "
-    before each line is read; ``window``: lines sorted and written together; ``progress`` a
-    bar on stderr (``total``: the lines, for its ETA); ``command``: whose warnings these are."""
-
-    source: IO[bytes]
-    sink: TextIO
-    name: str = "<stdin>"
-    prompt: bool = False
-    window: int = WINDOW
-    progress: bool = False
-    total: int | None = None
-    command: str = "translate"
-    around: Callable[[Any], Any] | None = None  # --split, --markup: wraps the best lines
-
-    def say_truncated(self, index: int, tokens: int, cap: int) -> None:
-        """``on_truncate`` of ``translate_corpus``: ``index`` counts the input's lines from 0."""
-        print(
-            f"aiayn {self.command}: warning: {self.name}: line {index + 1}: {tokens} tokens, "
-            f"more than the model's {cap} positions: truncated",
-            file=sys.stderr,
+    def __call__(
+        self,
+        engine: Engine,
+        texts: list[str],
+        vocab: Any,
+        request: SearchRequest,
+        *,
+        progress: bool | Progress,
+        on_truncate: OnTruncate | None,
+    ) -> list[list[Output]]:
+        if self.per_window is not None:
+            request = self.per_window(request, len(texts))
+            self.check(request.features(), where=request.where())
+        return engine.nbest(
+            texts,
+            vocab,
+            request,
+            token_scores=self.token_scores,
+            alignment_layer=self.alignment_layer,
+            progress=progress,
+            on_truncate=on_truncate,
         )
-
-
-def translate_stream(
-    stream: TextStream,
-    translator: Translator,
-    request: SearchRequest,
-    output: LineFormat | None = None,
-) -> int:
-    """Translate every line of ``stream`` to its sink, one line per line, order kept; returns
-    the number of lines. Memory stays flat however long the input (``Translator.windows``).
-
-    A line that is not valid UTF-8 gets an empty output line (so outputs stay aligned with
-    inputs) and the rest is translated; then ``UserError`` names those lines. A line longer
-    than the model's positions is truncated and named on stderr by its line in the input.
-    ``output``: what to print besides the best line (default: the best line only).
-    """
-    from .files import split_lines
-
-    lines = _Lines(stream.name)
-    raw = split_lines(stream.source)
-    texts = lines.texts(_prompted(raw, stream.sink) if stream.prompt else raw)
-    if stream.around is not None:  # the best lines, split and joined or marked up
-        for best in translator.best_lines(texts, request, stream):
-            stream.sink.write("".join(line + "\n" for line in best))
-            stream.sink.flush()
-        lines.check()
-        return lines.count
-    per_window = None
-    if output is not None:
-        per_window = partial(_output_constraints, output, translator.vocab)
-    windows = translator.windows(
-        texts,
-        request,
-        token_scores=output.token_scores if output else False,
-        alignment_layer=output.alignment_layer if output else None,
-        per_window=per_window,
-        window=stream.window,
-        progress=stream.progress,
-        total=stream.total,
-        on_truncate=stream.say_truncated,
-    )
-    first = 0
-    for nbest in windows:
-        printed = output.format(nbest, first) if output else [_best(o) for o in nbest]
-        stream.sink.write("".join(line + "\n" for line in printed))
-        stream.sink.flush()
-        first += len(nbest)
-    if output is not None:
-        output.finish(lines.count)
-    lines.check()
-    return lines.count
-
-
-def _output_constraints(
-    output: LineFormat, vocab: Any, request: SearchRequest, n: int
-) -> SearchRequest:
-    """A window's request with its lines' prefixes and phrases, as ``output`` reads them."""
-    return output.constrained(request, vocab, n)
 
 
 def _window_constraints(built: tuple[Any, ...], request: SearchRequest, n: int) -> SearchRequest:
@@ -690,44 +678,10 @@ def _best(outputs: list[Output]) -> str:
     return outputs[0].text if outputs else ""
 
 
-@dataclass
-class _Lines:
-    """The texts of a stream's lines; one not valid UTF-8 becomes "" and is remembered, so
-    that its output line keeps the others aligned and the end can name it."""
-
-    name: str
-    count: int = 0
-    bad: int = 0
-    first_bad: list[int] = field(default_factory=list)  # the first 10: memory stays flat
-
-    def texts(self, raw: Iterable[bytes]) -> Iterator[str]:
-        from .files import decode_line
-
-        for line in raw:
-            self.count += 1
-            try:
-                yield decode_line(line, self.name, self.count)
-            except UserError:
-                self.bad += 1
-                if len(self.first_bad) < 10:
-                    self.first_bad.append(self.count)
-                yield ""  # an empty line translates to an empty line
-
-    def check(self) -> None:
-        if self.bad:
-            shown = ", ".join(map(str, self.first_bad)) + (", ..." if self.bad > 10 else "")
-            raise UserError(
-                f"{self.name}: {self.bad} line(s) not valid UTF-8 (line {shown}): their outputs "
-                f"are empty lines; the other {self.count - self.bad} were translated"
-            )
-
-
-def _prompted(raw: Iterator[bytes], sink: TextIO) -> Iterator[bytes]:
-    """``raw``'s lines, "> " written to ``sink`` before each is read (and before the end)."""
-    while True:
-        sink.write("> ")
-        sink.flush()
-        line = next(raw, None)
-        if line is None:
-            return
-        yield line
+def _warn_truncated(name: str, index: int, tokens: int, cap: int) -> None:
+    """``on_truncate`` of ``translate_file``: a Python warning naming the line (from 1)."""
+    warnings.warn(
+        f"{name}: line {index + 1}: {tokens} tokens, more than the model's {cap} positions: "
+        "truncated",
+        stacklevel=2,
+    )

@@ -5,6 +5,7 @@ lines or JSON lines with token scores (``aiayn.decode.nbest``), samples
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,7 @@ class PerLine:
 class Outputs:
     """The best line of another search (``plain``: samples, constraints), n-best lines
     (``moses``) or JSON lines (``jsonl``), decoded with or without sampling and constraints:
-    the ``LineFormat`` that ``aiayn.translator.translate_stream`` prints windows in."""
+    what ``cli.stream.translate_stream`` prints windows in."""
 
     fmt: str  # "plain", "moses" or "jsonl"
     token_scores: bool = False
@@ -71,7 +72,7 @@ class Outputs:
         if fmt == "text":
             fmt = "plain" if args.nbest is None else "moses"
         sampling = bool(args.sample)
-        prefix = PerLine.read("--prefix", args.prefix)
+        prefix = PerLine.read("--prefix", args.prefixes)
         constraints = PerLine.read("--constraints", args.constraints)
         if args.alignment_layer is not None and not args.alignments:
             raise UserError(
@@ -106,6 +107,11 @@ class Outputs:
         assert isinstance(first, int)  # translate_corpus numbers a window by its first line
         constraints = tuple(self.constraint(vocab, first + i) for i in range(n))
         return replace(request, constraints=constraints)
+
+    def constrained_for(self, translator: Any) -> Callable[[SearchRequest, int], SearchRequest]:
+        """``Translator.windows``' ``per_window``: a window's request with its lines' own, in
+        the vocabulary the Translator loads once ``windows`` has refused what it cannot do."""
+        return lambda request, n: self.constrained(request, translator.vocab, n)
 
     def format(self, nbest: list[list[Output]], first: int) -> list[str]:
         """The lines printed for input lines ``first``, ``first`` + 1, ... and their outputs."""

@@ -15,15 +15,9 @@ import sys
 from typing import get_args
 
 from ..parsing.linearize import Leaves  # torch-free
-from .common import (
-    add_decode_args,
-    add_threads_arg,
-    add_train_args,
-    decode_config,
-    run_training,
-    say_wrote,
-    set_threads,
-)
+from .common import add_threads_arg, say_wrote, set_threads
+from .decoding import add_decode_args, decode_config
+from .train import add_train_args, run_training
 
 SAMPLE_VOCAB, FULL_VOCAB = 4000, 16000  # see docs/parsing.md; 16K is the paper's (WSJ only)
 

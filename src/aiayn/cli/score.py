@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 
 from ..errors import UserError
-from .common import add_decode_args, decode_config, open_translator
+from .decoding import add_decode_args, decode_config, open_translator
 
 
 def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:

@@ -6,13 +6,8 @@ import argparse
 import os
 import sys
 
-from .common import (
-    add_device_arg,
-    add_engine_arg,
-    add_precision_args,
-    add_quantize_arg,
-    open_translator,
-)
+from .common import add_device_arg
+from .decoding import add_engine_arg, add_precision_args, add_quantize_arg, open_translator
 
 API_KEY_ENV = "AIAYN_API_KEY"
 

@@ -12,16 +12,13 @@ import sys
 from typing import Any
 
 from ..errors import UserError
-from .common import (
+from .common import say_wrote, show_progress, window_option
+from .decoding import (
     add_corpus_args,
     add_decode_args,
     add_engine_arg,
     add_shortlist_args,
     open_decoding,
-    say_wrote,
-    search_request,
-    show_progress,
-    window_option,
 )
 from .outputs import Outputs
 
@@ -51,12 +48,12 @@ def _say_cut(output: Outputs) -> None:
 
 def _translate(args: argparse.Namespace) -> None:
     from ..files import count_lines, open_binary
-    from ..translator import TextStream, translate_stream
+    from .stream import TextStream, translate_stream
 
     corpus = window_option(args)
-    request = search_request(args, sampling=True)  # every option checked before loading
     interactive = args.interactive or (args.input is None and sys.stdin.isatty())
     progress = show_progress(args) and not interactive
+    translator, request = open_decoding(args, "translate")  # every option checked, none loaded
     if interactive:
         corpus["window"] = 1  # answer each line as it comes
     output = Outputs.from_args(args)
@@ -66,7 +63,6 @@ def _translate(args: argparse.Namespace) -> None:
         output.finish(count)  # --prefix/--constraints: one line per input line, checked first
     split = _split_option(args, output)
     around = _markup_option(args, output) or split
-    translator, request = open_decoding(args, "translate", request)
     stream = TextStream(
         open_binary(args.input) if args.input else sys.stdin.buffer,  # bytes: aiayn.files splits
         sys.stdout,
@@ -142,9 +138,8 @@ def _say_split(split: Any) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluate import read_evaluation_inputs
 
-    request = search_request(args)  # every option, then every file, checked before loading
+    translator, request = open_decoding(args, "evaluate")  # every option checked, none loaded
     sources, references = read_evaluation_inputs(args.src, args.ref, args.output, args.checkpoint)
-    translator, request = open_decoding(args, "evaluate", request)
     lang = args.lang or translator.target_language()
     if lang is None:
         print(

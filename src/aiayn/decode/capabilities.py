@@ -1,7 +1,11 @@
 """What an engine can be asked beyond the paper's beam search, named once: each ``Feature``'s
-reason, and the command-line option and server request field that ask for it, so that the
-command line, ``aiayn.Translator`` and the server refuse through one function
-(``check_supported``) with one wording, each naming what its user typed.
+reason, and the ``aiayn.Translator`` keyword and server request field that ask for it, so that
+``aiayn.Translator`` refuses through one function (``check_supported``) with one wording for
+every entry point, each naming what its user typed (``Spelling``: the keyword, the command
+line's option, the server's field).
+
+One vocabulary: a decoding option's command-line name is its Translator keyword with dashes
+(``option_name``), the three exceptions kept for users' scripts in ``OPTION_NAMES``.
 
 Engines declare the features they support (``TorchEngine.supports``: all of them;
 ``CTranslate2Engine.supports``: prefixes and sampling); every caller builds the features it
@@ -13,7 +17,7 @@ asks for, named its own way, and ``check_supported`` refuses those the engine la
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,49 +43,87 @@ Feature = Literal[
 ALL_FEATURES: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 
 
+# The command-line options not named ``--`` + keyword with dashes: older names, kept.
+OPTION_NAMES = {"rules": "--search-rules", "preset": "--decode-preset", "prefixes": "--prefix"}
+
+
+def option_name(keyword: str) -> str:
+    """The command-line option of an ``aiayn.Translator`` / ``Translator.request`` keyword."""
+    return OPTION_NAMES.get(keyword, "--" + keyword.replace("_", "-"))
+
+
 @dataclass(frozen=True)
 class Capability:
-    """Why a feature is our search's, and who asks for it: ``option`` on the command line,
-    ``field`` in the server's ``POST /translate`` body (None: the server does not ask it per
-    request, or answers it with our model whatever the engine, as alignments)."""
+    """Why a feature is our search's, and who asks for it: ``keyword`` of ``aiayn.Translator``
+    or its ``request``/``translate`` (None: only a ``SearchRequest`` asks it; the command
+    line's option is ``option_name(keyword)``), ``field`` in the server's ``POST /translate``
+    body (None: the server does not ask it per request, or answers it with our model whatever
+    the engine, as alignments)."""
 
     reason: str
-    option: str | None = None
+    keyword: str | None = None
     field: str | None = None
+
+    @property
+    def option(self) -> str | None:
+        return None if self.keyword is None else option_name(self.keyword)
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How an entry point's user named the options, so that a refusal names what they typed:
+    ``name`` of a keyword, and ``instead``, what does every feature; ``values``: a choice is
+    named with the value given (``--search-rules ct2``), as a command line reads."""
+
+    name: Callable[[str], str]
+    instead: str
+    values: bool = False
+
+    def feature(self, feature: Feature, value: object = None) -> str:
+        """A feature as this user asked for it (its keyword's name; else the feature)."""
+        keyword = CAPABILITIES[feature].keyword
+        named = feature if keyword is None else self.name(keyword)
+        return f"{named} {value}" if self.values and value is not None else named
+
+
+def _field(keyword: str) -> str:
+    """A keyword as the server's request body names it (``POST /translate``)."""
+    fields = {c.keyword: c.field for c in CAPABILITIES.values() if c.field and c.keyword}
+    return {**fields, "sample": '"sample"'}.get(keyword, keyword)
 
 
 CAPABILITIES: dict[Feature, Capability] = {
-    "ensemble": Capability("it decodes one checkpoint, not an ensemble", "--checkpoint"),
-    "quantize": Capability("our int8 is not CTranslate2's", "--quantize"),
-    "precision": Capability("it decodes in float32", "--precision"),
+    "ensemble": Capability("it decodes one checkpoint, not an ensemble", "checkpoint"),
+    "quantize": Capability("our int8 is not CTranslate2's", "quantize"),
+    "precision": Capability("it decodes in float32", "precision"),
     "lexical_constraints": Capability(
-        "CTranslate2 has target prefixes but no lexical constraints", "--constraints", "constraints"
+        "CTranslate2 has target prefixes but no lexical constraints", "constraints", "constraints"
     ),
-    "prefixes": Capability("a target prefix is our search's", "--prefix", "prefix"),
+    "prefixes": Capability("a target prefix is our search's", "prefixes", "prefix"),
     "max_src_len": Capability("cutting sources shorter than the model's positions is ours"),
     "min_len": Capability("a minimum output length is our search's"),
-    "sampling": Capability("drawing outputs is our search's", "--sample", "sample"),
+    "sampling": Capability("drawing outputs is our search's", "sample", "sample"),
     "seed": Capability(
-        "CTranslate2 seeds its sampler once per process: samples differ each run", "--seed", "seed"
+        "CTranslate2 seeds its sampler once per process: samples differ each run", "seed", "seed"
     ),
     "shortlist": Capability(
-        "it is our search's (CTranslate2 has its own vocabulary map)", "--shortlist"
+        "it is our search's (CTranslate2 has its own vocabulary map)", "shortlist"
     ),
     "search_rules": Capability(
-        "it runs the paper's search; ours follows every rule", "--search-rules", "search_rules"
+        "it runs the paper's search; ours follows every rule", "rules", "search_rules"
     ),
     "no_repeat_ngram": Capability(
         "CTranslate2 bans on the logits and renormalises; ours and transformers' do not",
-        "--no-repeat-ngram-size",
+        "no_repeat_ngram_size",
         "no_repeat_ngram_size",
     ),
     "repetition_penalty": Capability(
         "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
-        "--repetition-penalty",
+        "repetition_penalty",
         "repetition_penalty",
     ),
-    "token_scores": Capability("they come from our model's forced decoding", "--token-scores"),
-    "alignments": Capability("they come from our model's attention", "--alignments"),
+    "token_scores": Capability("they come from our model's forced decoding", "token_scores"),
+    "alignments": Capability("they come from our model's attention", "alignments"),
 }
 
 
@@ -107,3 +149,9 @@ def check_supported(
         f"{f'{place}: ' if place else ''}the {engine} engine cannot do: {items}; "
         f"{instead} does every one"
     )
+
+
+# Python's keywords, the command line's options, the server's fields.
+PYTHON = Spelling(lambda keyword: keyword, "engine='torch'")
+COMMAND_LINE = Spelling(option_name, "--engine torch", values=True)
+SERVER = Spelling(_field, "the server's own search (without --engine)")

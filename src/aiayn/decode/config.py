@@ -17,6 +17,10 @@ from torch import Tensor
 from ..errors import UserError
 from .rules import PAPER_RULES, SearchRules, own_defaults, search_rules
 
+# Past 10 a penalised token's log-probability is already out of every beam; larger values
+# (1e30) only overflow. One rule for the command line, aiayn.Translator and the server.
+MAX_REPETITION_PENALTY = 10.0
+
 
 @dataclass(frozen=True)
 class DecodeConfig:
@@ -56,9 +60,10 @@ class DecodeConfig:
             raise UserError(f"nbest must be in [1, beam={self.beam}], got {self.nbest}")
         if self.no_repeat_ngram_size < 0:
             raise UserError(f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
-        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+        if not 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY:  # nan fails too
             raise UserError(
-                f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty}"
+                "repetition_penalty must be a finite number > 0 and at most "
+                f"{MAX_REPETITION_PENALTY:g}, got {self.repetition_penalty}"
             )
         if self.max_len_a < 0 or (self.max_len_a == 0 and self.max_len_b < 1):
             raise UserError(
@@ -87,30 +92,21 @@ class DecodeConfig:
 
     @classmethod
     def choose(
-        cls,
-        preset: str = "translation",
-        *,
-        beam: int | None = None,
-        alpha: float | None = None,
-        nbest: int | None = None,
-        rules: str = "paper",
-        no_repeat_ngram_size: int | None = None,
-        repetition_penalty: float | None = None,
-        own: Mapping[str, Any] | None = None,
+        cls, preset: str = "translation", own: Mapping[str, Any] | None = None, **options: Any
     ) -> DecodeConfig:
-        """The preset with the options given (None: the preset's), as ``--decode-preset``,
-        ``--beam``, ``--alpha``, ``--nbest``, ``--search-rules`` and the repetition guards ask
-        and as ``aiayn.Translator`` takes them: K best raise the beam to K unless it is given.
-        ``own``: the checkpoint's own settings per rules (``rules.own_defaults``), which
-        stand for the preset's under those rules."""
-        given = (("beam", beam), ("alpha", alpha), ("nbest", nbest))
-        given += (("no_repeat_ngram_size", no_repeat_ngram_size),)
-        given += (("repetition_penalty", repetition_penalty),)
+        """The preset with the options given (None: the preset's), by the names of
+        ``aiayn.Translator.request``'s keywords (where they are listed, once): ``rules`` by
+        name (``rules.SEARCH_RULES``), and K best raise the beam to K unless it is given.
+        ``own``: the checkpoint's own settings per rules (``rules.own_defaults``), which stand
+        for the preset's under those rules; the options given go over them."""
+        given = {k: v for k, v in options.items() if v is not None}
+        rules = given.pop("rules", "paper")
         overrides: dict[str, Any] = own_defaults(own, rules)
-        overrides.update((k, v) for k, v in given if v is not None)  # the caller's win
+        overrides.update(given)  # the caller's win
         if rules != "paper":
             overrides.setdefault("rules", search_rules(rules))
-        if isinstance(nbest, int) and beam is None:  # K best need a beam of K at least
+        nbest = overrides.get("nbest")
+        if isinstance(nbest, int) and "beam" not in given:  # K best need a beam of K at least
             overrides["beam"] = max(nbest, overrides.get("beam", cls.preset(preset).beam))
         return cls.preset(preset, **overrides)
 
@@ -132,6 +128,8 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "max_len_a": (int, float),
     "max_len_b": int,
     "nbest": int,
+    "no_repeat_ngram_size": int,
+    "repetition_penalty": (int, float),
 }
 
 DECODE_PRESETS: dict[str, DecodeConfig] = {

@@ -1,9 +1,14 @@
 """What decodes for the commands: an ``Engine`` turns source ids into n-best hypotheses, as
-``decode_ids`` does, so that ``evaluate`` and ``serve`` need not know which engine it is.
+``decode_ids`` does, and a window of sentences into n-best ``Output`` lists, so that
+``aiayn.Translator``, ``evaluate`` and ``serve`` need not know which engine it is: they ask
+the protocol, never the class.
 
 ``TorchEngine`` is ours, the default and the reference. Another engine (CTranslate2, in
 ``aiayn.export.engine``) is an application built on the library: ``aiayn.Translator`` (an
-application too) opens it for the commands, so that imports keep flowing one way.
+application too) opens it for the commands, so that imports keep flowing one way. What an
+engine cannot do is refused by ``aiayn.Translator`` (``capabilities.check_supported``) before
+anything loads or decodes, named as its user typed it; an engine that lacks a feature also
+guards its own ``decode_ids``, for callers that use it directly.
 
     engine = TorchEngine(model)
     for window in translate_corpus(engine, lines, vocab, request, outputs=translate_with):
@@ -17,20 +22,39 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .beam import Hypothesis
-from .capabilities import ALL_FEATURES, Feature, check_supported
+from .capabilities import ALL_FEATURES, Feature
+from .nbest import Output, nbest_outputs
 from .request import SearchRequest
-from .translate import OnTruncate, Progress, check_sentences, decode_ids, eval_mode, positions
+from .translate import (
+    OnTruncate,
+    Progress,
+    WindowOutputs,
+    check_sentences,
+    decode_ids,
+    eval_mode,
+    positions,
+    translate,
+)
 
 
 class Engine(Protocol):
     """Source ids (subwords + eos) -> n-best ``Hypothesis`` lists in input order, ``[]`` for an
     empty source, as ``request`` asks; what it ``supports`` beyond the paper's beam search is
     declared (``capabilities.Feature``: "seed" when SampleConfig.seed makes samples
-    reproducible), and ``capabilities.check_supported`` refuses the rest before anything is
-    decoded, as the command line and the server refuse it before anything loads."""
+    reproducible), and ``aiayn.Translator`` refuses the rest before anything is decoded.
+
+    ``decoder`` and ``best_lines``: what a window of best lines is decoded with, as
+    ``translate_corpus`` takes them (``model`` and ``outputs``), so that ``--split`` and
+    ``--markup`` wrap either engine's."""
 
     name: str
     supports: frozenset[Feature]
+
+    @property
+    def decoder(self) -> Any: ...
+
+    @property
+    def best_lines(self) -> WindowOutputs: ...
 
     @property
     def max_positions(self) -> int | None: ...
@@ -43,6 +67,20 @@ class Engine(Protocol):
         progress: bool | Progress = False,
         on_truncate: OnTruncate | None = None,
     ) -> list[list[Hypothesis]]: ...
+
+    def nbest(
+        self,
+        texts: Sequence[str],
+        tokenizer: Any,
+        request: SearchRequest,
+        *,
+        token_scores: bool = False,
+        alignment_layer: int | None = None,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
+    ) -> list[list[Output]]:
+        """Sentences -> their n-best ``Output`` lists (``[]`` for a blank one), in order."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +95,37 @@ class TorchEngine:
     def max_positions(self) -> int | None:
         return positions(self.model)
 
+    @property
+    def decoder(self) -> Any:
+        return self.model
+
+    @property
+    def best_lines(self) -> WindowOutputs:
+        return translate
+
+    def nbest(
+        self,
+        texts: Sequence[str],
+        tokenizer: Any,
+        request: SearchRequest,
+        *,
+        token_scores: bool = False,
+        alignment_layer: int | None = None,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
+    ) -> list[list[Output]]:
+        """``nbest_outputs`` of our model: token scores and alignments on request."""
+        return nbest_outputs(
+            self.model,
+            texts,
+            tokenizer,
+            request,
+            token_scores=token_scores,
+            alignment_layer=alignment_layer,
+            progress=progress,
+            on_truncate=on_truncate,
+        )
+
     def decode_ids(
         self,
         sources: Sequence[Sequence[int]],
@@ -65,7 +134,6 @@ class TorchEngine:
         progress: bool | Progress = False,
         on_truncate: OnTruncate | None = None,
     ) -> list[list[Hypothesis]]:
-        check_supported(request.features(), self.name, self.supports, where=request.where())
         with eval_mode(self.model):
             return decode_ids(
                 self.model, sources, request, progress=progress, on_truncate=on_truncate

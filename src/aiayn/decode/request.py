@@ -37,7 +37,7 @@ class Batching:
     """How sources are grouped into forward passes (sorted by length, longest first).
 
     ``max_tokens`` None: the policy's budget for the search's rows per source (``tokens``).
-    ``workers``: CPU processes decoding batches side by side (``aiayn.decode.workers``)."""
+    ``workers``: CPU processes decoding batches side by side (``aiayn.runtime.workers``)."""
 
     batch_size: int | None = BATCH_SIZE
     max_tokens: int | None = None

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
-from ..errors import UserError
+from ..errors import UserError, UserTypeError
 from .beam import NEG_INF, Hypothesis, output_log_probs
 from .cache import decode_step, new_cache
 from .config import DecodeConfig
@@ -50,6 +50,10 @@ class SampleConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for name, kind in (("samples", int), ("top_k", int), ("seed", int)):
+            _check_type(name, getattr(self, name), kind)
+        for name in ("temperature", "top_p"):
+            _check_type(name, getattr(self, name), (int, float))
         if self.samples < 1:
             raise UserError(f"samples per source must be >= 1, got {self.samples}")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -60,6 +64,13 @@ class SampleConfig:
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.seed < 0:  # numpy's SeedSequence, which makes the streams, takes none
             raise UserError(f"seed must be >= 0, got {self.seed}")
+
+
+def _check_type(name: str, value: object, kind: type | tuple[type, ...]) -> None:
+    """A one-line ``UserTypeError`` for a setting of the wrong type (a bool is no number)."""
+    if isinstance(value, bool) or not isinstance(value, kind):
+        wanted = "an integer" if kind is int else "a number"
+        raise UserTypeError(f"{name} must be {wanted}, got {value!r} ({type(value).__name__})")
 
 
 def sentence_generator(seed: int, index: int) -> torch.Generator:

@@ -27,6 +27,7 @@ import torch
 
 from ..data.collate import pad_rows
 from ..data.vocab import cut_source
+from ..errors import UserError, UserTypeError
 from ..runtime.workers import run_batches
 from .beam import Hypothesis, beam_search
 from .request import SearchRequest
@@ -153,24 +154,31 @@ def _search(
 
 
 def check_sentences(lines: Any, what: str = "sentences", *, stream: bool = False) -> None:
-    """A one-line ``TypeError`` unless ``lines`` is a list (a sequence) of str: a str alone
+    """A one-line ``UserTypeError`` (a ``TypeError``) unless ``lines`` is a list (a sequence) of str: a str alone
     would otherwise be translated character by character, and None deep in the tokenizer.
     ``stream``: any iterable will do (its lines are checked as they are read, by the list
     each window makes), but one str or bytes."""
     if isinstance(lines, (str, bytes)):
-        raise TypeError(
+        raise UserTypeError(
             f"{what} must be a list of str, not one {type(lines).__name__}: give [text] for "
             "one sentence"
         )
     if stream:
         if not isinstance(lines, Iterable):
-            raise TypeError(f"{what} must be an iterable of str, not {type(lines).__name__}")
+            raise UserTypeError(f"{what} must be an iterable of str, not {type(lines).__name__}")
         return
     if not isinstance(lines, Sequence):
-        raise TypeError(f"{what} must be a list of str, not {type(lines).__name__}")
+        raise UserTypeError(f"{what} must be a list of str, not {type(lines).__name__}")
     for i, line in enumerate(lines):
         if not isinstance(line, str):
-            raise TypeError(f"{what}[{i}] is {type(line).__name__}, not str")
+            raise UserTypeError(f"{what}[{i}] is {type(line).__name__}, not str")
+        if not line.isascii():  # the tokenizer would fail on a lone surrogate, deep inside
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UserError(
+                    f"{what}[{i}] is not Unicode text: it holds a lone surrogate"
+                ) from None
 
 
 def translate(

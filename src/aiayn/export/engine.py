@@ -27,10 +27,11 @@ from ..checkpoint import META, VOCAB, WEIGHTS, load_vocab, read_meta
 from ..config import ModelConfig, from_dict
 from ..data import Vocab
 from ..data.pieces import vocabulary_file, vocabulary_files
-from ..decode import Hypothesis
+from ..decode import Hypothesis, Output
 from ..decode.capabilities import Feature, check_supported
+from ..decode.engine import translate_with
 from ..decode.request import SearchRequest, SpecialIds
-from ..decode.translate import OnTruncate, Progress, fit_sources, progress_bar
+from ..decode.translate import OnTruncate, Progress, WindowOutputs, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
 from .ct2_search import search_pieces
 from .ctranslate2 import TARGET, export_ctranslate2
@@ -157,6 +158,35 @@ class CTranslate2Engine:
         return cls(translator, load_vocab(ckpt), cfg.max_len, workers=workers)
 
     @property
+    def decoder(self) -> CTranslate2Engine:
+        """What ``best_lines`` decodes with: this engine (``--split``, ``--markup``)."""
+        return self
+
+    @property
+    def best_lines(self) -> WindowOutputs:
+        return translate_with
+
+    def nbest(
+        self,
+        texts: Sequence[str],
+        tokenizer: Any,
+        request: SearchRequest,
+        *,
+        token_scores: bool = False,
+        alignment_layer: int | None = None,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
+    ) -> list[list[Output]]:
+        """The n-best ``Output`` lists of ``texts`` (token scores and alignments are our
+        model's: ``aiayn.Translator`` refuses them for this engine before decoding)."""
+        if token_scores or alignment_layer is not None:
+            raise ValueError("CTranslate2Engine.nbest: token scores and alignments are ours")
+        request = request.with_ids(tokenizer)
+        sources = [tokenizer.encode_source(text) for text in texts]
+        found = self.decode_ids(sources, request, progress=progress, on_truncate=on_truncate)
+        return [[Output.of(h, tokenizer.decode(h.tokens)) for h in hyps] for hyps in found]
+
+    @property
     def max_positions(self) -> int:
         return self.max_len
 
@@ -175,6 +205,7 @@ class CTranslate2Engine:
         be the vocabulary's, which the export fixes; its workers are fixed when the engine
         opens (``open``'s): 1 or that number; its device is the one the engine opened on.
         """
+        # the engine's own guard, for callers that skip aiayn.Translator's refusal
         check_supported(request.features(), self.name, self.supports, where=request.where())
         workers = request.batching.workers
         if workers not in (1, self.workers):

@@ -49,9 +49,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
 from ..decode.rules import PAPER_RULES, SEARCH_RULES, search_rules
 from ..errors import UserError
+from .adapter import Adapter, TranslateJob
 from .batcher import Batcher, Overloaded, ShuttingDown
 from .text import text_request
-from .translator import TranslateJob, Translator
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32  # also the most samples per sentence
@@ -130,8 +130,8 @@ class TranslateRequest(BaseModel):
     no_repeat_ngram_size: int = Field(
         0, ge=0, description="never repeat an n-gram of this size in the output (0: off)"
     )
-    repetition_penalty: float = Field(
-        1.0, gt=0.0, le=10.0, description="> 1 penalises tokens already in the output (1: off)"
+    repetition_penalty: float = Field(  # its range is the library's one rule (DecodeConfig)
+        1.0, description="> 1 penalises tokens already in the output (1: off; at most 10)"
     )
     split: bool = Field(
         False, description="split each text into sentences and join their translations back"
@@ -424,7 +424,7 @@ def _not_json(request: Request, err: RequestValidationError) -> str | None:
 
 
 def create_app(
-    translator: Translator, limits: Limits = Limits(), api_key: str | None = None
+    translator: Adapter, limits: Limits = Limits(), api_key: str | None = None
 ) -> FastAPI:
     """The app for one loaded ``translator``; its batcher thread lives as long as the app runs.
     ``api_key``: every route but ``/health`` and the page needs it (``ApiKey``).
@@ -451,7 +451,7 @@ def create_app(
 
 
 def _lifespan(
-    translator: Translator, limits: Limits
+    translator: Adapter, limits: Limits
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -488,7 +488,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(err.status, str(err))
 
 
-def _add_routes(app: FastAPI, translator: Translator, limits: Limits) -> None:
+def _add_routes(app: FastAPI, translator: Adapter, limits: Limits) -> None:
     page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
     @app.post("/translate")
@@ -528,7 +528,7 @@ class _Refused(Exception):
         self.status = status
 
 
-def _sources(translator: Translator, limits: Limits, body: TranslateRequest) -> list[list[int]]:
+def _sources(translator: Adapter, limits: Limits, body: TranslateRequest) -> list[list[int]]:
     """The request's source ids, or ``_Refused`` (413) when it is over a limit."""
     if len(body.text) > limits.max_sentences:
         raise _Refused(
@@ -552,12 +552,12 @@ def _sources(translator: Translator, limits: Limits, body: TranslateRequest) -> 
 
 
 def _translate_job(
-    translator: Translator, body: TranslateRequest, sources: list[list[int]]
+    translator: Adapter, body: TranslateRequest, sources: list[list[int]]
 ) -> TranslateJob:
     """What the batcher hands to ``translator.decode``: the one place a request's decoding
     settings are built, each mistake a 422 (``_Refused``) before any decoding."""
-    config = body.decode_config()
     try:
+        config = body.decode_config()  # the library's checks of the settings, one rule each
         constraints = translator.constraints(sources, config, body.prefix, body.constraints)
         layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
         job = TranslateJob(
@@ -574,7 +574,7 @@ def _translate_job(
     return job
 
 
-def _check_supported(translator: Translator, body: TranslateRequest, job: TranslateJob) -> None:
+def _check_supported(translator: Adapter, body: TranslateRequest, job: TranslateJob) -> None:
     """The engine's refusals, all in one, before the queue, named by the request's fields."""
     try:
         translator.check_supported(job, seed=body.seed is not None)

@@ -25,8 +25,8 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import UserError
+from .adapter import Adapter
 from .app import Limits, create_app
-from .translator import Translator
 
 if TYPE_CHECKING:
     from .. import translator as library
@@ -153,7 +153,7 @@ def run_server(
     loads it, with its engine) until SIGINT/SIGTERM (see the module docstring); ``api_key``:
     the key every route but ``/health`` and the page needs (``app.ApiKey``)."""
     server = make_server(
-        create_app(Translator.of(translator), limits or Limits(), api_key),
+        create_app(Adapter(translator), limits or Limits(), api_key),
         host=host,
         port=port,
         shutdown_timeout_s=shutdown_timeout_s,

@@ -1,49 +1,43 @@
-"""The model side of the server: a checkpoint's Transformer and vocabulary, turned into JSON.
+"""The server's one adapter: an ``aiayn.Translator`` (loaded as ``aiayn translate`` loads it)
+answering the app's jobs with JSON. The Translator is the front door: it makes the search
+request of every job (``Translator.request``: its batching, its workers) and refuses what its
+engine cannot do (``Translator.check``, named by the request's fields); the adapter only turns
+a request's sentences into ids and the hypotheses into answers.
 
 Everything here runs on the batcher's worker thread (``decode``) or touches no model state
-(``encode``, ``info``), so the model is only ever used by one thread at a time. The library
-does the work: ``load_transformer`` reads the checkpoint, ``Vocab.encode_source`` makes the source
-ids, ``decode_ids`` searches (or samples, with prefixes and lexical constraints made by
-``text_constraint``), ``output_alignment`` aligns words as ``aiayn translate --alignments``
-does, and ``Transformer.attention_weights`` (the path behind the demo's attention pictures)
-gives the encoder-decoder attention of the best hypothesis.
-
-Another ``Engine`` (``aiayn.decode.engine``; ``aiayn serve --engine ctranslate2``) may do the
-search instead of ``decode_ids``; attention and alignments still come from our model, forced
-on the engine's outputs, which are the same network's.
+(``encode``, ``info``), so the model is only ever used by one thread at a time. The engine
+searches (or samples, with prefixes and lexical constraints made by ``text_constraint``),
+``output_alignment`` aligns words as ``aiayn translate --alignments`` does, and
+``Transformer.attention_weights`` (the path behind the demo's attention pictures) gives the
+encoder-decoder attention of the best hypothesis: with another engine (``aiayn serve --engine
+ctranslate2``) attention and alignments still come from our model, forced on the engine's
+outputs, which are the same network's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
-from ..checkpoint import load_translator, read_meta
-from ..data import Vocab
+from ..checkpoint import META, read_meta
 from ..decode import (
     DecodeConfig,
     Hypothesis,
     OutputConstraint,
     SampleConfig,
     SearchRequest,
-    for_decoding,
     text_constraint,
 )
 from ..decode.align import output_alignment
-from ..decode.capabilities import CAPABILITIES, Feature, check_supported
-from ..decode.engine import Engine, TorchEngine
+from ..decode.capabilities import SERVER, Feature
 from ..decode.nbest import is_cut
 from ..errors import UserError
-from ..model import Transformer
 from ..runtime.flops import count_parameters
-
-if TYPE_CHECKING:
-    from .. import translator as library
+from ..translator import Translator
 
 ENC_DEC = "encoder-decoder attention"
 PRECISION_NAMES = {torch.bfloat16: "bf16"}  # what /info calls the weights' dtype (else fp32)
@@ -73,62 +67,20 @@ class TranslateJob:
         return self.config, self.sampling
 
 
-class Translator:
-    """A Transformer and its vocabulary, answering ``TranslateJob``s with JSON-ready dicts."""
+class Adapter:
+    """An ``aiayn.Translator`` answering ``TranslateJob``s with JSON-ready dicts."""
 
-    def __init__(
-        self,
-        model: Transformer,
-        vocab: Vocab,
-        checkpoint: str | Path | None = None,
-        meta: dict[str, Any] | None = None,
-        quantized: str | None = None,
-        engine: Engine | None = None,
-    ) -> None:
-        if len(vocab) != model.cfg.vocab_size:
+    def __init__(self, translator: Translator) -> None:
+        self.translator = translator
+        self.model, self.vocab, self.engine = translator.model, translator.vocab, translator.engine
+        if len(self.vocab) != self.model.cfg.vocab_size:
             raise UserError(
-                f"vocabulary {vocab.path} has {len(vocab)} pieces, the model {model.cfg.vocab_size}"
+                f"vocabulary {self.vocab.path} has {len(self.vocab)} pieces, the model "
+                f"{self.model.cfg.vocab_size}"
             )
-        self.model, self.vocab = model.eval(), vocab
-        self.checkpoint, self.meta, self.quantized = checkpoint, meta or {}, quantized
-        self.engine = engine if engine is not None else TorchEngine(self.model)
-
-    @classmethod
-    def load(
-        cls,
-        checkpoint: str | Path,
-        device: str = "cpu",
-        quantize: str | None = None,
-        engine: Engine | None = None,
-        precision: str = "fp32",
-    ) -> Translator:
-        """The checkpoint directory's model (``quantize``: None or "int8", ``precision``: "fp32"
-        or "bf16", as ``aiayn translate`` takes them) and its own ``spm.model``; ``engine``:
-        what searches (None: our model)."""
-        model, vocab = load_translator(checkpoint, device)
-        return cls(
-            for_decoding(model, quantize, precision),
-            vocab,
-            checkpoint,
-            read_meta(Path(checkpoint)),
-            quantized=quantize,
-            engine=engine,
-        )
-
-    @classmethod
-    def of(cls, translator: library.Translator) -> Translator:
-        """The server's side of an ``aiayn.Translator`` (its model, vocabulary and engine, as
-        the command line loaded them): ``aiayn serve`` builds one Translator as ``translate``
-        does. With another engine, our model (attention, alignments) loads here."""
-        checkpoint = translator.checkpoints[0]
-        return cls(
-            translator.model,
-            translator.vocab,
-            checkpoint,
-            read_meta(checkpoint),
-            quantized=translator.quantize,
-            engine=translator.engine,
-        )
+        self.checkpoint = translator.checkpoints[0]
+        self.meta = read_meta(self.checkpoint) if (self.checkpoint / META).is_file() else {}
+        self.quantized = translator.quantize
 
     @property
     def max_source_tokens(self) -> int:
@@ -194,11 +146,13 @@ class Translator:
         return answers
 
     def search_request(self, jobs: list[TranslateJob]) -> SearchRequest:
-        """The one ``SearchRequest`` of jobs that share one key, their sentences in turn."""
+        """The one ``SearchRequest`` of jobs that share one key, their sentences in turn: the
+        Translator's request (its batching and workers) with the jobs' settings."""
         if any(job.key != jobs[0].key for job in jobs):
             raise ValueError("jobs decoded together must share one DecodeConfig and sampling")
-        return SearchRequest(
-            jobs[0].config,
+        return replace(
+            self.translator.request(),
+            decode=jobs[0].config,
             constraints=tuple(
                 c for job in jobs for c in job.constraints or [None] * len(job.sources)
             ),
@@ -208,17 +162,14 @@ class Translator:
 
     def check_supported(self, job: TranslateJob, *, seed: bool = False) -> None:
         """``UserError`` naming, by the request's fields, all that ``job`` asks which the engine
-        cannot do (``seed``: the request gave one): ``capabilities.check_supported``, the
-        refusal of the command line and of the engine itself when decoding."""
+        cannot do (``seed``: the request gave one): the Translator's one refusal."""
         request = self.search_request([job])
         asked: set[Feature] = request.features() | ({"seed"} if seed else set())
         first = request.first_lexical()
-        check_supported(
-            {f: CAPABILITIES[f].field or f for f in asked},
-            self.engine.name,
-            self.engine.supports,
+        self.translator.check(
+            asked,
             where={} if first is None else {"lexical_constraints": f"constraints[{first}]"},
-            instead="the server's own search (without --engine)",
+            spelling=SERVER,
         )
 
     def _answer(
