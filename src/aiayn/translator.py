@@ -48,6 +48,7 @@ from .decode.engine import Engine, TorchEngine
 
 if TYPE_CHECKING:
     from .export.engine import CTranslate2Engine
+    from .export.onnx_engine import OnnxEngine
 from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
 from .decode.workers import resolve_workers
 from .errors import UserError
@@ -55,7 +56,7 @@ from .evaluate import Evaluation
 from .hardware import resolve_device
 from .policy import Precision, choose_precision
 
-ENGINES = ("torch", "ctranslate2")
+ENGINES = ("torch", "ctranslate2", "onnxruntime")
 
 Checkpoints = str | os.PathLike | Sequence[str | os.PathLike]
 # A window's request (its constraints) from the request numbering its first line, and its size
@@ -156,7 +157,7 @@ class Translator:
             self._model, self.vocab = self._load()
             self.engine: Engine | None = TorchEngine(self._model)
         else:
-            opened = _open_engine(self.checkpoints[0], self.device, self.workers)
+            opened = _open_engine(engine, self.checkpoints[0], self.device, self.workers)
             self.engine, self.vocab = opened, opened.vocab  # the checkpoint's spm.model
 
     def _load(self) -> tuple[Any, Vocab]:
@@ -523,6 +524,10 @@ def engine_supports(engine: str) -> frozenset[Feature]:
         raise UserError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
     if engine == "torch":
         return TorchEngine.supports
+    if engine == "onnxruntime":
+        from .export.onnx_engine import SUPPORTS  # torch's, not onnxruntime's, import
+
+        return SUPPORTS
     from .export.engine import CTranslate2Engine  # torch's, not ctranslate2's, import
 
     return CTranslate2Engine.supports
@@ -540,11 +545,21 @@ def loading_features(checkpoints: int, quantize: str | None, precision: str) -> 
     return asked
 
 
-def _open_engine(checkpoint: Path, device: str, workers: int) -> CTranslate2Engine:
-    """Another engine on ``checkpoint`` (CTranslate2's, exported beside it on first use)."""
+def _open_engine(
+    engine: str, checkpoint: Path, device: str, workers: int
+) -> CTranslate2Engine | OnnxEngine:
+    """Another engine on ``checkpoint``: CTranslate2's, exported beside it on first use, or
+    ONNX Runtime's, on an ONNX export (``checkpoint`` is its directory)."""
     import torch
 
     from .export.engine import CTranslate2Engine
+
+    if engine == "onnxruntime":
+        from .export.onnx_engine import OnnxEngine
+
+        if str(device) != "cpu":
+            raise UserError(f"--engine onnxruntime decodes on the CPU, not --device {device}")
+        return OnnxEngine.open(checkpoint, threads=torch.get_num_threads())
 
     return CTranslate2Engine.open(
         checkpoint, device=device, threads=torch.get_num_threads(), workers=workers

@@ -579,7 +579,7 @@ def resume_command(args: argparse.Namespace, command: str) -> str:
     return shlex.join([*launch, "-m", *argv])
 
 
-ENGINES = ("torch", "ctranslate2")
+ENGINES = ("torch", "ctranslate2", "onnxruntime")
 
 # The attribute argparse sets for each feature an option asks of an engine
 # (``decode.capabilities``), and the value that leaves it off.
@@ -603,8 +603,10 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
         "--engine",
         choices=ENGINES,
         default="torch",
-        help="what decodes: torch (ours, the reference) or ctranslate2 (the checkpoint "
-        "exported once into CHECKPOINT.ctranslate2/ beside it; the same search and outputs)",
+        help="what decodes: torch (ours, the reference), ctranslate2 (the checkpoint "
+        "exported once into CHECKPOINT.ctranslate2/ beside it; the same search and outputs) "
+        "or onnxruntime (our search on the graphs of an `aiayn export --to onnx` directory, "
+        "given as --checkpoint)",
     )
 
 
