@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx", reason="the ONNX export needs onnx: '.[onnx]'
 
 from _export_models import corpus_lines, seeded_model, trained_like_model  # noqa: E402
 
+from aiayn import ModelConfig, Transformer  # noqa: E402
 from aiayn.checkpoint import save_checkpoint  # noqa: E402
 from aiayn.cli.main import main  # noqa: E402
 from aiayn.config import to_dict  # noqa: E402
@@ -88,6 +89,23 @@ def test_log_probs_equal_ours_over_steps_with_reordered_beams(vocab, tmp_path, o
     assert worst <= 1e-4
     recorded = json.loads((tmp_path / "onnx" / CONFIG).read_text())["max_log_prob_difference"]
     assert recorded <= 1e-4
+
+
+def test_a_model_with_dropout_exports_without_it_and_keeps_its_mode(vocab, tmp_path):
+    """A model loaded for training (dropout 0.1, train mode): the graphs are its eval-mode
+    network, and the model is left training."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", P_drop=0.1, vocab_size=len(vocab))).train()
+    out = export_onnx(model, vocab, tmp_path / "onnx")
+    assert model.training
+    assert json.loads((out / CONFIG).read_text())["max_log_prob_difference"] <= 1e-4
+    src = padded(vocab, corpus_lines("test", 0, 2))
+    onnx_model = OnnxEngine.open(out, threads=1).model
+    keys = torch.from_numpy(onnx_model.encode(src)[0])
+    with torch.no_grad():
+        memory = model.eval().encode(src)
+        expected = model.decoder[0].src_attn.project_kv(memory)[0]
+    torch.testing.assert_close(keys[0], expected, atol=1e-5, rtol=0)
 
 
 def test_nbest_lists_equal_ours(vocab, exported):

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from ..data.pieces import copy_vocabulary
 from ..decode.cache import decode_step, new_cache
 from ..decode.config import DecodeConfig
+from ..decode.translate import eval_mode
 from ..model import Transformer
 from .common import (
     ExportError,
@@ -197,8 +198,8 @@ def _export_graphs(model: Transformer, directory: Path) -> None:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer notes
         for graph, args, name, (inputs, outputs) in jobs:
-            torch.onnx.export(
-                graph(model),
+            torch.onnx.export(  # a wrapper in eval mode: the exporter restores its mode after
+                graph(model).eval(),
                 args,
                 str(directory / name),
                 input_names=inputs,
@@ -333,7 +334,7 @@ def export_onnx(
     check_vocab_size(c, vocab)
     config = consumer_config(model, vocab, quantization)
     info = {"format": "onnx", "quantization": quantization, "source": source}
-    with export_dir(out, info) as tmp:
+    with export_dir(out, info) as tmp, eval_mode(model):  # no dropout in the graphs
         _export_graphs(model, tmp)
         ids = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id}
         difference = verify(model, tmp, **ids)
