@@ -213,8 +213,9 @@ def test_engine_refuses_what_the_graphs_cannot_do_in_one_line(vocab, exported):
 
 
 def test_cli_exports_and_translates_as_ours(vocab, tmp_path, capsys):
-    """``aiayn export --to onnx`` of a checkpoint, then ``aiayn.Translator`` on it with
-    --engine onnxruntime: the same translations as ours on the checkpoint."""
+    """``aiayn export --to onnx`` of a checkpoint, then ``aiayn.Translator`` with engine
+    onnxruntime on that directory, and on the checkpoint itself (exported beside it on first
+    use, reused after): the same translations as ours."""
     from aiayn import Translator
 
     model = trained_like_model(len(vocab))
@@ -225,9 +226,28 @@ def test_cli_exports_and_translates_as_ours(vocab, tmp_path, capsys):
     main(["export", "--checkpoint", str(ckpt), "--to", "onnx", "--out", str(out)])
     assert f"-> {out}" in capsys.readouterr().out
     lines = corpus_lines("test", 0, 3)
-    with Translator(ckpt, workers=1) as ours, Translator(out, engine="onnxruntime") as theirs:
+    with Translator(ckpt, workers=1) as ours:
         expected = [t.text for t in ours.translate(lines, beam=4)]
-        assert [t.text for t in theirs.translate(lines, beam=4)] == expected
+    for given in (out, ckpt, ckpt):
+        with Translator(given, engine="onnxruntime") as theirs:
+            assert [t.text for t in theirs.translate(lines, beam=4)] == expected
+    cache = ckpt.parent / (ckpt.name + ".onnx")
+    assert capsys.readouterr().err.count(f"exporting {ckpt} to ONNX in {cache}") == 1
+    assert json.loads((cache / MARKER).read_text())["fingerprint"]
+
+
+def test_a_foreign_directory_where_the_cache_goes_is_kept(vocab, exported, tmp_path):
+    from aiayn import Translator
+
+    model = exported[0]
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path
+    )
+    shutil.copytree(exported[1], ckpt.parent / (ckpt.name + ".onnx"))  # the user's export
+    with pytest.raises(ExportError, match="never replaced") as e:
+        Translator(ckpt, engine="onnxruntime")
+    assert "\n" not in str(e.value)
+    assert (ckpt.parent / (ckpt.name + ".onnx") / ENCODER).is_file()
 
 
 def test_int8_runs_and_stays_close(vocab, tmp_path):

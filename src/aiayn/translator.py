@@ -548,18 +548,18 @@ def loading_features(checkpoints: int, quantize: str | None, precision: str) -> 
 def _open_engine(
     engine: str, checkpoint: Path, device: str, workers: int
 ) -> CTranslate2Engine | OnnxEngine:
-    """Another engine on ``checkpoint``: CTranslate2's, exported beside it on first use, or
-    ONNX Runtime's, on an ONNX export (``checkpoint`` is its directory)."""
+    """Another engine on ``checkpoint``, exported beside it on first use: CTranslate2's, or
+    ONNX Runtime's (which also opens an ONNX export's directory given instead)."""
     import torch
 
     from .export.engine import CTranslate2Engine
 
     if engine == "onnxruntime":
-        from .export.onnx_engine import OnnxEngine
+        from .export.onnx_engine import OnnxEngine, onnx_directory
 
         if str(device) != "cpu":
             raise UserError(f"--engine onnxruntime decodes on the CPU, not --device {device}")
-        return OnnxEngine.open(checkpoint, threads=torch.get_num_threads())
+        return OnnxEngine.open(onnx_directory(checkpoint), threads=torch.get_num_threads())
 
     return CTranslate2Engine.open(
         checkpoint, device=device, threads=torch.get_num_threads(), workers=workers

@@ -605,8 +605,8 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
         default="torch",
         help="what decodes: torch (ours, the reference), ctranslate2 (the checkpoint "
         "exported once into CHECKPOINT.ctranslate2/ beside it; the same search and outputs) "
-        "or onnxruntime (our search on the graphs of an `aiayn export --to onnx` directory, "
-        "given as --checkpoint)",
+        "or onnxruntime (our search on its ONNX graphs, exported once into CHECKPOINT.onnx/, "
+        "or on an `aiayn export --to onnx` directory given as --checkpoint)",
     )
 
 

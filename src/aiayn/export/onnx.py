@@ -317,10 +317,13 @@ def export_onnx(
     out: str | os.PathLike,
     quantization: str | None = None,
     source: str | None = None,
+    *,
+    fingerprint: str | None = None,
 ) -> Path:
     """Write the ONNX directory (module docstring) of ``model``; its graphs' log-probabilities
     are checked against ours before it is published (``verify``: within ``TOLERANCE`` in
-    fp32, a bug otherwise; int8's difference is recorded). ``quantization``: None or "int8"."""
+    fp32, a bug otherwise; int8's difference is recorded). ``quantization``: None or "int8".
+    ``fingerprint``: the source checkpoint's, in the marker (``onnx_engine``'s cache)."""
     require("onnx", TARGET, extra="onnx")
     require("onnxruntime", TARGET, extra="onnx")
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -334,6 +337,8 @@ def export_onnx(
     check_vocab_size(c, vocab)
     config = consumer_config(model, vocab, quantization)
     info = {"format": "onnx", "quantization": quantization, "source": source}
+    if fingerprint is not None:
+        info["fingerprint"] = fingerprint
     with export_dir(out, info) as tmp, eval_mode(model):  # no dropout in the graphs
         _export_graphs(model, tmp)
         ids = {"bos_id": vocab.bos_id, "eos_id": vocab.eos_id}

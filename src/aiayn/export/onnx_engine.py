@@ -12,8 +12,10 @@ cache is the graphs' tensors as numpy arrays, whose rows a search's ``select`` r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,13 +25,26 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..data.pieces import load_vocabulary
+from ..checkpoint import META, WEIGHTS
+from ..data.pieces import load_vocabulary, vocabulary_file, vocabulary_files
 from ..decode import Hypothesis
 from ..decode.capabilities import ALL_FEATURES, Feature, check_supported
 from ..decode.request import SearchRequest
 from ..decode.translate import OnTruncate, Progress, decode_ids
-from .common import MARKER, ExportError, require
-from .onnx import CONFIG, DECODER, DECODER_IO, ENCODER, ENCODER_IO, FORMAT, TARGET, session
+from .common import MARKER, ExportError, load_for_export, require
+from .onnx import (
+    CONFIG,
+    DECODER,
+    DECODER_IO,
+    ENCODER,
+    ENCODER_IO,
+    FORMAT,
+    TARGET,
+    export_onnx,
+    session,
+)
+
+CACHE_SUFFIX = ".onnx"  # a checkpoint's export on first use: CKPT.onnx beside it
 
 # ensemble, our int8 and bf16, the shortlist (it slices our output layer), token scores and
 # alignments (from our model's forced decoding and attention) are not the graphs'
@@ -112,18 +127,64 @@ class OnnxModel:
         return torch.from_numpy(log_probs)
 
 
+def _marker(directory: Path) -> dict[str, Any] | None:
+    try:
+        found = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _fingerprint(ckpt: Path) -> str:
+    """SHA-256 of the checkpoint's files the export is made from, this exporter's format and
+    ONNX Runtime's version."""
+    import onnxruntime
+
+    digest = hashlib.sha256(f"format {FORMAT} onnxruntime {onnxruntime.__version__}\n".encode())
+    vocab = vocabulary_file(ckpt)
+    names = [WEIGHTS, META] + ([] if vocab is None else [p.name for p in vocabulary_files(vocab)])
+    for name in names:
+        if not (ckpt / name).is_file():
+            raise ExportError(f"{ckpt}: no {name}; --engine onnxruntime exports from it")
+        digest.update(f"{name}\n".encode())
+        with open(ckpt / name, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def onnx_directory(path: str | os.PathLike) -> Path:
+    """What ``--engine onnxruntime --checkpoint PATH`` decodes: PATH when it is not a
+    checkpoint (an ONNX export, or what ``OnnxEngine.open`` refuses), else the checkpoint's
+    export in ``PATH.onnx`` beside it, made on first use (a note on stderr) and again when
+    the checkpoint's files change; a directory there that is not that cache is never replaced."""
+    ckpt = Path(path)
+    if not (ckpt / META).is_file():
+        return ckpt
+    require("onnxruntime", TARGET, extra="onnx")
+    fingerprint = _fingerprint(ckpt)
+    out = ckpt.parent / (ckpt.name + CACHE_SUFFIX)
+    marker = _marker(out)
+    if marker is not None and marker.get("fingerprint") == fingerprint:
+        return out
+    if out.exists() and (marker is None or "fingerprint" not in marker):
+        raise ExportError(
+            f"{out}: the ONNX cache of {ckpt} is taken by a directory the engine did not make; "
+            "move it away (it is never replaced)"
+        )
+    print(f"aiayn: exporting {ckpt} to ONNX in {out} (once per checkpoint)", file=sys.stderr)
+    model, vocab = load_for_export(ckpt)
+    return export_onnx(model, vocab, out, source=str(ckpt), fingerprint=fingerprint)
+
+
 def _config(directory: Path) -> dict[str, Any]:
     """``model.json`` of an ONNX export of ours, or a one-line ExportError saying what it is not."""
-    marker, path = directory / MARKER, directory / CONFIG
+    path = directory / CONFIG
     if not directory.is_dir():
         raise ExportError(
             f"{directory}: not a directory; --engine onnxruntime reads an ONNX export"
         )
-    try:
-        made = json.loads(marker.read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        made = None
-    if made != "onnx":
+    if (_marker(directory) or {}).get("format") != "onnx":
         raise ExportError(
             f"{directory}: not an ONNX export of aiayn (no {MARKER} saying format onnx); "
             f"make one with: aiayn export --checkpoint CKPT --to onnx --out {directory}"
