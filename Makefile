@@ -18,7 +18,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,export,docs]"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[test,export,onnx,docs]"
 	touch $@
 
 demo: setup

@@ -482,6 +482,26 @@ def test_the_ctranslate2_export_of_the_import_scores_as_ours(imported, tmp_path)
         torch.testing.assert_close(torch.tensor(theirs), ours, atol=1e-5, rtol=0)
 
 
+def test_the_onnx_export_of_the_import_searches_as_ours(imported, tmp_path):
+    """An OPUS-MT-shaped model (swish, output bias, two SentencePiece models, decoding from
+    pad) through ONNX Runtime: its 3-best lists at beam 4 equal ours."""
+    pytest.importorskip("onnxruntime")
+    from aiayn.export.onnx import export_onnx
+    from aiayn.export.onnx_engine import OnnxEngine
+
+    _, model, vocab, _ = imported
+    out = export_onnx(model, vocab, tmp_path / "onnx")
+    assert (out / "source.spm").is_file() and (out / "pieces.json").is_file()
+    engine = OnnxEngine.open(out, threads=1)
+    assert isinstance(engine.vocab, TwoModelVocab)
+    sources = [vocab.encode_source(line) for line in corpus_lines("test", 0, 12)]
+    config = DecodeConfig(beam=BEAM, alpha=ALPHA, nbest=3, max_len_a=0, max_len_b=LIMIT)
+    theirs = engine.decode_ids(sources, SearchRequest(config))
+    assert [[(h.tokens, round(h.score, 4)) for h in hyps] for hyps in theirs] == [
+        [(tokens, round(score, 4)) for tokens, score in hyps] for hyps in nbest(model, sources)
+    ]
+
+
 def test_serve_answers_with_the_imported_model(imported):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient

@@ -142,7 +142,7 @@ def test_run_pointer_and_ensemble(tiny_run, checkpoint):
         ({"device": "tpu"}, "--device tpu: not a device"),
         ({"precision": "fp16"}, "--precision fp16: choose one of auto, fp32, bf16"),
         ({"precision": "bf16", "quantize": "int8"}, "--precision bf16 with --quantize int8"),
-        ({"engine": "onnx"}, "--engine onnx: choose one of torch, ctranslate2"),
+        ({"engine": "onnx"}, "--engine onnx: choose one of torch, ctranslate2, onnxruntime"),
         ({"engine": "ctranslate2", "quantize": "int8"}, "cannot do: --quantize int8 (our int8"),
     ],
 )

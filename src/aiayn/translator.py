@@ -56,7 +56,7 @@ from .runtime.hardware import resolve_device
 from .runtime.policy import Precision, choose_precision
 from .runtime.workers import resolve_workers
 
-ENGINES = ("torch", "ctranslate2")
+ENGINES = ("torch", "ctranslate2", "onnxruntime")
 
 Checkpoints = str | os.PathLike | Sequence[str | os.PathLike]
 # A window's request (its constraints) from the request numbering its first line, and its size
@@ -200,7 +200,7 @@ class Translator:
                 self._model, self._vocab = self._load()
             self._engine = TorchEngine(self._model)  # the one model: ``model`` is its
         else:
-            opened = _open_engine(self.checkpoints[0], self.device, self.workers)
+            opened = _open_engine(self.engine_name, self.checkpoints[0], self.device, self.workers)
             self._engine, self._vocab = opened, opened.vocab  # the checkpoint's spm.model
 
     def _load(self) -> tuple[Any, Vocab]:
@@ -586,16 +586,28 @@ def engine_supports(engine: str) -> frozenset[Feature]:
         raise UserError(f"--engine {engine}: choose one of {', '.join(ENGINES)}")
     if engine == "torch":
         return TorchEngine.supports
+    if engine == "onnxruntime":
+        from .export.onnx_engine import SUPPORTS  # torch's, not onnxruntime's, import
+
+        return SUPPORTS
     from .export.engine import CTranslate2Engine  # torch's, not ctranslate2's, import
 
     return CTranslate2Engine.supports
 
 
-def _open_engine(checkpoint: Any, device: str, workers: int) -> Engine:
-    """Another engine on ``checkpoint`` (CTranslate2's, exported beside it on first use)."""
+def _open_engine(engine: str, checkpoint: Any, device: str, workers: int) -> Engine:
+    """Another engine on ``checkpoint``, exported beside it on first use: CTranslate2's, or
+    ONNX Runtime's (which also opens an ONNX export's directory given instead)."""
     import torch
 
     from .export.engine import CTranslate2Engine
+
+    if engine == "onnxruntime":
+        from .export.onnx_engine import OnnxEngine, onnx_directory
+
+        if str(device) != "cpu":
+            raise UserError(f"--engine onnxruntime decodes on the CPU, not --device {device}")
+        return OnnxEngine.open(onnx_directory(checkpoint), threads=torch.get_num_threads())
 
     return CTranslate2Engine.open(
         checkpoint, device=device, threads=torch.get_num_threads(), workers=workers

@@ -277,7 +277,11 @@ def add_precision_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="say on stderr how the model decodes")
 
 
-ENGINES = ("torch", "ctranslate2")  # aiayn.translator.ENGINES (tested): --help without torch
+ENGINES = (
+    "torch",
+    "ctranslate2",
+    "onnxruntime",
+)  # aiayn.translator.ENGINES (tested): --help without torch
 
 
 def add_engine_arg(p: argparse.ArgumentParser) -> None:
@@ -286,8 +290,10 @@ def add_engine_arg(p: argparse.ArgumentParser) -> None:
         "--engine",
         choices=ENGINES,
         default="torch",
-        help="what decodes: torch (ours, the reference) or ctranslate2 (the checkpoint "
-        "exported once into CHECKPOINT.ctranslate2/ beside it; the same search and outputs)",
+        help="what decodes: torch (ours, the reference), ctranslate2 (the checkpoint "
+        "exported once into CHECKPOINT.ctranslate2/ beside it; the same search and outputs) "
+        "or onnxruntime (our search on its ONNX graphs, exported once into CHECKPOINT.onnx/, "
+        "or on an `aiayn export --to onnx` directory given as --checkpoint)",
     )
 
 

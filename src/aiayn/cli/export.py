@@ -1,6 +1,7 @@
-"""``aiayn export``: a checkpoint as a Hugging Face MarianMT or a CTranslate2 model (``aiayn.export``);
-``aiayn import``: a MarianMT directory (``aiayn.export.marian_import``) or a Marian model directory
-(``model.npz`` + ``decoder.yml``, as OPUS-MT releases it: ``aiayn.export.marian_npz``) as a checkpoint."""
+"""``aiayn export``: a checkpoint as a Hugging Face MarianMT, CTranslate2 or ONNX model
+(``aiayn.export``); ``aiayn import``: a MarianMT directory (``aiayn.export.marian_import``) or a
+Marian model directory (``model.npz`` + ``decoder.yml``, as OPUS-MT releases it:
+``aiayn.export.marian_npz``) as a checkpoint."""
 
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ def _export(args: argparse.Namespace) -> None:
 
 def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "export", help="write a checkpoint as a Hugging Face MarianMT or CTranslate2 model"
+        "export", help="write a checkpoint as a Hugging Face MarianMT, CTranslate2 or ONNX model"
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint or averaged directory")
-    p.add_argument("--to", required=True, choices=["hf", "ctranslate2"])
+    p.add_argument("--to", required=True, choices=["hf", "ctranslate2", "onnx"])
     p.add_argument(
         "--out", required=True, help="new directory (or an earlier export, which is replaced)"
     )
     p.add_argument(
-        "--quantization", help="ctranslate2 only: weight type, e.g. int8 (default: float32)"
+        "--quantization",
+        help="ctranslate2 and onnx: weight type, e.g. int8 (default: float32; onnx: int8 only)",
     )
     p.set_defaults(func=_export)
 

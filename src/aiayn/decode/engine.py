@@ -157,3 +157,24 @@ def translate_with(
         sources, request.with_ids(tokenizer), progress=progress, on_truncate=on_truncate
     )
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
+
+
+def nbest_by_ids(
+    engine: Engine,
+    texts: Sequence[str],
+    tokenizer: Any,
+    request: SearchRequest,
+    *,
+    token_scores: bool = False,
+    alignment_layer: int | None = None,
+    progress: bool | Progress = False,
+    on_truncate: OnTruncate | None = None,
+) -> list[list[Output]]:
+    """``Engine.nbest`` for an engine that decodes ids only (CTranslate2, ONNX Runtime): token
+    scores and alignments are our model's, which ``aiayn.Translator`` refuses for it first."""
+    if token_scores or alignment_layer is not None:
+        raise ValueError(f"{engine.name}: token scores and alignments are our model's")
+    request = request.with_ids(tokenizer)
+    sources = [tokenizer.encode_source(text) for text in texts]
+    found = engine.decode_ids(sources, request, progress=progress, on_truncate=on_truncate)
+    return [[Output.of(h, tokenizer.decode(h.tokens)) for h in hyps] for hyps in found]

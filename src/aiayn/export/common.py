@@ -35,13 +35,14 @@ class ExportError(UserError):
     """A model or an output directory that cannot be exported as asked (a user error)."""
 
 
-def require(module: str, target: str) -> ModuleType:
-    """Import an optional exporter dependency, or say in one line how to install it."""
+def require(module: str, target: str, extra: str = "export") -> ModuleType:
+    """Import an optional exporter dependency, or say in one line how to install it (the
+    package's ``extra`` that has it)."""
     try:
         return importlib.import_module(module)
     except ImportError:
         raise ExportError(
-            f"exporting to {target} needs the Python package {module!r}: pip install -e '.[export]'"
+            f"exporting to {target} needs the Python package {module!r}: pip install -e '.[{extra}]'"
         ) from None
 
 

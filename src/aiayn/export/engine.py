@@ -29,7 +29,7 @@ from ..data import Vocab
 from ..data.pieces import vocabulary_file, vocabulary_files
 from ..decode import Hypothesis, Output
 from ..decode.capabilities import Feature, check_supported
-from ..decode.engine import translate_with
+from ..decode.engine import nbest_by_ids, translate_with
 from ..decode.request import SearchRequest, SpecialIds
 from ..decode.translate import OnTruncate, Progress, WindowOutputs, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
@@ -177,14 +177,17 @@ class CTranslate2Engine:
         progress: bool | Progress = False,
         on_truncate: OnTruncate | None = None,
     ) -> list[list[Output]]:
-        """The n-best ``Output`` lists of ``texts`` (token scores and alignments are our
-        model's: ``aiayn.Translator`` refuses them for this engine before decoding)."""
-        if token_scores or alignment_layer is not None:
-            raise ValueError("CTranslate2Engine.nbest: token scores and alignments are ours")
-        request = request.with_ids(tokenizer)
-        sources = [tokenizer.encode_source(text) for text in texts]
-        found = self.decode_ids(sources, request, progress=progress, on_truncate=on_truncate)
-        return [[Output.of(h, tokenizer.decode(h.tokens)) for h in hyps] for hyps in found]
+        """The n-best ``Output`` lists of ``texts`` (``engine.nbest_by_ids``)."""
+        return nbest_by_ids(
+            self,
+            texts,
+            tokenizer,
+            request,
+            token_scores=token_scores,
+            alignment_layer=alignment_layer,
+            progress=progress,
+            on_truncate=on_truncate,
+        )
 
     @property
     def max_positions(self) -> int:
