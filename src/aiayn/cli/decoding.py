@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # --search-rules' choices: aiayn.decode.rules.SEARCH_RULES' names (tested), named here so
 # that parsing the command line does not import torch.
-SEARCH_RULE_NAMES = ("paper", "fairseq", "hf", "ct2")
+SEARCH_RULE_NAMES = ("paper", "fairseq", "hf", "ct2", "marian")
 
 # (beam help, alpha help) as each decode preset's commands state its defaults.
 _PRESET_HELP = {
@@ -75,8 +75,8 @@ def add_decode_args(
             default="paper",
             choices=list(SEARCH_RULE_NAMES),
             help="whose beam-search rules to follow: the paper's (GNMT penalty, exact stop, "
-            "|X|+50), or fairseq's, Hugging Face's or CTranslate2's length penalty, stopping "
-            "rule and length limit (docs/decoding.md; default: paper)",
+            "|X|+50), or fairseq's, Hugging Face's, CTranslate2's or Marian's length penalty, "
+            "stopping rule and length limit (docs/decoding.md; default: paper)",
         )
         _add_guard_args(p)
     if preset == "parsing":
