@@ -18,7 +18,10 @@ over target tokens (``--cost-type ce-mean-words``, ours), Adam (0.9, 0.98, 1e-9)
 (Marian clips at 1 by default), linear warm-up over 300 updates to the peak of our schedule
 (``--lr-warmup 300``, ``--learn-rate`` = ``peak_lr``) then inverse square root decay
 (``--lr-decay-inv-sqrt 300``: lr * sqrt(300 / update), the same curve), seed 1, ``--cpu-threads
-N --sync-sgd`` (N workers, one thread each, one model: Marian's data-parallel CPU training).
+N --sync-sgd`` (N workers, one thread each, one model: Marian's data-parallel CPU training,
+which splits each batch across the workers: its log shows the same sentences an update at 1
+and 2 threads). Ours trains as the demo does (``amp: auto``: fp32 on a CPU without native bf16;
+``--set amp=none`` for fp32 everywhere).
 Batches: ``--mini-batch-words 1024`` counts target labels (pieces plus EOS, unpadded) and closes
 a batch once it passes 1024, so Marian's batches hold a few per cent more target tokens than
 ours (at most 1024 padded target tokens): both averages are printed and recorded
@@ -209,7 +212,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return head + "".join(
         f"| {r['system']} | {r['updates']:,} | {r['train_s']:.0f} "
         f"| {r['target_tokens_per_s']:,.0f} | {r['target_tokens'] / r['updates']:,.0f} "
-        f"| {r['sacrebleu'] if r.get('sacrebleu') is None else format(r['sacrebleu'], '.2f')} |\n"
+        f"| {format(r['sacrebleu'], '.2f') if 'sacrebleu' in r else '-'} |\n"
         for r in rows
     )
 
