@@ -231,7 +231,7 @@ def train_marian(marian: str, flags: list[str], log: Path, minutes: float | None
     training time reaches it, then SIGTERM (Marian saves and exits); its log's figures."""
     if minutes is None:
         return read_marian_log(run([marian, *flags], marian_env(), log, "Marian training"))
-    lines, seconds = [], 0.0
+    lines, seconds, signalled = [], 0.0, False
     with open(log, "w", encoding="utf-8") as f:
         proc = subprocess.Popen(
             [marian, *flags], env=marian_env(), stdout=subprocess.PIPE, text=True,
@@ -242,11 +242,12 @@ def train_marian(marian: str, flags: list[str], log: Path, minutes: float | None
             lines.append(line)
             m = DISPLAY.search(line)
             seconds += float(m[2]) if m else 0.0
-            if seconds >= minutes * 60 and proc.poll() is None:
+            if seconds >= minutes * 60 and not signalled and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-                seconds = -math.inf  # signalled once
+                signalled = True
         rc = proc.wait()
-    if rc not in (0, -signal.SIGTERM):
+    # after SIGTERM Marian saves its model and exits with 128 + SIGTERM
+    if rc and not (signalled and rc in (128 + signal.SIGTERM, -signal.SIGTERM)):
         raise RuntimeError(f"Marian training failed (exit {rc}); its log is {log}")
     return read_marian_log(lines)
 
