@@ -390,7 +390,12 @@ def test_split(tmp: Path, limit: int | None) -> tuple[Path, Path]:
     return tmp / "test.en", tmp / "test.es"
 
 
-def run_ours(tmp: Path, work: Path, args: argparse.Namespace, test: tuple[Path, Path]) -> dict:
+def run_ours(
+    tmp: Path, work: Path, args: argparse.Namespace, test: tuple[Path, Path], average: bool = True
+) -> dict:
+    """``aiayn demo --minutes`` of this checkout, then beam search on ``test`` with its last
+    checkpoint and (``average``) the average of its last 3; demo_vs_marian.py scores the last
+    only."""
     env = thread_env(args.threads, PYTHONPATH=str(SRC))
     aiayn = [sys.executable, "-m", "aiayn"]
     out = tmp / "ours"
@@ -414,22 +419,25 @@ def run_ours(tmp: Path, work: Path, args: argparse.Namespace, test: tuple[Path, 
     )
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     last = ckpt.list_checkpoints(out / "checkpoints")[-1]
-    run(
-        aiayn
-        + [
-            "average",
-            str(out / "checkpoints"),
-            "--last",
-            str(AVERAGE),
-            "--out",
-            str(tmp / "ours-avg3"),
-        ],
-        env,
-        tmp / "ours.average.log",
-        "aiayn average",
-    )
+    models = {"last": last}
+    if average:
+        models["avg3"] = tmp / "ours-avg3"
+        run(
+            aiayn
+            + [
+                "average",
+                str(out / "checkpoints"),
+                "--last",
+                str(AVERAGE),
+                "--out",
+                str(models["avg3"]),
+            ],
+            env,
+            tmp / "ours.average.log",
+            "aiayn average",
+        )
     hyps = {}
-    for name, model in (("last", last), ("avg3", tmp / "ours-avg3")):
+    for name, model in models.items():
         hyp = tmp / f"ours.{name}.hyp.es"
         run(
             aiayn
@@ -567,21 +575,21 @@ def run_fairseq(
     }
 
 
-def check_out(out: Path) -> None:
-    """Refuse to replace an ``--out`` this script did not write."""
+def check_out(out: Path, benchmark: str = BENCHMARK) -> None:
+    """Refuse to replace an ``--out`` that ``benchmark`` (this script by default) did not write."""
     if not (out.exists() or out.is_symlink()):
         return
     mark = out / "results.json"
     try:
         ours = (
             not out.is_symlink()
-            and json.loads(mark.read_text(encoding="utf-8")).get("benchmark") == BENCHMARK
+            and json.loads(mark.read_text(encoding="utf-8")).get("benchmark") == benchmark
         )
     except (OSError, ValueError, AttributeError):
         ours = False
     if not ours:
         raise UserError(
-            f"{out} exists and was not written by this script (no {mark} of {BENCHMARK}); "
+            f"{out} exists and was not written by this script (no {mark} of {benchmark}); "
             "choose another --out"
         )
 

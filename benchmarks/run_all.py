@@ -4,19 +4,20 @@ records (``aiayn.records``) that render the docs' tables (``python -m aiayn.reco
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py                        # records/
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --only train,decode
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --fairseq-python ../peersvenv/bin/python
+    PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --only marian --marian ../marianvenv/bin/pymarian
     PYTHONPATH=src .venv/bin/python benchmarks/run_all.py --check --record /tmp/records  # seconds
 
 Each benchmark runs in a process of its own, one after another; run the suite with nothing else
 on the machine (a second job changes every ratio), from the repository root. What a benchmark
 needs and this machine lacks is skipped with the reason: the demo model (``--checkpoint``,
 default runs/demo/averaged, from ``make demo``) for the test split, the engine and serving;
-native bf16 for bf16 training; fairseq's interpreter (``--fairseq-python``) for the demo
-comparison. Peers that are not installed (``pip install -e .[bench]``) are skipped by each
-script. ``--check`` runs every command on tiny shapes in about a minute: a check that the suite
-works, not figures to keep (write its records elsewhere).
+native bf16 for bf16 training; fairseq's interpreter (``--fairseq-python``) and Marian's
+trainer (``--marian``) for the demo comparisons. Peers that are not installed (``pip install -e
+.[bench]``) are skipped by each script. ``--check`` runs every command on tiny shapes in about
+a minute: a check that the suite works, not figures to keep (write its records elsewhere).
 
 Cost of the whole suite on 2 CPU cores: about 1 h 30 min, 15 of it the fairseq comparison's
-training budget for each system.
+training budget for each system; the Marian comparison adds about 35 minutes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ TOPICS = (
     "serve",
     "prepare",
     "fairseq",
+    "marian",
 )
 BF16_PEERS = "ours+lsloss+fusedadam,torch.nn+fusedadam,hf-marian+fusedadam"
 
@@ -61,6 +63,9 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
         "fairseq": ["demo_vs_fairseq.py", "--fairseq-python", str(args.fairseq_python)]
         + ["--out", str(Path(args.record) / "demo_vs_fairseq")]
         + (["--minutes", "0.5", "--threads", "1", "--test-limit", "20"] if check else []),
+        "marian": ["demo_vs_marian.py", "--marian", str(args.marian)]
+        + ["--out", str(Path(args.record) / "demo_vs_marian")]
+        + (["--updates", "5", "--threads", "1"] if check else ["--minutes", "15"]),
     }
 
 
@@ -70,6 +75,8 @@ def missing(topic: str, args: argparse.Namespace) -> str | None:
         return f"no demo model at {args.checkpoint} (make demo, or --checkpoint)"
     if topic == "fairseq" and not args.fairseq_python:
         return "no --fairseq-python (demo_vs_fairseq.py's docstring makes one)"
+    if topic == "marian" and not args.marian:
+        return "no --marian (demo_vs_marian.py's docstring makes one)"
     if topic == "train-bf16":
         import torch
 
@@ -86,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--record", default="records", help="where the records go (default: records/)")
     p.add_argument("--checkpoint", default="runs/demo/averaged", help="the demo model")
     p.add_argument("--fairseq-python", help="an interpreter with fairseq, for the comparison")
+    p.add_argument("--marian", help="Marian's pymarian command, for the Marian comparison")
     p.add_argument("--check", action="store_true", help="tiny shapes: a check of the commands")
     args = p.parse_args(argv)
     chosen = args.only.split(",") if args.only else list(TOPICS)
