@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checkpoint import follow_pointer, recorded_language, search_defaults
 from .data import Vocab
@@ -55,6 +55,10 @@ from .evaluate import Evaluation
 from .runtime.hardware import resolve_device
 from .runtime.policy import Precision, choose_precision
 from .runtime.workers import resolve_workers
+
+if TYPE_CHECKING:  # applications built on the library: imported when opened
+    from .export.engine import CTranslate2Engine
+    from .export.onnx_engine import OnnxEngine
 
 ENGINES = ("torch", "ctranslate2", "onnxruntime")
 
@@ -595,7 +599,9 @@ def engine_supports(engine: str) -> frozenset[Feature]:
     return CTranslate2Engine.supports
 
 
-def _open_engine(engine: str, checkpoint: Any, device: str, workers: int) -> Engine:
+def _open_engine(
+    engine: str, checkpoint: Any, device: str, workers: int
+) -> CTranslate2Engine | OnnxEngine:
     """Another engine on ``checkpoint``, exported beside it on first use: CTranslate2's, or
     ONNX Runtime's (which also opens an ONNX export's directory given instead)."""
     import torch

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import pickle
 import re
 import shutil
@@ -189,7 +190,7 @@ def _pointed_at(ckpt_root: Path, pointer_name: str, remedy: str) -> Path | None:
     return path if (path / META).is_file() else None
 
 
-def follow_pointer(path: str | Path) -> Path:
+def follow_pointer(path: str | os.PathLike) -> Path:
     """``path``, or the checkpoint it names when it is a run's ``latest`` or ``best`` pointer
     file (``OUT/checkpoints/latest``), so that a command takes either; ``UserError`` when the
     pointer names no complete checkpoint."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 
@@ -21,7 +22,8 @@ def say_wrote(command: str, *paths: str | Path) -> None:
 def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
     """``--checkpoint`` (each of them), ``--resume`` and ``--init-from`` given as a run's
     ``checkpoints/latest`` or ``checkpoints/best`` file: the checkpoint it names instead."""
-    given = {name: getattr(args, name, None) for name in ("checkpoint", "resume", "init_from")}
+    names = ("checkpoint", "resume", "init_from")
+    given: dict[str, Any] = {name: getattr(args, name, None) for name in names}
     given = {name: value for name, value in given.items() if value not in (None, "auto")}
     if not given:
         return

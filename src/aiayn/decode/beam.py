@@ -319,7 +319,8 @@ def finish(
     k, n, rules = cand.k, cand.top.size(0), config.rules
     b = prefixes.size(0) // n  # live beams per sentence
     at_max = (live.max_lens <= t)[:, None]  # (n, 1)
-    width = k - finished.count[:, None] if rules.stopping == "shrink" else k  # (n, 1) or k
+    count = finished.count  # counted under every rule but "exact"
+    width = k - count[:, None] if rules.stopping == "shrink" and count is not None else k
     rank_ok = torch.arange(2 * k, device=cand.top.device) < width  # (2k,) or (n, 2k)
     chosen = rank_ok & (cand.is_eos | at_max) & (cand.top > NEG_INF)  # (n, 2k)
     if rules.stopping == "first_k":  # in candidate order, up to k in all
@@ -347,6 +348,7 @@ def prune(
     """
     scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
     if config.rules.stopping == "shrink":  # Marian's narrowed beam: k less the finished live
+        assert finished.count is not None  # counted under every rule but "exact"
         narrowed = torch.arange(cand.k, device=scores.device) >= cand.k - finished.count[:, None]
         scores = scores.masked_fill(narrowed, NEG_INF)
     done = (live.max_lens <= t) | _stop(finished, live, scores[:, 0], t=t, config=config)

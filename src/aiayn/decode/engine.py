@@ -47,14 +47,17 @@ class Engine(Protocol):
     ``translate_corpus`` takes them (``model`` and ``outputs``), so that ``--split`` and
     ``--markup`` wrap either engine's."""
 
-    name: str
-    supports: frozenset[Feature]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def supports(self) -> frozenset[Feature]: ...
 
     @property
     def decoder(self) -> Any: ...
 
     @property
-    def best_lines(self) -> WindowOutputs: ...
+    def best_lines(self) -> WindowOutputs[str]: ...
 
     @property
     def max_positions(self) -> int | None: ...
@@ -100,7 +103,7 @@ class TorchEngine:
         return self.model
 
     @property
-    def best_lines(self) -> WindowOutputs:
+    def best_lines(self) -> WindowOutputs[str]:
         return translate
 
     def nbest(

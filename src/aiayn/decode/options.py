@@ -84,7 +84,7 @@ def per_sentence(
 ) -> set[Feature]:
     """What the sentences will come with (``request``'s ``prefixes`` and ``constraints``),
     refused with a shortlist, which renumbers the pieces."""
-    given = {"prefixes": prefixes, "lexical_constraints": constraints}
+    given: dict[Feature, Any] = {"prefixes": prefixes, "lexical_constraints": constraints}
     per_sentence: set[Feature] = {f for f, v in given.items() if v not in (None, False)}
     if shortlist is not None and per_sentence:
         first = "prefixes" if "prefixes" in per_sentence else "constraints"

@@ -150,7 +150,8 @@ class SearchRequest:
         if first is None:
             return {}
         constraint = self._per_source()[first]
-        return {"lexical_constraints": constraint.where} if hasattr(constraint, "where") else {}
+        where = getattr(constraint, "where", None)
+        return {"lexical_constraints": where} if isinstance(where, str) else {}
 
     def first_lexical(self) -> int | None:
         """The index of the first source whose constraint asks for phrases (None: none)."""

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -204,9 +204,13 @@ def translate(
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
 
 
-class WindowOutputs(Protocol):
-    """What ``translate_corpus`` turns a window into (``translate``'s signature): the lines to
-    print for ``texts``, the corpus's lines ``request.first_index``, + 1, ..."""
+Out = TypeVar("Out")  # what a window's outputs are: lines, n-best lists
+
+
+class WindowOutputs(Protocol[Out]):
+    """What ``translate_corpus`` turns a window into (``translate``'s signature): an output
+    for each of ``texts`` (a line to print, or an n-best list), the corpus's lines
+    ``request.first_index``, + 1, ..."""
 
     def __call__(
         self,
@@ -214,10 +218,11 @@ class WindowOutputs(Protocol):
         texts: list[str],
         tokenizer: Any,
         request: SearchRequest,
+        /,
         *,
         progress: bool | Progress,
         on_truncate: OnTruncate | None,
-    ) -> list[str]: ...
+    ) -> list[Out]: ...
 
 
 def translate_corpus(
@@ -230,8 +235,8 @@ def translate_corpus(
     progress: bool = False,
     total: int | None = None,
     on_truncate: OnTruncate | None = None,
-    outputs: WindowOutputs = translate,
-) -> Iterator[list[str]]:
+    outputs: WindowOutputs[Any] = translate,
+) -> Iterator[list[Any]]:
     """The outputs of a corpus, one window at a time: ``window`` lines are read, sorted by
     length and batched within the window, and their outputs yielded in input order once the
     window is done. Memory is bounded by the window, whatever the corpus's size.
@@ -301,20 +306,22 @@ def fit_sources(
     """Sources as lists, those longer than ``cap`` cut to it keeping a final eos: the one
     truncation rule. Each cut is reported to ``on_truncate`` as (index, tokens, cap), or else
     in one warning."""
-    sources = [list(s) for s in sources]
-    too_long = [i for i, s in enumerate(sources) if cap is not None and len(s) > cap]
+    fitted = [list(s) for s in sources]
+    if cap is None:
+        return fitted
+    too_long = [i for i, s in enumerate(fitted) if len(s) > cap]
     if on_truncate is not None:
         for i in too_long:
-            on_truncate(i, len(sources[i]), cap)
+            on_truncate(i, len(fitted[i]), cap)
     elif too_long:
         warnings.warn(
             f"{len(too_long)} source(s) longer than {cap} tokens truncated "
-            f"(first: line {too_long[0] + 1}, {len(sources[too_long[0]])} tokens)",
+            f"(first: line {too_long[0] + 1}, {len(fitted[too_long[0]])} tokens)",
             stacklevel=3,
         )
     for i in too_long:
-        sources[i] = cut_source(sources[i], cap, eos_id)
-    return sources
+        fitted[i] = cut_source(fitted[i], cap, eos_id)
+    return fitted
 
 
 def model_device(model: Any) -> torch.device:

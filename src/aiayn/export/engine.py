@@ -25,8 +25,7 @@ from typing import Any
 
 from ..checkpoint import META, VOCAB, WEIGHTS, load_vocab, read_meta
 from ..config import ModelConfig, from_dict
-from ..data import Vocab
-from ..data.pieces import vocabulary_file, vocabulary_files
+from ..data.pieces import AnyVocab, vocabulary_file, vocabulary_files
 from ..decode import Hypothesis, Output
 from ..decode.capabilities import Feature, check_supported
 from ..decode.engine import nbest_by_ids, translate_with
@@ -118,7 +117,7 @@ class CTranslate2Engine:
     """A checkpoint's CTranslate2 export and our vocabulary, answering as ``decode_ids``."""
 
     translator: Any  # ctranslate2.Translator
-    vocab: Vocab
+    vocab: AnyVocab
     max_len: int  # the model's positions: the longest source and output
     workers: int = 1  # CTranslate2's replicas (inter_threads), each with its share of threads
     name: str = "ctranslate2"
@@ -163,7 +162,7 @@ class CTranslate2Engine:
         return self
 
     @property
-    def best_lines(self) -> WindowOutputs:
+    def best_lines(self) -> WindowOutputs[str]:
         return translate_with
 
     def nbest(

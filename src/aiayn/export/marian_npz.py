@@ -53,7 +53,7 @@ from .marian_import import (
 MAX_POSITIONS = 1024  # Marian's sinusoids have no end; ours a table this long
 # Options of Marian's model.yml that shape the network: what aiayn's model needs each to be
 # (absent: Marian's default, which is accepted). "d" (dropout) is training-only and ignored.
-REQUIRED = {
+REQUIRED: dict[str, tuple[Any, ...]] = {
     "type": ("transformer",),
     "transformer-decoder-autoreg": ("self-attention",),
     "transformer-preprocess": ("", "d"),
@@ -223,7 +223,7 @@ def read_directory(directory: Path) -> tuple[dict[str, np.ndarray], dict[str, An
             raise ExportError(
                 f"{path} does not exist: a YAML vocabulary needs the SentencePiece model that splits its side"
             )
-    vocabs = Vocabularies(*tables, *splitters)
+    vocabs = Vocabularies(tables[0], tables[1], splitters[0], splitters[1])
     return arrays, options, vocabs
 
 

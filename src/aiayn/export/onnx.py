@@ -40,10 +40,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.pieces import copy_vocabulary
-from ..decode.cache import decode_step, new_cache
+from ..decode.cache import decode_step, decoder_layers, new_cache
 from ..decode.config import DecodeConfig
 from ..decode.translate import eval_mode
-from ..model import Transformer
+from ..model import DecoderLayer, MultiHeadAttention, Transformer
 from .common import (
     ExportError,
     check_vocab_size,
@@ -77,7 +77,8 @@ class EncoderGraph(nn.Module):
 
     def forward(self, src: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         memory = self.model.encode(src)  # (n, S, d_model)
-        keys, values = zip(*(layer.src_attn.project_kv(memory) for layer in self.model.decoder))
+        layers = decoder_layers(self.model)
+        keys, values = zip(*(layer.src_attn.project_kv(memory) for layer in layers))
         padding = src == self.model.cfg.pad_id
         bias = torch.zeros(src.shape, dtype=memory.dtype).masked_fill(padding, float("-inf"))
         return torch.stack(keys), torch.stack(values), bias
@@ -91,7 +92,9 @@ class DecoderStepGraph(nn.Module):
         super().__init__()
         self.model = model
         embed = model.tgt_embed  # positions: learned (Table 3 row E) or sinusoidal
-        self.positions = embed.learned.weight if hasattr(embed, "learned") else embed.pe
+        self.positions = (
+            embed.learned.weight if hasattr(embed, "learned") else embed.get_buffer("pe")
+        )
 
     def forward(
         self,
@@ -107,7 +110,7 @@ class DecoderStepGraph(nn.Module):
         y = embed.tokens(tokens) * embed.scale + self.positions[t : t + 1]  # (B, 1, d_model)
         bias = memory_bias[:, None, None, :]  # (n, 1, 1, S)
         new_keys, new_values = [], []
-        for i, layer in enumerate(self.model.decoder):
+        for i, layer in enumerate(decoder_layers(self.model)):
             cache = (past_keys[i], past_values[i])
             y, k, v = self._layer(layer, y, cache, (memory_keys[i], memory_values[i], bias))
             new_keys.append(k)
@@ -116,8 +119,9 @@ class DecoderStepGraph(nn.Module):
         return F.log_softmax(logits, dim=-1), torch.stack(new_keys), torch.stack(new_values)
 
     @staticmethod
-    def _layer(layer: nn.Module, y: Tensor, past: Any, memory: Any) -> tuple[Tensor, ...]:
-        """``DecoderLayer._sublayers`` (private) written again over public parts; y (B, 1, d)."""
+    def _layer(layer: DecoderLayer, y: Tensor, past: Any, memory: Any) -> tuple[Tensor, ...]:
+        """The layer's own wiring (``DecoderLayer.sublayers``) around attention over the
+        cache; y (B, 1, d)."""
         kv: list[Tensor] = []
 
         def self_attention(x: Tensor) -> Tensor:
@@ -128,19 +132,12 @@ class DecoderStepGraph(nn.Module):
         def src_attention(x: Tensor) -> Tensor:
             return _shared_memory_attention(layer.src_attn, x, *memory)
 
-        if layer.norm_first:
-            y = y + self_attention(layer.self_attn_norm(y))
-            y = y + src_attention(layer.src_attn_norm(y))
-            y = y + layer.feed_forward(layer.ffn_norm(y))
-        else:
-            y = layer.self_attn_norm(y + self_attention(y))
-            y = layer.src_attn_norm(y + src_attention(y))
-            y = layer.ffn_norm(y + layer.feed_forward(y))
+        y = layer.sublayers(y, self_attention, src_attention)  # dropout: eval, the identity
         return y, kv[0], kv[1]
 
 
 def _cached_self_attention(
-    attn: nn.Module, x: Tensor, past_k: Tensor, past_v: Tensor
+    attn: MultiHeadAttention, x: Tensor, past_k: Tensor, past_v: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """x (B, 1, d_model), past (B, h, t, d) -> (output (B, 1, d_model), keys and values
     (B, h, t+1, d)): the new position sees every earlier one, so no mask."""
@@ -155,7 +152,7 @@ def _cached_self_attention(
 
 
 def _shared_memory_attention(
-    attn: nn.Module, x: Tensor, keys: Tensor, values: Tensor, bias: Tensor
+    attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: Tensor, bias: Tensor
 ) -> Tensor:
     """x (n*b, 1, d_model) over keys/values (n, h, S, d) of n sentences, b rows each:
     the b queries of a sentence attend together over its keys (n, h, b, S)."""

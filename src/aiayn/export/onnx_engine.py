@@ -252,7 +252,7 @@ class OnnxEngine:
         return self
 
     @property
-    def best_lines(self) -> WindowOutputs:
+    def best_lines(self) -> WindowOutputs[str]:
         return translate_with
 
     def nbest(

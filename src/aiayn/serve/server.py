@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import socket
 from typing import TYPE_CHECKING
 
@@ -134,7 +135,8 @@ def make_server(
         http=protocol,
         timeout_keep_alive=KEEP_ALIVE_S,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
-        timeout_graceful_shutdown=2 * shutdown_timeout_s,  # the queue's time, then as long again
+        # the queue's time, then as long again (uvicorn counts whole seconds)
+        timeout_graceful_shutdown=math.ceil(2 * shutdown_timeout_s),
         log_level=log_level,
     )
     return _Server(config, app, drain_s=shutdown_timeout_s)

@@ -70,7 +70,8 @@ def _marked(body: Any) -> TextRequest:
 
     def finish(answers: Answers) -> Answers:
         for m, answer in zip(marked, answers):
-            pairs = [tuple(map(int, p.split("-"))) for p in (answer.pop("alignment") or "").split()]
+            found = (p.split("-") for p in (answer.pop("alignment") or "").split())
+            pairs = [(int(i), int(j)) for i, j in found]
             for item in answer["nbest"]:
                 item.pop("alignment", None)
             answer["text"] = put_back(m, answer["text"], pairs, markup=body.markup is not None)
