@@ -62,3 +62,29 @@ def test_evaluate_command_prints_chrf_ter_and_intervals(tiny_run, tmp_path, caps
     expected = CHRF().corpus_score(read_lines(hyp), [read_lines(src)])
     assert report["chrf"] == pytest.approx(expected.score)
     assert set(report["intervals"]) == {"BLEU", "chrF2", "TER"}
+
+
+def test_evaluate_refuses_a_lang_that_is_no_code_and_warns_of_another_than_trained(
+    tiny_run, tmp_path, capsys
+):
+    """--lang chooses the paper BLEU's tokeniser: "english" is refused in one line, and a code
+    other than the language the checkpoint translates into (es here) is said, then used."""
+    src, ref = tmp_path / "src.en", tmp_path / "ref.es"
+    src.write_text("In the beginning\nAnd God said\n")
+    ref.write_text("En el principio\nY dijo Dios\n")
+    ckpt = latest_checkpoint(tiny_run / "checkpoints")
+    argv = ("evaluate", "--checkpoint", ckpt, "--src", src, "--ref", ref, "--quiet", "--lang")
+    code, out, err = run_cli(capsys, *argv, "english")
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "aiayn evaluate: error: --lang 'english': not a language code (ISO 639: two or three "
+        "lower-case letters, then an optional region: en, de, pt-BR)"
+    )
+    code, out, err = run_cli(capsys, *argv, "de")
+    assert code == 0 and json.loads(out)["paper_bleu_lang"] == "de"
+    assert err.strip() == (
+        "aiayn evaluate: warning: --lang de, but the checkpoint translates into es: the paper "
+        "BLEU tokenises as de"
+    )
+    code, out, err = run_cli(capsys, *argv, "es")
+    assert code == 0 and err == ""

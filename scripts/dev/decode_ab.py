@@ -95,10 +95,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every run")
     parser.add_argument("--n1", type=int, default=8, help="throughput: sentences at batch 1")
     parser.add_argument("--jobs", nargs="+", default=["evaluate", "throughput"])
+    parser.add_argument("--record", help="write the figures as a record (topic decoding) here")
     opts = parser.parse_args()
     trees = {"old": opts.old.resolve(), "new": opts.new.resolve()}
     precisions = {"old": opts.precision, "new": opts.new_precision or opts.precision}
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    same: tuple[int, int] | None = None  # evaluate's outputs equal, of
     with tempfile.TemporaryDirectory() as tmp:
         data = first_lines(opts.lines, Path(tmp))
         outputs = {name: Path(tmp) / f"{name}.out" for name in trees}
@@ -114,17 +116,47 @@ def main() -> None:
                     print(f"[{job}] {name}: {figures}", flush=True)
             if job == "evaluate":
                 old, new = (outputs[n].read_text().splitlines() for n in ("old", "new"))
-                same = sum(a == b for a, b in zip(old, new))
-                print(f"[evaluate] outputs equal: {same} / {len(old)}")
+                same = (sum(a == b for a, b in zip(old, new)), len(old))
+                print(f"[evaluate] outputs equal: {same[0]} / {same[1]}")
+    ratios: dict[str, str] = {}
     for job, by_tree in results.items():
         for key in by_tree["old"][0]:
             old, new = (statistics.median(r[key] for r in by_tree[n]) for n in ("old", "new"))
             line = f"[{job}] {key}: old {old:.2f}  new {new:.2f}"
             if key == "decode_s":
                 line += f"  new/old speed {old / new:.2f}"
+                ratios[f"{job} {key}: new / old speed"] = f"{old / new:.3f}x"
             elif key.endswith("tok/s"):
                 line += f"  new/old speed {new / old:.2f}"
+                ratios[f"{job} {key}: new / old speed"] = f"{new / old:.3f}x"
             print(line)
+    if opts.record:
+        write(opts, ratios, same)
+
+
+def write(opts: argparse.Namespace, ratios: dict[str, str], same: tuple[int, int] | None) -> None:
+    """The A-B as a record (topic decoding): the old tree named by its commit."""
+    sys.path.insert(0, str(opts.new.resolve() / "src"))
+    from aiayn.records import make_record, write_record
+
+    old = subprocess.run(
+        ["git", "-C", str(opts.old), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip() or str(opts.old)
+    figures: dict[str, float | int | str] = dict(ratios)
+    if same is not None:
+        figures["evaluate outputs equal"] = f"{same[0]} / {same[1]}"
+    record = make_record(
+        topic="decoding",
+        what=f"decoding, {opts.precision}, this commit against {old} (A-B-B-A)",
+        figures=figures,
+        command="scripts/dev/decode_ab.py " + " ".join(sys.argv[1:]),
+        threads=opts.threads,
+        notes=f"{opts.rounds} A-B-B-A round(s), {opts.lines} test verses, the median per tree",
+    )
+    print(f"wrote {write_record(record, opts.record)}")
 
 
 if __name__ == "__main__":

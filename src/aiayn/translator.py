@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint import follow_pointer, recorded_language, search_defaults
 from .data import Vocab
+from .data.corpora import LANG_CODE
 from .decode import (
     DecodeConfig,
     Output,
@@ -544,7 +545,7 @@ class Translator:
         hyps = [_best(outputs) for window in windows for outputs in window]
         decode_s = time.perf_counter() - start
         engine = self.engine.name if self.engine is not None else "torch"
-        lang = lang or self.target_language() or "de"
+        lang = _bleu_language(lang, self.target_language(), self.spelling.name("lang"))
         result = scored(
             self.model, self.vocab, sources, references, hyps, decode_s, lang=lang, engine=engine
         )
@@ -597,6 +598,26 @@ def engine_supports(engine: str) -> frozenset[Feature]:
     from .export.engine import CTranslate2Engine  # torch's, not ctranslate2's, import
 
     return CTranslate2Engine.supports
+
+
+def _bleu_language(lang: str | None, recorded: str | None, named: str) -> str:
+    """The language the paper's BLEU tokenises in: ``lang`` (a language code), else the
+    checkpoint's recorded target language, else German (the paper's). A code other than the
+    recorded one is used, with a warning: scores in two languages do not compare."""
+    if lang is None:
+        return recorded or "de"
+    if not (isinstance(lang, str) and LANG_CODE.fullmatch(lang)):
+        raise UserError(
+            f"{named} {lang!r}: not a language code (ISO 639: two or three lower-case letters, "
+            "then an optional region: en, de, pt-BR)"
+        )
+    if recorded is not None and lang != recorded:
+        warnings.warn(
+            f"{named} {lang}, but the checkpoint translates into {recorded}: the paper BLEU "
+            f"tokenises as {lang}",
+            stacklevel=3,
+        )
+    return lang
 
 
 def _open_engine(

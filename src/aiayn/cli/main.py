@@ -22,6 +22,9 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import UserError
 from . import (
@@ -102,8 +105,19 @@ def is_path_error(err: BaseException) -> bool:
     return isinstance(err, PATH_ERRORS) or (isinstance(err, OSError) and err.errno in PATH_ERRNOS)
 
 
+def _one_line(command: str) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command: the library's warnings as the command's own
+    lines (``aiayn import: warning: ...``), not a file and line of our code."""
+
+    def show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+        print(f"aiayn {command}: warning: {message}", file=sys.stderr)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    previous, warnings.showwarning = warnings.showwarning, _one_line(args.command)
     try:
         if "device" in args:  # once, here, for every command that takes it
             args.device = check_device(args.device)
@@ -117,3 +131,5 @@ def main(argv: list[str] | None = None) -> None:
             raise  # a bug keeps its traceback
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        warnings.showwarning = previous
