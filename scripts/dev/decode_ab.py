@@ -154,7 +154,9 @@ def write(opts: argparse.Namespace, ratios: dict[str, str], same: tuple[int, int
         figures=figures,
         command="scripts/dev/decode_ab.py " + " ".join(sys.argv[1:]),
         threads=opts.threads,
-        notes=f"{opts.rounds} A-B-B-A round(s), {opts.lines} test verses, the median per tree",
+        notes=f"{opts.rounds} A-B-B-A round(s), jobs {' '.join(opts.jobs)}"
+        + (f" ({opts.lines} test verses)" if "evaluate" in opts.jobs else "")
+        + ", the median per tree",
     )
     print(f"wrote {write_record(record, opts.record)}")
 
