@@ -531,9 +531,9 @@ LONG = " ".join(["light"] * 40)  # under the character limit, over the model's 4
         ('{"text": ["a"], "top_k": 5, "seed": 1}', 422, 'top_k needs "sample": true'),
         ('{"text": ["a"], "sample": "yes"}', 422, "sample: Input should be a valid boolean"),
         (
-            '{"text": ["a"], "search_rules": "marian"}',
+            '{"text": ["a"], "search_rules": "moses"}',
             422,
-            "search_rules 'marian': choose one of paper, fairseq, hf, ct2",
+            "search_rules 'moses': choose one of paper, fairseq, hf, ct2, marian",
         ),
         ('{"text": ["a"], "search_rules": 1}', 422, "search_rules: Input should be a valid string"),
         (

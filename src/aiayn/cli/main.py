@@ -105,19 +105,20 @@ def is_path_error(err: BaseException) -> bool:
     return isinstance(err, PATH_ERRORS) or (isinstance(err, OSError) and err.errno in PATH_ERRNOS)
 
 
-def _one_line(command: str) -> Callable[..., None]:
-    """``warnings.showwarning`` for a command: the library's warnings as the command's own
-    lines (``aiayn import: warning: ...``), not a file and line of our code."""
+def _one_line(command: str) -> Callable[..., str]:
+    """``warnings.formatwarning`` for a command: the library's warnings as the command's own
+    lines (``aiayn import: warning: ...``), not a file and line of our code. The format, not
+    ``showwarning``, so that ``warnings.catch_warnings(record=True)`` still records them."""
 
-    def show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
-        print(f"aiayn {command}: warning: {message}", file=sys.stderr)
+    def format_warning(message: Warning | str, *args: Any, **kwargs: Any) -> str:
+        return f"aiayn {command}: warning: {message}\n"
 
-    return show
+    return format_warning
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    previous, warnings.showwarning = warnings.showwarning, _one_line(args.command)
+    previous, warnings.formatwarning = warnings.formatwarning, _one_line(args.command)
     try:
         if "device" in args:  # once, here, for every command that takes it
             args.device = check_device(args.device)
@@ -132,4 +133,4 @@ def main(argv: list[str] | None = None) -> None:
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     finally:
-        warnings.showwarning = previous
+        warnings.formatwarning = previous
