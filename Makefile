@@ -29,7 +29,7 @@ test: setup lint docs
 	$(BIN)/python -m pytest -m "not oracle and not lint"
 
 # Before each commit: the unit tests of the library (no end-to-end training, no browser, no
-# wheel build), a few minutes on 2 cores; `make test` is the whole suite CI runs.
+# wheel build), about 5 minutes on 2 cores; `make test` is the whole suite CI runs.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not oracle and not lint and not slow" -q
 

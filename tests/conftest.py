@@ -93,3 +93,25 @@ def pytest_terminal_summary(terminalreporter) -> None:
             counts[answer] += answer in ids
     said = ", ".join(f"{n} passed as {answer}" for answer, n in counts.items())
     terminalreporter.write_line(f"the CPU's bf16 answers (bf16_answer): {said}")
+
+
+# The end-to-end modules (the demo, training to a learning goal, the benchmark and peer scripts,
+# the wheel, the GPU check on the CPU): most of the suite's minutes. `make test-fast` leaves
+# them out with the tests marked slow; `make test` runs everything.
+SLOW_MODULES = {
+    "test_demo.py",
+    "test_learning.py",
+    "test_learning_gate.py",
+    "test_peers_script.py",
+    "test_marian_benchmark.py",
+    "test_benchmarks.py",
+    "test_gpu_check.py",
+    "test_experiments.py",
+    "test_package.py",
+}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -119,6 +119,7 @@ def _run(root: Path, name: str, hyps: Path, config: dict, valid: list[tuple[int,
     return run
 
 
+@pytest.mark.slow  # end to end: about 10 s
 def test_runs_show_their_differences_and_one_chart_of_their_curves(
     files, tmp_path, capsys, monkeypatch
 ):

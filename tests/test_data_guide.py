@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from _cli import TINY, run_cli
 from test_data_corpus import distinct_pairs
 from test_docs import fenced_blocks
@@ -100,6 +101,7 @@ def serve_answers(argv: list[str]) -> dict:
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow  # end to end: about 10 s
 def test_every_command_of_the_guide_runs(tmp_path, capsys, monkeypatch):
     commands = guide_commands()
     assert [c[1] for c in commands[:6]] == [

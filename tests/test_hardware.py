@@ -87,6 +87,7 @@ for sweep in range(2):  # each row count is a shape of its own: a primitive each
 """
 
 
+@pytest.mark.slow  # a process per preset: 6-7 s each
 @pytest.mark.parametrize("preset", [None, "1024"])
 def test_onednn_keeps_a_primitive_per_shape_unless_the_user_set_a_capacity(preset):
     # more shapes than oneDNN's default 1,024: a second sweep compiles none of them again,

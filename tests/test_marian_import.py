@@ -393,6 +393,7 @@ def test_the_import_command_writes_a_checkpoint_translate_reads(opus, tmp_path, 
     assert "exists; choose a new directory" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # end to end: about 10 s
 def test_fine_tuning_the_import_lowers_validation_perplexity(imported, tmp_path):
     from aiayn.data import prepare_corpus
     from aiayn.train import TrainConfig

@@ -10,6 +10,8 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 from aiayn.checkpoint import latest_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +46,7 @@ def test_the_page_has_an_example_for_each_entry_point():
         assert name in code, name
 
 
+@pytest.mark.slow  # end to end: about 10 s
 def test_every_example_on_the_page_runs(tiny_run, tiny_corpus, tmp_path, monkeypatch, one_thread):
     demo_run_at(tmp_path, tiny_run)
     (tmp_path / "corpus").mkdir()

@@ -174,6 +174,7 @@ def _write(cfg: TrainConfig, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # several processes, or one killed and resumed: 10-25 s each
 @pytest.mark.parametrize(
     "amp, compile, answer",
     [
@@ -242,6 +243,7 @@ _STOPPED = re.compile(
 )
 
 
+@pytest.mark.slow  # several processes, or one killed and resumed: 10-25 s each
 def test_sigterm_saves_at_the_next_update_and_the_resumed_run_is_exact(tiny_corpus, tmp_path):
     ema = {"ema_decay": 0.9}  # the moving average resumes exactly too
     cfg = config(tiny_corpus, tmp_path / "stopped", max_updates=10_000, **ema)
@@ -376,6 +378,7 @@ def _torchrun_two(script: Path, cfg, tmp_path: Path) -> subprocess.CompletedProc
     return result
 
 
+@pytest.mark.slow  # several processes, or one killed and resumed: 10-25 s each
 def test_under_torchrun_every_rank_stops_at_the_update_one_rank_was_signalled(
     tiny_corpus, tmp_path
 ):
@@ -484,6 +487,7 @@ def test_a_run_removes_checkpoints_half_written_by_killed_runs(tiny_corpus, tmp_
 # --- data parallel with torchrun (gloo) equals one process on the same global batches --------
 
 
+@pytest.mark.slow  # several processes, or one killed and resumed: 10-25 s each
 @pytest.mark.parametrize(
     "amp, compile", [("none", False), ("bf16", False), pytest.param("none", True, marks=COMPILED)]
 )
@@ -565,6 +569,7 @@ distributed.teardown()
 """
 
 
+@pytest.mark.slow  # several processes, or one killed and resumed: 10-25 s each
 def test_each_rank_restores_its_own_cpu_and_cuda_rng(tmp_path):
     script = tmp_path / "round_trip.py"
     script.write_text(_RNG_ROUND_TRIP)
@@ -1097,6 +1102,7 @@ distributed.teardown()
 """
 
 
+@pytest.mark.slow  # several processes, or one killed and resumed: 10-25 s each
 def test_patience_stops_every_process_on_the_same_update(tiny_corpus, tmp_path):
     cfg = config(
         tiny_corpus,
