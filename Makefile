@@ -28,8 +28,8 @@ demo: setup
 test: setup lint docs
 	$(BIN)/python -m pytest -m "not oracle and not lint"
 
-# Before each commit: the unit tests of the library (no end-to-end training, no browser, no
-# wheel build), about 5 minutes on 2 cores; `make test` is the whole suite CI runs.
+# Before each commit: the suite without its end-to-end modules and slowest tests (no demo,
+# no wheel build, no multi-process training), about 5 minutes on 2 cores; `make test` is the whole suite CI runs.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not oracle and not lint and not slow" -q
 
