@@ -14,8 +14,7 @@ from _export_models import trained_like_model
 import aiayn
 from aiayn.cli.decoding import open_decoding
 from aiayn.cli.main import build_parser
-from aiayn.cli.outputs import Outputs
-from aiayn.cli.stream import TextStream, translate_stream
+from aiayn.cli.stream import Outputs, TextStream, translate_stream
 from aiayn.data import Vocab
 from aiayn.decode import SearchRequest
 from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES

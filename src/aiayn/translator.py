@@ -50,7 +50,14 @@ from .decode import (
 from .decode import options as checks
 from .decode.capabilities import PYTHON, Feature, Spelling, check_supported
 from .decode.engine import Engine, TorchEngine
-from .decode.translate import WINDOW, OnTruncate, Progress, check_sentences, eval_mode
+from .decode.translate import (
+    WINDOW,
+    OnTruncate,
+    Window,
+    check_sentences,
+    corpus_windows,
+    eval_mode,
+)
 from .errors import UserError, UserTypeError
 from .evaluate import Evaluation
 from .runtime.hardware import resolve_device
@@ -64,8 +71,6 @@ if TYPE_CHECKING:  # applications built on the library: imported when opened
 ENGINES = ("torch", "ctranslate2", "onnxruntime")
 
 Checkpoints = str | os.PathLike | Sequence[str | os.PathLike]
-# A window's request (its constraints) from the request numbering its first line, and its size
-PerWindow = Callable[[SearchRequest, int], SearchRequest]
 # A window's best lines from our search or the engine's (``--split``, ``--markup``)
 Around = Callable[[Any], Any]
 
@@ -352,16 +357,16 @@ class Translator:
         if request is None:  # a shortlist, or an engine, that cannot take them is refused first
             options.update(prefixes=prefixes is not None, constraints=constraints is not None)
         search = self._request(request, options)
-        per_window = None
-        if prefixes is not None or constraints is not None:
-            built = self.constraints(sentences, prefixes, constraints)
-            per_window = partial(_window_constraints, built)
+        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
+            if given is not None:
+                checks.check_per_sentence(given, name, len(sentences))
         windows = self.windows(
             sentences,
             search,
+            prefixes=prefixes,
+            constraints=constraints,
             token_scores=token_scores,
             alignment_layer=checks.alignment_layer(alignments),
-            per_window=per_window,
             progress=progress,
         )
         found = [outputs for window in windows for outputs in window]
@@ -375,19 +380,22 @@ class Translator:
         lines: Iterable[str],
         request: SearchRequest,
         *,
+        prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str] | str] | None = None,
+        where: Callable[[int], str] | None = None,
         token_scores: bool = False,
         alignment_layer: int | None = None,
-        per_window: PerWindow | None = None,
-        window: int = WINDOW,
+        window: int | None = None,
         progress: bool = False,
         total: int | None = None,
         on_truncate: OnTruncate | None = None,
     ) -> Iterator[list[list[Output]]]:
         """The n-best ``Output`` lists of ``lines``, a window of ``window`` lines at a time
-        (``translate_corpus``: sorted by length within it, given back in input order).
-        ``per_window``: the request of a window of n lines (its constraints), given the
-        request whose ``first_index`` is the window's first line; each window's request is
-        refused here (``check``) if the engine cannot do it."""
+        (default ``WINDOW``; sorted by length within it, given back in input order).
+        ``prefixes`` and ``constraints``: line i's fixed start ("" for none) and its phrases
+        (a list, or one str: one phrase), indexed by the line's number from 0; ``where(i)``
+        names line i in their errors (default "sentence i"). Each window's request is refused
+        here (``check``) if the engine cannot do it."""
         check_sentences(lines, "lines", stream=True)
         self._check_open()
         outputs: dict[Feature, bool] = {
@@ -395,18 +403,40 @@ class Translator:
             "alignments": alignment_layer is not None,
         }
         self.check([f for f, given in outputs.items() if given])
-        nbest = _WindowNbest(self.engine, self.check, token_scores, alignment_layer, per_window)
-        return translate_corpus(
-            self.engine,
+        corpus = corpus_windows(
             lines,
-            self.vocab,
-            request,
-            window=window,
+            window=self._window(window),
             progress=progress,
             total=total,
             on_truncate=on_truncate,
-            outputs=nbest,
         )
+        per_line = _PerLine(prefixes, constraints, where or _sentence)
+        return self._windows(corpus, request, per_line, token_scores, alignment_layer)
+
+    def _windows(
+        self,
+        corpus: Iterator[Window],
+        request: SearchRequest,
+        per_line: _PerLine,
+        token_scores: bool,
+        alignment_layer: int | None,
+    ) -> Iterator[list[list[Output]]]:
+        """Each window decoded by the engine, with its lines' prefixes and phrases."""
+        for part in corpus:
+            search = replace(request, first_index=part.first)
+            if per_line.given:
+                built = per_line.constraints(self.vocab, part.first, len(part.texts))
+                search = replace(search, constraints=built)
+                self.check(search.features(), where=search.where())
+            yield self.engine.nbest(
+                part.texts,
+                self.vocab,
+                search,
+                token_scores=token_scores,
+                alignment_layer=alignment_layer,
+                progress=part.progress,
+                on_truncate=part.on_truncate,
+            )
 
     def best_lines(
         self,
@@ -414,7 +444,7 @@ class Translator:
         request: SearchRequest,
         around: Around,
         *,
-        window: int = WINDOW,
+        window: int | None = None,
         progress: bool = False,
         total: int | None = None,
         on_truncate: OnTruncate | None = None,
@@ -423,7 +453,7 @@ class Translator:
         (``text.document.SplitOutputs``: --split; ``text.marked.MarkupOutputs``: --markup),
         which wraps the engine's best lines (``Engine.best_lines``) on its ``decoder``."""
         self._check_open()
-        engine = self.engine
+        window, engine = self._window(window), self.engine
         return translate_corpus(
             engine.decoder,
             lines,
@@ -435,6 +465,14 @@ class Translator:
             on_truncate=on_truncate,
             outputs=around(engine.best_lines),
         )
+
+    def _window(self, window: int | None) -> int:
+        """The lines a window holds: ``window`` (default ``WINDOW``), at least 1."""
+        if window is None:
+            return WINDOW
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise UserError(f"{self.spelling.name('window')} must be at least 1, got {window!r}")
+        return window
 
     def _candidate(self, output: Output) -> Candidate:
         pieces = tuple(self.vocab.id_to_piece(t) for t in output.ids or [])
@@ -448,28 +486,6 @@ class Translator:
             token_log_probs,
             output.alignment,
             output.cut,
-        )
-
-    def constraints(
-        self,
-        sentences: Sequence[str],
-        prefixes: Sequence[str] | None,
-        constraints: Sequence[Sequence[str] | str] | None,
-    ) -> tuple[Any, ...]:
-        """Each sentence's prefix and phrases as a constraint (``text_constraint``; None for
-        neither), or a one-line ``UserError`` naming the sentence (from 0). Each list is
-        checked as ``sentences`` is: one str would be split into its characters."""
-        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
-            if given is not None:
-                checks.check_per_sentence(given, name, len(sentences))
-        return tuple(
-            text_constraint(
-                self.vocab,
-                prefixes[i] if prefixes is not None else "",
-                checks.phrases(constraints[i], i) if constraints is not None else [],
-                where=f"sentence {i}",
-            )
-            for i in range(len(sentences))
         )
 
     def translate_file(
@@ -671,46 +687,45 @@ def _text(value: Any, name: str) -> Any:
 
 
 @dataclass(frozen=True)
-class _WindowNbest:
-    """A window's n-best ``Output`` lists by ``engine`` (``translate_corpus``'s ``outputs``):
-    the window's request built by ``per_window`` (its constraints) and refused by ``check``
-    if the engine cannot do it, then token scores and alignments on request."""
+class _PerLine:
+    """Each line's prefix and phrases (``windows``' ``prefixes`` and ``constraints``), indexed
+    by the line's number in the corpus, and how an error names line i (``where``)."""
 
-    engine: Engine
-    check: Callable[..., None]
-    token_scores: bool
-    alignment_layer: int | None
-    per_window: PerWindow | None
+    prefixes: Sequence[str] | None
+    phrases: Sequence[Sequence[str] | str] | None
+    where: Callable[[int], str]
 
-    def __call__(
-        self,
-        engine: Engine,
-        texts: list[str],
-        vocab: Any,
-        request: SearchRequest,
-        *,
-        progress: bool | Progress,
-        on_truncate: OnTruncate | None,
-    ) -> list[list[Output]]:
-        if self.per_window is not None:
-            request = self.per_window(request, len(texts))
-            self.check(request.features(), where=request.where())
-        return engine.nbest(
-            texts,
-            vocab,
-            request,
-            token_scores=self.token_scores,
-            alignment_layer=self.alignment_layer,
-            progress=progress,
-            on_truncate=on_truncate,
+    @property
+    def given(self) -> bool:
+        return self.prefixes is not None or self.phrases is not None
+
+    def constraints(self, vocab: Any, first: int, n: int) -> tuple[Any, ...]:
+        """Lines ``first`` .. ``first + n - 1``'s constraints (``text_constraint``; None for
+        neither), or a one-line ``UserError`` naming the line."""
+        return tuple(
+            text_constraint(
+                vocab,
+                "" if self.prefixes is None else _item(self.prefixes, i, "prefixes"),
+                []
+                if self.phrases is None
+                else checks.phrases(_item(self.phrases, i, "constraints"), i),
+                where=self.where(i),
+            )
+            for i in range(first, first + n)
         )
 
 
-def _window_constraints(built: tuple[Any, ...], request: SearchRequest, n: int) -> SearchRequest:
-    """A window's request with its sentences' constraints out of all of them (``built``)."""
-    first = request.first_index
-    assert isinstance(first, int)  # translate_corpus numbers a window by its first line
-    return replace(request, constraints=built[first : first + n])
+def _item(given: Sequence[Any], i: int, name: str) -> Any:
+    """Line i's item of ``given`` (which may name its own shortage: a file's lines), or a
+    one-line ``UserError`` when it has fewer."""
+    try:
+        return given[i]
+    except IndexError:
+        raise UserError(f"{len(given)} {name} for {i + 1} lines or more: give one each") from None
+
+
+def _sentence(i: int) -> str:
+    return f"sentence {i}"
 
 
 def _best(outputs: list[Output]) -> str:

@@ -1,5 +1,5 @@
 """What every command shares, written once: the device, the thread count, a checkpoint given
-as a run's pointer, progress and windows, and the line saying where a command wrote."""
+as a run's pointer, progress, and the line saying where a command wrote."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
-
-from ..errors import UserError
 
 
 def say_wrote(command: str, *paths: str | Path) -> None:
@@ -34,18 +32,9 @@ def follow_checkpoint_pointers(args: argparse.Namespace) -> None:
         setattr(args, name, followed if followed is not None else str(follow_pointer(value)))
 
 
-def window_option(args: argparse.Namespace) -> dict[str, int]:
-    """``--window`` as ``translate_corpus``'s keyword (none: its default), at least 1."""
-    if args.window is None:
-        return {}
-    if args.window < 1:
-        raise UserError(f"--window must be at least 1, got {args.window}")
-    return {"window": args.window}
-
-
-def show_progress(args: argparse.Namespace) -> bool:
+def show_progress(quiet: bool) -> bool:
     """A progress bar on stderr: when it is a terminal, and without ``--quiet``."""
-    return not args.quiet and sys.stderr.isatty()
+    return not quiet and sys.stderr.isatty()
 
 
 def add_device_arg(p: argparse.ArgumentParser, default: str = "cpu") -> None:

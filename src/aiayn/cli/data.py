@@ -45,7 +45,7 @@ def _prepare(args: argparse.Namespace) -> None:
             vocab=args.vocab,
             max_len=args.max_len,
             workers=args.workers,
-            progress=show_progress(args),
+            progress=show_progress(args.quiet),
         )
     for line in summary_lines(written.summary):
         print(f"aiayn prepare: {line}", file=sys.stderr)
@@ -255,7 +255,7 @@ def _shortlist(args: argparse.Namespace) -> None:
         frequent=args.frequent,
         best=args.best,
         threshold=args.threshold,
-        progress=show_progress(args),
+        progress=show_progress(args.quiet),
     )
     write_text_atomic(out, shortlist_text(built))
     print(

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
-from typing import Any
 
-from ..errors import UserError
-from .common import say_wrote, show_progress, window_option
+from .common import say_wrote, show_progress
 from .decoding import (
     add_corpus_args,
     add_decode_args,
@@ -20,119 +16,13 @@ from .decoding import (
     add_shortlist_args,
     open_decoding,
 )
-from .outputs import Outputs
-
-
-def _stdin_file() -> str | None:
-    """A path that reads stdin's file again when stdin is a regular file (``< in.en``), so
-    that its lines are counted before translating, as ``--input``'s are; None for a pipe."""
-    try:
-        regular = stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
-    except (OSError, ValueError):  # no file descriptor (a test's stdin, a closed one)
-        return None
-    return "/dev/stdin" if regular and os.path.exists("/dev/stdin") else None
-
-
-def _say_cut(output: Outputs) -> None:
-    """Name the lines whose printed log-prob has no eos, which ``aiayn score`` would add."""
-    if output.cut_lines and output.fmt != "plain":
-        lines = ", ".join(str(i + 1) for i in output.cut_lines[:10])
-        more = f" and {len(output.cut_lines) - 10} more" if len(output.cut_lines) > 10 else ""
-        print(
-            f"aiayn translate: warning: {len(output.cut_lines)} input line(s) have an output "
-            f"cut at the length limit, without eos (lines {lines}{more}; JSON lines mark them "
-            '"cut"): aiayn score --no-eos rescores such an output to its printed score',
-            file=sys.stderr,
-        )
 
 
 def _translate(args: argparse.Namespace) -> None:
-    from ..files import count_lines, open_binary
-    from .stream import TextStream, translate_stream
+    from .stream import translate_lines
 
-    corpus = window_option(args)
-    interactive = args.interactive or (args.input is None and sys.stdin.isatty())
-    progress = show_progress(args) and not interactive
     translator, request = open_decoding(args, "translate")  # every option checked, none loaded
-    if interactive:
-        corpus["window"] = 1  # answer each line as it comes
-    output = Outputs.from_args(args)
-    counted = args.input or (_stdin_file() if output is not None else None)
-    count = count_lines(counted) if counted and (progress or output is not None) else None
-    if output is not None and count is not None:
-        output.finish(count)  # --prefix/--constraints: one line per input line, checked first
-    split = _split_option(args, output)
-    around = _markup_option(args, output) or split
-    stream = TextStream(
-        open_binary(args.input) if args.input else sys.stdin.buffer,  # bytes: aiayn.files splits
-        sys.stdout,
-        name=args.input or "<stdin>",
-        prompt=interactive,
-        around=around,
-        progress=progress,
-        total=count if progress else None,
-        **corpus,
-    )
-    translate_stream(stream, translator, request, output)
-    if output is not None:
-        _say_cut(output)
-    if split is not None:
-        _say_split(split)
-
-
-def _split_option(args: argparse.Namespace, output: Outputs | None) -> Any:
-    """``--split``'s wrapper of the window outputs, or None; its limit and language come from
-    the checkpoint's meta (``document.trained_limit``, the dataset's source language)."""
-    if args.split is None:
-        return None
-    if output is not None:
-        raise UserError(
-            "--split joins sentences back into lines: n-best lists, JSON, scores, alignments, "
-            "prefixes and constraints are per sentence (give one sentence a line instead)"
-        )
-    from functools import partial as bind
-
-    from ..checkpoint import follow_pointer, read_meta, recorded_language
-    from ..text.document import SplitCounts, SplitOutputs, trained_limit
-
-    checkpoints = args.checkpoint if isinstance(args.checkpoint, list) else [args.checkpoint]
-    first = follow_pointer(checkpoints[0])
-    meta = read_meta(first)
-    lang = args.split
-    if lang == "auto":
-        lang = recorded_language(first, "src") or "en"
-    limit, name = trained_limit(meta), args.input or "<stdin>"
-    return bind(SplitOutputs, lang=lang, limit=limit, name=name, counts=SplitCounts())
-
-
-def _markup_option(args: argparse.Namespace, output: Outputs | None) -> Any:
-    """``--markup`` / ``--placeholders``' wrapper of the window outputs, or None."""
-    user = tuple(args.placeholder_pattern or ())
-    if args.markup is None and not args.placeholders and not user:
-        return None
-    if output is not None or args.split is not None:
-        raise UserError(
-            "--markup and --placeholders put tags back into the best line of one sentence: "
-            "not with --split, n-best lists, JSON, scores, alignments, prefixes or constraints"
-        )
-    from ..text.marked import MarkupOutputs
-    from ..text.placeholders import placeholder_pattern
-
-    pattern = placeholder_pattern(
-        markup=args.markup is not None, built_in=args.placeholders, user=user
-    )
-    return lambda _: MarkupOutputs(args.markup, pattern)
-
-
-def _say_split(split: Any) -> None:
-    """How many lines --split split, and cut for length, on stderr."""
-    counts, limit = split.keywords["counts"], split.keywords["limit"]
-    print(
-        f"aiayn translate: --split: {counts.lines} line(s) held several sentences; "
-        f"{counts.cut} had a sentence longer than the {limit} source positions the model was "
-        "trained on, cut at clause punctuation or spaces",
-        file=sys.stderr,
-    )
+    translate_lines(args, translator, request)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -154,7 +44,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         request,
         hyp_path=args.output,
         lang=lang,
-        progress=show_progress(args),
+        progress=show_progress(args.quiet),
     )
     used = {"shortlist": request.shortlist.origin if request.shortlist else None}
     scored = {**result.as_dict(), "paper_bleu_lang": lang}

@@ -4,7 +4,9 @@
 the protocol, never the class.
 
 ``TorchEngine`` is ours, the default and the reference. Another engine (CTranslate2, in
-``aiayn.export.engine``) is an application built on the library: ``aiayn.Translator`` (an
+``aiayn.export.engine``; ONNX Runtime, in ``aiayn.export.onnx_engine``) decodes ids only and
+answers the rest of the protocol through ``IdsEngine``; it is an application built on the
+library: ``aiayn.Translator`` (an
 application too) opens it for the commands, so that imports keep flowing one way. What an
 engine cannot do is refused by ``aiayn.Translator`` (``capabilities.check_supported``) before
 anything loads or decodes, named as its user typed it; an engine that lacks a feature also
@@ -17,6 +19,7 @@ guards its own ``decode_ids``, for callers that use it directly.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -162,22 +165,50 @@ def translate_with(
     return [tokenizer.decode(h[0].tokens) if h else "" for h in nbest]
 
 
-def nbest_by_ids(
-    engine: Engine,
-    texts: Sequence[str],
-    tokenizer: Any,
-    request: SearchRequest,
-    *,
-    token_scores: bool = False,
-    alignment_layer: int | None = None,
-    progress: bool | Progress = False,
-    on_truncate: OnTruncate | None = None,
-) -> list[list[Output]]:
-    """``Engine.nbest`` for an engine that decodes ids only (CTranslate2, ONNX Runtime): token
-    scores and alignments are our model's, which ``aiayn.Translator`` refuses for it first."""
-    if token_scores or alignment_layer is not None:
-        raise ValueError(f"{engine.name}: token scores and alignments are our model's")
-    request = request.with_ids(tokenizer)
-    sources = [tokenizer.encode_source(text) for text in texts]
-    found = engine.decode_ids(sources, request, progress=progress, on_truncate=on_truncate)
-    return [[Output.of(h, tokenizer.decode(h.tokens)) for h in hyps] for hyps in found]
+class IdsEngine(ABC):
+    """What an engine that decodes ids only (CTranslate2, ONNX Runtime) answers the rest of the
+    ``Engine`` protocol with, written once: it decodes a window of best lines itself
+    (``translate_with``), and its n-best lists are its ``decode_ids``' hypotheses as text
+    (token scores and alignments are our model's, which ``aiayn.Translator`` refuses for it
+    first). A subclass gives ``name``, ``supports``, ``max_positions`` and ``decode_ids``."""
+
+    name: str
+
+    @abstractmethod
+    def decode_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        request: SearchRequest,
+        *,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
+    ) -> list[list[Hypothesis]]: ...
+
+    @property
+    def decoder(self) -> Any:
+        """What ``best_lines`` decodes with: this engine (``--split``, ``--markup``), so that
+        every window goes through its ``decode_ids``."""
+        return self
+
+    @property
+    def best_lines(self) -> WindowOutputs[str]:
+        return translate_with
+
+    def nbest(
+        self,
+        texts: Sequence[str],
+        tokenizer: Any,
+        request: SearchRequest,
+        *,
+        token_scores: bool = False,
+        alignment_layer: int | None = None,
+        progress: bool | Progress = False,
+        on_truncate: OnTruncate | None = None,
+    ) -> list[list[Output]]:
+        """Sentences -> their n-best ``Output`` lists (``[]`` for a blank one), in order."""
+        if token_scores or alignment_layer is not None:
+            raise ValueError(f"{self.name}: token scores and alignments are our model's")
+        request = request.with_ids(tokenizer)
+        sources = [tokenizer.encode_source(text) for text in texts]
+        found = self.decode_ids(sources, request, progress=progress, on_truncate=on_truncate)
+        return [[Output.of(h, tokenizer.decode(h.tokens)) for h in hyps] for hyps in found]

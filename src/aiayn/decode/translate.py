@@ -19,7 +19,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Any, Protocol, TypeVar
 
@@ -225,6 +225,44 @@ class WindowOutputs(Protocol[Out]):
     ) -> list[Out]: ...
 
 
+@dataclass(frozen=True)
+class Window:
+    """A window of a corpus: its lines ``texts``, the first one's number in the corpus (from
+    0), the bar its sentences count on (``False``: none) and ``on_truncate`` for its lines,
+    given indices in the corpus."""
+
+    texts: list[str]
+    first: int
+    progress: bool | Progress
+    on_truncate: OnTruncate | None
+
+
+def corpus_windows(
+    lines: Iterable[str],
+    *,
+    window: int = WINDOW,
+    progress: bool = False,
+    total: int | None = None,
+    on_truncate: OnTruncate | None = None,
+) -> Iterator[Window]:
+    """A corpus read ``window`` lines at a time, as ``translate_corpus`` (and
+    ``aiayn.Translator.windows``) decode it: one progress bar for all (shown when
+    ``progress``; ``total``: the corpus's lines, for the ETA), closed at the end."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    check_sentences(lines, "lines", stream=True)
+    bar = progress_bar(total, progress, desc="translating")
+    lines, first = iter(lines), 0
+    try:
+        while texts := list(islice(lines, window)):
+            report = None if on_truncate is None else _shifted(on_truncate, first)
+            yield Window(texts, first, False if bar is None else bar, report)
+            first += len(texts)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def translate_corpus(
     model: Any,
     lines: Iterable[str],
@@ -246,26 +284,18 @@ def translate_corpus(
     a shared ``progress`` bar (shown when ``progress``; ``total``: the corpus's lines, for the
     ETA) and ``on_truncate``, which gets indices in the corpus, not in the window.
     """
-    if window < 1:
-        raise ValueError(f"window must be at least 1, got {window}")
-    check_sentences(lines, "lines", stream=True)
-    bar = progress_bar(total, progress, desc="translating")
-    lines, first = iter(lines), 0
-    try:
-        while texts := list(islice(lines, window)):
-            report = None if on_truncate is None else _shifted(on_truncate, first)
-            yield outputs(
-                model,
-                texts,
-                tokenizer,
-                replace(request, first_index=first),
-                progress=False if bar is None else bar,
-                on_truncate=report,
-            )
-            first += len(texts)
-    finally:
-        if bar is not None:
-            bar.close()
+    read = corpus_windows(
+        lines, window=window, progress=progress, total=total, on_truncate=on_truncate
+    )
+    for part in read:
+        yield outputs(
+            model,
+            part.texts,
+            tokenizer,
+            replace(request, first_index=part.first),
+            progress=part.progress,
+            on_truncate=part.on_truncate,
+        )
 
 
 def _shifted(on_truncate: OnTruncate, first: int) -> OnTruncate:

@@ -26,11 +26,11 @@ from typing import Any
 from ..checkpoint import META, VOCAB, WEIGHTS, load_vocab, read_meta
 from ..config import ModelConfig, from_dict
 from ..data.pieces import AnyVocab, vocabulary_file, vocabulary_files
-from ..decode import Hypothesis, Output
+from ..decode import Hypothesis
 from ..decode.capabilities import Feature, check_supported
-from ..decode.engine import nbest_by_ids, translate_with
+from ..decode.engine import IdsEngine
 from ..decode.request import SearchRequest, SpecialIds
-from ..decode.translate import OnTruncate, Progress, WindowOutputs, fit_sources, progress_bar
+from ..decode.translate import OnTruncate, Progress, fit_sources, progress_bar
 from .common import MARKER, ExportError, load_for_export, require
 from .ct2_search import search_pieces
 from .ctranslate2 import TARGET, export_ctranslate2
@@ -113,7 +113,7 @@ def _device(device: str) -> tuple[str, int]:
 
 
 @dataclass
-class CTranslate2Engine:
+class CTranslate2Engine(IdsEngine):
     """A checkpoint's CTranslate2 export and our vocabulary, answering as ``decode_ids``."""
 
     translator: Any  # ctranslate2.Translator
@@ -155,38 +155,6 @@ class CTranslate2Engine:
         )
         cfg = from_dict(ModelConfig, read_meta(ckpt)["model_config"], where=f"{ckpt}/{META}")
         return cls(translator, load_vocab(ckpt), cfg.max_len, workers=workers)
-
-    @property
-    def decoder(self) -> CTranslate2Engine:
-        """What ``best_lines`` decodes with: this engine (``--split``, ``--markup``)."""
-        return self
-
-    @property
-    def best_lines(self) -> WindowOutputs[str]:
-        return translate_with
-
-    def nbest(
-        self,
-        texts: Sequence[str],
-        tokenizer: Any,
-        request: SearchRequest,
-        *,
-        token_scores: bool = False,
-        alignment_layer: int | None = None,
-        progress: bool | Progress = False,
-        on_truncate: OnTruncate | None = None,
-    ) -> list[list[Output]]:
-        """The n-best ``Output`` lists of ``texts`` (``engine.nbest_by_ids``)."""
-        return nbest_by_ids(
-            self,
-            texts,
-            tokenizer,
-            request,
-            token_scores=token_scores,
-            alignment_layer=alignment_layer,
-            progress=progress,
-            on_truncate=on_truncate,
-        )
 
     @property
     def max_positions(self) -> int:

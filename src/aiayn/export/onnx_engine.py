@@ -27,11 +27,11 @@ from torch import Tensor
 
 from ..checkpoint import META, WEIGHTS
 from ..data.pieces import load_vocabulary, vocabulary_file, vocabulary_files
-from ..decode import Hypothesis, Output
+from ..decode import Hypothesis
 from ..decode.capabilities import ALL_FEATURES, Feature, check_supported
-from ..decode.engine import nbest_by_ids, translate_with
+from ..decode.engine import IdsEngine
 from ..decode.request import SearchRequest
-from ..decode.translate import OnTruncate, Progress, WindowOutputs, decode_ids
+from ..decode.translate import OnTruncate, Progress, decode_ids
 from .common import MARKER, ExportError, load_for_export, require
 from .onnx import (
     CONFIG,
@@ -218,7 +218,7 @@ def _session(path: Path, names: tuple[list[str], list[str]], threads: int) -> An
 
 
 @dataclass
-class OnnxEngine:
+class OnnxEngine(IdsEngine):
     """An ONNX export answering as ``decode_ids``, by our search over ONNX Runtime."""
 
     model: OnnxModel
@@ -244,39 +244,6 @@ class OnnxEngine:
     @property
     def max_positions(self) -> int:
         return self.model.max_positions
-
-    @property
-    def decoder(self) -> OnnxEngine:
-        """What ``best_lines`` decodes with: this engine (``--split``, ``--markup``), so that
-        every window goes through ``decode_ids``'s one process."""
-        return self
-
-    @property
-    def best_lines(self) -> WindowOutputs[str]:
-        return translate_with
-
-    def nbest(
-        self,
-        texts: Sequence[str],
-        tokenizer: Any,
-        request: SearchRequest,
-        *,
-        token_scores: bool = False,
-        alignment_layer: int | None = None,
-        progress: bool | Progress = False,
-        on_truncate: OnTruncate | None = None,
-    ) -> list[list[Output]]:
-        """The n-best ``Output`` lists of ``texts`` (``engine.nbest_by_ids``)."""
-        return nbest_by_ids(
-            self,
-            texts,
-            tokenizer,
-            request,
-            token_scores=token_scores,
-            alignment_layer=alignment_layer,
-            progress=progress,
-            on_truncate=on_truncate,
-        )
 
     def decode_ids(
         self,

@@ -47,6 +47,8 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
+from ..decode import options as checks
+from ..decode.capabilities import SERVER
 from ..decode.rules import PAPER_RULES, SEARCH_RULES, search_rules
 from ..errors import UserError
 from .adapter import Adapter, TranslateJob
@@ -169,20 +171,12 @@ class TranslateRequest(BaseModel):
 
     @model_validator(mode="after")
     def _search_or_samples(self) -> TranslateRequest:
-        given = self.model_fields_set
-        if self.sample and "beam" in given:
-            raise UserError('beam has no effect with "sample": nbest gives the number of samples')
+        """The library's rules (``decode.options``, ``DecodeConfig``), named by the fields."""
         search_rules(self.search_rules, option="search_rules")
-        if self.sample and self.search_rules != PAPER_RULES.name:
-            raise UserError(f'search_rules {self.search_rules} is a beam search\'s; "sample" draws')
-        if self.sample and self.nbest > MAX_BEAM:
+        if self.sampling() is not None and self.nbest > MAX_BEAM:
             raise UserError(f"nbest ({self.nbest}) samples: at most {MAX_BEAM} per sentence")
-        if not self.sample and self.nbest > self.beam:
-            raise UserError(f"nbest ({self.nbest}) must be <= beam ({self.beam})")
-        for name in SAMPLING:
-            if name in given and not self.sample:
-                raise UserError(f'{name} needs "sample": true')
-        if "alignment_layer" in given and not self.alignments:
+        self.decode_config()  # nbest at most beam
+        if "alignment_layer" in self.model_fields_set and not self.alignments:
             raise UserError('alignment_layer needs "alignments": true')
         return self
 
@@ -212,10 +206,12 @@ class TranslateRequest(BaseModel):
         )
 
     def sampling(self) -> SampleConfig | None:
-        if not self.sample:
-            return None
-        given = {name: getattr(self, name) for name in SAMPLING if getattr(self, name) is not None}
-        return SampleConfig(samples=self.nbest, **given)
+        """The draw ``"sample": true`` asks for (``nbest`` samples), or None: beam search."""
+        beam = self.beam if "beam" in self.model_fields_set else None  # given: refused
+        drawing = {name: getattr(self, name) for name in SAMPLING}
+        return checks.sampling(
+            SERVER.name, self.sample, beam, self.nbest, self.search_rules, drawing
+        )
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
