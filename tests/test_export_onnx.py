@@ -365,3 +365,34 @@ def test_documented_snippet_decodes_as_our_greedy_search_without_aiayn(vocab, ex
     greedy = SearchRequest(DecodeConfig(beam=1, alpha=0.0))
     ours = [vocab.decode(h[0].tokens) for h in decode_ids(model, sources, greedy)]
     assert run.stdout.splitlines()[1:] == ours  # after the page's own example line
+
+
+@pytest.mark.slow  # a subprocess exporting and decoding twice: about 15 s
+def test_the_agreement_script_counts_equal_nbest_lists_and_records_them(
+    vocab, tiny_corpus, tmp_path
+):
+    """scripts/export_agreement.py --peers onnx on a checkpoint and its prepared test split:
+    every 4-best list equal to ours, token log-probabilities within 1e-4, and a record of
+    topic export (docs/export.md's table) holding those counts."""
+    from aiayn.records import load_records, render_topic
+
+    model = trained_like_model(len(vocab))
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path
+    )
+    (tmp_path / "records").mkdir()
+    script = Path(__file__).parents[1] / "scripts" / "export_agreement.py"
+    argv = ["--checkpoint", str(ckpt), "--data", str(tiny_corpus), "--limit", "6"]
+    run = subprocess.run(
+        [sys.executable, str(script), *argv, "--peers", "onnx", "--threads", "1"]
+        + ["--record", str(tmp_path / "records")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)["onnx"]
+    assert found["nbest"] == 4 and found["nbest_equal"] == found["sentences"] == 6
+    assert found["unequal"] == [] and 0 < found["max_token_log_prob_difference"] <= 1e-4
+    (record,) = load_records(tmp_path / "records")
+    assert record.topic == "export" and record.figures["4-best lists equal"] == "6 / 6"
+    assert "6 / 6" in render_topic([record], "export")
