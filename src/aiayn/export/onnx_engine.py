@@ -210,21 +210,17 @@ def _check_config(config: dict[str, Any], path: Path) -> None:
     """One ExportError line naming the first key of ``model.json`` the engine cannot use: a
     JSON of another program's that happens to say format 1, or one edited by hand."""
     ids = config.get("ids")
-    found = [(k, config.get(k)) for k in NUMBERS] + [("vocabulary", config.get("vocabulary"))]
+    vocabulary = config.get("vocabulary")
+    if not isinstance(vocabulary, str) or not vocabulary:
+        raise ExportError(f"{path}: vocabulary is {vocabulary!r}, not a file name; export again")
     if not isinstance(ids, dict):
-        found.append(("ids", ids))
-    else:
-        found += [(f"ids.{k}", ids.get(k)) for k in IDS]
-    for key, value in found:
-        kind = str if key == "vocabulary" else int
-        least = 0 if key.startswith("ids") else 1
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, kind)
-            or (kind is int and value < least)
-        ):
-            want = "a file name" if kind is str else f"a whole number >= {least}"
-            raise ExportError(f"{path}: {key} is {value!r}, not {want}; export again")
+        raise ExportError(f"{path}: ids is {ids!r}, not the special ids; export again")
+    counts = [(k, config.get(k), 1) for k in NUMBERS] + [(f"ids.{k}", ids.get(k), 0) for k in IDS]
+    for key, value, least in counts:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ExportError(
+                f"{path}: {key} is {value!r}, not a whole number >= {least}; export again"
+            )
 
 
 def _io(config: dict[str, Any]) -> dict[str, tuple[str, list[int | None]]]:
@@ -232,9 +228,9 @@ def _io(config: dict[str, Any]) -> dict[str, tuple[str, list[int | None]]]:
     dynamic axis, the module docstring of ``export.onnx``)."""
     L, h, V = config["layers"], config["heads"], config["vocab_size"]
     cache = {d: ("tensor(float)", [L, None, h, None, config[d]]) for d in ("d_k", "d_v")}
-    lengths = ("tensor(float)", [None, None])
+    lengths: tuple[str, list[int | None]] = ("tensor(float)", [None, None])
     return {
-        "src": ("tensor(int64)", [None, None]),
+        "src": ("tensor(int64)", lengths[1]),
         "tokens": ("tensor(int64)", [None, 1]),
         "memory_bias": lengths,
         "log_probs": ("tensor(float)", [None, V]),
