@@ -1,4 +1,4 @@
-"""Decoding throughput on CPU: aiayn beam search vs Hugging Face Marian vs CTranslate2.
+"""Decoding throughput on CPU: aiayn beam search vs Hugging Face Marian, CTranslate2, ONNX Runtime.
 
 Same weights in all three, through ``aiayn export``'s own exporters (``to_marian``: a
 ``MarianMTModel`` with equal logits; ``export_ctranslate2``: a CTranslate2 model built with its
@@ -40,7 +40,18 @@ both sides. Writes the export cache beside the checkpoint, as the engine does.
 
     python benchmarks/decode_throughput.py --engine runs/demo/averaged --repeats 3
 
-``--record DIR`` writes each comparison's figures as a record (``aiayn.records``, topic decoding).
+``--peers onnx``: also our search on the model's ONNX export (``--engine onnxruntime``: the
+graphs of ``aiayn export --to onnx``, int8 with ``--quantize int8``: ONNX Runtime's dynamic
+quantization), in this process with ``--threads`` intra-op threads. ``--model CHECKPOINT``: the
+same random sources and 40 tokens on a trained checkpoint's model instead of ``--configs``.
+The measurements of docs/export.md, one command per thread count and precision:
+
+    for q in "" "--quantize int8"; do for t in 1 2; do
+      python benchmarks/decode_throughput.py --model runs/demo/averaged --peers ct2 onnx \
+        --threads $t $q --record records; done; done
+
+``--record DIR`` writes each comparison's figures as a record (``aiayn.records``; topic
+decoding, or export with the ONNX peer: docs/export.md's table).
 """
 
 from __future__ import annotations
@@ -115,6 +126,21 @@ class _Pieces:
     def source(self, ids: list[int]) -> list[str]:
         """Pieces of an id source ending in eos, without it: the exported model appends it."""
         return [self.tokens[i] for i in ids[:-1]]
+
+
+def onnx_model(model: Transformer, out_dir: str, quantization: str | None, threads: int):
+    """``model`` exported by ``aiayn export --to onnx`` (int8: quantized after export), as
+    the decoding interface our search drives (``OnnxModel``, what ``--engine onnxruntime``
+    decodes with), its sessions on ``threads`` intra-op threads."""
+    from pathlib import Path
+
+    from aiayn.export.onnx import CONFIG, DECODER, ENCODER, export_onnx, session
+    from aiayn.export.onnx_engine import OnnxModel
+
+    vocab = _Pieces(model.cfg.vocab_size)
+    out = export_onnx(model, vocab, Path(out_dir) / "onnx", quantization=quantization)
+    config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+    return OnnxModel(session(out / ENCODER, threads), session(out / DECODER, threads), config)
 
 
 def ct2_model(model: Transformer, out_dir: str) -> tuple[str, _Pieces]:
@@ -331,8 +357,10 @@ def record(directory: str, what: str, figures: dict, args: argparse.Namespace) -
     peers = {"ctranslate2": package_version("ctranslate2")}
     if "hf" in args.peers and not (args.testset or args.engine or args.quantize):
         peers["transformers"] = package_version("transformers")
+    if "onnx" in args.peers:
+        peers["onnxruntime"] = package_version("onnxruntime")
     rec = make_record(
-        topic="decoding",
+        topic="export" if "onnx" in args.peers else "decoding",
         what=what,
         figures=figures,
         command="benchmarks/decode_throughput.py " + " ".join(sys.argv[1:]),
@@ -353,7 +381,10 @@ def main() -> None:
     parser.add_argument("--n1", type=int, default=8, help="sentences decoded one at a time")
     parser.add_argument("--n32", type=int, default=64, help="sentences decoded 32 at a time")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2"])
+    parser.add_argument("--peers", nargs="*", default=["hf", "ct2"], choices=["hf", "ct2", "onnx"])
+    parser.add_argument(
+        "--model", metavar="CHECKPOINT", help="a checkpoint's model instead of --configs"
+    )
     parser.add_argument(
         "--quantize", choices=["int8"], help="ours int8 vs CTranslate2 int8 (no HF)"
     )
@@ -414,10 +445,10 @@ def synthetic(args: argparse.Namespace, precision: str) -> dict[str, dict[str, s
     results: dict[str, dict[str, str]] = {}
     peers = [p for p in args.peers if not (args.quantize and p == "hf")]
     label = lambda k: "ours" if k == "aiayn" else k  # noqa: E731
-    for name in args.configs:
+    for name in [args.model] if args.model else args.configs:
         results[name] = figures = {}
-        fp32 = our_model(CONFIGS[name])
-        model = for_decoding(our_model(CONFIGS[name]), args.quantize)
+        fp32 = fp32_model(name, args)
+        model = for_decoding(fp32_model(name, args), args.quantize)
         srcs = sources(max(args.n1, args.n32), model.cfg.vocab_size)
         systems = {"aiayn": lambda s, b: run_ours(model, s, b)}
         if args.workers > 1:  # the threads shared among processes (aiayn.runtime.workers)
@@ -436,6 +467,9 @@ def synthetic(args: argparse.Namespace, precision: str) -> dict[str, dict[str, s
                     ct2_dir, vocab = ct2_model(fp32, tmp)
                     ct2 = Ct2Process(ct2_dir, "int8" if args.quantize else "float32", args.threads)
                     systems["ct2"] = lambda s, b: run_ct2(ct2, vocab, s, b)
+                if "onnx" in peers:
+                    graphs = onnx_model(fp32, tmp, args.quantize, args.threads)
+                    systems["onnx"] = lambda s, b: run_ours(graphs, s, b)
             for size, n in ((1, args.n1), (32, args.n32)):
                 rates = tokens_per_second(systems, srcs[:n], size, args.repeats)
                 line = "  ".join(f"{k} {v:7.1f}" for k, v in rates.items())
@@ -459,7 +493,16 @@ def synthetic(args: argparse.Namespace, precision: str) -> dict[str, dict[str, s
     return results
 
 
-PEER_NAMES = {"ct2": "CTranslate2", "hf": "HF Marian"}
+def fp32_model(name: str, args: argparse.Namespace) -> Transformer:
+    """The fp32 model timed: a checkpoint's (``--model``) or a random one of ``CONFIGS``."""
+    if args.model:
+        from aiayn.checkpoint import load_transformer
+
+        return load_transformer(args.model)[0].eval()
+    return our_model(CONFIGS[name])
+
+
+PEER_NAMES = {"ct2": "CTranslate2", "hf": "HF Marian", "onnx": "ONNX Runtime"}
 
 
 if __name__ == "__main__":

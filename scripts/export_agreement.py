@@ -1,8 +1,9 @@
-"""How often the exported models translate exactly as we do: CTranslate2 and Hugging Face.
+"""How often the exported models translate exactly as we do: CTranslate2, ONNX, Hugging Face.
 
     python scripts/export_agreement.py --checkpoint runs/demo/averaged --data work/bible
     python scripts/export_agreement.py ... --hf-limit 300 --require-ct2 0.99   # exit 1 below 99%
     python scripts/export_agreement.py ... --ct2-patience 1 2 3 4 8   # agreement against patience
+    python scripts/export_agreement.py ... --peers onnx --record records   # the ONNX export
 
 Decodes a split's sources (token ids, as the data pipeline stores them) with our beam search
 (the "translation" preset: beam 4, GNMT alpha 0.6, |Y| <= |X| + 50) and compares token for
@@ -13,11 +14,18 @@ token with:
 - ``ct2_plain``: the same export, plain ``translate_batch(beam_size=4, length_penalty=0.6)``,
   which ranks by log P / |Y|^0.6;
 - ``hf``: the Hugging Face export, ``generate`` with the exported defaults (beam 4,
-  length_penalty 0.6 = HF's log P / |Y|^0.6) and our per-sentence length limit.
+  length_penalty 0.6 = HF's log P / |Y|^0.6) and our per-sentence length limit;
+- ``onnx`` (``--peers onnx``): the ONNX export in fp32 under our own search
+  (``--engine onnxruntime``): the ``--nbest`` lists compared whole, token for token, the
+  largest difference of their log-probabilities, and of the log-probability of each token of
+  our best outputs forced through both (the goal: 1e-4); each sentence whose list differs is
+  listed with the margin between our two best, a near tie where it is small.
 
-Prints one JSON object: sentences compared and the share equal for each. Needs the export
-extra (pip install -e '.[export]'). Cost on 2 CPU cores for the 1,523 demo test sentences:
-ours and CTranslate2 a few minutes; HF generate is the slowest, hence ``--hf-limit``.
+Prints one JSON object: sentences compared and the share equal for each. ``--record DIR``:
+the ONNX figures as a record (``aiayn.records``, topic export: docs/export.md's table). Needs
+the export extra (pip install -e '.[export]'), and '.[onnx]' for ONNX. Cost on 2 CPU cores for
+the 1,523 demo test sentences: ours and CTranslate2 a few minutes each, ONNX about ours; HF
+generate is the slowest, hence ``--hf-limit``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -118,6 +127,118 @@ def hf(model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path) 
     return outputs
 
 
+def onnx_agreement(
+    model, vocab, sources: list[list[int]], config: DecodeConfig, tmp: Path, threads: int
+) -> dict:
+    """Our ``config.nbest`` lists against the same search on the ONNX export (fp32): counts,
+    the largest log-probability differences, and the sentences whose lists differ."""
+    from aiayn.export.onnx import export_onnx
+    from aiayn.export.onnx_engine import OnnxEngine
+
+    engine = OnnxEngine.open(export_onnx(model, vocab, tmp / "onnx"), threads=threads)
+    request = SearchRequest(config)
+    with_eos = [s + [vocab.eos_id] for s in sources]
+    ours_nbest = decode_ids(model, with_eos, request)
+    theirs_nbest = engine.decode_ids(with_eos, request)
+    tokens = lambda hyps: [h.tokens for h in hyps]  # noqa: E731
+    unequal = [
+        i for i, (a, b) in enumerate(zip(ours_nbest, theirs_nbest)) if tokens(a) != tokens(b)
+    ]
+    apart = [
+        abs(a.log_prob - b.log_prob)
+        for x, y in zip(ours_nbest, theirs_nbest)
+        if tokens(x) == tokens(y)
+        for a, b in zip(x, y)
+    ]
+    best = [h[0].tokens if h else [] for h in ours_nbest]
+    return {
+        "sentences": len(sources),
+        "nbest": config.nbest,
+        "nbest_equal": len(sources) - len(unequal),
+        "best_equal": sum(tokens(a)[:1] == tokens(b)[:1] for a, b in zip(ours_nbest, theirs_nbest)),
+        "max_nbest_log_prob_difference": max(apart, default=0.0),
+        "max_token_log_prob_difference": forced_token_difference(
+            model, engine.model, with_eos, best, vocab
+        ),
+        "unequal": [
+            {
+                "sentence": i,
+                "ours": [vocab.decode(t) for t in tokens(ours_nbest[i])],
+                "onnx": [vocab.decode(t) for t in tokens(theirs_nbest[i])],
+                "ours_margin": margin(ours_nbest[i]),
+            }
+            for i in unequal
+        ],
+    }
+
+
+def margin(hyps) -> float | None:
+    """The score between our best and second best: a near tie when small."""
+    return round(hyps[0].score - hyps[1].score, 6) if len(hyps) > 1 else None
+
+
+def forced_token_difference(model, onnx_model, sources, targets, vocab, size: int = 32) -> float:
+    """The largest difference between our and the graphs' log-probability of each token of
+    ``targets`` (and the eos after it), fed to both step by step, ``size`` sentences at once."""
+    from aiayn.decode.cache import decode_step, new_cache
+
+    worst = 0.0
+    for start in range(0, len(sources), size):
+        src = pad(sources[start : start + size], vocab.pad_id)
+        outs = [t + [vocab.eos_id] for t in targets[start : start + size]]
+        gold = pad(outs, vocab.pad_id)
+        with torch.inference_mode():
+            cache = new_cache(model, model.encode(src), model.src_mask(src))
+        theirs_cache = onnx_model.new_cache(onnx_model.encode(src), onnx_model.src_mask(src))
+        step = torch.full((len(outs), 1), vocab.bos_id)
+        for t in range(gold.size(1)):
+            with torch.inference_mode():
+                ours = torch.log_softmax(decode_step(model, step, cache).float(), dim=-1)
+            theirs = onnx_model.decode_step(step, theirs_cache)
+            live = torch.tensor([t < len(o) for o in outs])
+            at = gold[:, t : t + 1]
+            apart = (ours.gather(1, at) - theirs.gather(1, at)).abs()[live]
+            worst = max(worst, float(apart.max()))
+            step = at
+    return worst
+
+
+def pad(rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), pad_id)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def onnx_record(args: argparse.Namespace, found: dict) -> Path:
+    """The ONNX agreement as a record of topic export (docs/export.md's table)."""
+    from aiayn.records import make_record, package_version, write_record
+
+    n, unequal = found["sentences"], found["unequal"]
+    record = make_record(
+        topic="export",
+        what=f"ONNX export of {args.checkpoint}: {found['nbest']}-best lists equal to ours, "
+        f"{args.split} split",
+        figures={
+            f"{found['nbest']}-best lists equal": f"{found['nbest_equal']:,} / {n:,}",
+            "best equal": f"{found['best_equal']:,} / {n:,}",
+            "max token log-prob difference": float(f"{found['max_token_log_prob_difference']:.2g}"),
+            "max n-best log-prob difference": float(
+                f"{found['max_nbest_log_prob_difference']:.2g}"
+            ),
+        },
+        command="python scripts/export_agreement.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers={"onnxruntime": package_version("onnxruntime")},
+        notes="fp32; lists unequal: "
+        + (
+            ", ".join(f"sentence {u['sentence']} (margin {u['ours_margin']})" for u in unequal)
+            or "none"
+        ),
+    )
+    return write_record(record, args.record)
+
+
 def share_equal(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
@@ -139,6 +260,11 @@ def main() -> None:
         help="CTranslate2's patience for translate_pieces, each reported (default: PATIENCE)",
     )
     parser.add_argument("--require-ct2", type=float, help="exit 1 if the ct2 share is below this")
+    parser.add_argument(
+        "--peers", nargs="+", default=["ct2"], choices=["ct2", "onnx"], help="(default: ct2)"
+    )
+    parser.add_argument("--nbest", type=int, default=4, help="onnx: the lists compared")
+    parser.add_argument("--record", metavar="DIR", help="onnx: its figures as a record in DIR")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, vocab = load_for_export(args.checkpoint)
@@ -158,18 +284,27 @@ def main() -> None:
         from aiayn.export.ct2_search import PATIENCE
 
         patiences = args.ct2_patience or [PATIENCE]
-        gnmt, plain, seconds = ct2(
-            model, vocab, sources, config, Path(tmp), args.threads, patiences
-        )
-        report.update(
-            ct2=share_equal(reference, gnmt[patiences[0]]),
-            ct2_plain=share_equal(reference, plain),
-            ct2_seconds=round(seconds[patiences[0]], 1),
-            ct2_by_patience={
-                str(p): {"equal": share_equal(reference, gnmt[p]), "seconds": round(seconds[p], 1)}
-                for p in patiences
-            },
-        )
+        if "ct2" in args.peers:
+            gnmt, plain, seconds = ct2(
+                model, vocab, sources, config, Path(tmp), args.threads, patiences
+            )
+            report.update(
+                ct2=share_equal(reference, gnmt[patiences[0]]),
+                ct2_plain=share_equal(reference, plain),
+                ct2_seconds=round(seconds[patiences[0]], 1),
+                ct2_by_patience={
+                    str(p): {
+                        "equal": share_equal(reference, gnmt[p]),
+                        "seconds": round(seconds[p], 1),
+                    }
+                    for p in patiences
+                },
+            )
+        if "onnx" in args.peers:
+            nbest = replace(config, nbest=args.nbest, beam=max(config.beam, args.nbest))
+            report["onnx"] = onnx_agreement(model, vocab, sources, nbest, Path(tmp), args.threads)
+            if args.record:
+                print(f"wrote {onnx_record(args, report['onnx'])}", file=sys.stderr)
         if args.hf_limit:
             m = min(args.hf_limit, n)
             report.update(
@@ -177,7 +312,7 @@ def main() -> None:
                 hf_sentences=m,
             )
     print(json.dumps(report, indent=2))
-    if args.require_ct2 is not None and report["ct2"] < args.require_ct2:
+    if args.require_ct2 is not None and report.get("ct2", 0.0) < args.require_ct2:
         sys.exit(1)
 
 

@@ -1,7 +1,8 @@
 """The command line, ``aiayn.Translator`` and the server refuse the same features of the
-CTranslate2 engine (``aiayn.decode.capabilities``) through the Translator's one refusal, each
-naming what its user typed: the option, the keyword, the request's field. No export is made:
-the Translator refuses before its engine's ``ctranslate2.Translator`` (None here) is used."""
+CTranslate2 and ONNX Runtime engines (``aiayn.decode.capabilities``) through the Translator's
+one refusal, each naming what its user typed (the option, the keyword, the request's field)
+and the engine in use. No export is made: the Translator refuses before its engine's
+``ctranslate2.Translator`` or ONNX graphs (stand-ins here that raise when used) are reached."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from aiayn.cli.main import build_parser
 from aiayn.cli.stream import Outputs, TextStream, translate_stream
 from aiayn.data import Vocab
 from aiayn.decode import SearchRequest
-from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES
+from aiayn.decode.capabilities import ALL_FEATURES, CAPABILITIES, ENGINE_NAMES, check_supported
 from aiayn.errors import UserError
 from aiayn.export.engine import CTranslate2Engine
+from aiayn.export.onnx_engine import OnnxEngine
 from aiayn.serve import Adapter
 from aiayn.serve.app import TranslateRequest, _Refused, _translate_job
 
@@ -76,7 +78,7 @@ def vocab(tiny_corpus):
 
 
 class Decoding(Exception):
-    """What an engine's CTranslate2 translator raises here: the request got past every check."""
+    """What an engine's translator or graphs raise here: the request got past every check."""
 
 
 class Unreachable:
@@ -84,8 +86,15 @@ class Unreachable:
         raise Decoding(name)
 
 
-@pytest.fixture(scope="module")
-def engine(vocab) -> CTranslate2Engine:
+ENGINES = ["ctranslate2", "onnxruntime"]
+Opened = CTranslate2Engine | OnnxEngine
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request, vocab) -> Opened:
+    """Each engine as opened on an export, its decoder a stand-in that raises when reached."""
+    if request.param == "onnxruntime":
+        return OnnxEngine(model=Unreachable(), vocab=vocab)  # type: ignore[arg-type]
     return CTranslate2Engine(translator=Unreachable(), vocab=vocab, max_len=64)
 
 
@@ -102,14 +111,12 @@ def _refusal(call) -> str | None:
     return None
 
 
-def _by_cli(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+def _by_cli(feature: str, engine: Opened, tmp_path) -> str | None:
     per_line = tmp_path / "F"  # --prefix F, --constraints F: one line for the one input line
     per_line.write_text("God\n", encoding="utf-8")
     options = [str(per_line) if o == "F" else o for o in CLI[feature]]
     checkpoint = ["--checkpoint", str(tmp_path), "--workers", "1"]
-    args = build_parser().parse_args(
-        ["translate", *checkpoint, "--engine", "ctranslate2", *options]
-    )
+    args = build_parser().parse_args(["translate", *checkpoint, "--engine", engine.name, *options])
 
     def run() -> None:
         translator, request = open_decoding(args, "translate")
@@ -119,21 +126,21 @@ def _by_cli(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
 
     refused = _refusal(run)
     for other in set(CAPABILITIES) - {feature}:  # the option asks for its feature alone
-        assert refused is None or CAPABILITIES[other].reason not in refused, other
+        assert refused is None or CAPABILITIES[other].why(engine.name) not in refused, other
     return refused
 
 
-def _by_translator(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
+def _by_translator(feature: str, engine: Opened, tmp_path) -> str | None:
     if feature in LOADING:
         options = {"checkpoint": str(tmp_path), **LOADING[feature]}
-        return _refusal(lambda: aiayn.Translator(engine="ctranslate2", **options))
-    translator = aiayn.Translator(str(tmp_path), engine="ctranslate2", workers=1)  # not loaded
+        return _refusal(lambda: aiayn.Translator(engine=engine.name, **options))
+    translator = aiayn.Translator(str(tmp_path), engine=engine.name, workers=1)  # not loaded
     translator.engine, translator.vocab = engine, engine.vocab  # as opened on an export
     return _refusal(lambda: translator.translate([SENTENCE], **TRANSLATE[feature]))
 
 
-def _by_server(feature: str, engine: CTranslate2Engine, tmp_path) -> str | None:
-    library = aiayn.Translator(str(tmp_path), engine="ctranslate2", workers=1)  # not loaded
+def _by_server(feature: str, engine: Opened, tmp_path) -> str | None:
+    library = aiayn.Translator(str(tmp_path), engine=engine.name, workers=1)  # not loaded
     library.engine, library.vocab = engine, engine.vocab  # as opened on an export
     library._model = trained_like_model(len(engine.vocab), max_len=64)  # attention's model
     translator = Adapter(library)
@@ -149,7 +156,7 @@ def test_each_entry_point_can_ask_what_the_vocabulary_says_it_asks():
 
 @pytest.mark.parametrize("feature", sorted(ALL_FEATURES))
 def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp_path):
-    refused = feature not in CTranslate2Engine.supports
+    refused = feature not in engine.supports
     capability = CAPABILITIES[feature]
     said = {}
     if feature in CLI:
@@ -165,7 +172,8 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
     if not refused:
         return
     for message in said.values():
-        assert "the ctranslate2 engine cannot do: " in message and capability.reason in message
+        assert f"the {engine.name} engine cannot do: " in message
+        assert capability.why(engine.name) in message
     if "cli" in said:
         assert str(capability.option) in said["cli"]
         assert said["cli"].endswith("--engine torch does every one")
@@ -174,8 +182,19 @@ def test_cli_translator_and_server_refuse_the_same_features(feature, engine, tmp
         assert named in said["server"] and f"{capability.field} (" in said["server"]
 
 
-@pytest.mark.parametrize("option", ["--token-scores", "--alignments", "--constraints"])
-def test_the_command_line_refuses_before_anything_loads_or_exports(option, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("engine_name", "option"),
+    [
+        ("ctranslate2", "--token-scores"),
+        ("ctranslate2", "--alignments"),
+        ("ctranslate2", "--constraints"),
+        ("onnxruntime", "--token-scores"),
+        ("onnxruntime", "--alignments"),
+    ],
+)
+def test_the_command_line_refuses_before_anything_loads_or_exports(
+    engine_name, option, tmp_path, capsys
+):
     """An empty directory as the checkpoint: any load or export would fail another way."""
     from aiayn.cli.main import main
 
@@ -184,6 +203,23 @@ def test_the_command_line_refuses_before_anything_loads_or_exports(option, tmp_p
     given = [option, str(source)] if option == "--constraints" else [option]
     argv = ["translate", "--checkpoint", str(tmp_path), "--input", str(source)]
     with pytest.raises(SystemExit):
-        main([*argv, "--engine", "ctranslate2", "--workers", "1", *given])
+        main([*argv, "--engine", engine_name, "--workers", "1", *given])
     err = capsys.readouterr().err
-    assert f"the ctranslate2 engine cannot do: {option} (" in err and err.count("\n") == 1
+    assert f"the {engine_name} engine cannot do: {option} (" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("engine_name", ENGINES)
+def test_a_refusal_gives_the_reason_of_the_engine_in_use(engine_name):
+    """No reason names another engine than the one refusing; CTranslate2's own say why it is
+    CTranslate2 that cannot, the others name the engine in use where they name one."""
+    other = {"ctranslate2": "ONNX Runtime", "onnxruntime": "CTranslate2"}[engine_name]
+    supports = CTranslate2Engine.supports if engine_name == "ctranslate2" else OnnxEngine.supports
+    refused = sorted(ALL_FEATURES - supports)
+    with pytest.raises(UserError) as e:
+        check_supported(refused, engine_name, supports)
+    message = str(e.value)
+    assert other not in message
+    assert all(f"{f} ({CAPABILITIES[f].why(engine_name)})" in message for f in refused)
+    assert "our int8 is not " + ENGINE_NAMES[engine_name] + "'s" in message
+    if engine_name == "onnxruntime":
+        assert "ONNX Runtime's graph holds whole" in message and "--quantization int8" in message

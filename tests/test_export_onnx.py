@@ -25,6 +25,7 @@ from aiayn.data import Vocab  # noqa: E402
 from aiayn.decode import DecodeConfig, SearchRequest, decode_ids  # noqa: E402
 from aiayn.decode.cache import decode_step, new_cache  # noqa: E402
 from aiayn.decode.sample import SampleConfig  # noqa: E402
+from aiayn.errors import UserError  # noqa: E402
 from aiayn.export import MARKER, ExportError  # noqa: E402
 from aiayn.export.onnx import CONFIG, DECODER, ENCODER, export_onnx  # noqa: E402
 from aiayn.export.onnx_engine import OnnxEngine  # noqa: E402
@@ -154,51 +155,118 @@ def _broken(kind: str, good: Path, root: Path) -> Path:
         bad.mkdir()
         shutil.copy(good / ENCODER, bad / "model.onnx")
         return bad
+    if kind == "not-a-directory":
+        bad.write_text("x")
+        return bad
     shutil.copytree(good, bad)
+    config = json.loads((good / CONFIG).read_text())
     if kind == "ctranslate2-marker":
         (bad / MARKER).write_text(json.dumps({"format": "ctranslate2"}))
-    elif kind == "truncated-graph":
-        data = (bad / DECODER).read_bytes()
-        (bad / DECODER).write_bytes(data[: len(data) // 3])
-    elif kind == "missing-graph":
-        (bad / ENCODER).unlink()
+    elif kind in ("truncated-graph", "truncated-encoder"):
+        name = DECODER if kind == "truncated-graph" else ENCODER
+        (bad / name).write_bytes((good / name).read_bytes()[: (good / name).stat().st_size // 3])
+    elif kind in ("missing-graph", "missing-config", "missing-vocabulary"):
+        name = {"missing-graph": ENCODER, "missing-config": CONFIG}.get(kind, "spm.model")
+        (bad / name).unlink()
     elif kind == "swapped-graphs":
         shutil.copy(good / ENCODER, bad / DECODER)
     elif kind == "bad-config":
         (bad / CONFIG).write_text("{not json")
-    elif kind == "not-a-directory":
-        shutil.rmtree(bad)
-        bad.write_text("x")
+    elif kind == "foreign-config":  # another program's JSON that says format 1
+        (bad / CONFIG).write_text(json.dumps({"format": 1, "model_type": "marian", "d_model": 32}))
+    elif kind == "other-model-graph":  # graphs of a model with other heads than model.json's
+        (bad / CONFIG).write_text(json.dumps({**config, "heads": config["heads"] * 2}))
+    elif kind == "other-vocabulary":  # graphs of another vocabulary size
+        (bad / CONFIG).write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 1}))
+    elif kind == "damaged-vocabulary":
+        (bad / "spm.model").write_bytes(b"\x00not a sentencepiece model")
     return bad
 
 
-KINDS = [
-    "foreign",
-    "ctranslate2-marker",
-    "truncated-graph",
-    "missing-graph",
-    "swapped-graphs",
-    "bad-config",
-    "not-a-directory",
-]
+# each kind and the file its one line must name
+KINDS = {
+    "foreign": "",
+    "ctranslate2-marker": "",
+    "truncated-graph": DECODER,
+    "truncated-encoder": ENCODER,
+    "missing-graph": ENCODER,
+    "missing-config": CONFIG,
+    "missing-vocabulary": "",
+    "swapped-graphs": DECODER,
+    "bad-config": CONFIG,
+    "foreign-config": CONFIG,
+    "other-model-graph": ENCODER,
+    "other-vocabulary": DECODER,
+    "damaged-vocabulary": "spm.model",
+    "not-a-directory": "",
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_malformed_or_foreign_directory_is_one_line(exported, tmp_path, kind):
+    """The engine opens nothing it cannot decode with: one UserError line naming the file."""
     bad = _broken(kind, exported[1], tmp_path)
-    with pytest.raises(ExportError) as e:
+    with pytest.raises(UserError) as e:
         OnnxEngine.open(bad)
-    assert "\n" not in str(e.value) and str(bad) in str(e.value)
+    assert "\n" not in str(e.value) and str(bad / KINDS[kind]).rstrip("/") in str(e.value)
 
 
-def test_cli_refuses_a_foreign_directory_in_one_line(vocab, exported, tmp_path, capsys):
-    bad = _broken("foreign", exported[1], tmp_path)
+CLI_KINDS = ["foreign", "truncated-graph", "foreign-config", "other-model-graph"]
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+@pytest.mark.parametrize("kind", CLI_KINDS)
+def test_the_command_line_refuses_a_malformed_directory_in_one_line(
+    exported, tmp_path, capsys, command, kind
+):
+    bad = _broken(kind, exported[1], tmp_path)
     (tmp_path / "in.txt").write_text("In the beginning\n")
-    argv = ["translate", "--checkpoint", str(bad), "--engine", "onnxruntime"]
+    given = ["--input", str(tmp_path / "in.txt")]
+    if command == "evaluate":
+        given = ["--src", str(tmp_path / "in.txt"), "--ref", str(tmp_path / "in.txt")]
     with pytest.raises(SystemExit) as e:
-        main([*argv, "--input", str(tmp_path / "in.txt")])
+        main([command, "--checkpoint", str(bad), "--engine", "onnxruntime", *given])
     err = capsys.readouterr().err
-    assert e.value.code != 0 and err.count("\n") == 1 and "not an ONNX export" in err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    if command == "evaluate":  # its perplexity is our model's: an export alone will not do
+        assert err.startswith(f"aiayn evaluate: error: {bad}: an export, not a checkpoint")
+    else:
+        assert err.startswith(f"aiayn translate: error: {bad / KINDS[kind]}".rstrip("/"))
+
+
+@pytest.mark.parametrize("kind", CLI_KINDS)
+def test_the_translator_refuses_a_malformed_directory_in_one_line(exported, tmp_path, kind):
+    from aiayn import Translator
+
+    bad = _broken(kind, exported[1], tmp_path)
+    translator = Translator(bad, engine="onnxruntime")  # opens on first use
+    with pytest.raises(UserError) as e:
+        translator.translate(["In the beginning"])
+    assert "\n" not in str(e.value) and str(bad / KINDS[kind]).rstrip("/") in str(e.value)
+
+
+@pytest.mark.parametrize("kind", [*CLI_KINDS, "good-export-alone"])
+def test_serve_refuses_a_malformed_directory_in_one_line(
+    exported, tmp_path, capsys, monkeypatch, kind
+):
+    """Before it listens: a damaged export is named, and a good one given without its
+    checkpoint is refused (the server's attention and alignments are our model's)."""
+    pytest.importorskip("fastapi")
+    from aiayn.serve import server
+
+    def listen(*args, **kwargs):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(server, "make_server", listen)
+    bad = exported[1] if kind == "good-export-alone" else _broken(kind, exported[1], tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--checkpoint", str(bad), "--engine", "onnxruntime", "--port", "8917"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    if kind == "good-export-alone":
+        assert "an export, not a checkpoint (no meta.json)" in err
+    else:
+        assert f"{bad / KINDS[kind]}".rstrip("/") in err
 
 
 def test_engine_refuses_what_the_graphs_cannot_do_in_one_line(vocab, exported):
@@ -297,3 +365,34 @@ def test_documented_snippet_decodes_as_our_greedy_search_without_aiayn(vocab, ex
     greedy = SearchRequest(DecodeConfig(beam=1, alpha=0.0))
     ours = [vocab.decode(h[0].tokens) for h in decode_ids(model, sources, greedy)]
     assert run.stdout.splitlines()[1:] == ours  # after the page's own example line
+
+
+@pytest.mark.slow  # a subprocess exporting and decoding twice: about 15 s
+def test_the_agreement_script_counts_equal_nbest_lists_and_records_them(
+    vocab, tiny_corpus, tmp_path
+):
+    """scripts/export_agreement.py --peers onnx on a checkpoint and its prepared test split:
+    every 4-best list equal to ours, token log-probabilities within 1e-4, and a record of
+    topic export (docs/export.md's table) holding those counts."""
+    from aiayn.records import load_records, render_topic
+
+    model = trained_like_model(len(vocab))
+    ckpt = save_checkpoint(
+        tmp_path / "ckpts", 1, model, {"model_config": to_dict(model.cfg)}, None, vocab.path
+    )
+    (tmp_path / "records").mkdir()
+    script = Path(__file__).parents[1] / "scripts" / "export_agreement.py"
+    argv = ["--checkpoint", str(ckpt), "--data", str(tiny_corpus), "--limit", "6"]
+    run = subprocess.run(
+        [sys.executable, str(script), *argv, "--peers", "onnx", "--threads", "1"]
+        + ["--record", str(tmp_path / "records")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)["onnx"]
+    assert found["nbest"] == 4 and found["nbest_equal"] == found["sentences"] == 6
+    assert found["unequal"] == [] and 0 < found["max_token_log_prob_difference"] <= 1e-4
+    (record,) = load_records(tmp_path / "records")
+    assert record.topic == "export" and record.figures["4-best lists equal"] == "6 / 6"
+    assert "6 / 6" in render_topic([record], "export")

@@ -1,6 +1,7 @@
 """The package as a user gets it: bundled data found as package data, bundled recipes by name,
 and a built wheel that runs the pipeline from a directory outside the checkout."""
 
+import importlib.util
 import json
 import os
 import site
@@ -274,8 +275,42 @@ def test_wheel_runs_prepare_train_translate_info_from_any_directory(tmp_path):
         stdin=line,
     )
     assert len(out.stdout.splitlines()) == 1
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        _onnx_export_decodes_as_ours(aiayn_cmd, elsewhere, env)
 
     info = _run([aiayn_cmd, "info", "--presets"], elsewhere, env)
     rows = {line.split()[0]: line.split() for line in info.stdout.splitlines() if line.strip()}
     assert rows["base"][8:10] == ["63.1M", "65M"] and rows["tiny"][1:3] == ["2", "32"]
     assert sorted(p.name for p in elsewhere.iterdir()) == ["runs", "work"]
+
+
+def _onnx_export_decodes_as_ours(aiayn_cmd: Path, cwd: Path, env: dict) -> None:
+    """From the installed wheel: ``aiayn export --to onnx``, then ``--engine onnxruntime`` on
+    the export gives our 4-best lists, log-probabilities within 1e-4 (the extra's packages
+    come from this environment). The model is ``trained_like_model`` on the wheel's
+    vocabulary: a model trained for 3 updates ties its hypotheses, which float rounding orders."""
+    from _export_models import trained_like_model
+
+    from aiayn.checkpoint import save_checkpoint
+    from aiayn.config import to_dict
+    from aiayn.data import Vocab
+
+    vocab = Vocab.load(cwd / "work/bible/spm.model")
+    model = trained_like_model(len(vocab))
+    meta = {"model_config": to_dict(model.cfg)}
+    ckpt = str(save_checkpoint(cwd / "runs/seeded", 1, model, meta, None, vocab.path))
+    _run(
+        [aiayn_cmd, "export", "--checkpoint", ckpt, "--to", "onnx", "--out", "runs/onnx"], cwd, env
+    )
+    lines = "In the beginning God created the heavens and the earth.\nAnd God said.\nLight.\n"
+    nbest = ["--nbest", "4", "--format", "jsonl", "--workers", "1"]
+    found = []
+    for given in ([ckpt], ["runs/onnx", "--engine", "onnxruntime"]):
+        out = _run([aiayn_cmd, "translate", "--checkpoint", *given, *nbest], cwd, env, stdin=lines)
+        found.append([json.loads(line)["hypotheses"] for line in out.stdout.splitlines()])
+    ours, theirs = found
+    assert len(ours) == 3 and all(len(hyps) == 4 for hyps in ours)
+    assert len({hyps[0]["text"] for hyps in ours}) == 3  # not one string repeated
+    assert [[h["text"] for h in x] for x in theirs] == [[h["text"] for h in x] for x in ours]
+    apart = [abs(a["log_prob"] - b["log_prob"]) for x, y in zip(ours, theirs) for a, b in zip(x, y)]
+    assert max(apart) <= 1e-4

@@ -31,9 +31,10 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint import follow_pointer, recorded_language, search_defaults
+from .checkpoint import META, follow_pointer, recorded_language, search_defaults
 from .data import Vocab
 from .data.corpora import LANG_CODE
 from .decode import (
@@ -224,9 +225,21 @@ class Translator:
         if self._model is None and self.engine_name == "torch":
             self._open()
         elif self._model is None:
+            self._refuse_export_alone()
             self._model, vocab = self._load()
             self._vocab = self._vocab or vocab
         return self._model
+
+    def _refuse_export_alone(self) -> None:
+        """One line where another engine was given its export, not a checkpoint, and what is
+        asked needs our model (the server, alignments, token scores, perplexity)."""
+        given = self.checkpoints[0]
+        if self.engine_name != "torch" and not (Path(given) / META).is_file():
+            raise UserError(
+                f"{given}: an export, not a checkpoint (no {META}): what is asked reads our "
+                f"model; give the checkpoint it was made from (engine {self.engine_name} "
+                "decodes its export, made beside it)"
+            )
 
     def _check_open(self) -> None:
         if getattr(self, "_closed", False):
@@ -528,6 +541,7 @@ class Translator:
         """The target language the checkpoint's training data recorded (``aiayn prepare``
         records it in the dataset's meta.json and training copies that into every
         checkpoint), or None."""
+        self._refuse_export_alone()  # evaluate: its perplexity is our model's
         return recorded_language(self.checkpoints[0], "tgt")
 
     def evaluate(

@@ -8,8 +8,10 @@ One vocabulary: a decoding option's command-line name is its Translator keyword 
 (``option_name``), the three exceptions kept for users' scripts in ``OPTION_NAMES``.
 
 Engines declare the features they support (``TorchEngine.supports``: all of them;
-``CTranslate2Engine.supports``: prefixes and sampling); every caller builds the features it
-asks for, named its own way, and ``check_supported`` refuses those the engine lacks:
+``CTranslate2Engine.supports``: prefixes and sampling; ``OnnxEngine.supports``: all but what
+only our model in torch has); every caller builds the features it asks for, named its own way,
+and ``check_supported`` refuses those the engine lacks, each reason said of the engine in use
+(``Capability.why``: a reason names an engine only where that engine is why):
 
     check_supported({"lexical_constraints": "--constraints"}, "ctranslate2", supports,
                     instead="--engine torch")
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Literal
 
 from ..errors import UserError
@@ -42,6 +45,9 @@ Feature = Literal[
 ]
 ALL_FEATURES: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 
+# The engines (``--engine``) other than ours as their makers write them, for refusals' reasons.
+ENGINE_NAMES = {"ctranslate2": "CTranslate2", "onnxruntime": "ONNX Runtime"}
+
 
 # The command-line options not named ``--`` + keyword with dashes: older names, kept.
 OPTION_NAMES = {"rules": "--search-rules", "preset": "--decode-preset", "prefixes": "--prefix"}
@@ -63,10 +69,17 @@ class Capability:
     reason: str
     keyword: str | None = None
     field: str | None = None
+    engines: Mapping[str, str] = dataclass_field(default_factory=dict)
 
     @property
     def option(self) -> str | None:
         return None if self.keyword is None else option_name(self.keyword)
+
+    def why(self, engine: str) -> str:
+        """The reason ``engine`` (an ``--engine`` value) refuses it: its own where it has one
+        (``engines``), else ``reason``, ``{engine}`` there its name as its makers write it."""
+        reason = self.engines.get(engine, self.reason)
+        return reason.format(engine=ENGINE_NAMES.get(engine, engine))
 
 
 @dataclass(frozen=True)
@@ -92,35 +105,57 @@ def _field(keyword: str) -> str:
     return {**fields, "sample": '"sample"'}.get(keyword, keyword)
 
 
+CTRANSLATE2 = "ctranslate2"
 CAPABILITIES: dict[Feature, Capability] = {
     "ensemble": Capability("it decodes one checkpoint, not an ensemble", "checkpoint"),
-    "quantize": Capability("our int8 is not CTranslate2's", "quantize"),
+    "quantize": Capability(
+        "our int8 is not {engine}'s",
+        "quantize",
+        engines={"onnxruntime": "our int8 is not ONNX Runtime's: export with --quantization int8"},
+    ),
     "precision": Capability("it decodes in float32", "precision"),
     "lexical_constraints": Capability(
-        "CTranslate2 has target prefixes but no lexical constraints", "constraints", "constraints"
+        "lexical constraints are our search's",
+        "constraints",
+        "constraints",
+        engines={CTRANSLATE2: "CTranslate2 has target prefixes but no lexical constraints"},
     ),
     "prefixes": Capability("a target prefix is our search's", "prefixes", "prefix"),
     "max_src_len": Capability("cutting sources shorter than the model's positions is ours"),
     "min_len": Capability("a minimum output length is our search's"),
     "sampling": Capability("drawing outputs is our search's", "sample", "sample"),
     "seed": Capability(
-        "CTranslate2 seeds its sampler once per process: samples differ each run", "seed", "seed"
+        "a seeded sampler is our search's",
+        "seed",
+        "seed",
+        engines={
+            CTRANSLATE2: "CTranslate2 seeds its sampler once per process: samples differ each run"
+        },
     ),
     "shortlist": Capability(
-        "it is our search's (CTranslate2 has its own vocabulary map)", "shortlist"
+        "it slices our model's output layer, which {engine}'s graph holds whole",
+        "shortlist",
+        engines={CTRANSLATE2: "it is our search's (CTranslate2 has its own vocabulary map)"},
     ),
     "search_rules": Capability(
         "it runs the paper's search; ours follows every rule", "rules", "search_rules"
     ),
     "no_repeat_ngram": Capability(
-        "CTranslate2 bans on the logits and renormalises; ours and transformers' do not",
+        "the repetition guards are our search's",
         "no_repeat_ngram_size",
         "no_repeat_ngram_size",
+        engines={
+            CTRANSLATE2: "CTranslate2 bans on the logits and renormalises; ours and transformers' do not"
+        },
     ),
     "repetition_penalty": Capability(
-        "CTranslate2 applies it to logits, ours to log-probabilities as transformers' beam does",
+        "the repetition guards are our search's",
         "repetition_penalty",
         "repetition_penalty",
+        engines={
+            CTRANSLATE2: "CTranslate2 applies it to logits, ours to log-probabilities as "
+            "transformers' beam does"
+        },
     ),
     "token_scores": Capability("they come from our model's forced decoding", "token_scores"),
     "alignments": Capability("they come from our model's attention", "alignments"),
@@ -137,14 +172,14 @@ def check_supported(
 ) -> None:
     """The one refusal: ``UserError`` in one line naming all that ``asked`` wants and
     ``engine`` does not ``supports``, each as the caller names it (its values; the feature's
-    own name for a set) with its reason, prefixed by the ``where`` of the first that has one
+    own name for a set) with its reason for this engine (``Capability.why``), prefixed by the ``where`` of the first that has one
     (a file's line, a request's item); ``instead`` is what does them all."""
     names = dict(asked) if isinstance(asked, Mapping) else {f: f for f in asked}
     missing = [f for f in CAPABILITIES if f in names and f not in supports]
     if not missing:
         return
     place = next((where[f] for f in missing if where and f in where), None)
-    items = "; ".join(f"{names[f]} ({CAPABILITIES[f].reason})" for f in missing)
+    items = "; ".join(f"{names[f]} ({CAPABILITIES[f].why(engine)})" for f in missing)
     raise UserError(
         f"{f'{place}: ' if place else ''}the {engine} engine cannot do: {items}; "
         f"{instead} does every one"

@@ -197,11 +197,68 @@ def _config(directory: Path) -> dict[str, Any]:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         found = config.get("format") if isinstance(config, dict) else None
         raise ExportError(f"{path}: format {found!r}, this aiayn reads {FORMAT}; export again")
+    _check_config(config, path)
     return config
 
 
-def _session(path: Path, names: tuple[list[str], list[str]], threads: int) -> Any:
-    """The graph at ``path`` with the inputs and outputs ``names``, or one line saying why not."""
+# What the engine reads of ``model.json`` (``consumer_config``), each a count or an id.
+NUMBERS = ("vocab_size", "max_len", "layers", "heads", "d_k", "d_v")
+IDS = ("pad", "bos", "eos", "unk")
+
+
+def _check_config(config: dict[str, Any], path: Path) -> None:
+    """One ExportError line naming the first key of ``model.json`` the engine cannot use: a
+    JSON of another program's that happens to say format 1, or one edited by hand."""
+    ids = config.get("ids")
+    vocabulary = config.get("vocabulary")
+    if not isinstance(vocabulary, str) or not vocabulary:
+        raise ExportError(f"{path}: vocabulary is {vocabulary!r}, not a file name; export again")
+    if not isinstance(ids, dict):
+        raise ExportError(f"{path}: ids is {ids!r}, not the special ids; export again")
+    counts = [(k, config.get(k), 1) for k in NUMBERS] + [(f"ids.{k}", ids.get(k), 0) for k in IDS]
+    for key, value, least in counts:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ExportError(
+                f"{path}: {key} is {value!r}, not a whole number >= {least}; export again"
+            )
+
+
+def _io(config: dict[str, Any]) -> dict[str, tuple[str, list[int | None]]]:
+    """Each graph input's and output's type and shape, as ``model.json`` fixes them (None: a
+    dynamic axis, the module docstring of ``export.onnx``)."""
+    L, h, V = config["layers"], config["heads"], config["vocab_size"]
+    cache = {d: ("tensor(float)", [L, None, h, None, config[d]]) for d in ("d_k", "d_v")}
+    lengths: tuple[str, list[int | None]] = ("tensor(float)", [None, None])
+    return {
+        "src": ("tensor(int64)", lengths[1]),
+        "tokens": ("tensor(int64)", [None, 1]),
+        "memory_bias": lengths,
+        "log_probs": ("tensor(float)", [None, V]),
+        **{name: cache["d_k"] for name in ("memory_keys", "past_keys", "keys")},
+        **{name: cache["d_v"] for name in ("memory_values", "past_values", "values")},
+    }
+
+
+def _check_io(graph: Any, path: Path, config: dict[str, Any]) -> None:
+    """One ExportError line naming the first input or output whose type or fixed sizes are not
+    those ``model.json`` describes (a graph of another model, or of another export)."""
+    expected = _io(config)
+    for arg in [*graph.get_inputs(), *graph.get_outputs()]:
+        kind, shape = expected[arg.name]
+        dims = [d if isinstance(d, int) else None for d in arg.shape]
+        if arg.type != kind or dims != shape:
+            said = [d if d is not None else "*" for d in shape]
+            raise ExportError(
+                f"{path}: {arg.name} is {arg.type} {arg.shape}, {CONFIG} says {kind} {said}; "
+                "export again"
+            )
+
+
+def _session(
+    path: Path, names: tuple[list[str], list[str]], threads: int, config: dict[str, Any]
+) -> Any:
+    """The graph at ``path`` with the inputs and outputs ``names`` of the types and sizes
+    ``config`` says, or one line saying why not."""
     from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph, InvalidProtobuf
 
     if not path.is_file():
@@ -214,7 +271,24 @@ def _session(path: Path, names: tuple[list[str], list[str]], threads: int) -> An
     found = ([i.name for i in graph.get_inputs()], [o.name for o in graph.get_outputs()])
     if found != names:
         raise ExportError(f"{path}: inputs/outputs {found}, expected {names}; export again")
+    _check_io(graph, path, config)
     return graph
+
+
+def _vocabulary(directory: Path, config: dict[str, Any]) -> Any:
+    """The export's vocabulary, or one line: missing, damaged, or not the graphs' (its size or
+    special ids differ from ``model.json``'s)."""
+    path = directory / config["vocabulary"]
+    if not path.is_file():
+        raise ExportError(f"{directory}: no vocabulary {config['vocabulary']} beside the graphs")
+    vocab = load_vocabulary(path)  # a damaged model: its own one line
+    ids = {"pad": vocab.pad_id, "bos": vocab.bos_id, "eos": vocab.eos_id, "unk": vocab.unk_id}
+    if len(vocab) != config["vocab_size"] or ids != {k: config["ids"][k] for k in IDS}:
+        raise ExportError(
+            f"{path}: {len(vocab)} pieces, ids {ids}; {directory / CONFIG} says "
+            f"{config['vocab_size']}, {config['ids']}: not the graphs' vocabulary; export again"
+        )
+    return vocab
 
 
 @dataclass
@@ -234,12 +308,9 @@ class OnnxEngine(IdsEngine):
         require("onnxruntime", TARGET, extra="onnx")
         directory = Path(directory)
         config = _config(directory)
-        encoder = _session(directory / ENCODER, ENCODER_IO, threads)
-        step = _session(directory / DECODER, DECODER_IO, threads)
-        vocab_file = config.get("vocabulary")
-        if not vocab_file or not (directory / vocab_file).is_file():
-            raise ExportError(f"{directory}: no vocabulary {vocab_file or ''} beside the graphs")
-        return cls(OnnxModel(encoder, step, config), load_vocabulary(directory / vocab_file))
+        encoder = _session(directory / ENCODER, ENCODER_IO, threads, config)
+        step = _session(directory / DECODER, DECODER_IO, threads, config)
+        return cls(OnnxModel(encoder, step, config), _vocabulary(directory, config))
 
     @property
     def max_positions(self) -> int:

@@ -72,7 +72,8 @@ class Adapter:
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
-        self.model, self.vocab, self.engine = translator.model, translator.vocab, translator.engine
+        # the engine first: a damaged export is named before our model is looked for
+        self.engine, self.vocab, self.model = translator.engine, translator.vocab, translator.model
         if len(self.vocab) != self.model.cfg.vocab_size:
             raise UserError(
                 f"vocabulary {self.vocab.path} has {len(self.vocab)} pieces, the model "
