@@ -33,6 +33,8 @@ class TextStream:
     progress: bool = False
     total: int | None = None
     around: Callable[[Any], Any] | None = None
+    terms: int = 0  # a glossary's terms applied, and in how many lines
+    lines_with_terms: int = 0
 
     def say_truncated(self, index: int, tokens: int, cap: int) -> None:
         """``on_truncate`` of ``translate_corpus``: ``index`` counts the input's lines from 0."""
@@ -90,6 +92,11 @@ def translate_stream(
     )
     first = 0
     for nbest in windows:
+        applied = [len(o[0].terms) for o in nbest if o and o[0].terms]
+        stream.terms, stream.lines_with_terms = (
+            stream.terms + sum(applied),
+            stream.lines_with_terms + len(applied),
+        )
         stream.write(output.format(nbest, first) if output else [_best(o) for o in nbest])
         first += len(nbest)
     if output is not None:

@@ -73,9 +73,15 @@ def _translate(args: argparse.Namespace) -> None:
         total=count if progress else None,
         **corpus,
     )
-    translate_stream(stream, translator, request, output)
+    lines = translate_stream(stream, translator, request, output)
     if output is not None:
         _say_cut(output)
+    if request.glossary is not None:
+        print(
+            f"aiayn translate: --glossary {args.glossary}: {stream.terms} term(s) applied in "
+            f"{stream.lines_with_terms} of {lines} line(s)",
+            file=sys.stderr,
+        )
     if split is not None:
         _say_split(split)
 
@@ -157,6 +163,13 @@ def _evaluate(args: argparse.Namespace) -> None:
         progress=show_progress(args),
     )
     used = {"shortlist": request.shortlist.origin if request.shortlist else None}
+    if request.glossary is not None:  # the terms the outputs hold (the sources' matches)
+        found = [len(request.glossary.matches(s)) for s in sources]
+        used["glossary"] = {
+            "file": args.glossary,
+            "terms_applied": sum(found),
+            "sentences": sum(1 for n in found if n),
+        }
     scored = {**result.as_dict(), "paper_bleu_lang": lang}
     print(json.dumps({**scored, **translator.precision.as_dict(), **used}, indent=2))
     if args.output:
