@@ -23,6 +23,7 @@ from aiayn.data.pieces import TwoModelVocab
 from aiayn.data.prepare import prepare_corpus
 from aiayn.data.vocab import target_languages
 from aiayn.errors import UserError
+from aiayn.records import load_records
 from aiayn.text.glossary import Glossary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -219,6 +220,8 @@ def test_the_command_line_and_server_check_the_code(multilingual, capsys):
     with TestClient(create_app(adapter, Limits())) as client:
         ok = client.post("/translate", json={"text": ["God"], "target_lang": "de"})
         bad = client.post("/translate", json={"text": ["God"], "target_lang": "fr"})
+        info = client.get("/info").json()
+    assert info["target_langs"] == ["de", "es"] and info["glossary"] is None
     assert ok.status_code == 200 and bad.status_code == 422
     assert bad.json()["error"] == "target_lang fr: the model translates into de, es"
 
@@ -258,3 +261,35 @@ def test_prepare_tags_each_corpus_and_records_its_languages(tmp_path):
     assert tested == [f">>de<< {line}" for line in ENGLISH[:2]] * 6
     with pytest.raises(UserError, match="tag must be the target language's code"):
         Corpus.from_dict({"tsv": "x", "tag": "Spanish!"}, "--corpus tsv=x,tag=Spanish!")
+
+
+# --- The goal's script -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bible_checkpoint(tiny_corpus, tmp_path_factory) -> Path:
+    """A seeded random tiny model on the bundled corpus's 300-piece vocabulary."""
+    vocab = Vocab.load(tiny_corpus / "spm.model")
+    torch.manual_seed(0)
+    model = aiayn.Transformer(aiayn.ModelConfig.preset("tiny", vocab_size=len(vocab), max_len=64))
+    meta = {"update": 1, "model_config": dataclasses.asdict(model.cfg)}
+    return save_checkpoint(tmp_path_factory.mktemp("bible"), 1, model, meta, None, vocab.path)
+
+
+def test_the_glossary_bleu_script_counts_every_term_and_records_bleu(bible_checkpoint, tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import glossary_bleu
+
+    drawn = tmp_path / "terms.tsv"
+    argv = ["--checkpoint", str(bible_checkpoint), "--terms", "6", "--pairs", "1500"]
+    argv += ["--limit", "6", "--beam", "1", "--workers", "1", "--glossary-out", str(drawn)]
+    assert glossary_bleu.main([*argv, "--record", str(tmp_path / "records")]) == 0
+    terms = Glossary.read(drawn)
+    assert 0 < len(terms.terms) <= 6 and all(len(t.source) >= 4 for t in terms.terms)
+    (record,) = load_records(tmp_path / "records")
+    figures = record.figures
+    assert figures["applied"] == figures["in the output"] > 0
+    change = figures["SacreBLEU with"] - figures["SacreBLEU without"]
+    assert abs(figures["change"] - change) <= 0.011  # each rounded to 2 decimals

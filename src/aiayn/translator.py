@@ -281,10 +281,8 @@ class Translator:
         instead of the beam search (``nbest`` samples per source). ``prefixes`` and
         ``constraints``: True (or the file the command line reads them from) when the
         sentences will come with them (``translate``'s), so that a shortlist, or an engine
-        without them, is refused here. ``glossary``: terms that become the lexical constraints
-        of the sentences they occur in (``glossary``'s forms; ``aiayn.text.glossary``'s rules);
-        ``target_lang``: the language to translate into, for a model with language tokens
-        (``target_languages``). Every option is checked here, and what the engine cannot do
+        without them, is refused here; ``glossary`` and ``target_lang``: ``glossary``'s and
+        ``target_languages``'. Every option is checked here, and what the engine cannot do
         refused, before the shortlist or the glossary is read or anything loads."""
         say = self.spelling.name
         drawing = {"top_k": top_k, "top_p": top_p, "temperature": temperature, "seed": seed}
@@ -304,19 +302,23 @@ class Translator:
         per_sentence = checks.per_sentence(say, shortlist, prefixes, constraints, glossary)
         batching = checks.batching(say, batch_size, max_tokens, self.workers)
         request = SearchRequest(config, sampling=drawn, batching=batching)
-        asked = request.features() | per_sentence
-        asked |= {"shortlist"} if shortlist is not None else set()
-        asked |= {"seed"} if seed is not None else set()
-        asked |= {"glossary"} if glossary is not None else set()
+        given: dict[Feature, Any] = {"shortlist": shortlist, "seed": seed, "glossary": glossary}
+        asked = request.features() | per_sentence | {f for f, v in given.items() if v is not None}
         self.check(asked, values={"search_rules": rules})
-        languages = () if target_lang is None else self.target_languages()
-        code = checks.target_lang(say, target_lang, languages, self.checkpoints[0])
-        request = replace(request, glossary=self.glossary(glossary), target_lang=code)
+        request = self._texts(request, glossary, target_lang)
         if shortlist is None:
             return request
         from .decode.shortlist import load_shortlist
 
         return replace(request, shortlist=load_shortlist(shortlist, self.vocab, **sizes))
+
+    def _texts(
+        self, request: SearchRequest, glossary: GlossaryGiven, target_lang: str | None
+    ) -> SearchRequest:
+        """``request`` with the glossary's terms spelled and the target language checked."""
+        languages = () if target_lang is None else self.target_languages()
+        code = checks.target_lang(self.spelling.name, target_lang, languages, self.checkpoints[0])
+        return replace(request, glossary=self.glossary(glossary), target_lang=code)
 
     def glossary(self, given: GlossaryGiven, spelling: Spelling | None = None) -> Glossary | None:
         """``given`` as a ``Glossary`` whose targets this vocabulary spells: a file

@@ -266,7 +266,8 @@ class Adapter:
         }
 
     def info(self) -> dict[str, Any]:
-        """What ``GET /info`` reports: model config, vocabulary, checkpoint, parameters."""
+        """What ``GET /info`` reports: model config, vocabulary, checkpoint, parameters, the
+        languages it translates into on request, the server's glossary."""
         cfg = self.model.cfg
         return {
             "checkpoint": str(self.checkpoint) if self.checkpoint is not None else None,
@@ -283,4 +284,6 @@ class Adapter:
             "quantized": self.quantized,
             "engine": self.engine.name,
             "precision": PRECISION_NAMES.get(next(self.model.parameters()).dtype, "fp32"),
+            "target_langs": list(self.translator.target_languages()),  # its >>xx<< tokens
+            "glossary": None if self.glossary is None else self.glossary.origin,
         }
