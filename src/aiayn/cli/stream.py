@@ -44,6 +44,12 @@ class TextStream:
             file=sys.stderr,
         )
 
+    def count_terms(self, nbest: list[list[Any]]) -> None:
+        """Count a window's glossary terms, which its outputs name (``Output.terms``)."""
+        applied = [len(outputs[0].terms) for outputs in nbest if outputs and outputs[0].terms]
+        self.terms += sum(applied)
+        self.lines_with_terms += len(applied)
+
     def corpus(self) -> dict[str, Any]:
         """How ``Translator.windows`` / ``best_lines`` read this stream."""
         return {
@@ -92,11 +98,7 @@ def translate_stream(
     )
     first = 0
     for nbest in windows:
-        applied = [len(o[0].terms) for o in nbest if o and o[0].terms]
-        stream.terms, stream.lines_with_terms = (
-            stream.terms + sum(applied),
-            stream.lines_with_terms + len(applied),
-        )
+        stream.count_terms(nbest)
         stream.write(output.format(nbest, first) if output else [_best(o) for o in nbest])
         first += len(nbest)
     if output is not None:

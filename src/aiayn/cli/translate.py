@@ -162,7 +162,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         lang=lang,
         progress=show_progress(args),
     )
-    used = {"shortlist": request.shortlist.origin if request.shortlist else None}
+    used: dict[str, Any] = {"shortlist": request.shortlist.origin if request.shortlist else None}
     if request.glossary is not None:  # the terms the outputs hold (the sources' matches)
         found = [len(request.glossary.matches(s)) for s in sources]
         used["glossary"] = {

@@ -98,8 +98,8 @@ class Corpus:
             raise UserError(
                 f"{where}: tag must be the target language's code (en, fr, pt_BR), got {tag!r}"
             )
-        files = tuple(Path(str(f)) for f in files)
-        return cls(name, kind, files, weight, bt in (True, "true", "1", 1), tag)
+        paths = tuple(Path(str(f)) for f in files)
+        return cls(name, kind, paths, weight, bt in (True, "true", "1", 1), tag)
 
 
 def language_token(code: str) -> str:

@@ -101,8 +101,8 @@ class Adapter:
         vocab = self.vocab
         if target_lang is not None:
             languages = self.translator.target_languages()
-            code = checks.target_lang(SERVER.name, target_lang, languages, "the model")
-            vocab = TaggedSources(self.vocab, code)
+            checks.target_lang(SERVER.name, target_lang, languages, "the model")
+            vocab = TaggedSources(self.vocab, target_lang)
         return [vocab.encode_source(line) for line in lines]
 
     def constraints(
