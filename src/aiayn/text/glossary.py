@@ -102,8 +102,7 @@ class Glossary:
     def spelled(self, tokenizer: Any) -> Glossary:
         """This glossary with each target's pieces (``tokenizer.encode_target``), or a one-line
         ``UserError`` naming the first target the vocabulary cannot spell."""
-        encode = getattr(tokenizer, "encode_target", tokenizer.encode)
-        unk_id = getattr(tokenizer, "unk_id", 1)
+        encode, unk_id = tokenizer.encode_target, tokenizer.unk_id  # the output side's pieces
         terms = []
         for term in self.terms:
             ids = encode(term.target)
