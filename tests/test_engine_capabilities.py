@@ -7,6 +7,7 @@ and the engine in use. No export is made: the Translator refuses before its engi
 from __future__ import annotations
 
 import io
+from unittest.mock import patch
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ CLI: dict[str, list[str]] = {
     "quantize": ["--quantize", "int8"],
     "precision": ["--precision", "bf16"],
     "lexical_constraints": ["--constraints", "F"],
+    "glossary": ["--glossary", "G"],
     "prefixes": ["--prefix", "F"],
     "sampling": ["--sample"],
     "seed": ["--sample", "--seed", "0"],
@@ -50,6 +52,7 @@ LOADING = {  # aiayn.Translator's keywords that choose how a checkpoint loads
 }
 TRANSLATE: dict[str, dict[str, Any]] = {  # Translator.translate's keywords
     "lexical_constraints": {"constraints": [["God"]]},
+    "glossary": {"glossary": {"God": "Dios"}},
     "prefixes": {"prefixes": ["And"]},
     "max_src_len": {"request": SearchRequest(max_src_len=9)},
     "min_len": {"request": SearchRequest(min_len=2)},
@@ -63,6 +66,7 @@ TRANSLATE: dict[str, dict[str, Any]] = {  # Translator.translate's keywords
 }
 SERVER: dict[str, dict[str, Any]] = {  # POST /translate's fields
     "lexical_constraints": {"constraints": [["God"]]},
+    "glossary": {"glossary": [["God", "Dios"]]},
     "prefixes": {"prefix": ["And"]},
     "sampling": {"sample": True},
     "seed": {"sample": True, "seed": 3},
@@ -114,15 +118,18 @@ def _refusal(call) -> str | None:
 def _by_cli(feature: str, engine: Opened, tmp_path) -> str | None:
     per_line = tmp_path / "F"  # --prefix F, --constraints F: one line for the one input line
     per_line.write_text("God\n", encoding="utf-8")
-    options = [str(per_line) if o == "F" else o for o in CLI[feature]]
+    terms = tmp_path / "G"  # --glossary G: one term of the one input line
+    terms.write_text("God\tDios\n", encoding="utf-8")
+    files = {"F": str(per_line), "G": str(terms)}
+    options = [files.get(o, o) for o in CLI[feature]]
     checkpoint = ["--checkpoint", str(tmp_path), "--workers", "1"]
     args = build_parser().parse_args(["translate", *checkpoint, "--engine", engine.name, *options])
 
     def run() -> None:
-        translator, request = open_decoding(args, "translate")
-        translator.engine, translator.vocab = engine, engine.vocab  # as opened on an export
-        stream = TextStream(io.BytesIO(f"{SENTENCE}\n".encode()), io.StringIO())
-        translate_stream(stream, translator, request, Outputs.from_args(args))
+        with patch("aiayn.translator._open_engine", return_value=engine):  # as on an export
+            translator, request = open_decoding(args, "translate")
+            stream = TextStream(io.BytesIO(f"{SENTENCE}\n".encode()), io.StringIO())
+            translate_stream(stream, translator, request, Outputs.from_args(args))
 
     refused = _refusal(run)
     for other in set(CAPABILITIES) - {feature}:  # the option asks for its feature alone

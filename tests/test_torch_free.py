@@ -43,6 +43,7 @@ TORCH_FREE = [
     "aiayn.text.segment",
     "aiayn.text.document",
     "aiayn.text.placeholders",
+    "aiayn.text.glossary",
     "aiayn.text.markup",
 ]
 # Modules that do need torch: the hook must report them, or the check proves nothing.

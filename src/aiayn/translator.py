@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from .checkpoint import META, follow_pointer, recorded_language, search_defaults
 from .data import Vocab
 from .data.corpora import LANG_CODE
+from .data.vocab import TaggedSources, target_languages
 from .decode import (
     DecodeConfig,
     Output,
@@ -50,6 +51,7 @@ from .decode import (
 )
 from .decode import options as checks
 from .decode.capabilities import PYTHON, Feature, Spelling, check_supported
+from .decode.constraints import with_phrases
 from .decode.engine import Engine, TorchEngine
 from .decode.translate import (
     WINDOW,
@@ -64,6 +66,7 @@ from .evaluate import Evaluation
 from .runtime.hardware import resolve_device
 from .runtime.policy import Precision, choose_precision
 from .runtime.workers import resolve_workers
+from .text.glossary import Glossary, Term, load_glossary
 
 if TYPE_CHECKING:  # applications built on the library: imported when opened
     from .export.engine import CTranslate2Engine
@@ -72,6 +75,8 @@ if TYPE_CHECKING:  # applications built on the library: imported when opened
 ENGINES = ("torch", "ctranslate2", "onnxruntime")
 
 Checkpoints = str | os.PathLike | Sequence[str | os.PathLike]
+# A glossary: a file, {source: target}, [[source, target], ...], or one already loaded
+GlossaryGiven = str | os.PathLike | dict[str, str] | Sequence[Sequence[str]] | Glossary | None
 # A window's best lines from our search or the engine's (``--split``, ``--markup``)
 Around = Callable[[Any], Any]
 
@@ -97,10 +102,13 @@ class Candidate:
 @dataclass(frozen=True)
 class Translation:
     """One source sentence's hypotheses, best first (``nbest``: one unless more were asked
-    for; none for a blank sentence, whose ``text`` is "" and ``score`` None)."""
+    for; none for a blank sentence, whose ``text`` is "" and ``score`` None); ``glossary``:
+    with a glossary, the (source, target) terms that occur in the sentence, each of which
+    the outputs hold (None without one)."""
 
     source: str
     nbest: tuple[Candidate, ...]
+    glossary: tuple[tuple[str, str], ...] | None = None
 
     @property
     def best(self) -> Candidate | None:
@@ -281,6 +289,8 @@ class Translator:
         max_tokens: int | None = None,
         prefixes: bool | str | None = None,
         constraints: bool | str | None = None,
+        glossary: GlossaryGiven = None,
+        target_lang: str | None = None,
     ) -> SearchRequest:
         """The ``SearchRequest`` of these options (the command line's, ``--top-k`` as
         ``top_k``; ``rules`` is ``--search-rules``, ``preset`` ``--decode-preset``), the others
@@ -289,8 +299,9 @@ class Translator:
         instead of the beam search (``nbest`` samples per source). ``prefixes`` and
         ``constraints``: True (or the file the command line reads them from) when the
         sentences will come with them (``translate``'s), so that a shortlist, or an engine
-        without them, is refused here. Every option is checked here, and what the engine
-        cannot do refused, before the shortlist is read or anything loads."""
+        without them, is refused here; ``glossary`` and ``target_lang``: ``glossary``'s and
+        ``target_languages``'. Every option is checked here, and what the engine cannot do
+        refused, before the shortlist or the glossary is read or anything loads."""
         say = self.spelling.name
         drawing = {"top_k": top_k, "top_p": top_p, "temperature": temperature, "seed": seed}
         drawn = checks.sampling(say, sample, beam, nbest, rules, drawing)
@@ -306,18 +317,41 @@ class Translator:
             repetition_penalty=repetition_penalty,
         )
         sizes = checks.shortlist_sizes(say, shortlist, drawn, shortlist_frequent, shortlist_best)
-        per_sentence = checks.per_sentence(say, shortlist, prefixes, constraints)
+        per_sentence = checks.per_sentence(say, shortlist, prefixes, constraints, glossary)
         batching = checks.batching(say, batch_size, max_tokens, self.workers)
         request = SearchRequest(config, sampling=drawn, batching=batching)
-        asked = request.features() | per_sentence
-        asked |= {"shortlist"} if shortlist is not None else set()
-        asked |= {"seed"} if seed is not None else set()
+        given: dict[Feature, Any] = {"shortlist": shortlist, "seed": seed, "glossary": glossary}
+        asked = request.features() | per_sentence | {f for f, v in given.items() if v is not None}
         self.check(asked, values={"search_rules": rules})
+        request = self._texts(request, glossary, target_lang)
         if shortlist is None:
             return request
         from .decode.shortlist import load_shortlist
 
         return replace(request, shortlist=load_shortlist(shortlist, self.vocab, **sizes))
+
+    def _texts(
+        self, request: SearchRequest, glossary: GlossaryGiven, target_lang: str | None
+    ) -> SearchRequest:
+        """``request`` with the glossary's terms spelled and the target language checked."""
+        languages = () if target_lang is None else self.target_languages()
+        code = checks.target_lang(self.spelling.name, target_lang, languages, self.checkpoints[0])
+        return replace(request, glossary=self.glossary(glossary), target_lang=code)
+
+    def glossary(self, given: GlossaryGiven, spelling: Spelling | None = None) -> Glossary | None:
+        """``given`` as a ``Glossary`` whose targets this vocabulary spells: a file
+        (``source<TAB>target`` lines), ``{source: target}``, ``[[source, target], ...]`` or a
+        ``Glossary``; None for None. A bad line or item, or a target the vocabulary cannot
+        spell, is a one-line ``UserError`` naming it."""
+        named = (spelling or self.spelling).name("glossary")
+        loaded = load_glossary(given, named)
+        return None if loaded is None else loaded.spelled(self.vocab)
+
+    def target_languages(self) -> tuple[str, ...]:
+        """The languages this model translates into on request (``target_lang``): the codes of
+        its vocabulary's ``>>xx<<`` pieces (an OPUS-MT multilingual model's, or those ``aiayn
+        prepare`` added for its corpora's ``tag``); () for a model of one target language."""
+        return target_languages(self.vocab)
 
     def check(
         self,
@@ -365,7 +399,8 @@ class Translator:
         (``request``'s keywords) say how to search; ``prefixes`` (the fixed start of each
         output, "" for none) and ``constraints`` (words or phrases each output must contain)
         go one per sentence; ``token_scores`` adds log P of every token; ``alignments`` (True:
-        the last decoder layer, or a layer's number) adds word alignments."""
+        the last decoder layer, or a layer's number) adds word alignments. With a
+        ``glossary`` (``request``'s keyword), each ``Translation`` names the terms applied."""
         check_sentences(sentences)
         if request is None:  # a shortlist, or an engine, that cannot take them is refused first
             options.update(prefixes=prefixes is not None, constraints=constraints is not None)
@@ -383,8 +418,13 @@ class Translator:
             progress=progress,
         )
         found = [outputs for window in windows for outputs in window]
+        terms = search.glossary.matches if search.glossary is not None else None
         return [
-            Translation(source, tuple(self._candidate(o) for o in outputs))
+            Translation(
+                source,
+                tuple(self._candidate(o) for o in outputs),
+                None if terms is None else tuple(t.pair() for t in terms(source)),
+            )
             for source, outputs in zip(sentences, found)
         ]
 
@@ -435,21 +475,35 @@ class Translator:
         alignment_layer: int | None,
     ) -> Iterator[list[list[Output]]]:
         """Each window decoded by the engine, with its lines' prefixes and phrases."""
+        vocab = self.sources_vocab(request)
         for part in corpus:
             search = replace(request, first_index=part.first)
             if per_line.given:
                 built = per_line.constraints(self.vocab, part.first, len(part.texts))
                 search = replace(search, constraints=built)
                 self.check(search.features(), where=search.where())
-            yield self.engine.nbest(
+            terms = None
+            if search.glossary is not None:  # refused at ``request`` where the engine lacks it
+                terms = [search.glossary.matches(text) for text in part.texts]
+                origin = search.glossary.origin
+                where = [f"{origin}: sentence {part.first + i}" for i in range(len(terms))]
+                search = with_terms(search, terms, where, vocab.eos_id)
+            found = self.engine.nbest(
                 part.texts,
-                self.vocab,
+                vocab,
                 search,
                 token_scores=token_scores,
                 alignment_layer=alignment_layer,
                 progress=part.progress,
                 on_truncate=part.on_truncate,
             )
+            if terms is None:
+                yield found
+            else:
+                yield [
+                    [replace(o, terms=tuple(t.pair() for t in mine)) for o in outputs]
+                    for outputs, mine in zip(found, terms, strict=True)
+                ]
 
     def best_lines(
         self,
@@ -466,11 +520,16 @@ class Translator:
         (``text.document.SplitOutputs``: --split; ``text.marked.MarkupOutputs``: --markup),
         which wraps the engine's best lines (``Engine.best_lines``) on its ``decoder``."""
         self._check_open()
+        if request.glossary is not None:
+            raise UserError(
+                f"{self.spelling.name('glossary')} constrains whole sentences: not with a line's "
+                "sentences split or its markup taken out (give one sentence a line instead)"
+            )
         window, engine = self._window(window), self.engine
         return translate_corpus(
             engine.decoder,
             lines,
-            self.vocab,
+            self.sources_vocab(request),
             request,
             window=window,
             progress=progress,
@@ -486,6 +545,13 @@ class Translator:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise UserError(f"{self.spelling.name('window')} must be at least 1, got {window!r}")
         return window
+
+    def sources_vocab(self, request: SearchRequest) -> Any:
+        """The vocabulary the sources of ``request`` are read with: with its ``target_lang``,
+        each starts with that language's token (``data.vocab.TaggedSources``)."""
+        if request.target_lang is None:
+            return self.vocab
+        return TaggedSources(self.vocab, request.target_lang)
 
     def _candidate(self, output: Output) -> Candidate:
         pieces = tuple(self.vocab.id_to_piece(t) for t in output.ids or [])
@@ -576,8 +642,9 @@ class Translator:
         decode_s = time.perf_counter() - start
         engine = self.engine.name if self.engine is not None else "torch"
         lang = _bleu_language(lang, self.target_language(), self.spelling.name("lang"))
+        vocab = self.sources_vocab(search)  # the sources as the model read them, for perplexity
         result = scored(
-            self.model, self.vocab, sources, references, hyps, decode_s, lang=lang, engine=engine
+            self.model, vocab, sources, references, hyps, decode_s, lang=lang, engine=engine
         )
         if hyp_path is not None:
             write_lines_atomic(hyp_path, result.hypotheses)
@@ -727,6 +794,20 @@ class _PerLine:
             )
             for i in range(first, first + n)
         )
+
+
+def with_terms(
+    request: SearchRequest, terms: Sequence[Sequence[Term]], where: Sequence[str], eos_id: int
+) -> SearchRequest:
+    """``request`` for ``len(terms)`` sources whose constraints also hold the targets of their
+    ``terms`` (a glossary's matches); ``where`` names each source in errors."""
+    given = request.constraints_of(range(len(terms)))
+    per_source = given if isinstance(given, list) else [given] * len(terms)
+    merged = tuple(
+        with_phrases(c, [t.ids for t in mine], where=name, eos_id=eos_id)
+        for c, mine, name in zip(per_source, terms, where)
+    )
+    return replace(request, constraints=merged)
 
 
 def _item(given: Sequence[Any], i: int, name: str) -> Any:

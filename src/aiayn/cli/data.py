@@ -198,7 +198,8 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
         action="append",
         metavar="KEY=VALUE,...",
         help="a named training corpus: name=N and src=F,tgt=F or tsv=F or tmx=F, optional "
-        "weight=W (sampled W times as often per epoch) and back_translated=true (repeatable)",
+        "weight=W (sampled W times as often per epoch), back_translated=true and tag=LANG (its "
+        "sources start with >>LANG<<: one model, several target languages) (repeatable)",
     )
     p.add_argument(
         "--data-spec", metavar="FILE", help="YAML/JSON file naming the corpora of each split"

@@ -90,8 +90,31 @@ def add_decode_args(
     if preset is None:
         add_quantize_arg(p)
         add_precision_args(p)
+    if search and preset is None:
+        add_glossary_arg(p)
+        add_target_lang_arg(p)
     if outputs:
         add_output_args(p)
+
+
+def add_glossary_arg(p: argparse.ArgumentParser) -> None:
+    """``--glossary``: terms that become lexical constraints (``aiayn.text.glossary``)."""
+    p.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help="source<TAB>target terms: where a term's source occurs in a sentence (whole words, "
+        "case-sensitive), its output must hold the target (docs/glossary.md)",
+    )
+
+
+def add_target_lang_arg(p: argparse.ArgumentParser) -> None:
+    """``--target-lang`` of a multilingual model (its ``>>xx<<`` tokens)."""
+    p.add_argument(
+        "--target-lang",
+        metavar="CODE",
+        help="the language to translate into, for a model with language tokens (>>CODE<<, "
+        "put in front of every source; docs/glossary.md#target-languages)",
+    )
 
 
 def _add_guard_args(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,13 @@ import os
 import sys
 
 from .common import add_device_arg
-from .decoding import add_engine_arg, add_precision_args, add_quantize_arg, open_translator
+from .decoding import (
+    add_engine_arg,
+    add_glossary_arg,
+    add_precision_args,
+    add_quantize_arg,
+    open_translator,
+)
 
 API_KEY_ENV = "AIAYN_API_KEY"
 
@@ -36,7 +42,14 @@ def _serve(args: argparse.Namespace) -> None:
             file=sys.stderr,
         )
     translator = open_translator(args, "serve")
-    run_server(translator, host=args.host, port=args.port, limits=limits, api_key=api_key)
+    run_server(
+        translator,
+        host=args.host,
+        port=args.port,
+        limits=limits,
+        api_key=api_key,
+        glossary=args.glossary,
+    )
 
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
@@ -83,4 +96,5 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     add_quantize_arg(p)
     add_engine_arg(p)
     add_precision_args(p)
+    add_glossary_arg(p)
     p.set_defaults(func=_serve)

@@ -150,6 +150,8 @@ class TextStream:
     progress: bool = False
     total: int | None = None
     around: Callable[[Any], Any] | None = None
+    terms: int = 0  # a glossary's terms applied, and in how many lines
+    lines_with_terms: int = 0
 
     def say_truncated(self, index: int, tokens: int, cap: int) -> None:
         """``on_truncate`` of the windows: ``index`` counts the input's lines from 0."""
@@ -158,6 +160,12 @@ class TextStream:
             f"more than the model's {cap} positions: truncated",
             file=sys.stderr,
         )
+
+    def count_terms(self, nbest: list[list[Any]]) -> None:
+        """Count a window's glossary terms, which its outputs name (``Output.terms``)."""
+        applied = [len(outputs[0].terms) for outputs in nbest if outputs and outputs[0].terms]
+        self.terms += sum(applied)
+        self.lines_with_terms += len(applied)
 
     def corpus(self) -> dict[str, Any]:
         """How ``Translator.windows`` / ``best_lines`` read this stream."""
@@ -201,9 +209,15 @@ def translate_lines(
         progress=progress,
         total=count if progress else None,
     )
-    translate_stream(stream, translator, request, output)
+    lines = translate_stream(stream, translator, request, output)
     if output is not None:
         _say_cut(output)
+    if request.glossary is not None:
+        print(
+            f"aiayn translate: --glossary {args.glossary}: {stream.terms} term(s) applied in "
+            f"{stream.lines_with_terms} of {lines} line(s)",
+            file=sys.stderr,
+        )
     if split is not None:
         _say_split(split)
 
@@ -235,6 +249,7 @@ def translate_stream(
     decoded = output.windows() if output else {}
     first = 0
     for nbest in translator.windows(texts, request, **decoded, **stream.corpus()):
+        stream.count_terms(nbest)
         stream.write(output.format(nbest, first) if output else [_best(o) for o in nbest])
         first += len(nbest)
     if output is not None:

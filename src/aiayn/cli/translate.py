@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from .common import say_wrote, show_progress
 from .decoding import (
@@ -46,7 +47,14 @@ def _evaluate(args: argparse.Namespace) -> None:
         lang=lang,
         progress=show_progress(args.quiet),
     )
-    used = {"shortlist": request.shortlist.origin if request.shortlist else None}
+    used: dict[str, Any] = {"shortlist": request.shortlist.origin if request.shortlist else None}
+    if request.glossary is not None:  # the terms the outputs hold (the sources' matches)
+        found = [len(request.glossary.matches(s)) for s in sources]
+        used["glossary"] = {
+            "file": args.glossary,
+            "terms_applied": sum(found),
+            "sentences": sum(1 for n in found if n),
+        }
     scored = {**result.as_dict(), "paper_bleu_lang": lang}
     print(json.dumps({**scored, **translator.precision.as_dict(), **used}, indent=2))
     if args.output:

@@ -16,7 +16,7 @@ import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,12 @@ _LANG_SUFFIX = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?")
 LANG_CODE = re.compile(r"[a-z]{2,3}(?:[-_][A-Za-z0-9]{2,8})*")  # a language tag, BCP 47's shape
 _NOT_LANGS = {"src", "tgt", "txt", "tok", "raw", "out", "ref", "hyp", "tsv", "tmx", "bpe", "xml"}
 _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+# A target-language token, OPUS-MT's multilingual form (>>fra<<, >>por_Latn<<): the code
+# of the language to translate into, put in front of the source.
+LANGUAGE_TOKEN = re.compile(r">>([a-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*)<<")
 TAG_BT = "<BT>"  # the source tag of back-translated pairs (Caswell et al., 2019)
 MAX_WEIGHT = 100.0  # an epoch's pair list is weight times a corpus: 1e9 took all memory
-_KEYS = {"name", "src", "tgt", "tsv", "tmx", "weight", "back_translated"}
+_KEYS = {"name", "src", "tgt", "tsv", "tmx", "weight", "back_translated", "tag"}
 
 Pair = tuple[str | None, str | None]  # None: that side's line is not UTF-8
 
@@ -42,13 +45,23 @@ class Corpus:
     """One named corpus: ``files`` (one TSV or TMX file, or the source and target files) in
     ``kind``'s format; ``weight`` scales how often its pairs are sampled each training epoch
     (``batching.weighted_epoch``); a ``back_translated`` corpus's sources are machine
-    translations and get ``TAG_BT`` in front."""
+    translations and get ``TAG_BT`` in front; a ``tag``ged corpus's sources get its target
+    language's token in front (``>>fr<<``: one model, several target languages, as OPUS-MT's
+    multilingual models read them)."""
 
     name: str
     kind: str  # "pair", "tsv" or "tmx"
     files: tuple[Path, ...]
     weight: float = 1.0
     back_translated: bool = False
+    tag: str | None = None
+
+    def source(self, text: str, *, training: bool) -> str:
+        """A source of this corpus as the model reads it: its language token, then (in
+        training: held-out sources are real text) the back-translation tag."""
+        tags = [language_token(self.tag)] if self.tag else []
+        tags += [TAG_BT] if training and self.back_translated else []
+        return " ".join([*tags, text])
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any], where: str, default_name: str = "") -> Corpus:
@@ -80,9 +93,18 @@ class Corpus:
         if bt not in (True, False, "true", "false", "1", "0", 1, 0):
             raise UserError(f"{where}: back_translated must be true or false, got {bt!r}")
         name = str(spec.get("name", default_name or Path(str(files[0])).name))
-        return cls(
-            name, kind, tuple(Path(str(f)) for f in files), weight, bt in (True, "true", "1", 1)
-        )
+        tag = spec.get("tag")
+        if tag is not None and not (isinstance(tag, str) and LANG_CODE.fullmatch(tag)):
+            raise UserError(
+                f"{where}: tag must be the target language's code (en, fr, pt_BR), got {tag!r}"
+            )
+        paths = tuple(Path(str(f)) for f in files)
+        return cls(name, kind, paths, weight, bt in (True, "true", "1", 1), tag)
+
+
+def language_token(code: str) -> str:
+    """The piece that asks for target language ``code`` (``fr`` -> ``>>fr<<``)."""
+    return f">>{code}<<"
 
 
 def parse_corpus_option(text: str, index: int) -> Corpus:
@@ -131,8 +153,9 @@ def file_language(path: Path) -> str | None:
 
 def resolve_languages(given: Languages, corpora: list[Corpus]) -> Languages:
     """The languages ``given`` (``--src-lang``/``--tgt-lang``), else those the pair files'
-    suffixes name; a suffix that disagrees with another or with what was given is refused,
-    since the same files cannot be in two languages."""
+    suffixes name (but a ``tag``ged corpus's target: several go into one model); a suffix
+    that disagrees with another or with what was given is refused, since the same files
+    cannot be in two languages."""
     found = Languages(given.src, given.tgt, {})
     for corpus in corpora:
         if corpus.kind != "pair":
@@ -142,6 +165,8 @@ def resolve_languages(given: Languages, corpora: list[Corpus]) -> Languages:
             continue
         for side, lang, path in zip(("src", "tgt"), langs, corpus.files):
             known = getattr(found, side)
+            if side == "tgt" and corpus.tag:  # a tagged corpus's target is its tag's language
+                continue
             if known is None:
                 setattr(found, side, lang)
                 found.found_in[side] = str(path)
@@ -327,4 +352,4 @@ def data_spec(data: dict[str, Any], path: Path) -> tuple[dict[str, list[Corpus]]
 
 def _relative(corpus: Corpus, base: Path) -> Corpus:
     files = tuple(f if f.is_absolute() else base / f for f in corpus.files)
-    return Corpus(corpus.name, corpus.kind, files, corpus.weight, corpus.back_translated)
+    return replace(corpus, files=files)

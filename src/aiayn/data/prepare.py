@@ -41,7 +41,7 @@ from .binarize import (
     write_meta,
 )
 from .clean import Cleaning, HeldOut, language_identifier
-from .corpora import TAG_BT, Corpus, Languages, resolve_languages, text_lines
+from .corpora import TAG_BT, Corpus, Languages, language_token, resolve_languages, text_lines
 from .pieces import (
     AnyVocab,
     copy_vocabulary,
@@ -291,7 +291,9 @@ def _build(
         _check_kept("train", _files(plan.corpora["train"]), nothing, text.cleaner.counts, plan)
     clean_s = time.perf_counter() - start
     tagged = any(c.back_translated for c in plan.corpora["train"])
+    languages = target_tags(plan)
     symbols = [*user_defined_symbols, *([TAG_BT] if tagged else [])]
+    symbols += [language_token(code) for code in languages]
     vocabulary = _vocabulary(out, vocab, text.files, vocab_size, num_threads, symbols)
     vocab_s = time.perf_counter() - start - clean_s
     summary = {"train": _binarise_train(plan, text, vocabulary, out, max_len, workers)}
@@ -307,10 +309,25 @@ def _build(
             write_lines_atomic(out / name, [pair[side] for pair in pairs])
     for path in text.files:
         path.unlink()
-    record = {**plan.languages.record(), **(record or {})}
+    tags = {"target_langs": list(languages)} if languages else {}
+    record = {**plan.languages.record(), **tags, **(record or {})}
     meta = write_meta(out, vocabulary, summary, record or None)
     seconds = {"clean": clean_s, "vocab": vocab_s, "total": time.perf_counter() - start}
     return {**meta, "seconds": seconds}
+
+
+def target_tags(plan: Plan) -> tuple[str, ...]:
+    """The target languages the corpora are tagged with (``tag``), in order of first use;
+    a held-out corpus's tag must be one a training corpus teaches."""
+    taught = tuple(dict.fromkeys(c.tag for c in plan.corpora["train"] if c.tag))
+    for split in ("valid", "test"):
+        for corpus in plan.corpora.get(split, []):
+            if corpus.tag is not None and corpus.tag not in taught:
+                raise UserError(
+                    f"{split} corpus {corpus.name}: tag {corpus.tag} is no training corpus's "
+                    f"({', '.join(taught) or 'none is tagged'}): the model would never learn it"
+                )
+    return taught
 
 
 def _vocabulary(

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from ..errors import UserError
 from ..files import count_lines
 from .clean import Cleaner, Cleaning, HeldOut
-from .corpora import TAG_BT, Corpus, Languages, Pair, iter_corpus
+from .corpora import Corpus, Languages, Pair, iter_corpus
 
 CLEAN_TEXT = (".train.clean.src", ".train.clean.tgt")  # in the temporary directory only
 
@@ -91,28 +91,32 @@ def held_out_splits(plan: Plan) -> HeldOutText:
     for split in ("valid", "test"):
         if split in plan.corpora:
             cleaner = cleaners[split] = Cleaner(keep, training=False)
-            read = (p for c in plan.corpora[split] for p in iter_corpus(c, plan.languages))
-            pairs[split] = list(_kept(cleaner, read))
+            pairs[split] = [
+                (c.source(src, training=False), tgt)
+                for c in plan.corpora[split]
+                for src, tgt in _kept(cleaner, iter_corpus(c, plan.languages))
+            ]
     carved = _draw(plan)
     if carved:
         for split in sorted(set(carved.values())):
             pairs[split], cleaners[split] = [], Cleaner(keep, training=False)
-        for index, (src, tgt) in _carvable_pairs(plan):
+        for index, corpus, pair in _carvable_pairs(plan):
             into = carved.get(index)
             if into is not None:
-                pairs[into].extend(_kept(cleaners[into], [(src, tgt)]))
+                kept = _kept(cleaners[into], [pair])
+                pairs[into].extend((corpus.source(s, training=False), t) for s, t in kept)
     return HeldOutText(pairs, cleaners, carved)
 
 
-def _carvable_pairs(plan: Plan) -> Iterator[tuple[int, tuple[str | None, str | None]]]:
-    """(index among the carvable training pairs, pair) for each pair of the training corpora
-    that held-out pairs may be drawn from (not back-translated ones)."""
+def _carvable_pairs(plan: Plan) -> Iterator[tuple[int, Corpus, Pair]]:
+    """(index among the carvable training pairs, its corpus, pair) for each pair of the
+    training corpora that held-out pairs may be drawn from (not back-translated ones)."""
     index = 0
     for corpus in plan.corpora["train"]:
         if corpus.back_translated:
             continue
         for pair in iter_corpus(corpus, plan.languages):
-            yield index, pair
+            yield index, corpus, pair
             index += 1
 
 
@@ -152,7 +156,7 @@ class TrainText:
 def clean_train(plan: Plan, out: Path, held: HeldOut, carved: dict[int, str]) -> TrainText:
     """Stream every training corpus through one ``Cleaner`` (duplicates are found across
     corpora) into ``out/CLEAN_TEXT``, skipping the ``carved`` pairs; a back-translated
-    corpus's sources start with ``TAG_BT``."""
+    corpus's sources start with ``TAG_BT``, a tagged one's with its language's token."""
     cleaner = Cleaner(
         plan.cleaning,
         training=True,
@@ -178,7 +182,7 @@ def clean_train(plan: Plan, out: Path, held: HeldOut, carved: dict[int, str]) ->
                         continue
                 if cleaner.keep(src, tgt):
                     assert src is not None and tgt is not None  # an undecodable side is dropped
-                    f_src.write((f"{TAG_BT} {src}" if corpus.back_translated else src) + "\n")
+                    f_src.write(corpus.source(src, training=True) + "\n")
                     f_tgt.write(tgt + "\n")
             counts = {k: v - before[k] for k, v in cleaner.counts.items() if v - before[k]}
             sizes.append(counts.get("kept", 0))
@@ -195,6 +199,7 @@ def _corpus_record(corpus: Corpus, counts: dict[str, int], carved: int) -> dict[
         "files": [str(f) for f in corpus.files],
         "weight": corpus.weight,
         "back_translated": corpus.back_translated,
+        **({"tag": corpus.tag} if corpus.tag else {}),
         "carved_for_held_out": carved,
         "cleaning": counts,
     }

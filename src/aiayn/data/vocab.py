@@ -19,6 +19,7 @@ from typing import Any
 import sentencepiece as spm
 
 from ..errors import UserError
+from .corpora import LANGUAGE_TOKEN, language_token
 from .readers import iter_lines
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -234,3 +235,30 @@ def cut_source(ids: list[int], cap: int | None, eos_id: int) -> list[int]:
     if cap is None or len(ids) <= cap:
         return ids
     return ids[: cap - 1] + [eos_id] if ids[-1] == eos_id else ids[:cap]
+
+
+def target_languages(vocab: Any) -> tuple[str, ...]:
+    """The codes of the vocabulary's target-language tokens (pieces ``>>xx<<``), in id order:
+    the languages a multilingual model translates into; () for a model of one language."""
+    pieces = (vocab.id_to_piece(i) for i in range(len(vocab)))
+    return tuple(m.group(1) for piece in pieces if (m := LANGUAGE_TOKEN.fullmatch(piece)))
+
+
+class TaggedSources:
+    """``vocab`` whose sources start with target language ``code``'s token (``>>fr<< text``,
+    as a multilingual model was trained to read them); everything else is ``vocab``'s."""
+
+    def __init__(self, vocab: Any, code: str) -> None:
+        self.vocab, self.tag = vocab, language_token(code)
+
+    def encode_source(self, text: str, max_len: int | None = None) -> list[int]:
+        tagged = f"{self.tag} {text}" if text.strip() else text  # a blank line stays blank
+        return self.vocab.encode_source(tagged, max_len)
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "vocab":  # not set yet (unpickling): no recursion through __getattr__
+            raise AttributeError(name)
+        return getattr(self.vocab, name)

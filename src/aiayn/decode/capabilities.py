@@ -31,6 +31,7 @@ Feature = Literal[
     "quantize",
     "precision",  # bf16: another engine decodes in its own float32
     "lexical_constraints",
+    "glossary",  # its terms become lexical constraints (``text.glossary``)
     "prefixes",
     "max_src_len",
     "min_len",
@@ -119,6 +120,9 @@ CAPABILITIES: dict[Feature, Capability] = {
         "constraints",
         "constraints",
         engines={CTRANSLATE2: "CTranslate2 has target prefixes but no lexical constraints"},
+    ),
+    "glossary": Capability(
+        "its terms become lexical constraints, which are our search's", "glossary", "glossary"
     ),
     "prefixes": Capability("a target prefix is our search's", "prefixes", "prefix"),
     "max_src_len": Capability("cutting sources shorter than the model's positions is ours"),

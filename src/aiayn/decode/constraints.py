@@ -215,6 +215,26 @@ def text_constraint(
     return OutputConstraint(prefix_ids, encoded, where=where, eos_id=eos_id)
 
 
+def with_phrases(
+    constraint: Constraint | None, phrases: Sequence[Sequence[int]], *, where: str, eos_id: int
+) -> Constraint | None:
+    """``constraint`` (None, or a prefix and phrases) that must also hold ``phrases`` (a
+    glossary's targets in a sentence); ``where`` names a new one in errors."""
+    phrases = [p for p in phrases if p]
+    if not phrases:
+        return constraint
+    if constraint is None:
+        return OutputConstraint((), phrases, where=where, eos_id=eos_id)
+    if not isinstance(constraint, OutputConstraint):
+        raise TypeError(f"phrases add to an OutputConstraint, not {type(constraint).__name__}")
+    return OutputConstraint(
+        constraint.prefix,
+        [*constraint.phrases, *phrases],
+        where=constraint.where,
+        eos_id=constraint.eos_id,
+    )
+
+
 def _spelled(tokenizer: Any, text: str, what: str, where: str) -> list[int]:
     """``text``'s ids, or ``UserError`` when the vocabulary cannot spell it: the unknown piece
     would stand in for it, and any output holding that piece would "meet" the constraint."""

@@ -48,6 +48,7 @@ class Output:
     alignment: str | None = None  # Pharaoh pairs "i-j ..." (``align``)
     ids: list[int] | None = None  # the output's token ids, eos left out (not printed)
     cut: bool = False  # stopped by the length limit, without eos: its log-prob has none
+    terms: tuple[tuple[str, str], ...] | None = None  # the glossary's (source, target) applied
 
     @classmethod
     def of(cls, hyp: Hypothesis, text: str, **extra: Any) -> Output:
@@ -78,7 +79,10 @@ def is_cut(hyp: Hypothesis) -> bool:
 
 def jsonl_line(sentence_id: int, outputs: Sequence[Output]) -> str:
     """One input line's hypotheses as a JSON line."""
-    record = {"id": sentence_id, "hypotheses": [o.record() for o in outputs]}
+    record: dict[str, Any] = {"id": sentence_id}
+    if outputs and outputs[0].terms is not None:  # the source's, so the line's
+        record["glossary"] = [list(pair) for pair in outputs[0].terms]
+    record["hypotheses"] = [o.record() for o in outputs]
     return json.dumps(record, ensure_ascii=False)
 
 

@@ -80,14 +80,15 @@ def shortlist_sizes(
 
 
 def per_sentence(
-    say: Callable[[str], str], shortlist: Any, prefixes: Any, constraints: Any
+    say: Callable[[str], str], shortlist: Any, prefixes: Any, constraints: Any, glossary: Any = None
 ) -> set[Feature]:
-    """What the sentences will come with (``request``'s ``prefixes`` and ``constraints``),
-    refused with a shortlist, which renumbers the pieces."""
+    """What the sentences will come with (``request``'s ``prefixes`` and ``constraints``, and
+    a glossary's terms), refused with a shortlist, which renumbers the pieces."""
     given: dict[Feature, Any] = {"prefixes": prefixes, "lexical_constraints": constraints}
     per_sentence: set[Feature] = {f for f, v in given.items() if v not in (None, False)}
-    if shortlist is not None and per_sentence:
-        first = "prefixes" if "prefixes" in per_sentence else "constraints"
+    if shortlist is not None and (per_sentence or glossary is not None):
+        keywords = {"prefixes": "prefixes", "lexical_constraints": "constraints"}
+        first = next((keywords[f] for f in keywords if f in per_sentence), "glossary")
         raise UserError(
             f"{say('shortlist')} and {say(first)} cannot be combined (a shortlist renumbers "
             "the pieces the search sees)"
@@ -106,6 +107,25 @@ def batching(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{say(key)} must be at least 1, got {value!r}")
     return Batching(**given, workers=workers)
+
+
+def target_lang(
+    say: Callable[[str], str], code: Any, codes: Sequence[str], model: object
+) -> str | None:
+    """``code`` when ``model`` has its language token (``codes``: its languages, from its
+    vocabulary's ``>>xx<<`` pieces); None when none is asked for."""
+    if code is None:
+        return None
+    if not isinstance(code, str):
+        raise UserTypeError(f"{say('target_lang')} must be a str, not {type(code).__name__}")
+    if not codes:
+        raise UserError(
+            f"{say('target_lang')} {code}: {model} has no target-language tokens (>>xx<< "
+            "pieces): it translates into one language"
+        )
+    if code not in codes:
+        raise UserError(f"{say('target_lang')} {code}: {model} translates into {', '.join(codes)}")
+    return code
 
 
 def alignment_layer(alignments: bool | int) -> int | None:

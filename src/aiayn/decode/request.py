@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID  # the vocabulary's ids: one source
 from ..errors import UserError
@@ -26,6 +26,9 @@ from .constraints import Constraint
 from .rules import PAPER_RULES
 from .sample import SampleConfig
 from .shortlist import Shortlist
+
+if TYPE_CHECKING:
+    from ..text.glossary import Glossary
 
 BATCH_SIZE = 64  # sentences in one batch: a beam of short sentences holds many rows
 MAX_TOKENS = 8000  # padded source tokens in one batch at up to BEAM_ROWS rows per source
@@ -80,7 +83,10 @@ class SearchRequest:
     source i seeded as input sentence ``first_index + i`` (or ``first_index[i]``: a server
     seeds each sentence by its place in its own request, whatever it is decoded with).
     ``max_src_len``: sources longer are cut (default: the model's positions). ``device``: None
-    for the model's own."""
+    for the model's own. ``glossary``: terms (their target pieces spelled) that become the
+    lexical constraints of the sources they occur in (``aiayn.Translator`` adds them to each
+    window's constraints); ``target_lang``: the code of the language token (``>>fr<<``) put
+    in front of every source."""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     min_len: int = 0
@@ -92,6 +98,8 @@ class SearchRequest:
     batching: Batching = field(default_factory=Batching)
     device: str | None = None
     ids: SpecialIds = field(default_factory=SpecialIds)
+    glossary: Glossary | None = None
+    target_lang: str | None = None
 
     def __post_init__(self) -> None:
         # Lists given by callers become tuples: the record stays hashable and immutable.
@@ -132,6 +140,8 @@ class SearchRequest:
             used.add("sampling")
         if self.shortlist is not None:
             used.add("shortlist")
+        if self.glossary is not None:
+            used.add("glossary")
         if self.decode.rules != PAPER_RULES:
             used.add("search_rules")
         if self.decode.no_repeat_ngram_size:

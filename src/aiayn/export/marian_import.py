@@ -41,7 +41,7 @@ from torch import Tensor
 from ..checkpoint import META, WEIGHTS, save_weights
 from ..config import ModelConfig
 from ..data.pieces import TwoModelVocab, sentencepiece_model
-from ..data.vocab import BOS_ID, PAD_ID
+from ..data.vocab import BOS_ID, PAD_ID, target_languages
 from ..files import check_not_input, check_parent, publish_dir, temp_dir_beside
 from ..model import Transformer
 from .common import ExportError, layers
@@ -424,6 +424,8 @@ def write_imported(
         }
         if search_defaults:
             meta["search_defaults"] = search_defaults
+        if languages := target_languages(vocab):  # a multilingual model's >>xx<< tokens
+            meta["target_langs"] = list(languages)
         (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         publish_dir(tmp, out)
     finally:

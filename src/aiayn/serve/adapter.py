@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..checkpoint import META, read_meta
+from ..data.vocab import TaggedSources
 from ..decode import (
     DecodeConfig,
     Hypothesis,
@@ -32,12 +33,15 @@ from ..decode import (
     SearchRequest,
     text_constraint,
 )
+from ..decode import options as checks
 from ..decode.align import output_alignment
 from ..decode.capabilities import SERVER, Feature
+from ..decode.constraints import with_phrases
 from ..decode.nbest import is_cut
 from ..errors import UserError
 from ..runtime.flops import count_parameters
-from ..translator import Translator
+from ..text.glossary import Glossary
+from ..translator import GlossaryGiven, Translator
 
 ENC_DEC = "encoder-decoder attention"
 PRECISION_NAMES = {torch.bfloat16: "bf16"}  # what /info calls the weights' dtype (else fp32)
@@ -56,6 +60,7 @@ class TranslateJob:
     sampling: SampleConfig | None = None
     constraints: list[OutputConstraint | None] | None = None
     alignment_layer: int | None = None
+    terms: list[tuple[tuple[str, str], ...]] | None = None  # a glossary's, per sentence
 
     @property
     def tokens(self) -> int:
@@ -68,9 +73,10 @@ class TranslateJob:
 
 
 class Adapter:
-    """An ``aiayn.Translator`` answering ``TranslateJob``s with JSON-ready dicts."""
+    """An ``aiayn.Translator`` answering ``TranslateJob``s with JSON-ready dicts; ``glossary``:
+    the server's (``aiayn serve --glossary``), which every request's own terms extend."""
 
-    def __init__(self, translator: Translator) -> None:
+    def __init__(self, translator: Translator, glossary: GlossaryGiven = None) -> None:
         self.translator = translator
         # the engine first: a damaged export is named before our model is looked for
         self.engine, self.vocab, self.model = translator.engine, translator.vocab, translator.model
@@ -82,13 +88,23 @@ class Adapter:
         self.checkpoint = translator.checkpoints[0]
         self.meta = read_meta(self.checkpoint) if (self.checkpoint / META).is_file() else {}
         self.quantized = translator.quantize
+        if glossary is not None:
+            translator.check({"glossary"})  # an engine without lexical constraints: at start
+        self.glossary = translator.glossary(glossary)
 
     @property
     def max_source_tokens(self) -> int:
         return self.model.cfg.max_len
 
-    def encode(self, lines: list[str]) -> list[list[int]]:
-        return [self.vocab.encode_source(line) for line in lines]
+    def encode(self, lines: list[str], target_lang: str | None = None) -> list[list[int]]:
+        """The sources' ids, each led by ``target_lang``'s token when given (checked against
+        the model's languages: ``UserError`` naming them)."""
+        vocab = self.vocab
+        if target_lang is not None:
+            languages = self.translator.target_languages()
+            checks.target_lang(SERVER.name, target_lang, languages, "the model")
+            vocab = TaggedSources(self.vocab, target_lang)
+        return [vocab.encode_source(line) for line in lines]
 
     def constraints(
         self,
@@ -107,12 +123,43 @@ class Adapter:
             text_constraint(self.vocab, prefix, words, where=f"text[{i}]")
             for i, (prefix, words) in enumerate(zip(prefixes, phrases))
         ]
+        return self._fitting(built, sources, config)
+
+    def _fitting(
+        self, built: list[Any], sources: list[list[int]], config: DecodeConfig
+    ) -> list[Any] | None:
+        """``built``, or ``UserError`` naming a sentence whose constraint does not fit its
+        output's length; None when no sentence has one."""
         lengths = torch.tensor([len(s) for s in sources])
         limits = config.max_len(lengths, self.max_source_tokens).tolist()
         for constraint, source, limit in zip(built, sources, limits):
             if constraint is not None and source:  # a blank line is not decoded
                 constraint.start(source, limit)
         return built if any(c is not None for c in built) else None
+
+    def glossary_of(self, given: Any) -> Glossary | None:
+        """A request's glossary (its ``glossary`` field) over the server's, whose target for a
+        source both give it replaces; the server's alone when the request gives none."""
+        own = self.translator.glossary(given, SERVER)
+        if own is None or self.glossary is None:
+            return own or self.glossary
+        return self.glossary.merged(own)
+
+    def with_glossary(
+        self, job: TranslateJob, texts: list[str], glossary: Glossary | None
+    ) -> TranslateJob:
+        """``job`` whose sentences' constraints also hold the targets of the terms that occur
+        in them (``text.glossary``'s rules), and which names those terms in its answers."""
+        if glossary is None:
+            return job
+        found = [glossary.matches(text) for text in texts]
+        built = [
+            with_phrases(c, [t.ids for t in mine], where=f"text[{i}]", eos_id=self.vocab.eos_id)
+            for i, (c, mine) in enumerate(zip(job.constraints or [None] * len(texts), found))
+        ]
+        terms = [tuple(t.pair() for t in mine) for mine in found]
+        constraints = self._fitting(built, job.sources, job.config)
+        return replace(job, constraints=constraints, terms=terms)
 
     def alignment_layer(self, layer: int | None) -> int:
         """The decoder layer a request aligns with (None: the last), or ``UserError``."""
@@ -137,12 +184,8 @@ class Adapter:
         nbest = self.engine.decode_ids(sources, self.search_request(jobs))
         answers, start = [], 0
         for job in jobs:
-            answers.append(
-                [
-                    self._answer(src, hyps, job)
-                    for src, hyps in zip(job.sources, nbest[start : start + len(job.sources)])
-                ]
-            )
+            mine = nbest[start : start + len(job.sources)]
+            answers.append([self._answer(i, hyps, job) for i, hyps in enumerate(mine)])
             start += len(job.sources)
         return answers
 
@@ -161,11 +204,15 @@ class Adapter:
             first_index=tuple(i for job in jobs for i in range(len(job.sources))),
         ).with_ids(self.vocab)
 
-    def check_supported(self, job: TranslateJob, *, seed: bool = False) -> None:
+    def check_supported(
+        self, job: TranslateJob, *, seed: bool = False, glossary: bool = False
+    ) -> None:
         """``UserError`` naming, by the request's fields, all that ``job`` asks which the engine
-        cannot do (``seed``: the request gave one): the Translator's one refusal."""
+        cannot do (``seed``: the request gave one; ``glossary``: it gave terms, before they
+        join the job's constraints): the Translator's one refusal."""
         request = self.search_request([job])
         asked: set[Feature] = request.features() | ({"seed"} if seed else set())
+        asked |= {"glossary"} if glossary else set()
         first = request.first_lexical()
         self.translator.check(
             asked,
@@ -173,10 +220,9 @@ class Adapter:
             spelling=SERVER,
         )
 
-    def _answer(
-        self, source: list[int], hyps: list[Hypothesis], job: TranslateJob
-    ) -> dict[str, Any]:
-        best = hyps[0] if hyps else None
+    def _answer(self, i: int, hyps: list[Hypothesis], job: TranslateJob) -> dict[str, Any]:
+        """Sentence ``i`` of ``job``'s answer, from its hypotheses ``hyps``."""
+        source, best = job.sources[i], hyps[0] if hyps else None
         answer: dict[str, Any] = {
             "text": self.vocab.decode(best.tokens) if best else "",
             "score": best.score if best else None,
@@ -188,6 +234,8 @@ class Adapter:
         }
         if best is not None and is_cut(best):  # as the command's JSON lines mark it
             answer["cut"] = True
+        if job.terms is not None:  # as the command's JSON lines name them
+            answer["glossary"] = [list(pair) for pair in job.terms[i]]
         if job.attention:
             answer["attention"] = self.attention(source, best) if best else None
         if job.alignment_layer is not None:
@@ -219,7 +267,8 @@ class Adapter:
         }
 
     def info(self) -> dict[str, Any]:
-        """What ``GET /info`` reports: model config, vocabulary, checkpoint, parameters."""
+        """What ``GET /info`` reports: model config, vocabulary, checkpoint, parameters, the
+        languages it translates into on request, the server's glossary."""
         cfg = self.model.cfg
         return {
             "checkpoint": str(self.checkpoint) if self.checkpoint is not None else None,
@@ -236,4 +285,6 @@ class Adapter:
             "quantized": self.quantized,
             "engine": self.engine.name,
             "precision": PRECISION_NAMES.get(next(self.model.parameters()).dtype, "fp32"),
+            "target_langs": list(self.translator.target_languages()),  # its >>xx<< tokens
+            "glossary": None if self.glossary is None else self.glossary.origin,
         }

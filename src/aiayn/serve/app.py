@@ -4,6 +4,7 @@
                       "search_rules": "paper", "no_repeat_ngram_size": 0,
                       "repetition_penalty": 1.0, "split": false, "markup": null,
                       "placeholders": false, "prefix": [...], "constraints": [[...], ...],
+                      "glossary": [[source, target], ...], "target_lang": "fr",
                       "alignments": false,
                       "alignment_layer": -1, "sample": false, "top_k": 0, "top_p": 1.0,
                       "temperature": 1.0, "seed": 0}
@@ -152,6 +153,14 @@ class TranslateRequest(BaseModel):
     )
     constraints: list[list[Unicode]] | None = Field(
         None, description="one list per sentence: words or phrases its translation must contain"
+    )
+    glossary: list[list[Unicode]] | dict[Unicode, Unicode] | None = Field(
+        None,
+        description="terms [[source, target], ...] or {source: target}: where a source occurs "
+        "(whole words, case-sensitive), the translation holds its target; over the server's",
+    )
+    target_lang: Unicode | None = Field(
+        None, description="the language to translate into (a model with >>xx<< tokens)"
     )
     alignments: bool = Field(
         False, description="Pharaoh 'i-j' word alignments of every hypothesis (source word i)"
@@ -536,7 +545,10 @@ def _sources(translator: Adapter, limits: Limits, body: TranslateRequest) -> lis
         raise _Refused(
             413, f"text has {chars} characters; the limit is {limits.max_chars} per request"
         )
-    sources = translator.encode(body.text)
+    try:
+        sources = translator.encode(body.text, body.target_lang)
+    except UserError as err:
+        raise _Refused(422, str(err)) from None
     for i, src in enumerate(sources):
         if len(src) > translator.max_source_tokens:
             raise _Refused(
@@ -554,6 +566,7 @@ def _translate_job(
     settings are built, each mistake a 422 (``_Refused``) before any decoding."""
     try:
         config = body.decode_config()  # the library's checks of the settings, one rule each
+        glossary = translator.glossary_of(body.glossary)
         constraints = translator.constraints(sources, config, body.prefix, body.constraints)
         layer = translator.alignment_layer(body.alignment_layer) if body.alignments else None
         job = TranslateJob(
@@ -567,13 +580,18 @@ def _translate_job(
     except UserError as err:
         raise _Refused(422, str(err)) from None
     _check_supported(translator, body, job)
-    return job
+    try:  # the terms join the constraints once the engine is known to take them
+        return translator.with_glossary(job, body.text, glossary)
+    except UserError as err:
+        raise _Refused(422, str(err)) from None
 
 
 def _check_supported(translator: Adapter, body: TranslateRequest, job: TranslateJob) -> None:
     """The engine's refusals, all in one, before the queue, named by the request's fields."""
     try:
-        translator.check_supported(job, seed=body.seed is not None)
+        translator.check_supported(
+            job, seed=body.seed is not None, glossary=body.glossary is not None
+        )
     except UserError as err:
         raise _Refused(422, str(err)) from None
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import math
+import os
 import socket
 from typing import TYPE_CHECKING
 
@@ -150,12 +151,14 @@ def run_server(
     limits: Limits | None = None,
     shutdown_timeout_s: float = 30.0,
     api_key: str | None = None,
+    glossary: str | os.PathLike | None = None,
 ) -> None:
     """Serve ``translator`` (``aiayn.Translator``: a checkpoint loaded as ``aiayn translate``
     loads it, with its engine) until SIGINT/SIGTERM (see the module docstring); ``api_key``:
-    the key every route but ``/health`` and the page needs (``app.ApiKey``)."""
+    the key every route but ``/health`` and the page needs (``app.ApiKey``); ``glossary``: a
+    file of terms every request uses (``Adapter``), read and checked before serving."""
     server = make_server(
-        create_app(Adapter(translator), limits or Limits(), api_key),
+        create_app(Adapter(translator, glossary), limits or Limits(), api_key),
         host=host,
         port=port,
         shutdown_timeout_s=shutdown_timeout_s,
