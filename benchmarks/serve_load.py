@@ -16,8 +16,13 @@ for ``--overload-seconds``. It checks that every 200 answer is correct, that no 
 decode started past its deadline (the server's ``longest_wait_s``) and that no answer came later
 than the deadline plus the longest decode call, and counts the 503s by reason.
 
+"stream" sends one document (``--doc-verses`` test verses, ``split``) whole and streamed,
+A-B-B-A: the seconds to the first sentence's line and to the last, against the whole answer's,
+and checks that the lines join into the whole answer's text byte for byte.
+
     python benchmarks/serve_load.py --checkpoint runs/demo/averaged        # ~10 minutes
     python benchmarks/serve_load.py --checkpoint runs/demo/averaged --runs overload --threads 1
+    python benchmarks/serve_load.py --checkpoint runs/demo/averaged --runs stream --record records
 
 Prints, per run: requests answered / correct, p50 and p99 latency, sentences/s, and the
 batches the server formed (requests per decode call); for overload the offered and answered
@@ -35,6 +40,7 @@ import socket
 import subprocess
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 import httpx
@@ -274,6 +280,67 @@ def print_modes(results: dict, args) -> None:
         )
 
 
+async def streamed(url: str, body: dict) -> tuple[float, float, str]:
+    """Seconds to the first sentence's line and to the last line, and the text they join into."""
+    start, first, deltas = time.perf_counter(), 0.0, []
+    async with httpx.AsyncClient(base_url=url, timeout=None) as http:
+        async with http.stream("POST", "/translate", json={**body, "stream": True}) as resp:
+            async for line in resp.aiter_lines():
+                got = json.loads(line)
+                if "error" in got:
+                    raise SystemExit(f"stream: {got}")
+                first = first or (time.perf_counter() - start if "sentence" in got else 0.0)
+                deltas.append(got.get("delta", ""))
+    return first, time.perf_counter() - start, "".join(deltas)
+
+
+def run_stream(args: argparse.Namespace) -> dict:
+    src, _ = bundled_corpus_paths()["test"]
+    body = {"text": [" ".join(islice(iter_lines(src), args.doc_verses))], "split": True}
+    body |= {"beam": args.beam, "alpha": args.alpha}
+    limits = ["--max-chars", "1000000", "--max-sentences", "100000"]
+    proc, url = start_server(args.checkpoint, limits, args.threads)
+    whole_s, first_s, stream_s, same = [], [], [], True
+    try:
+        for mode in ("whole", "stream", "stream", "whole"):  # A-B-B-A
+            if mode == "whole":
+                start = time.perf_counter()
+                answer = httpx.post(url + "/translate", json=body, timeout=None).json()
+                whole_s.append(time.perf_counter() - start)
+                [document] = answer["translations"]
+            else:
+                first, total, text = asyncio.run(streamed(url, body))
+                first_s, stream_s = first_s + [first], stream_s + [total]
+                same = same and text == document["text"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    result = {"sentences": len(document["sentences"]), "same_bytes": same}
+    result |= {"first_s": min(first_s), "stream_s": min(stream_s), "whole_s": min(whole_s)}
+    print("stream", json.dumps(result), flush=True)
+    return result
+
+
+def record_stream(r: dict, args: argparse.Namespace) -> None:
+    from aiayn.records import make_record, package_version, write_record
+
+    rec = make_record(
+        topic="serving",
+        what=f"`aiayn serve`, a document of {r['sentences']} sentences streamed",
+        figures={
+            "first sentence / whole answer": f"{r['first_s'] / r['whole_s']:.3f}",
+            "first sentence": f"{r['first_s']:.2f} s",
+            "stream / whole": f"{r['stream_s']:.1f} / {r['whole_s']:.1f} s",
+            "same bytes": "yes" if r["same_bytes"] else "NO",
+        },
+        command="benchmarks/serve_load.py " + " ".join(sys.argv[1:]),
+        threads=args.threads,
+        peers={"uvicorn": package_version("uvicorn")},
+        notes=f"beam {args.beam}, split, the best of 2 A-B-B-A, {args.checkpoint}",
+    )
+    print(f"wrote {write_record(rec, args.record)}")
+
+
 def record(results: dict, args: argparse.Namespace) -> None:
     """Dynamic batching on against off as a record (``aiayn.records``, topic serving)."""
     from aiayn.records import make_record, package_version, write_record
@@ -301,7 +368,8 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--checkpoint", default="runs/demo/averaged")
-    p.add_argument("--runs", nargs="+", choices=[*MODES, "overload"], default=[*MODES, "overload"])
+    runs = [*MODES, "overload", "stream"]
+    p.add_argument("--runs", nargs="+", choices=runs, default=runs)
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--requests", type=int, default=50, help="per client")
     p.add_argument(
@@ -321,6 +389,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--overload", type=float, default=3.0, help="offered load / capacity")
     p.add_argument("--capacity-seconds", type=float, default=60.0)
     p.add_argument("--overload-seconds", type=float, default=120.0)
+    p.add_argument("--doc-verses", type=int, default=180, help="stream: the document's verses")
     p.add_argument("--record", help="write the on/off comparison as a record into this folder")
     return p.parse_args()
 
@@ -328,8 +397,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     lines = sentences(args.sentences, args.max_words)
-    t = time.perf_counter()
-    expected = expected_translations(args.checkpoint, lines, args.beam, args.alpha, args.threads)
+    t, steady = time.perf_counter(), [args.checkpoint, lines, args.beam, args.alpha, args.threads]
+    expected = expected_translations(*steady) if set(args.runs) - {"stream"} else {}
     print(
         f"{len(lines)} distinct sentences; reference translations in {time.perf_counter() - t:.1f} s",
         flush=True,
@@ -344,14 +413,19 @@ def main() -> None:
             proc.wait(timeout=120)
         print(mode, json.dumps(results[mode]), flush=True)
     shed = run_overload(lines, expected, args) if "overload" in args.runs else None
+    stream = run_stream(args) if "stream" in args.runs else None
     if results:
         print_modes(results, args)
     if args.record and {"on", "off"} <= set(results):
         record(results, args)
+    if stream is not None and args.record:
+        record_stream(stream, args)
     if shed is not None:
         print_overload(shed, args)
         if not shed["checks_pass"]:
             raise SystemExit("overload: a check failed (see above)")
+    if stream is not None and not stream["same_bytes"]:
+        raise SystemExit("stream: the lines do not join into the whole answer's text")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ and the engine in use. No export is made: the Translator refuses before its engi
 from __future__ import annotations
 
 import io
-from unittest.mock import patch
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from _export_models import trained_like_model

@@ -39,6 +39,8 @@ def test_the_page_has_an_example_for_each_entry_point():
         ".translate(",
         "nbest=",
         ".translate_file(",
+        ".stream(",
+        ".stream_document(",
         ".score(",
         "prepare(",
         "train_model(",

@@ -1114,13 +1114,19 @@ class SlowTranslator:
     def __init__(self, slow: str):
         self.handle = SlowHandle(slow)
 
-    def encode(self, lines):
+    def encode(self, lines, target_lang=None):
         return [[ord(c) for c in line] for line in lines]
 
     def constraints(self, sources, config, prefixes, phrases):
         return None
 
-    def check_supported(self, job, seed=False):
+    def glossary_of(self, given):
+        return None
+
+    def with_glossary(self, job, texts, glossary):
+        return job
+
+    def check_supported(self, job, **asked):
         return None  # it decodes whatever it is given
 
     def decode(self, jobs):
@@ -1262,9 +1268,11 @@ from aiayn.serve.server import make_server
 
 class Upper:
     max_source_tokens = 10_000
-    def encode(self, lines): return [[ord(c) for c in line] for line in lines]
+    def encode(self, lines, target_lang=None): return [[ord(c) for c in line] for line in lines]
     def constraints(self, *args): return None
-    def check_supported(self, job, seed=False): return None
+    def glossary_of(self, given): return None
+    def with_glossary(self, job, texts, glossary): return job
+    def check_supported(self, job, **asked): return None
     def decode(self, jobs): return [[{"text": "".join(map(chr, j.sources[0])).upper()}] for j in jobs]
     def info(self): return {}
 

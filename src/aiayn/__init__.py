@@ -22,6 +22,7 @@ __all__ = [
     "Translator",
     "Translation",
     "Candidate",
+    "Piece",
     "prepare",
     "train_model",
 ]
@@ -36,6 +37,7 @@ _LAZY = {
     "Translator": "translator",
     "Translation": "translator",
     "Candidate": "translator",
+    "Piece": "translator",
     "prepare": "workflow",
     "train_model": "workflow",
 }

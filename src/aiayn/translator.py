@@ -60,6 +60,7 @@ from .decode.translate import (
     check_sentences,
     corpus_windows,
     eval_mode,
+    stream_windows,
 )
 from .errors import UserError, UserTypeError
 from .evaluate import Evaluation
@@ -137,6 +138,19 @@ class Translation:
     @property
     def cut(self) -> bool:
         return self.nbest[0].cut if self.nbest else False
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a streamed document (``Translator.stream_document``): sentence ``sentence``
+    (from 0) of line ``line``, its ``translation``, and ``text``, what it adds to the line's
+    translation (the source's spaces around it kept). A line with no sentence (a blank one) is
+    one piece of its own text, with ``sentence`` and ``translation`` None."""
+
+    line: int
+    sentence: int | None
+    text: str
+    translation: Translation | None
 
 
 class Translator:
@@ -401,32 +415,98 @@ class Translator:
         go one per sentence; ``token_scores`` adds log P of every token; ``alignments`` (True:
         the last decoder layer, or a layer's number) adds word alignments. With a
         ``glossary`` (``request``'s keyword), each ``Translation`` names the terms applied."""
+        asked = _Asked(prefixes, constraints, token_scores, alignments, progress)
+        return list(self._translations(sentences, request, asked, None, options))
+
+    def stream(
+        self,
+        sentences: Sequence[str],
+        request: SearchRequest | None = None,
+        *,
+        prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str] | str] | None = None,
+        token_scores: bool = False,
+        alignments: bool | int = False,
+        window: int = WINDOW,
+        **options: Any,
+    ) -> Iterator[Translation]:
+        """``translate``'s translations one at a time, in input order, each as soon as it and
+        all before it are done: the sentences are searched in windows of 1, 2, 4, ... (at most
+        ``window``; ``decode.translate.stream_windows``), so the first comes after its own
+        search alone. Each window is searched as ``translate`` searches, in other batches: the
+        texts are ``translate``'s, the scores equal to the last bits of float rounding. Every
+        option is checked, and what the engine cannot do refused, here, before the first."""
+        asked = _Asked(prefixes, constraints, token_scores, alignments)
+        sizes = stream_windows(self._window(window))
+        return self._translations(sentences, request, asked, sizes, options)
+
+    def _translations(
+        self,
+        sentences: Sequence[str],
+        request: SearchRequest | None,
+        asked: _Asked,
+        window: int | Iterator[int] | None,
+        options: dict[str, Any],
+    ) -> Iterator[Translation]:
+        """The translations of ``translate`` and ``stream``, every option checked first."""
         check_sentences(sentences)
+        per_sentence = {"prefixes": asked.prefixes, "constraints": asked.constraints}
         if request is None:  # a shortlist, or an engine, that cannot take them is refused first
-            options.update(prefixes=prefixes is not None, constraints=constraints is not None)
+            options.update({name: value is not None for name, value in per_sentence.items()})
         search = self._request(request, options)
-        for name, given in (("prefixes", prefixes), ("constraints", constraints)):
+        for name, given in per_sentence.items():
             if given is not None:
                 checks.check_per_sentence(given, name, len(sentences))
         windows = self.windows(
             sentences,
             search,
-            prefixes=prefixes,
-            constraints=constraints,
-            token_scores=token_scores,
-            alignment_layer=checks.alignment_layer(alignments),
-            progress=progress,
+            prefixes=asked.prefixes,
+            constraints=asked.constraints,
+            token_scores=asked.token_scores,
+            alignment_layer=checks.alignment_layer(asked.alignments),
+            window=window,
+            progress=asked.progress,
         )
-        found = [outputs for window in windows for outputs in window]
+        found = (outputs for window in windows for outputs in window)
         terms = search.glossary.matches if search.glossary is not None else None
-        return [
+        return (
             Translation(
                 source,
                 tuple(self._candidate(o) for o in outputs),
                 None if terms is None else tuple(t.pair() for t in terms(source)),
             )
             for source, outputs in zip(sentences, found)
+        )
+
+    def stream_document(
+        self,
+        lines: Sequence[str],
+        request: SearchRequest | None = None,
+        *,
+        lang: str | None = None,
+        window: int = WINDOW,
+        **options: Any,
+    ) -> Iterator[Piece]:
+        """``aiayn translate --split``, streamed: each line split into sentences (Moses' rules
+        for ``lang``, default the source language the checkpoint's data records, else English;
+        a sentence longer than the training data's longest cut as ``--split`` cuts it), the
+        sentences translated by ``stream``, and each given back as a ``Piece`` as soon as it
+        and all before it are done. The pieces of line i, joined, are what ``--split`` prints
+        for it."""
+        from .checkpoint import read_meta
+        from .text.document import split_line, trained_limit
+
+        check_sentences(lines, "lines")
+        first = self.checkpoints[0]
+        lang = lang or recorded_language(first, "src") or "en"
+        limit = trained_limit(read_meta(first))
+        count = lambda s: len(self.vocab.encode_source(s))  # noqa: E731
+        spans = [
+            split_line(text, lang, count, limit, where=f"lines[{i}]")[0]
+            for i, text in enumerate(lines)
         ]
+        sentences = [text[a:b] for text, line in zip(lines, spans) for a, b in line]
+        return _pieces(lines, spans, self.stream(sentences, request, window=window, **options))
 
     def windows(
         self,
@@ -438,13 +518,14 @@ class Translator:
         where: Callable[[int], str] | None = None,
         token_scores: bool = False,
         alignment_layer: int | None = None,
-        window: int | None = None,
+        window: int | Iterator[int] | None = None,
         progress: bool = False,
         total: int | None = None,
         on_truncate: OnTruncate | None = None,
     ) -> Iterator[list[list[Output]]]:
         """The n-best ``Output`` lists of ``lines``, a window of ``window`` lines at a time
-        (default ``WINDOW``; sorted by length within it, given back in input order).
+        (default ``WINDOW``; sorted by length within it, given back in input order; or the
+        windows' sizes in turn: ``stream_windows``).
         ``prefixes`` and ``constraints``: line i's fixed start ("" for none) and its phrases
         (a list, or one str: one phrase), indexed by the line's number from 0; ``where(i)``
         names line i in their errors (default "sentence i"). Each window's request is refused
@@ -456,9 +537,10 @@ class Translator:
             "alignments": alignment_layer is not None,
         }
         self.check([f for f, given in outputs.items() if given])
+        sizes = window if isinstance(window, Iterator) else self._window(window)
         corpus = corpus_windows(
             lines,
-            window=self._window(window),
+            window=sizes,
             progress=progress,
             total=total,
             on_truncate=on_truncate,
@@ -834,3 +916,30 @@ def _warn_truncated(name: str, index: int, tokens: int, cap: int) -> None:
         "truncated",
         stacklevel=2,
     )
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What ``translate`` and ``stream`` are asked beyond the search: per sentence and per
+    output."""
+
+    prefixes: Sequence[str] | None
+    constraints: Sequence[Sequence[str] | str] | None
+    token_scores: bool
+    alignments: bool | int
+    progress: bool = False
+
+
+def _pieces(
+    lines: Sequence[str], spans: Sequence[Sequence[Any]], translations: Iterator[Translation]
+) -> Iterator[Piece]:
+    """Each line's pieces in order, a sentence's as soon as ``translations`` gives it, and a
+    line without sentences as soon as the sentences before it are done."""
+    from .text.document import around_spans
+
+    for i, (text, line) in enumerate(zip(lines, spans)):
+        if not line:
+            yield Piece(i, None, text, None)
+        pieces = zip(around_spans(text, line), translations)  # the spans first: zip stops there
+        for j, ((before, after), translation) in enumerate(pieces):
+            yield Piece(i, j, before + translation.text + after, translation)

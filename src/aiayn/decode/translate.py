@@ -11,7 +11,8 @@ str``. Sentences are sorted by length so that a batch wastes little on padding, 
 by the request's one policy (``aiayn.decode.request.Batching``). Empty lines give empty outputs
 without touching the model; over-long inputs are truncated to the model's positions with a
 warning. ``translate_corpus`` sorts within windows of ``window`` lines, so that its memory is
-bounded by the window, not by the corpus.
+bounded by the window, not by the corpus; a stream's windows grow (``stream_windows``), so that
+its first line is answered after one sentence's search.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from itertools import islice
+from itertools import islice, repeat
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -240,21 +241,21 @@ class Window:
 def corpus_windows(
     lines: Iterable[str],
     *,
-    window: int = WINDOW,
+    window: int | Iterable[int] = WINDOW,
     progress: bool = False,
     total: int | None = None,
     on_truncate: OnTruncate | None = None,
 ) -> Iterator[Window]:
-    """A corpus read ``window`` lines at a time, as ``translate_corpus`` (and
-    ``aiayn.Translator.windows``) decode it: one progress bar for all (shown when
-    ``progress``; ``total``: the corpus's lines, for the ETA), closed at the end."""
-    if window < 1:
-        raise ValueError(f"window must be at least 1, got {window}")
+    """A corpus read ``window`` lines at a time (or windows of the sizes ``window`` gives:
+    ``stream_windows``), as ``translate_corpus`` (and ``aiayn.Translator.windows``) decode
+    it: one progress bar for all (shown when ``progress``; ``total``: the corpus's lines, for
+    the ETA), closed at the end."""
+    sizes = repeat(_size(window)) if isinstance(window, int) else iter(window)
     check_sentences(lines, "lines", stream=True)
     bar = progress_bar(total, progress, desc="translating")
     lines, first = iter(lines), 0
     try:
-        while texts := list(islice(lines, window)):
+        while texts := list(islice(lines, _size(next(sizes)))):
             report = None if on_truncate is None else _shifted(on_truncate, first)
             yield Window(texts, first, False if bar is None else bar, report)
             first += len(texts)
@@ -263,13 +264,28 @@ def corpus_windows(
             bar.close()
 
 
+def stream_windows(most: int = WINDOW) -> Iterator[int]:
+    """The window sizes of a stream: 1, 2, 4, ... up to ``most``, then ``most`` on. The first
+    line is answered after its own search alone; each window is about as long as all before it
+    together, so a stream of n lines takes about log2(n) windows more than the whole call, and
+    its later windows batch as well as the whole call's. A window is sorted and batched as the
+    whole call is, but in other batches: the texts are the same, the scores equal to the last
+    bits of float rounding (``aiayn.decode.sample`` says why)."""
+    if most < 1:
+        raise ValueError(f"most must be at least 1, got {most}")
+    size = 1
+    while True:
+        yield min(size, most)
+        size *= 2
+
+
 def translate_corpus(
     model: Any,
     lines: Iterable[str],
     tokenizer: Tokenizer,
     request: SearchRequest = SearchRequest(),
     *,
-    window: int = WINDOW,
+    window: int | Iterable[int] = WINDOW,
     progress: bool = False,
     total: int | None = None,
     on_truncate: OnTruncate | None = None,
@@ -277,7 +293,8 @@ def translate_corpus(
 ) -> Iterator[list[Any]]:
     """The outputs of a corpus, one window at a time: ``window`` lines are read, sorted by
     length and batched within the window, and their outputs yielded in input order once the
-    window is done. Memory is bounded by the window, whatever the corpus's size.
+    window is done. Memory is bounded by the window, whatever the corpus's size. ``window``
+    may also be the sizes of the windows in turn (``stream_windows``: a stream's).
 
     ``outputs``: what a window becomes (default ``translate``: the best line of each), called
     with the request whose ``first_index`` is the window's first line in the corpus (from 0),
@@ -296,6 +313,12 @@ def translate_corpus(
             progress=part.progress,
             on_truncate=part.on_truncate,
         )
+
+
+def _size(window: int) -> int:
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    return window
 
 
 def _shifted(on_truncate: OnTruncate, first: int) -> OnTruncate:

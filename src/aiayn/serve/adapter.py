@@ -52,7 +52,8 @@ class TranslateJob:
     """One request: source ids per sentence (``[]`` for a blank one), how to decode them
     (searched, or sampled with ``sampling``; a constraint per sentence or None), whether to
     return the attention of each best hypothesis, and the layer that aligns words (None: no
-    alignments)."""
+    alignments); ``first``: the place of its first sentence in its request (a streamed
+    request's parts), by which the sentences are seeded."""
 
     sources: list[list[int]]
     config: DecodeConfig
@@ -61,6 +62,18 @@ class TranslateJob:
     constraints: list[OutputConstraint | None] | None = None
     alignment_layer: int | None = None
     terms: list[tuple[tuple[str, str], ...]] | None = None  # a glossary's, per sentence
+    first: int = 0
+
+    def part(self, start: int, end: int) -> TranslateJob:
+        """Sentences [start, end) of this job, as a job of their own (a stream's window)."""
+        constraints = None if self.constraints is None else self.constraints[start:end]
+        return replace(
+            self,
+            sources=self.sources[start:end],
+            constraints=constraints,
+            terms=None if self.terms is None else self.terms[start:end],
+            first=self.first + start,
+        )
 
     @property
     def tokens(self) -> int:
@@ -201,7 +214,7 @@ class Adapter:
                 c for job in jobs for c in job.constraints or [None] * len(job.sources)
             ),
             sampling=jobs[0].sampling,
-            first_index=tuple(i for job in jobs for i in range(len(job.sources))),
+            first_index=tuple(job.first + i for job in jobs for i in range(len(job.sources))),
         ).with_ids(self.vocab)
 
     def check_supported(

@@ -7,7 +7,7 @@
                       "glossary": [[source, target], ...], "target_lang": "fr",
                       "alignments": false,
                       "alignment_layer": -1, "sample": false, "top_k": 0, "top_p": 1.0,
-                      "temperature": 1.0, "seed": 0}
+                      "temperature": 1.0, "seed": 0, "stream": false}
     GET  /health     {"status": "ok", "batches": ..., ...}
     GET  /info       model config, vocabulary, checkpoint, parameters, limits
     GET  /           the page: translate, then explore the attention (Figures 3-5)
@@ -23,6 +23,14 @@ waiting, or the request's decode not started ``Limits.deadline_s`` after it came
 answer carries ``X-Request-ID`` (the client's own, when it sent a sane one). Decoding runs on
 the batcher's worker thread, never on the event loop; a request whose client hangs up while
 it waits is dropped undecoded.
+
+``"stream": true`` answers as NDJSON (server-sent events when the client accepts only
+``text/event-stream``): a line per item (per sentence with ``split``) as soon as it and all
+before it are done, then ``{"done": true}``. The request is decoded in parts of 1, 2, 4, ...
+sentences (``decode.translate.stream_windows``), each through the batcher as a request of its
+own, so its limits and deadline hold for every part: what fails before the first line is the
+status a whole answer gets; later, the last line is ``{"error": ..., "status": ...}``. A client
+that hangs up stops the stream: the parts not yet decoding are never decoded.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import Annotated, Literal, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
@@ -51,10 +59,11 @@ from ..decode import DECODE_PRESETS, DecodeConfig, SampleConfig
 from ..decode import options as checks
 from ..decode.capabilities import SERVER
 from ..decode.rules import PAPER_RULES, SEARCH_RULES, search_rules
+from ..decode.translate import stream_windows
 from ..errors import UserError
 from .adapter import Adapter, TranslateJob
 from .batcher import Batcher, Overloaded, ShuttingDown
-from .text import text_request
+from .text import TextRequest, text_request
 
 DEFAULT = DECODE_PRESETS["translation"]  # section 6.1: beam 4, alpha 0.6
 MAX_BEAM = 32  # also the most samples per sentence
@@ -177,6 +186,11 @@ class TranslateRequest(BaseModel):
     )
     temperature: float | None = Field(None, gt=0.0, description="< 1 sharpens, > 1 flattens")
     seed: int | None = Field(None, ge=0, description="the same seed gives the same samples")
+    stream: bool = Field(
+        False,
+        description="answer as NDJSON lines, one per item (per sentence with split), each as "
+        'soon as it and those before it are done, then {"done": true}',
+    )
 
     @model_validator(mode="after")
     def _search_or_samples(self) -> TranslateRequest:
@@ -497,15 +511,16 @@ def _add_routes(app: FastAPI, translator: Adapter, limits: Limits) -> None:
     page = files(__package__).joinpath("page.html").read_text(encoding="utf-8")
 
     @app.post("/translate")
-    async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
+    async def translate(body: TranslateRequest, request: Request) -> Response:
         try:
             text = text_request(body, translator)  # split, markup, placeholders (serve/text.py)
         except UserError as err:
             raise _Refused(422, str(err)) from None
-        body = body if text is None else text.body
-        sources = _sources(translator, limits, body)
-        job = _translate_job(translator, body, sources)
-        return await _decoded(request, job, None if text is None else text.finish)
+        sources = _sources(translator, limits, text.body)
+        job = _translate_job(translator, text.body, sources)
+        if body.stream:
+            return await _streamed(request, job, text)
+        return await _decoded(request, job, text)
 
     @app.get("/health")
     async def health(request: Request) -> dict:
@@ -596,24 +611,110 @@ def _check_supported(translator: Adapter, body: TranslateRequest, job: Translate
         raise _Refused(422, str(err)) from None
 
 
-async def _decoded(
-    request: Request, job: TranslateJob, finish: Callable[[list], list] | None = None
-) -> JSONResponse:
-    """``job`` through the batcher, as the answer to send; a failure's traceback goes to the
-    log under the request's id, never into the answer (it may hold server paths or input)."""
+@dataclass(frozen=True)
+class _Failed:
+    """Why a job got no answers: a whole answer's status, message and headers."""
+
+    status: int
+    message: str
+    headers: dict[str, str] | None = None
+
+    def response(self) -> JSONResponse:
+        return _error(self.status, self.message, self.headers)
+
+    def line(self) -> dict[str, object]:
+        """The last line of a streamed answer that failed after its first line."""
+        return {"error": self.message, "status": self.status}
+
+
+async def _decode(request: Request, job: TranslateJob, *, watch: bool = True) -> list | _Failed:
+    """``job``'s answers through the batcher, or why not; a failure's traceback goes to the log
+    under the request's id, never into the answer (it may hold server paths or input).
+    ``watch``: give up once the client hangs up (a stream's own response watches instead)."""
     batcher: Batcher = request.app.state.batcher
     try:
-        answers = await _unless_hung_up(request, batcher.submit(job))
+        work = batcher.submit(job)
+        answers = await (_unless_hung_up(request, work) if watch else work)
     except ShuttingDown as err:
-        return _error(503, str(err))
+        return _Failed(503, str(err))
     except Overloaded as err:
-        return _error(503, str(err), headers={"Retry-After": str(err.retry_after_s)})
+        return _Failed(503, str(err), {"Retry-After": str(err.retry_after_s)})
     except Exception as err:  # this request only: the batcher answered the others
         request_id = request.state.request_id
         log.error("request %s: decoding failed", request_id, exc_info=err)
-        return _error(
+        return _Failed(
             500, f"decoding failed; the server's log has the details under request id {request_id}"
         )
     if answers is None:  # nobody reads this; 499 is what access logs call a hang-up
-        return _error(499, "the client closed the connection")
-    return JSONResponse({"translations": answers if finish is None else finish(answers)})
+        return _Failed(499, "the client closed the connection")
+    return answers
+
+
+async def _decoded(request: Request, job: TranslateJob, text: TextRequest) -> JSONResponse:
+    """``job`` through the batcher, as the answer to send."""
+    answers = await _decode(request, job)
+    if isinstance(answers, _Failed):
+        return answers.response()
+    return JSONResponse({"translations": text.finish(answers)})
+
+
+async def _streamed(request: Request, job: TranslateJob, text: TextRequest) -> Response:
+    """``job`` answered piece by piece, its parts decoded in turn (``stream_windows``). The
+    first part is decoded before the answer starts, so what stops it is a whole answer's
+    status; a later part's failure is the stream's last line."""
+    parts = _parts(len(job.sources))
+    first = await _decode(request, job.part(*parts[0]))
+    if isinstance(first, _Failed):
+        return first.response()
+
+    async def lines() -> AsyncIterator[dict]:
+        answers, sent = list(first), 0
+        for i, (start, end) in enumerate(parts):
+            if i:  # a hang-up cancels this wait: StreamingResponse watches the client
+                got = await _decode(request, job.part(start, end), watch=False)
+                if isinstance(got, _Failed):
+                    yield got.line()
+                    return
+                answers += got
+            pieces = text.ready(answers, sent)
+            sent += len(pieces)
+            for piece in pieces:
+                yield piece.line()
+        yield {"done": True}
+
+    events = _accepts_events_only(request.headers.get("accept", ""))
+    frame = _event if events else _ndjson
+    return StreamingResponse(
+        (frame(line) async for line in lines()),
+        media_type="text/event-stream" if events else "application/x-ndjson",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},  # proxies: no buffer
+    )
+
+
+def _parts(n: int) -> list[tuple[int, int]]:
+    """[start, end) of each part of a streamed job of ``n`` sentences."""
+    parts: list[tuple[int, int]] = []
+    sizes = stream_windows()
+    while not parts or parts[-1][1] < n:
+        start = parts[-1][1] if parts else 0
+        parts.append((start, min(n, start + next(sizes))))
+    return parts
+
+
+def _accepts_events_only(accept: str) -> bool:
+    """Server-sent events when the client asks for them and not for NDJSON or anything."""
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return "text/event-stream" in types and not types & {"application/x-ndjson", "*/*"}
+
+
+def _json(line: dict) -> str:
+    """A line as JSONResponse writes its body: UTF-8, no spaces."""
+    return json.dumps(line, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _ndjson(line: dict) -> str:
+    return _json(line) + "\n"
+
+
+def _event(line: dict) -> str:
+    return f"data: {_json(line)}\n\n"

@@ -86,12 +86,22 @@ def _cut(
 def join_line(text: str, spans: Sequence[Span], translations: Sequence[str]) -> str:
     """``text`` with each span replaced by its translation: the spaces around and between
     the sentences are the source's. A blank line stays as it is."""
-    out, at = [], 0
-    for (start, end), translation in zip(spans, translations, strict=True):
-        out += [text[at:start], translation]
-        at = end
-    out.append(text[at:])
-    return "".join(out)
+    if not spans:
+        return text
+    pieces = zip(around_spans(text, spans), translations, strict=True)
+    return "".join(before + translation + after for (before, after), translation in pieces)
+
+
+def around_spans(text: str, spans: Sequence[Span]) -> list[tuple[str, str]]:
+    """What comes before and after each sentence of ``text`` in its translation: the line's
+    leading spaces before the first, and after each the source's text up to the next (after the
+    last: to the line's end). ``before + translation + after``, sentence by sentence, is the
+    line's translation (``join_line``): a stream sends each sentence as that piece."""
+    nexts = [start for start, _ in spans[1:]] + [len(text)]
+    return [
+        (text[:start] if i == 0 else "", text[end:following])
+        for i, ((start, end), following) in enumerate(zip(spans, nexts))
+    ]
 
 
 @dataclass
