@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,17 +201,17 @@ def fairseq_log_probs(s: dict, src: list[int], tgt: list[int], pre: bool) -> tor
     x = D**0.5 * s["encoder.embed_tokens.weight"][src] + fairseq_positions(len(src))
     for i in range(LAYERS):
         p = f"encoder.layers.{i}"
-        x = residual(s, f"{p}.self_attn_layer_norm", x, lambda h: attention(s, f"{p}.self_attn", h, h, False), pre)  # fmt: skip
-        x = residual(s, f"{p}.final_layer_norm", x, lambda h: feed_forward(s, p, h), pre)
+        x = residual(s, f"{p}.self_attn_layer_norm", x, lambda h, p=p: attention(s, f"{p}.self_attn", h, h, False), pre)  # fmt: skip
+        x = residual(s, f"{p}.final_layer_norm", x, lambda h, p=p: feed_forward(s, p, h), pre)
     if pre:
         x = F.layer_norm(x, (D,), s["encoder.layer_norm.weight"], s["encoder.layer_norm.bias"])
     prev = [EOS, *tgt[:-1]]  # fairseq's decoder starts from </s>
     y = D**0.5 * s["decoder.embed_tokens.weight"][prev] + fairseq_positions(len(tgt))
     for i in range(LAYERS):
         p = f"decoder.layers.{i}"
-        y = residual(s, f"{p}.self_attn_layer_norm", y, lambda h: attention(s, f"{p}.self_attn", h, h, True), pre)  # fmt: skip
-        y = residual(s, f"{p}.encoder_attn_layer_norm", y, lambda h: attention(s, f"{p}.encoder_attn", h, x, False), pre)  # fmt: skip
-        y = residual(s, f"{p}.final_layer_norm", y, lambda h: feed_forward(s, p, h), pre)
+        y = residual(s, f"{p}.self_attn_layer_norm", y, lambda h, p=p: attention(s, f"{p}.self_attn", h, h, True), pre)  # fmt: skip
+        y = residual(s, f"{p}.encoder_attn_layer_norm", y, lambda h, p=p: attention(s, f"{p}.encoder_attn", h, x, False), pre)  # fmt: skip
+        y = residual(s, f"{p}.final_layer_norm", y, lambda h, p=p: feed_forward(s, p, h), pre)
     if pre:
         y = F.layer_norm(y, (D,), s["decoder.layer_norm.weight"], s["decoder.layer_norm.bias"])
     logits = y @ s["decoder.output_projection.weight"].T
@@ -340,3 +341,30 @@ def test_a_dictionary_that_is_not_the_models_is_named(tmp_path, joined):
     path.write_text(path.read_text(encoding="utf-8") + "extra 1\n", encoding="utf-8")
     with pytest.raises(ExportError, match="not this model's|differ"):
         fairseq_to_transformer(tmp_path / "m")
+
+
+def test_numpy_scalars_and_omegaconf_containers_load_as_plain_data(tmp_path, joined, monkeypatch):
+    """What some fairseq versions pickle beside the weights: a metric as a numpy scalar, the
+    options as omegaconf containers (stand-ins that keep their contents and run nothing)."""
+    import numpy as np
+
+    from aiayn.export import fairseq_load
+
+    class DictConfig:  # pickled under omegaconf's name, with its __getstate__'s layout
+        __module__, __qualname__ = "omegaconf.dictconfig", "DictConfig"
+
+        def __init__(self, content: dict) -> None:
+            self.__dict__ = {"_metadata": None, "_parent": None, "_content": content}
+
+    path = copy_of(joined, tmp_path) / "checkpoint_best.pt"
+    found = torch.load(path, weights_only=False)  # our own fixture
+    found["extra_state"] = {"val_loss": np.float64(4.5), "best": np.float32(1.0)}
+    found["cfg"] = DictConfig({"model": found["cfg"]["model"], "task": found["cfg"]["task"]})
+    module = type(np)("omegaconf.dictconfig")  # pickle finds the class by its module's name
+    module.DictConfig = DictConfig
+    monkeypatch.setitem(sys.modules, "omegaconf", type(np)("omegaconf"))
+    monkeypatch.setitem(sys.modules, "omegaconf.dictconfig", module)
+    torch.save(found, path)
+    loaded = fairseq_load.read_checkpoint(path)
+    assert loaded["extra_state"] == {"val_loss": 4.5, "best": 1.0}
+    assert fairseq_load.model_options(loaded, path)["encoder_embed_dim"] == D

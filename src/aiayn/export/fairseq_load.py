@@ -5,8 +5,9 @@ A fairseq ``.pt`` is a torch pickle that holds its configuration as objects: an
 ``argparse.Namespace`` (``args``, or ``cfg["model"]`` where fairseq 0.12 keeps the model's
 legacy options) and, from some versions, omegaconf containers. It is read with
 ``torch.load(weights_only=True)`` and an allowlist of those few classes, each mapped to an inert
-stand-in that only stores what the pickle gives it: anything else the pickle names (a planted
-``os.system``) is refused in one line and nothing is executed.
+stand-in that only stores what the pickle gives it, and numpy's number scalars (a training
+metric): anything else the pickle names (a planted ``os.system``) is refused in one line and
+nothing is executed.
 
 A fairseq ``Dictionary`` (``dict.LANG.txt``) numbers ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2,
 ``<unk>`` 3, then the file's words in their order (``word count`` a line, fairseq-preprocess's
@@ -22,7 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from numpy._core.multiarray import scalar  # type: ignore[attr-defined]
 from torch import Tensor
 
 from .common import ExportError
@@ -57,7 +60,16 @@ OMEGACONF = (
     "omegaconf.nodes.BooleanNode",
     "omegaconf.nodes.EnumNode",
 )
-ALLOWED: list[Any] = [argparse.Namespace, *[(Inert, name) for name in OMEGACONF]]
+# numpy's scalars (a training metric saved as np.float64): a dtype and its bytes, no code
+NUMBERS = [type(np.dtype(t)) for t in ("bool", "int32", "int64", "float16", "float32", "float64")]
+ALLOWED: list[Any] = [
+    argparse.Namespace,
+    *[(Inert, name) for name in OMEGACONF],
+    np.dtype,
+    *NUMBERS,
+    (scalar, "numpy.core.multiarray.scalar"),  # numpy 1's name
+    (scalar, "numpy._core.multiarray.scalar"),  # numpy 2's
+]
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
