@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from numpy._core.multiarray import scalar  # type: ignore[attr-defined]
+from numpy._core.multiarray import scalar
 from torch import Tensor
 
 from .common import ExportError
@@ -114,12 +114,13 @@ def plain(value: Any) -> Any:
 def model_options(checkpoint: dict[str, Any], where: Path) -> dict[str, Any]:
     """The model's options: ``args`` (fairseq before 0.10), else ``cfg["model"]``; with the
     task's ``source_lang`` / ``target_lang`` where the model's options lack them."""
-    args = plain(checkpoint.get("args"))
-    cfg = plain(checkpoint.get("cfg")) or {}
-    options = args if isinstance(args, dict) else (cfg.get("model") if cfg else None)
+    args, cfg = plain(checkpoint.get("args")), plain(checkpoint.get("cfg"))
+    cfg = cfg if isinstance(cfg, dict) else {}
+    options = args if isinstance(args, dict) else cfg.get("model")
     if not isinstance(options, dict):
         raise ExportError(f"{where}: neither args nor cfg.model holds the model's options")
-    task = cfg.get("task") if isinstance(cfg.get("task"), dict) else {}
+    task = cfg.get("task")
+    task = task if isinstance(task, dict) else {}
     for key in ("source_lang", "target_lang"):
         if options.get(key) is None and task.get(key) is not None:
             options = {**options, key: task[key]}
