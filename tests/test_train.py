@@ -1203,7 +1203,7 @@ def test_init_from_keep_carries_the_optimizer_and_the_schedule(
     "change, message",
     [
         ("vocabulary", "has another vocabulary than"),
-        ("model", "another model (d_ff: 64 there, 128 here)"),
+        ("model", "says otherwise (d_ff: 64 there, 128 here)"),
         ("inside out", "is inside out="),
     ],
 )
@@ -1438,3 +1438,22 @@ def test_compile_true_compiles_every_layer_to_the_same_updates(tiny_corpus, tmp_
     assert graphs > 0
     assert compiled.validate() == pytest.approx(eager.validate())  # run eagerly: no new graph
     assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_fine_tuning_takes_the_model_from_the_checkpoint(tiny_run, tiny_corpus, tmp_path, capsys):
+    """A fine-tuning config that names only data, out and the schedule trains the checkpoint's
+    model (dropout from the config); one whose model section disagrees is one line."""
+    from aiayn.checkpoint import read_meta
+
+    source = latest_checkpoint(tiny_run / "checkpoints")
+    saved = read_meta(source)["model_config"]
+    plain = {"data": str(tiny_corpus), "out": str(tmp_path / "ft"), "max_updates": 1}
+    plain |= {"amp": "none", "compile": False, "model": {"P_drop": 0.3}}
+    (tmp_path / "c.json").write_text(json.dumps(plain))
+    code, _, err = run_cli(capsys, "train", tmp_path / "c.json", "--device", "cpu", "--init-from", source)  # fmt: skip
+    assert code == 0, err
+    tuned = read_meta(latest_checkpoint(tmp_path / "ft" / "checkpoints"))["model_config"]
+    assert tuned == {**saved, "P_drop": 0.3} and saved["d_model"] != 512  # not base's
+    cfg = TrainConfig(**{**plain, "out": str(tmp_path / "ft2"), "model": {"d_ff": 128}})
+    with pytest.raises(UserError, match=r"says otherwise \(d_ff: 64 there, 128 here\)"):
+        Trainer(dataclasses.replace(cfg, init_from=str(source))).run()

@@ -43,8 +43,9 @@ class ModelConfig:
     max_len: int = 1024
     # --- deviations from the paper, each off by default ---
     norm: Literal["post", "pre"] = "post"  # "pre": LayerNorm before each sub-layer + final norm
-    # "learned": Table 3 row E; "marian": Marian's sinusoids (timescales 10000^(i/(d/2-1)))
-    positional: Literal["sinusoidal", "learned", "marian"] = "sinusoidal"
+    # "learned": Table 3 row E; "marian": Marian's sinusoids (timescales 10000^(i/(d/2-1)));
+    # "fairseq": the same sinusoids from position 2 (fairseq counts from padding_idx + 1)
+    positional: Literal["sinusoidal", "learned", "marian", "fairseq"] = "sinusoidal"
     scale_attention: bool = True  # False: no 1/sqrt(d_k) (the paper's open question)
     attention_window: int | None = None  # r: restricted self-attention of Table 1
     share_embeddings: bool = True  # one matrix for both embeddings and the pre-softmax layer
@@ -92,9 +93,10 @@ class ModelConfig:
             raise UserError(
                 f"activation must be 'relu' (paper), 'swish' or 'gelu', got {self.activation!r}"
             )
-        if self.positional not in ("sinusoidal", "learned", "marian"):
+        if self.positional not in ("sinusoidal", "learned", "marian", "fairseq"):
             raise UserError(
-                f"positional must be 'sinusoidal', 'learned' or 'marian', got {self.positional!r}"
+                "positional must be 'sinusoidal', 'learned', 'marian' or 'fairseq', "
+                f"got {self.positional!r}"
             )
 
     @classmethod

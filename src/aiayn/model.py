@@ -348,10 +348,15 @@ class PositionwiseFeedForward(nn.Module):
 # --- 3.4 Embeddings and softmax, 3.5 Positional encoding ---------------------------------
 
 
-def sinusoidal_encoding(max_len: int, d_model: int, marian: bool = False) -> Tensor:
+# fairseq's first position is padding_idx + 1 = 2 (its make_positions); the others count from 0
+SINUSOID_START = {"sinusoidal": 0, "marian": 0, "fairseq": 2}
+
+
+def sinusoidal_encoding(max_len: int, d_model: int, marian: bool = False, start: int = 0) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...): (max_len, d_model).
-    ``marian``: 10000^(2i/(d_model - 2)), the timescales Marian's own models were trained with."""
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    ``marian``: 10000^(2i/(d_model - 2)), the timescales Marian's own models were trained with;
+    ``start``: the first row's pos (fairseq's models count positions from 2)."""
+    pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]
     div = torch.pow(10000.0, torch.arange(0, d_model, 2).double() / (d_model - 2 * marian))
     pe = torch.zeros(max_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(pos / div)
@@ -371,7 +376,8 @@ class Embedding(nn.Module):
             self.learned = nn.Embedding(cfg.max_len, cfg.d_model)
             nn.init.normal_(self.learned.weight, std=cfg.d_model**-0.5)
         else:
-            pe = sinusoidal_encoding(cfg.max_len, cfg.d_model, cfg.positional == "marian")
+            marian, start = cfg.positional in ("marian", "fairseq"), SINUSOID_START[cfg.positional]
+            pe = sinusoidal_encoding(cfg.max_len, cfg.d_model, marian, start)
             self.register_buffer("pe", pe, persistent=False)
         self.dropout = nn.Dropout(cfg.P_drop)
 

@@ -1,11 +1,14 @@
 """``aiayn export``: a checkpoint as a Hugging Face MarianMT, CTranslate2 or ONNX model
-(``aiayn.export``); ``aiayn import``: a MarianMT directory (``aiayn.export.marian_import``) or a
+(``aiayn.export``); ``aiayn import``: a MarianMT directory (``aiayn.export.marian_import``), a
 Marian model directory (``model.npz`` + ``decoder.yml``, as OPUS-MT releases it:
-``aiayn.export.marian_npz``) as a checkpoint."""
+``aiayn.export.marian_npz``) or a fairseq checkpoint (``model.pt`` + ``dict.*.txt``:
+``aiayn.export.fairseq_import``) as a checkpoint."""
 
 from __future__ import annotations
 
 import argparse
+
+from ..errors import UserError
 
 
 def _export(args: argparse.Namespace) -> None:
@@ -32,22 +35,39 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _import(args: argparse.Namespace) -> None:
+    from ..export.fairseq_import import import_fairseq
+    from ..export.fairseq_load import is_fairseq
     from ..export.marian_import import import_marian
     from ..export.marian_npz import import_marian_npz, is_marian_npz
 
-    read = import_marian_npz if is_marian_npz(args.marian_dir) else import_marian
-    out = read(args.marian_dir, args.out)
-    print(f"imported {args.marian_dir} -> {out}")
+    spm = (args.source_spm or args.spm, args.target_spm or args.spm)
+    if is_fairseq(args.model):
+        out = import_fairseq(args.model, args.out, spm=spm)
+    elif any(spm):
+        raise UserError("--spm, --source-spm and --target-spm are for a fairseq checkpoint")
+    else:
+        read = import_marian_npz if is_marian_npz(args.model) else import_marian
+        out = read(args.model, args.out)
+    print(f"imported {args.model} -> {out}")
 
 
 def add_import(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "import",
-        help="turn a Marian model directory (OPUS-MT's .npz) or a Hugging Face MarianMT into a checkpoint",
+        help="turn a Marian model directory (OPUS-MT's .npz), a Hugging Face MarianMT or a "
+        "fairseq checkpoint into a checkpoint",
     )
     p.add_argument(
-        "marian_dir",
-        help="Marian's own (model.npz, decoder.yml, vocabularies) or a save_pretrained MarianMTModel",
+        "model",
+        help="Marian's own (model.npz, decoder.yml, vocabularies), a save_pretrained "
+        "MarianMTModel, or fairseq's model.pt (or its directory, with dict.SRC.txt, dict.TGT.txt)",
     )
     p.add_argument("--out", required=True, help="the new checkpoint directory (must not exist)")
+    p.add_argument(
+        "--spm",
+        help="fairseq: the SentencePiece model that split both sides' text "
+        "(default: the directory's one *.model)",
+    )
+    p.add_argument("--source-spm", help="fairseq: the source side's SentencePiece model")
+    p.add_argument("--target-spm", help="fairseq: the target side's SentencePiece model")
     p.set_defaults(func=_import)

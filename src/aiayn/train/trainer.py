@@ -51,7 +51,7 @@ from . import distributed
 from .best import BestSoFar
 from .config import RESOLVED, TrainConfig, resume_changes
 from .ema import EMA
-from .finetune import check_init_from, check_outside
+from .finetune import check_init_from, check_outside, start_model
 from .loss import label_smoothed_nll, perplexity, teacher_forced
 from .mixed import WeightCopies
 from .schedule import noam_rate
@@ -137,7 +137,7 @@ class Trainer:
         self.vocab_file = resolve_vocabulary(cfg.data)  # spm.model, or two models (pieces.json)
         self.vocab = load_vocabulary(self.vocab_file)
         check_vocab(cfg.data, self.vocab)  # ids binarised with another vocabulary are garbage
-        self.model_cfg = cfg.model_config(vocab_size=len(self.vocab))
+        self.model_cfg = start_model(cfg, vocab_size=len(self.vocab))  # init_from's, if given
         self._build_model()
         self._build_optimizer()
         self.resolved = Resolved.of(cfg, self.device)
