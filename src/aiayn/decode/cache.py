@@ -318,6 +318,7 @@ class DecoderCache:
         self.capacity, self.window = capacity, window
         self.step = 0  # target positions already seen
         self.ancestry: Tensor | None = None  # (rows, step), from the first step
+        self.made: dict[tuple[int, ...], Tensor] = {}  # ``_index``'s tensors, by shape
 
     def advance(self, tgt_in: Tensor) -> Step:
         """Take the next m positions of every row (tgt_in (n*b, m)): slots for them, each row's
@@ -330,7 +331,7 @@ class DecoderCache:
             raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
         for layer in self.layers:
             layer.make_room(b, self.capacity, start)
-        own = (torch.arange(B, device=tgt_in.device) % b)[:, None].expand(B, m)  # (B, m) beam
+        own = self._index(B, b, m)  # (B, m): each row's beam
         past = self.ancestry if self.ancestry is not None else own[:, :0]
         self.ancestry = torch.cat([past, own], dim=1)  # (B, end)
         self.step = end
@@ -338,6 +339,17 @@ class DecoderCache:
         padded = self.memory_bias
         memory_bias = self.no_bias if padded is None else padded.flatten(0, 1)  # (n*h, 1, S)
         return Step(n, b, start, first, self._self_bias(m, first), memory_bias)
+
+    def _index(self, *shape: int) -> Tensor:
+        """(W,): 0..W-1, or (B, b, m) -> (B, m): each of B rows' beam (row % b), made once a
+        shape and kept: a step's bookkeeping in fewer operators. Read only, never written."""
+        if shape not in self.made:
+            device = self.layers[0].memory_keys.device
+            index = torch.arange(shape[0], device=device)
+            if len(shape) == 3:
+                index = (index % shape[1])[:, None].expand(shape[0], shape[2])
+            self.made[shape] = index
+        return self.made[shape]
 
     @property
     def rows(self) -> int | None:
@@ -351,7 +363,7 @@ class DecoderCache:
         (n, h), W, end = keys.shape[:2], keys.size(3), self.step
         if W == 1 and m == 1:
             return self.no_bias
-        slots = torch.arange(W, device=keys.device)
+        slots = self._index(W)
         visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
         if m > 1:  # several new positions: causal (and windowed) among themselves
             order = attention_mask(m, end, keys.device, causal=True, window=self.window)
