@@ -284,6 +284,10 @@ def main() -> None:
     parser.add_argument("--ops", action="store_true", help="list each part's operators")
     parser.add_argument("--record", help="--shape: write each batch size's parts here")
     args = parser.parse_args()
+    if args.record and not args.shape:
+        parser.error(
+            "--record writes --shape's profile (a checkpoint's has no CTranslate2 beside it)"
+        )
     torch.set_num_threads(args.threads)
     if args.shape:
         shape_job(args)
