@@ -7,7 +7,7 @@
     # a checkpoint on the first --lines test verses, as ``aiayn evaluate`` decodes them:
     PYTHONPATH=src .venv/bin/python scripts/dev/profile_decode.py \
         --checkpoint runs/demo/averaged --lines 300 --threads 1
-    # another tree's code, the same measurement (e.g. before a change):
+    # another tree's code, the same measurement (e.g. before a change; this tree's script):
     PYTHONPATH=/path/to/other/src .venv/bin/python scripts/dev/profile_decode.py ...
 
 Each job is decoded once to warm up, once timed (the wall time a step, no profiler) and once
@@ -45,6 +45,13 @@ from unittest import mock
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from aiayn.decode import beam as beam_module
+from aiayn.decode import cache as cache_module
+from aiayn.records import make_record, package_version, write_record
+from aiayn.runtime.ready import for_decoding
+
+# aiayn is imported first, from PYTHONPATH (another tree's too): decode_throughput puts this
+# tree's src on sys.path, which then no longer decides which aiayn runs
 ROOT = Path(__file__).resolve().parents[2]  # scripts/dev/ -> the repository
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the throughput benchmark's model and sources
 from decode_throughput import (  # noqa: E402
@@ -58,11 +65,6 @@ from decode_throughput import (  # noqa: E402
     run_ours,
     sources,
 )
-
-from aiayn.decode import beam as beam_module  # noqa: E402
-from aiayn.decode import cache as cache_module  # noqa: E402
-from aiayn.records import make_record, package_version, write_record  # noqa: E402
-from aiayn.runtime.ready import for_decoding  # noqa: E402
 
 TEST = ROOT / "src" / "aiayn" / "corpus" / "bible" / "test.en.gz"
 OPS = ("aten::", "mkldnn::", "quantized::")  # what an operator's profiler event is named
