@@ -33,6 +33,7 @@ cap and ``prune``'s test (``_stop``); the paper's rules are the default.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,11 +79,17 @@ def output_log_probs(
         lprobs = torch.log_softmax(logits, dim=-1, dtype=torch.float32)
     else:  # in place in out (bf16 logits cast into it first): each row is written while cached
         lprobs = torch.log_softmax(out if out is logits else out.copy_(logits), dim=-1, out=out)
-    lprobs[:, pad_id] = NEG_INF
-    lprobs[:, bos_id] = NEG_INF
-    if t < min_len:
-        lprobs[:, eos_id] = NEG_INF
-    return lprobs
+    impossible = (pad_id, bos_id, eos_id) if t < min_len else (pad_id, bos_id)
+    return lprobs.index_fill_(1, _columns(impossible, lprobs.device), NEG_INF)
+
+
+@functools.lru_cache(maxsize=16)
+def _columns(ids: tuple[int, ...], device: torch.device) -> Tensor:
+    """ids as a long tensor, made once: one ``index_fill_`` a step instead of an indexing
+    assignment per id (three operators each); only read, never written, and a normal tensor
+    even when first made under ``inference_mode`` (autograd may save it for a backward)."""
+    with torch.inference_mode(False):
+        return torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def rule_masks(lprobs: Tensor, limits: Tensor, t: int, eos_id: int, rules: SearchRules) -> Tensor:

@@ -120,10 +120,10 @@ def step_self(attn: MultiHeadAttention, x: Tensor, cache: LayerCache, step: Step
         v.view(n, b, m, h, d_v).permute(0, 3, 2, 1, 4),
         t,
     )
-    keys = cache.keys[:, :, step.first : t + m].flatten(2, 3)  # (n, h, P*W, d_k), a view
-    values = cache.values[:, :, step.first : t + m].flatten(2, 3)
+    keys, values = cache.history(step.first, t + m)  # (n*h, P*W, d), views
     q = _query_heads(q.view(n, b * m, h, d_k), keys.dtype)  # (n, h, b*m, d_k)
-    return attn.concat_heads(cached_attention(q, keys, values, step.self_bias, attn.scale), x)
+    out = cached_attention(q, keys.transpose(1, 2), values, step.self_bias, attn.scale)
+    return attn.concat_heads(out, x)
 
 
 def step_src(attn: MultiHeadAttention, x: Tensor, cache: LayerCache, step: Step) -> Tensor:
@@ -131,9 +131,10 @@ def step_src(attn: MultiHeadAttention, x: Tensor, cache: LayerCache, step: Step)
     the b*m queries of a sentence attend together over its memory's keys and values,
     projected once (``new_cache``) and shared by its beams."""
     n, (B, m, _) = step.sentences, x.shape
-    k, v = cache.memory_keys, cache.memory_values
-    q = _query_heads(attn.W_Q(x).view(n, B // n * m, attn.h, attn.d_k), k.dtype)
-    return attn.concat_heads(cached_attention(q, k, v, step.memory_bias, attn.scale), x)
+    keys_t, values = cache.memory()  # (n*h, d_k, S), (n*h, S, d_v)
+    q = _query_heads(attn.W_Q(x).view(n, B // n * m, attn.h, attn.d_k), keys_t.dtype)
+    out = cached_attention(q, keys_t, values, step.memory_bias, attn.scale)
+    return attn.concat_heads(out, x)
 
 
 def _query_heads(q: Tensor, dtype: torch.dtype) -> Tensor:
@@ -143,17 +144,19 @@ def _query_heads(q: Tensor, dtype: torch.dtype) -> Tensor:
     return q.transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
 
 
-def cached_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float) -> Tensor:
+def cached_attention(
+    q: Tensor, keys_t: Tensor, values: Tensor, bias: Tensor, scale: float
+) -> Tensor:
     """softmax(Q K^T * scale + bias) V for the few new queries of a decode step, as two batched
     matrix products: for one query a fused attention kernel costs several times its arithmetic.
 
-    q: (n, h, Q, d_k), k: (n, h, K, d_k), v: (n, h, K, d_v) -> (n, h, Q, d_v); bias: (n*h, Q, K)
-    or broadcastable to it, 0 where a query may attend and -inf elsewhere.
+    q: (n, h, Q, d_k), keys_t = K^T: (n*h, d_k, K), values: (n*h, K, d_v) -> (n, h, Q, d_v),
+    the keys and values as views of the cache laid out for the products (``LayerCache``);
+    bias: (n*h, Q, K) or broadcastable to it, 0 where a query may attend and -inf elsewhere.
     """
     n, h, Q, d_k = q.shape
-    keys = k.flatten(0, 1).transpose(1, 2)  # (n*h, d_k, K), a view of the cache
-    scores = torch.baddbmm(bias, q.reshape(n * h, Q, d_k), keys, alpha=scale)  # (n*h, Q, K)
-    return torch.bmm(torch.softmax(scores, dim=-1), v.flatten(0, 1)).view(n, h, Q, -1)
+    scores = torch.baddbmm(bias, q.reshape(n * h, Q, d_k), keys_t, alpha=scale)  # (n*h, Q, K)
+    return torch.bmm(torch.softmax(scores, dim=-1), values).view(n, h, Q, -1)
 
 
 # --- The cache ------------------------------------------------------------------------------
@@ -176,6 +179,23 @@ class LayerCache:
     keys: Tensor = field(default_factory=lambda: torch.empty(0))
     values: Tensor = field(default_factory=lambda: torch.empty(0))
     spare: tuple[Tensor, Tensor] | None = None
+    operands: tuple[Tensor, Tensor] | None = None  # ``memory``'s views, until sentences leave
+
+    def memory(self) -> tuple[Tensor, Tensor]:
+        """The memory's keys and values as the step's products read them, (n*h, d_k, S) (K^T,
+        contiguous) and (n*h, S, d_v): views made once, not every step, since they change
+        only when sentences leave (``keep``)."""
+        if self.operands is None:
+            keys_t = self.memory_keys.flatten(0, 1).transpose(1, 2)
+            self.operands = (keys_t, self.memory_values.flatten(0, 1))
+        return self.operands
+
+    def history(self, first: int, end: int) -> tuple[Tensor, Tensor]:
+        """The self-attention's keys and values of positions first..end-1, every slot, as
+        (n*h, P*W, d) views of the slots (one view each: n with h, positions with slots)."""
+        n, h, _, W, d = self.keys.shape
+        keys = self.keys[:, :, first:end].view(n * h, (end - first) * W, d)
+        return keys, self.values[:, :, first:end].view(n * h, (end - first) * W, -1)
 
     def make_room(self, width: int, capacity: int, filled: int) -> None:
         """Slots for ``width`` beams per position, more than before (the first step, and the
@@ -214,6 +234,7 @@ class LayerCache:
         ``moves`` (``tail_moves``: ``sentences`` only fills holes among the first n' from after
         them), just the movers copied into the holes, in place, one copy of a sentence's
         contiguous rows each (the few movers of a step: several times faster than indexing)."""
+        self.operands = None  # the memory's views are of the tensors replaced here
         if moves is not None:
             n = sentences.numel()
             for name in ("memory_keys", "memory_values", "keys", "values"):
@@ -297,6 +318,7 @@ class DecoderCache:
         self.capacity, self.window = capacity, window
         self.step = 0  # target positions already seen
         self.ancestry: Tensor | None = None  # (rows, step), from the first step
+        self.made: dict[tuple[int, ...], Tensor] = {}  # ``_index``'s tensors, by shape
 
     def advance(self, tgt_in: Tensor) -> Step:
         """Take the next m positions of every row (tgt_in (n*b, m)): slots for them, each row's
@@ -309,7 +331,7 @@ class DecoderCache:
             raise ValueError(f"cache holds {self.capacity} positions, position {end} requested")
         for layer in self.layers:
             layer.make_room(b, self.capacity, start)
-        own = (torch.arange(B, device=tgt_in.device) % b)[:, None].expand(B, m)  # (B, m) beam
+        own = self._index(B, b, m)  # (B, m): each row's beam
         past = self.ancestry if self.ancestry is not None else own[:, :0]
         self.ancestry = torch.cat([past, own], dim=1)  # (B, end)
         self.step = end
@@ -317,6 +339,17 @@ class DecoderCache:
         padded = self.memory_bias
         memory_bias = self.no_bias if padded is None else padded.flatten(0, 1)  # (n*h, 1, S)
         return Step(n, b, start, first, self._self_bias(m, first), memory_bias)
+
+    def _index(self, *shape: int) -> Tensor:
+        """(W,): 0..W-1, or (B, b, m) -> (B, m): each of B rows' beam (row % b), made once a
+        shape and kept: a step's bookkeeping in fewer operators. Read only, never written."""
+        if shape not in self.made:
+            device = self.layers[0].memory_keys.device
+            index = torch.arange(shape[0], device=device)
+            if len(shape) == 3:
+                index = (index % shape[1])[:, None].expand(shape[0], shape[2])
+            self.made[shape] = index
+        return self.made[shape]
 
     @property
     def rows(self) -> int | None:
@@ -330,7 +363,7 @@ class DecoderCache:
         (n, h), W, end = keys.shape[:2], keys.size(3), self.step
         if W == 1 and m == 1:
             return self.no_bias
-        slots = torch.arange(W, device=keys.device)
+        slots = self._index(W)
         visible = self.ancestry[:, None, first:end, None] == slots  # (B, 1, P, W)
         if m > 1:  # several new positions: causal (and windowed) among themselves
             order = attention_mask(m, end, keys.device, causal=True, window=self.window)
