@@ -6,6 +6,7 @@ import ast
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -73,9 +74,12 @@ def test_bf16_training_stops_on_a_cpu_without_native_bf16():
 
 @pytest.mark.lint
 def test_the_suite_stays_a_handful_of_scripts():
+    """A handful of scripts; their length is a conversation (a warning), not a target."""
     files = sorted(p for p in BENCHMARKS.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in files)
-    assert len(files) <= 11 and lines <= 3400, (len(files), lines)
+    assert len(files) <= 11, [p.name for p in files]
+    if lines > 3400:
+        warnings.warn(f"benchmarks/ holds {lines} lines: time to ask what can go", stacklevel=1)
 
 
 @pytest.mark.lint
