@@ -202,9 +202,9 @@ def test_distill_end_to_end_writes_a_student_a_report_and_records(
         "--teacher-limit",
         "12",
         "--test-limit",
-        "6",
+        "4",
         "--speed-limit",
-        "3",
+        "2",
         "--nbest",
         "2",
         "--select",
@@ -229,14 +229,14 @@ def test_distill_end_to_end_writes_a_student_a_report_and_records(
     assert report["training"]["updates"] == 2
     assert report["distilled"]["read"] == 12
     assert report["distilled"]["kept"] == len((out / "distilled.src").read_text().splitlines())
-    assert report["test"]["teacher"]["sentences"] == report["test"]["student"]["sentences"] == 6
+    assert report["test"]["teacher"]["sentences"] == report["test"]["student"]["sentences"] == 4
     for side in ("teacher", "student"):
         hyps = (out / f"test.{side}.hyp").read_text(encoding="utf-8").splitlines()
-        assert len(hyps) == 6
+        assert len(hyps) == 4
         assert report["test"][side]["sacrebleu"] >= 0 and report["sizes"][side]["bytes"] > 0
     assert report["speed_up"] > 0
     forms = {(t["model"], t["form"], t["threads"]) for t in report["speed"]}
-    assert len(forms) == 16 and all(t["sentences"] == 3 for t in report["speed"])
+    assert len(forms) == 16 and all(t["sentences"] == 2 for t in report["speed"])
     assert 0 <= report["paired"]["BLEU"]["p_bootstrap"] <= 1
     diff = report["difference"]["bleu"]
     bleus = [report["test"][s]["sacrebleu"] for s in ("teacher", "student")]
@@ -247,9 +247,14 @@ def test_distill_end_to_end_writes_a_student_a_report_and_records(
     assert summary.figures["student updates"] == 2
     assert summary.command.startswith("aiayn distill ") and "--select chrf" in summary.command
     assert "speed-up" in stdout
-    # a second run continues: nothing is translated again, the record set grows
-    code, _, _ = run_cli(capsys, *argv)
+    # a second run continues: the teacher's file and the data are reused, the student's
+    # training is at its end, and the record set grows
+    teacher_file = (out / "teacher.jsonl").stat().st_mtime_ns
+    code, _, _ = run_cli(capsys, *argv, "--test-limit", "2", "--speed-limit", "1")  # the last wins
     assert code == 0 and len(load_records(out / "records")) == 18
+    assert (out / "teacher.jsonl").stat().st_mtime_ns == teacher_file
+    again = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert again["training"]["updates"] == 2 and again["test"]["student"]["sentences"] == 2
 
 
 def test_distill_refuses_an_out_it_did_not_make(teacher, tiny_corpus, tmp_path, capsys):
