@@ -319,3 +319,15 @@ def test_shortlist_options_a_user_gets_wrong_are_one_line(tiny_corpus, capsys, o
     assert code == 2 and out == ""
     one_line_error(err, needle)
     assert not (tiny_corpus / "shortlist.json").exists()
+
+
+def test_an_int8_model_decodes_within_its_shortlist(tiny_run, shortlist_file):
+    """int8's quantized output layer gives its bias by a method: the shortlist reads it so."""
+    from aiayn import Translator
+
+    with Translator(latest_checkpoint(tiny_run / "checkpoints"), quantize="int8", workers=1) as t:
+        request = t.request(shortlist=shortlist_file, shortlist_frequent=50, shortlist_best=5)
+        allowed = [request.shortlist.ids(t.vocab.encode_source(line)) for line in LINES]
+        found = t.translate(LINES, request)
+        for translation, ids in zip(found, allowed):
+            assert {t.vocab.piece_to_id(p) for p in translation.tokens} <= set(ids)

@@ -37,6 +37,7 @@ LAYERS = [
     {
         "analysis",
         "demo",
+        "distill",
         "serve",
         "export",
         "parsing",

@@ -173,6 +173,13 @@ PRESETS: dict[str, Preset] = {
         vocab_size=4000,
         attention_dropout=0.1,
     ),
+    # Students for distillation (aiayn distill, docs/distill.md): a deep encoder, which runs
+    # once a sentence, and a shallow decoder, which runs once a token. "student-base" and
+    # "student-tiny" are the shapes of Bergamot's students (Bogoychev et al. 2020) with the
+    # paper's decoder layers; "student-demo" is the demo model's encoder over one decoder layer.
+    "student-base": _row(None, N_enc=6, N_dec=2, d_model=512, d_ff=2048, h=8),
+    "student-tiny": _row(None, N_enc=6, N_dec=2, d_model=256, d_ff=1536, h=8),
+    "student-demo": _row(None, N_enc=3, N_dec=1, d_model=256, d_ff=1024, h=4, vocab_size=8000),
     # Small presets for a 2-core CPU: "demo" for the bundled corpus, "tiny" for tests.
     "demo": _row(None, N_enc=3, N_dec=3, d_model=256, d_ff=1024, h=4, vocab_size=8000),
     "tiny": _row(None, N_enc=2, N_dec=2, d_model=32, d_ff=64, h=4, vocab_size=100, max_len=256),

@@ -284,9 +284,17 @@ def _train(cfg: TrainConfig, out: Path) -> tuple[dict[str, Any], dict[str, float
 
 
 def _average(out: Path, progress: Callable[[str], Any]) -> tuple[Path, int, dict[int, float]]:
-    """The last checkpoints averaged, as many as give the lowest validation perplexity:
-    (the averaged checkpoint, how many, the perplexity for each number tried)."""
+    """``average_run`` of the demo's run on the bundled validation split."""
     valid_src, valid_ref = (read_lines(p) for p in bundled_corpus_paths()["valid"])
+    return average_run(out, valid_src, valid_ref, progress)
+
+
+def average_run(
+    out: Path, valid_src: list[str], valid_ref: list[str], progress: Callable[[str], Any]
+) -> tuple[Path, int, dict[int, float]]:
+    """The last checkpoints of the run ``out`` averaged into ``out/averaged``, as many as give
+    the lowest perplexity of ``valid_ref``: (the averaged checkpoint, how many, the
+    perplexity for each number tried)."""
     kept = ckpt.list_checkpoints(out / "checkpoints")[-AVERAGE_AT_MOST:]
     averaged, k_best, by_k = average_last_best(
         kept, out / "averaged", perplexity_on(valid_src, valid_ref)

@@ -50,6 +50,7 @@ PAGES = {
     "parsing": "docs/parsing.md#measured",
     "experiments": "docs/experiments.md#measured",
     "data": "docs/benchmarks.md#data",
+    "distill": "docs/distill.md#measured",
 }
 TOPICS = tuple(PAGES)
 # the chip classes of aiayn.runtime.hardware.Bf16.chip, which aiayn.runtime.figures keys its figures by

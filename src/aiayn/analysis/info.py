@@ -9,7 +9,7 @@ from ..runtime.flops import count_parameters
 def preset_table() -> str:
     """Every preset with its shape and parameter count beside the paper's (Table 3 column)."""
     header = (
-        f"{'preset':<11} {'N':>3} {'d_model':>7} {'d_ff':>5} {'h':>3} {'d_k':>4} {'d_v':>4} "
+        f"{'preset':<13} {'N':>4} {'d_model':>7} {'d_ff':>5} {'h':>3} {'d_k':>4} {'d_v':>4} "
         f"{'P_drop':>6} {'params':>9} {'paper':>6}  train overrides"
     )
     lines = [header, "-" * len(header)]
@@ -19,7 +19,7 @@ def preset_table() -> str:
         paper = f"{preset.paper_params_m:.0f}M" if preset.paper_params_m else "-"
         train = ", ".join(f"{k}={v}" for k, v in preset.train.items())
         lines.append(
-            f"{name:<11} {cfg.N_enc:>3} {cfg.d_model:>7} {cfg.d_ff:>5} {cfg.h:>3} {cfg.resolved_d_k:>4} "
+            f"{name:<13} {_depth(cfg):>4} {cfg.d_model:>7} {cfg.d_ff:>5} {cfg.h:>3} {cfg.resolved_d_k:>4} "
             f"{cfg.resolved_d_v:>4} {cfg.P_drop:>6} {params:>8.1f}M {paper:>6}  {train}"
         )
     lines.append(
@@ -28,3 +28,8 @@ def preset_table() -> str:
         "larger vocabulary (~40k)."
     )
     return "\n".join(lines)
+
+
+def _depth(cfg: ModelConfig) -> str:
+    """N, or N_enc/N_dec where the encoder and decoder differ (the students)."""
+    return str(cfg.N_enc) if cfg.N_enc == cfg.N_dec else f"{cfg.N_enc}/{cfg.N_dec}"

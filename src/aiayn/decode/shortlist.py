@@ -136,7 +136,10 @@ class Shortlisted:
         table, real = table.to(weight.device), real.to(weight.device)
         bias = torch.zeros(real.shape, dtype=weight.dtype, device=weight.device)
         bias.masked_fill_(~real, float("-inf"))  # padding entries are never chosen
-        if (output_bias := getattr(model.generator, "bias", None)) is not None:
+        output_bias = getattr(model.generator, "bias", None)
+        if callable(output_bias):  # int8's quantized Linear gives its bias by a method
+            output_bias = output_bias()
+        if output_bias is not None:
             bias += output_bias.to(weight.dtype)[table]  # the model's own (``output_bias``)
         self.start = _Lists(table, weight[table], bias[:, None, :])  # (n, C), (n, C, d), (n, 1, C)
 

@@ -20,6 +20,7 @@ tests a difference across runs, one score per seed.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -27,13 +28,14 @@ from typing import Any, cast
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.metrics.base import Metric
-from sacrebleu.significance import PairedTest, Result
+from sacrebleu.significance import PairedTest, Result, estimate_ci
 
 from ..errors import UserError
 
 # The metrics by the names the command line takes; scores are keyed by sacrebleu's own names
 # (BLEU, chrF2, TER). TER is an error rate: lower is better.
 METRICS: dict[str, Callable[[], Metric]] = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
+SACREBLEU_NAMES = {"bleu": "BLEU", "chrf": "chrF2", "ter": "TER"}  # sacrebleu's, defaults
 LOWER_IS_BETTER = frozenset({"TER"})
 BOOTSTRAP = 1000  # sacrebleu's default resamples (--paired-bs-n, --confidence-n)
 TRIALS = 10000  # sacrebleu's default approximate-randomization trials (--paired-ar-n)
@@ -164,6 +166,35 @@ def wins_losses(system: Sequence[float], baseline: Sequence[float]) -> dict[str,
     return {"wins": wins, "losses": losses, "ties": len(pairs) - wins - losses}
 
 
+def paired_difference(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    metric: str = "bleu",
+    *,
+    bootstrap: int = BOOTSTRAP,
+) -> MetricScore:
+    """``system`` minus ``baseline`` in ``metric``: the corpus difference, and the mean and
+    half-width of the 95% interval of the difference over ``bootstrap`` paired resamples (the
+    same resampled lines for both, drawn as sacrebleu draws them, with its seed), so that a
+    difference comes with how far it could move on another test set drawn like this one."""
+    scorer = metric_objects([metric])[metric]
+    refs = [list(references)]
+    seed = os.environ.get("SACREBLEU_SEED", "12345")
+    rng = np.random.default_rng(None if seed.lower() == "none" else int(seed))
+    idxs = rng.choice(len(references), size=(bootstrap, len(references)), replace=True)
+    resampled, corpus = [], []
+    for hyps in (baseline, system):
+        stats = np.array(scorer._extract_corpus_statistics(list(hyps), refs), dtype="float32")
+        scores = [scorer._compute_score_from_stats(s.sum(0)).score for s in stats[idxs]]
+        resampled.append(np.array(scores))
+        corpus.append(scorer.corpus_score(list(hyps), refs).score)
+    mean, ci = estimate_ci(resampled[1] - resampled[0])
+    return MetricScore(
+        name=SACREBLEU_NAMES[metric], score=corpus[1] - corpus[0], mean=float(mean), ci=float(ci)
+    )
+
+
 EXACT_RUNS = 16  # up to 2^16 sign patterns, enumerated; beyond, that many drawn at random
 
 
@@ -196,6 +227,7 @@ __all__ = [
     "MetricScore",
     "Significance",
     "metric_objects",
+    "paired_difference",
     "paired_permutation",
     "sentence_scores",
     "significance",
