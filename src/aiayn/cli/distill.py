@@ -46,7 +46,7 @@ def _distill(args: argparse.Namespace) -> None:
                 teaching=teaching,
                 record=Path(args.record) if args.record else None,
                 command=_command(args),
-                bars=show_progress(args),
+                bars=show_progress(args.quiet),
             )
     except TrainingStopped as stop:
         saved = stop.checkpoint or "nothing saved (no update yet)"
