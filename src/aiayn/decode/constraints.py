@@ -140,6 +140,24 @@ def advance_states(
     return [(states[r][0], states[r][0].advance(states[r][1], token)) for r, token in pairs]
 
 
+def has_phrases(states: list[tuple[Constraint, Any]] | None) -> bool:
+    """Whether some row must hold lexical phrases: beam search then allocates its beam to
+    banks (``beam.expand_banked``)."""
+    return states is not None and any(
+        isinstance(c, OutputConstraint) and c.phrases for c, _ in states
+    )
+
+
+def placed(constraint: Constraint, state: Any) -> int:
+    """Constraint tokens a row has placed (0 for a constraint without phrases)."""
+    return constraint.placed(state) if isinstance(constraint, OutputConstraint) else 0
+
+
+def advancing(constraint: Constraint, state: Any) -> list[int]:
+    """The tokens that would place a row's next constraint token (none without phrases)."""
+    return constraint.advancing(state) if isinstance(constraint, OutputConstraint) else []
+
+
 # --- Target prefixes and lexical constraints -----------------------------------------------
 
 
@@ -193,6 +211,21 @@ class OutputConstraint:
         met = state.met | {i for i, p in enumerate(self.phrases) if seen[-len(p) :] == p}
         tail = seen[-self.window :] if self.window else ()
         return OutputState(state.t + 1, frozenset(met), tail, state.max_len)
+
+    def placed(self, state: OutputState) -> int:
+        """Constraint tokens placed (the bank of dynamic beam allocation): the met phrases'
+        lengths plus the longest start of an unmet one that the output ends with."""
+        unmet = [p for i, p in enumerate(self.phrases) if i not in state.met]
+        met = sum(len(p) for i, p in enumerate(self.phrases) if i in state.met)
+        return met + max((_progress(p, state.tail) for p in unmet), default=0)
+
+    def advancing(self, state: OutputState) -> list[int]:
+        """The tokens that would place a constraint token next: each unmet phrase's token
+        after every start of it that the output ends with (its first token, always)."""
+        if state.t < len(self.prefix):
+            return []
+        unmet = [p for i, p in enumerate(self.phrases) if i not in state.met]
+        return sorted({p[k] for p in unmet for k in _starts(p, state.tail)})
 
     def _need(self, state: OutputState) -> int:
         """Tokens the unmet phrases still need at most (no credit for overlaps between them)."""
@@ -253,7 +286,11 @@ def _spelled(tokenizer: Any, text: str, what: str, where: str) -> list[int]:
 
 def _progress(phrase: tuple[int, ...], tail: tuple[int, ...]) -> int:
     """The longest k < len(phrase) such that ``tail`` ends with the phrase's first k tokens."""
-    for k in range(min(len(phrase) - 1, len(tail)), 0, -1):
-        if tail[-k:] == phrase[:k]:
-            return k
-    return 0
+    return _starts(phrase, tail)[0]
+
+
+def _starts(phrase: tuple[int, ...], tail: tuple[int, ...]) -> list[int]:
+    """Every k < len(phrase) such that ``tail`` ends with the phrase's first k tokens, longest
+    first (0, the empty start, last)."""
+    longest = min(len(phrase) - 1, len(tail))
+    return [k for k in range(longest, 0, -1) if tail[-k:] == phrase[:k]] + [0]
