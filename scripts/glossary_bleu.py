@@ -36,16 +36,25 @@ def words(line: str) -> list[str]:
 
 
 def draw_terms(
-    pairs: list[tuple[str, str]], tests: list[str], n: int, min_prob: float
+    pairs: list[tuple[str, str]],
+    tests: list[str],
+    n: int,
+    min_prob: float,
+    *,
+    both_ways: bool = False,
 ) -> dict[str, str]:
     """``n`` source words -> their likeliest aligned target word (IBM Model 1 over words), of
-    those the ``tests`` sources hold, the most frequent there first."""
+    those the ``tests`` sources hold, the most frequent there first. ``both_ways``: only
+    one-to-one pairs, the source word also the target word's likeliest source (t >=
+    ``min_prob`` each way), as terminology is: a function word ("also", "through") has a
+    likely translation but is not its translation's likely source."""
     ids: dict[str, int] = {}
     encoded = [
         ([ids.setdefault(w, len(ids)) for w in words(s)], [ids.setdefault(w, len(ids)) for w in words(t)])
         for s, t in pairs
     ]  # fmt: skip
     table = ibm1(encoded, len(ids)).best(1, min_prob)
+    back = ibm1([(t, s) for s, t in encoded], len(ids)).best(1, min_prob) if both_ways else {}
     names = {i: w for w, i in ids.items()}
     common = {w for w, _ in Counter(w for s, _ in pairs for w in words(s)).most_common(COMMON)}
     in_tests = Counter(w for line in tests for w in set(words(line)))
@@ -55,7 +64,8 @@ def draw_terms(
         if word in common or len(word) < 4 or not word.isalpha() or not best:
             continue
         target = names[best[0][0]]
-        if target.isalpha():
+        returns = back.get(best[0][0], [(NULL, 0.0)])[0][0] == ids[word]
+        if target.isalpha() and (returns or not both_ways):
             terms[word] = target
         if len(terms) == n:
             break
@@ -80,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--terms", type=int, default=50)
     p.add_argument("--pairs", type=int, default=10000, help="training pairs aligned")
     p.add_argument("--min-prob", type=float, default=0.5)
+    p.add_argument(
+        "--draw",
+        choices=("one-to-one", "frequent"),
+        default="one-to-one",
+        help="one-to-one: aligned both ways, t >= --min-prob each way (terminology); "
+        "frequent: the likeliest translation of each frequent word",
+    )
     p.add_argument("--limit", type=int, help="the first N test pairs only")
     p.add_argument("--beam", type=int)
     p.add_argument("--workers", default="auto")
@@ -90,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     train = zip(iter_lines(paths["train"][0]), iter_lines(paths["train"][1]))
     pairs = [pair for pair, _ in zip(train, range(args.pairs))]
     sources, references = (read_lines(f)[: args.limit] for f in paths["test"])
-    drawn = draw_terms(pairs, sources, args.terms, args.min_prob)
+    drawn = draw_terms(
+        pairs, sources, args.terms, args.min_prob, both_ways=args.draw == "one-to-one"
+    )
     workers = args.workers if args.workers == "auto" else int(args.workers)
     with aiayn.Translator(args.checkpoint, workers=workers) as translator:
         vocab = translator.vocab  # a small vocabulary may lack a letter: such terms are left out
