@@ -6,7 +6,11 @@ the test split, the terms counted in the outputs, and BLEU with and without them
 The terms: IBM Model 1 (``aiayn.data.lexical.ibm1``) over the words (not the pieces) of the
 first ``--pairs`` training pairs; a term is a source word of at least four letters, outside
 the most frequent hundred, whose likeliest translation has t >= ``--min-prob``, and which the
-test sources hold; the ``--terms`` most frequent in the test sources are kept. Every term
+test sources hold; the ``--terms`` most frequent in the test sources are kept. Under
+``--draw one-to-one`` (the default) the pair must also align the other way: the source word
+is its translation's likeliest source, t >= ``--min-prob`` (a model trained target to
+source), as a glossary's terminology does and function words ("like", "through") do not;
+``--draw frequent`` leaves that out. Every term
 whose source occurs in a sentence must then be in its output (a whole word): the script says
 how many are, and fails when one is missing. The issue's goal: the glossary costs at most
 0.5 BLEU.
@@ -19,6 +23,8 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 import aiayn
 from aiayn.data.lexical import NULL, ibm1
@@ -53,8 +59,9 @@ def draw_terms(
         ([ids.setdefault(w, len(ids)) for w in words(s)], [ids.setdefault(w, len(ids)) for w in words(t)])
         for s, t in pairs
     ]  # fmt: skip
-    table = ibm1(encoded, len(ids)).best(1, min_prob)
-    back = ibm1([(t, s) for s, t in encoded], len(ids)).best(1, min_prob) if both_ways else {}
+    arrays = [(np.asarray(s), np.asarray(t)) for s, t in encoded]
+    table = ibm1(arrays, len(ids)).best(1, min_prob)
+    back = ibm1([(t, s) for s, t in arrays], len(ids)).best(1, min_prob) if both_ways else {}
     names = {i: w for w, i in ids.items()}
     common = {w for w, _ in Counter(w for s, _ in pairs for w in words(s)).most_common(COMMON)}
     in_tests = Counter(w for line in tests for w in set(words(line)))

@@ -26,6 +26,12 @@ hypothesis is no better than its nbest-th finished score: no live hypothesis can
 n-best list, so stopping changes no output. It then leaves the batch (``cache.select``), so the
 work shrinks as sentences finish.
 
+Lexical constraints (phrases every output must hold, ``constraints``) take ``expand_banked``
+instead of ``expand``: dynamic beam allocation, whose candidates are ordered by banks of
+constraint tokens placed rather than by log-probability, and ``prune`` keeps the first k in
+that order; finishing and early termination are as above (the bound holds for any live
+prefix). Every other search, a target prefix alone included, is the plain one.
+
 Other toolkits' rules (``DecodeConfig.rules``: fairseq's, transformers', CTranslate2's length
 penalty, stopping rule and length limit; ``rules.py``) change only ``finish``'s penalty and
 cap and ``prune``'s test (``_stop``); the paper's rules are the default.
@@ -235,12 +241,14 @@ class _Live:
 
 @dataclass
 class _Candidates:
-    """One step's 2k best extensions of each sentence's live prefixes, best first: (n, 2k) each."""
+    """One step's 2k best extensions of each sentence's live prefixes, best first (banked: the
+    banks' turns, ``expand_banked``): (n, 2k) each."""
 
     top: Tensor  # log P of the extended prefix
     beam_of: Tensor  # the live beam (of b) it extends
     tok: Tensor  # the token it appends
     is_eos: Tensor  # whether that token is eos
+    banked: bool = False  # ordered by banks (``expand_banked``), not by log P
 
     @property
     def k(self) -> int:
@@ -264,6 +272,15 @@ def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
         top, idx = top_k(lprobs.view(n, b, V), 2 * k, offsets=scores)
     beam_of, tok = idx // V, idx % V
     return _Candidates(top, beam_of, tok, tok == eos_id)
+
+
+def _expand(
+    scores: Tensor, lprobs: Tensor, k: int, eos_id: int, states: list[tuple[Constraint, Any]] | None
+) -> _Candidates:
+    """``expand``, or ``expand_banked`` where some row must hold phrases."""
+    if states is not None and has_phrases(states):
+        return expand_banked(scores, lprobs, k, eos_id, states)
+    return expand(scores, lprobs, k, eos_id)
 
 
 def expand_banked(
@@ -297,7 +314,7 @@ def expand_banked(
     top = torch.tensor([[s for s, _, _ in row] for row in turns], device=scores.device)
     beam_of = torch.tensor([[j for _, j, _ in row] for row in turns], device=scores.device)
     tok = torch.tensor([[v for _, _, v in row] for row in turns], device=scores.device)
-    return _Candidates(top, beam_of, tok, tok == eos_id)
+    return _Candidates(top, beam_of, tok, tok == eos_id, banked=True)
 
 
 def _turns(
@@ -400,16 +417,9 @@ def finish(
 
 
 def prune(
-    finished: _Finished,
-    live: _Live,
-    cand: _Candidates,
-    *,
-    b: int,
-    t: int,
-    config: DecodeConfig,
-    banked: bool = False,
+    finished: _Finished, live: _Live, cand: _Candidates, *, b: int, t: int, config: DecodeConfig
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The k best non-eos candidates stay live (``banked``: the first k in the candidates'
+    """The k best non-eos candidates stay live (banked ones: the first k in the candidates'
     order, ``expand_banked``'s); a sentence is done at its length limit or once none of them
     can reach its n-best list (see the module docstring). ``b``: live beams per sentence
     before this step.
@@ -417,7 +427,7 @@ def prune(
     Returns rows (n, k), the prefix row (of n*b) each live beam extends; tokens (n, k) and
     scores (n, k) of the live beams; done (n,) bool.
     """
-    if banked:
+    if cand.banked:
         scores, pos = _first_live(cand)
     else:
         scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
@@ -425,7 +435,7 @@ def prune(
         assert finished.count is not None  # counted under every rule but "exact"
         narrowed = torch.arange(cand.k, device=scores.device) >= cand.k - finished.count[:, None]
         scores = scores.masked_fill(narrowed, NEG_INF)
-    best_live = scores.amax(1) if banked else scores[:, 0]  # banked: not sorted by log P
+    best_live = scores.amax(1) if cand.banked else scores[:, 0]  # banked: not by log P
     done = (live.max_lens <= t) | _stop(finished, live, best_live, t=t, config=config)
     n = cand.top.size(0)
     rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
@@ -534,7 +544,6 @@ def beam_search(
     prefixes = torch.empty(B, 0, dtype=torch.long, device=device)  # (n*b, t-1) live prefixes
     step_in = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (n*b, 1)
     states = constraint_states(constraint, src, max_lens, pad_id)  # (constraint, state) per prefix
-    banked = has_phrases(states)  # lexical constraints: dynamic beam allocation
     for t in range(1, T + 1):
         logits = decode_step(model, step_in, cache)
         lprobs = output_log_probs(logits, t, min_len, pad_id, bos_id, eos_id, space.take(logits))
@@ -542,15 +551,9 @@ def beam_search(
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         lprobs = rule_masks(lprobs, live.max_lens, t, eos_id, config.rules)
         lprobs = guard_repetition(lprobs, prefixes, config)  # as it is unless asked
-        if banked:
-            assert states is not None  # banked only with phrases
-            cand = expand_banked(scores, lprobs, k, eos_id, states)
-        else:
-            cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
+        cand = _expand(scores, lprobs, k, eos_id, states)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, config=config)
-        rows, tokens, scores, done = prune(
-            finished, live, cand, b=b, t=t, config=config, banked=banked
-        )
+        rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, config=config)
 
         survivors = _leave(done, rows, tokens, scores, live, finished, cache)
         if survivors is None:

@@ -3,7 +3,9 @@ to a step's log-probabilities by ``constrain``), and target prefixes and lexical
 one, for beam search and sampling.
 
 ``OutputConstraint(prefix, phrases)`` makes an output start with the token ids ``prefix`` and
-contain every phrase of ``phrases`` (each a run of token ids) somewhere. How:
+contain every phrase of ``phrases`` (each a run of token ids) somewhere. Two parts:
+
+What is allowed (beam search and sampling), which guarantees the phrases:
 
 * while the prefix is not out, the next prefix token is the only one allowed;
 * eos is forbidden until every phrase has appeared;
@@ -15,11 +17,18 @@ contain every phrase of ``phrases`` (each a run of token ids) somewhere. How:
   one) lowers the need by one token a step, so some token is always allowed and every output,
   finished by eos or cut at the length limit, holds all the phrases.
 
-The limit of so simple a scheme: hypotheses that have met their constraints and those that
-have not compete in one beam (grid or dynamic beam allocation would give each count of met
-constraints its own share), and a phrase the model finds unlikely is only placed when the
-length budget runs out, often at the end of a long output. Phrases match as token ids: a
-phrase encoded alone must appear with that segmentation (for SentencePiece, whole words).
+Where the phrases go (beam search): dynamic beam allocation (Post & Vilar 2018, as fairseq's
+``LexicallyConstrainedBeamSearch`` and Sockeye do; ``beam.expand_banked``). Besides the 2k
+best candidates, each live prefix offers its best token and its tokens that place a
+constraint token next (``advancing``); a candidate's bank is the number of constraint tokens
+it has placed (``placed``: met phrases' lengths plus the phrase in progress), and the banks
+take turns for the beam's places, the fullest first. So a prefix that has just placed a phrase
+the model finds unlikely is kept beside the likelier ones that have not, and the phrase goes
+where the model can best follow it rather than only where the length budget forces it. A
+search without phrases (a prefix alone, or no constraint) keeps the plain k best.
+
+Phrases match as token ids: a phrase encoded alone must appear with that segmentation (for
+SentencePiece, whole words).
 """
 
 from __future__ import annotations
