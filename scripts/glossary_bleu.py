@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         terms = {s: t for s, t in drawn.items() if vocab.unk_id not in vocab.encode_target(t)}
         if args.glossary_out:
             Path(args.glossary_out).write_text("".join(f"{s}\t{t}\n" for s, t in terms.items()))
-        plain = translator.evaluate(sources, references, translator.request(beam=args.beam))
+        free = translator.request(beam=args.beam)  # a glossary widens the default beam
+        plain = translator.evaluate(sources, references, free)
         search = translator.request(beam=args.beam, glossary=terms)
         termed = translator.evaluate(sources, references, search)
     assert search.glossary is not None
@@ -136,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         "applied": applied,
         "in the output": found,
         "sentences": f"{lines} of {len(sources)}",
+        "beam": f"{search.decode.beam} with, {free.decode.beam} without",
+        "draw": args.draw,
     }
     print(" | ".join(f"{k}: {v}" for k, v in figures.items()))
     if args.record:
