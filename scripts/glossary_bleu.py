@@ -6,7 +6,11 @@ the test split, the terms counted in the outputs, and BLEU with and without them
 The terms: IBM Model 1 (``aiayn.data.lexical.ibm1``) over the words (not the pieces) of the
 first ``--pairs`` training pairs; a term is a source word of at least four letters, outside
 the most frequent hundred, whose likeliest translation has t >= ``--min-prob``, and which the
-test sources hold; the ``--terms`` most frequent in the test sources are kept. Every term
+test sources hold; the ``--terms`` most frequent in the test sources are kept. Under
+``--draw one-to-one`` (the default) the pair must also align the other way: the source word
+is its translation's likeliest source, t >= ``--min-prob`` (a model trained target to
+source), as a glossary's terminology does and function words ("like", "through") do not;
+``--draw frequent`` leaves that out. Every term
 whose source occurs in a sentence must then be in its output (a whole word): the script says
 how many are, and fails when one is missing. The issue's goal: the glossary costs at most
 0.5 BLEU.
@@ -19,6 +23,8 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 import aiayn
 from aiayn.data.lexical import NULL, ibm1
@@ -36,16 +42,26 @@ def words(line: str) -> list[str]:
 
 
 def draw_terms(
-    pairs: list[tuple[str, str]], tests: list[str], n: int, min_prob: float
+    pairs: list[tuple[str, str]],
+    tests: list[str],
+    n: int,
+    min_prob: float,
+    *,
+    both_ways: bool = False,
 ) -> dict[str, str]:
     """``n`` source words -> their likeliest aligned target word (IBM Model 1 over words), of
-    those the ``tests`` sources hold, the most frequent there first."""
+    those the ``tests`` sources hold, the most frequent there first. ``both_ways``: only
+    one-to-one pairs, the source word also the target word's likeliest source (t >=
+    ``min_prob`` each way), as terminology is: a function word ("also", "through") has a
+    likely translation but is not its translation's likely source."""
     ids: dict[str, int] = {}
     encoded = [
         ([ids.setdefault(w, len(ids)) for w in words(s)], [ids.setdefault(w, len(ids)) for w in words(t)])
         for s, t in pairs
     ]  # fmt: skip
-    table = ibm1(encoded, len(ids)).best(1, min_prob)
+    arrays = [(np.asarray(s), np.asarray(t)) for s, t in encoded]
+    table = ibm1(arrays, len(ids)).best(1, min_prob)
+    back = ibm1([(t, s) for s, t in arrays], len(ids)).best(1, min_prob) if both_ways else {}
     names = {i: w for w, i in ids.items()}
     common = {w for w, _ in Counter(w for s, _ in pairs for w in words(s)).most_common(COMMON)}
     in_tests = Counter(w for line in tests for w in set(words(line)))
@@ -55,7 +71,8 @@ def draw_terms(
         if word in common or len(word) < 4 or not word.isalpha() or not best:
             continue
         target = names[best[0][0]]
-        if target.isalpha():
+        returns = back.get(best[0][0], [(NULL, 0.0)])[0][0] == ids[word]
+        if target.isalpha() and (returns or not both_ways):
             terms[word] = target
         if len(terms) == n:
             break
@@ -80,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--terms", type=int, default=50)
     p.add_argument("--pairs", type=int, default=10000, help="training pairs aligned")
     p.add_argument("--min-prob", type=float, default=0.5)
+    p.add_argument(
+        "--draw",
+        choices=("one-to-one", "frequent"),
+        default="one-to-one",
+        help="one-to-one: aligned both ways, t >= --min-prob each way (terminology); "
+        "frequent: the likeliest translation of each frequent word",
+    )
     p.add_argument("--limit", type=int, help="the first N test pairs only")
     p.add_argument("--beam", type=int)
     p.add_argument("--workers", default="auto")
@@ -90,14 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     train = zip(iter_lines(paths["train"][0]), iter_lines(paths["train"][1]))
     pairs = [pair for pair, _ in zip(train, range(args.pairs))]
     sources, references = (read_lines(f)[: args.limit] for f in paths["test"])
-    drawn = draw_terms(pairs, sources, args.terms, args.min_prob)
+    drawn = draw_terms(
+        pairs, sources, args.terms, args.min_prob, both_ways=args.draw == "one-to-one"
+    )
     workers = args.workers if args.workers == "auto" else int(args.workers)
     with aiayn.Translator(args.checkpoint, workers=workers) as translator:
         vocab = translator.vocab  # a small vocabulary may lack a letter: such terms are left out
         terms = {s: t for s, t in drawn.items() if vocab.unk_id not in vocab.encode_target(t)}
         if args.glossary_out:
             Path(args.glossary_out).write_text("".join(f"{s}\t{t}\n" for s, t in terms.items()))
-        plain = translator.evaluate(sources, references, translator.request(beam=args.beam))
+        free = translator.request(beam=args.beam)  # a glossary widens the default beam
+        plain = translator.evaluate(sources, references, free)
         search = translator.request(beam=args.beam, glossary=terms)
         termed = translator.evaluate(sources, references, search)
     assert search.glossary is not None
@@ -110,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         "applied": applied,
         "in the output": found,
         "sentences": f"{lines} of {len(sources)}",
+        "beam": f"{search.decode.beam} with, {free.decode.beam} without",
+        "draw": args.draw,
     }
     print(" | ".join(f"{k}: {v}" for k, v in figures.items()))
     if args.record:

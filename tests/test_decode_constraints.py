@@ -123,6 +123,41 @@ def test_scripted_constraint_forbids_eos_until_met_and_forces_in_time():
     assert hyps[0].log_prob == pytest.approx(math.log(0.06))
 
 
+C = 6  # a third content token for the scripted model below
+# P(a)=.5 P(c)=.3 P(b)=.2; after b: eos .9; after a or c: eos .8, each of the others .1.
+UNLIKELY_START = {
+    (): {A: 0.5, C: 0.3, B_: 0.2},
+    (B_,): {EOS: 0.9, A: 0.1},
+    (A,): {EOS: 0.8, A: 0.1, B_: 0.1},
+    (C,): {EOS: 0.8, C: 0.1, B_: 0.1},
+    **{(x, y): {EOS: 1.0} for x in (A, B_, C) for y in (A, B_, C)},
+}
+
+
+def test_banks_keep_the_prefix_that_placed_an_unlikely_phrase():
+    # "b" must appear, beam 2. By log P alone, step 1 keeps a (.5) and c (.3) and drops b (.2),
+    # so b can only come later: a b (.05) at best. Banked, b holds the bank of one constraint
+    # token placed and goes on: b eos (.18), the best output that holds b.
+    config = DecodeConfig(beam=2, alpha=0.0, max_len_a=0, max_len_b=3, nbest=2)
+    model = ScriptedModel(UNLIKELY_START, vocab=7)
+    hyps = beam_search(model, SRC, config, constraint=OutputConstraint((), [[B_]]))[0]
+    assert [(h.tokens, h.length) for h in hyps][0] == ([B_], 2)
+    assert hyps[0].log_prob == pytest.approx(math.log(0.18))
+    assert all(B_ in h.tokens for h in hyps)
+
+
+def test_a_sentence_without_phrases_decodes_as_alone_beside_one_with_phrases():
+    # the banked search's candidates for a sentence with one bank are the k best, as unbanked
+    src = torch.tensor([[7, 8, 9], [9, 8, PAD]])
+    config = DecodeConfig(beam=3, alpha=0.6, max_len_a=0, max_len_b=6, nbest=3)
+    both = beam_search(
+        HashedModel(), src, config, constraint=[OutputConstraint((), [[5, 6]]), None]
+    )
+    alone = beam_search(HashedModel(), src[1:], config)[0]
+    assert [(h.tokens, h.score) for h in both[1]] == [(h.tokens, h.score) for h in alone]
+    assert all(contains(h.tokens, [5, 6]) for h in both[0])
+
+
 def test_constraints_longer_than_the_output_are_refused():
     config = DecodeConfig(beam=2, max_len_a=0, max_len_b=3)
     constraint = OutputConstraint([4, 5], [[6, 7]], where="--constraints c.txt: line 2")

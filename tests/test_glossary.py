@@ -22,6 +22,7 @@ from aiayn.data.corpora import Corpus
 from aiayn.data.pieces import TwoModelVocab
 from aiayn.data.prepare import prepare_corpus
 from aiayn.data.vocab import target_languages
+from aiayn.decode.config import CONSTRAINED_BEAM
 from aiayn.errors import UserError
 from aiayn.records import load_records
 from aiayn.text.glossary import Glossary
@@ -167,6 +168,16 @@ def test_the_glossary_is_refused_with_a_shortlist_and_with_split(checkpoint, tmp
     request = translator.request(glossary=TERMS)
     with pytest.raises(UserError, match="glossary constrains whole sentences"):
         translator.best_lines(ENGLISH, request, lambda lines: lines)
+
+
+def test_a_glossary_or_constraints_widen_the_beam_unless_one_is_given(translator):
+    # the banks of dynamic beam allocation share the beam: the paper's 4 leaves each one place
+    assert translator.request().decode.beam == 4
+    assert translator.request(glossary=TERMS).decode.beam == CONSTRAINED_BEAM == 8
+    assert translator.request(constraints=True).decode.beam == CONSTRAINED_BEAM
+    assert translator.request(glossary=TERMS, beam=3).decode.beam == 3
+    assert translator.request(prefixes=True).decode.beam == 4  # a prefix alone has no banks
+    assert translator.request(preset="parsing", constraints=True).decode.beam == 21
 
 
 def test_the_server_applies_its_glossary_and_the_requests(checkpoint, tmp_path):

@@ -323,6 +323,7 @@ class Translator:
         config = DecodeConfig.choose(
             preset,
             own=own,
+            phrases=glossary is not None or bool(constraints),
             beam=beam,
             alpha=alpha,
             nbest=nbest,

@@ -26,6 +26,12 @@ hypothesis is no better than its nbest-th finished score: no live hypothesis can
 n-best list, so stopping changes no output. It then leaves the batch (``cache.select``), so the
 work shrinks as sentences finish.
 
+Lexical constraints (phrases every output must hold, ``constraints``) take ``expand_banked``
+instead of ``expand``: dynamic beam allocation, whose candidates are ordered by banks of
+constraint tokens placed rather than by log-probability, and ``prune`` keeps the first k in
+that order; finishing and early termination are as above (the bound holds for any live
+prefix). Every other search, a target prefix alone included, is the plain one.
+
 Other toolkits' rules (``DecodeConfig.rules``: fairseq's, transformers', CTranslate2's length
 penalty, stopping rule and length limit; ``rules.py``) change only ``finish``'s penalty and
 cap and ``prune``'s test (``_stop``); the paper's rules are the default.
@@ -44,7 +50,15 @@ from torch import Tensor
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # the vocabulary's ids: one source
 from .cache import decode_step, new_cache
 from .config import DecodeConfig
-from .constraints import Constraint, advance_states, constrain, constraint_states
+from .constraints import (
+    Constraint,
+    advance_states,
+    advancing,
+    constrain,
+    constraint_states,
+    has_phrases,
+    placed,
+)
 from .penalties import gnmt_length_penalty
 from .repetition import guard_repetition
 from .rules import SearchRules
@@ -234,12 +248,14 @@ class _Live:
 
 @dataclass
 class _Candidates:
-    """One step's 2k best extensions of each sentence's live prefixes, best first: (n, 2k) each."""
+    """One step's 2k best extensions of each sentence's live prefixes, best first (banked: the
+    banks' turns, ``expand_banked``): (n, 2k) each."""
 
     top: Tensor  # log P of the extended prefix
     beam_of: Tensor  # the live beam (of b) it extends
     tok: Tensor  # the token it appends
     is_eos: Tensor  # whether that token is eos
+    banked: bool = False  # ordered by banks (``expand_banked``), not by log P
 
     @property
     def k(self) -> int:
@@ -263,6 +279,70 @@ def expand(scores: Tensor, lprobs: Tensor, k: int, eos_id: int) -> _Candidates:
         top, idx = top_k(lprobs.view(n, b, V), 2 * k, offsets=scores)
     beam_of, tok = idx // V, idx % V
     return _Candidates(top, beam_of, tok, tok == eos_id)
+
+
+def _expand(
+    scores: Tensor, lprobs: Tensor, k: int, eos_id: int, states: list[tuple[Constraint, Any]] | None
+) -> _Candidates:
+    """``expand``, or ``expand_banked`` where some row must hold phrases."""
+    if states is not None and has_phrases(states):
+        return expand_banked(scores, lprobs, k, eos_id, states)
+    return expand(scores, lprobs, k, eos_id)
+
+
+def expand_banked(
+    scores: Tensor, lprobs: Tensor, k: int, eos_id: int, states: list[tuple[Constraint, Any]]
+) -> _Candidates:
+    """``expand`` with dynamic beam allocation (Post & Vilar 2018) for lexical constraints.
+
+    The candidates: the 2k best, each live prefix's best token, and each prefix's tokens that
+    place a constraint token next (``OutputConstraint.advancing``). Each goes to the bank of
+    its constraint tokens placed, and the banks take turns, the fullest first: each bank's
+    best, then each bank's second, ... The first 2k in that order are the candidates (n, 2k),
+    so that ``finish`` (eos among the first k) and ``prune(banked=True)`` (the first k
+    others) keep every bank's best rather than the k best overall, which would drop a prefix
+    that has just placed an unlikely phrase for ones that have placed none.
+    """
+    n, b = scores.shape
+    best = lprobs.argmax(-1).tolist()  # read before ``expand`` overwrites lprobs
+    pairs = [(r, v) for r, (c, s) in enumerate(states) for v in {best[r], *advancing(c, s)}]
+    rows = torch.tensor([r for r, _ in pairs], dtype=torch.long, device=lprobs.device)
+    toks = torch.tensor([v for _, v in pairs], dtype=torch.long, device=lprobs.device)
+    extra = (lprobs[rows, toks] + scores.view(-1)[rows]).tolist()  # as ``expand`` sums them
+    cand = expand(scores, lprobs, k, eos_id)
+    pools: list[dict[tuple[int, int], float]] = [{} for _ in range(n)]
+    listed = zip(cand.top.tolist(), cand.beam_of.tolist(), cand.tok.tolist())
+    for i, (top, beam_of, tok) in enumerate(listed):
+        for score, j, v in zip(top, beam_of, tok):
+            pools[i].setdefault((j, v), score)
+    for (r, v), score in zip(pairs, extra):
+        pools[r // b].setdefault((r % b, v), score)
+    turns = [_turns(pool, states[i * b : (i + 1) * b], 2 * k) for i, pool in enumerate(pools)]
+    top = torch.tensor([[s for s, _, _ in row] for row in turns], device=scores.device)
+    beam_of = torch.tensor([[j for _, j, _ in row] for row in turns], device=scores.device)
+    tok = torch.tensor([[v for _, _, v in row] for row in turns], device=scores.device)
+    return _Candidates(top, beam_of, tok, tok == eos_id, banked=True)
+
+
+def _turns(
+    pool: dict[tuple[int, int], float], states: list[tuple[Constraint, Any]], width: int
+) -> list[tuple[float, int, int]]:
+    """One sentence's candidates {(beam, token): log P} as (log P, beam, token), the banks
+    taking turns (fullest first), the first ``width``; impossible ones (-inf) last, as
+    padding when there are fewer possible ones."""
+    items = [(s, j, v) for (j, v), s in pool.items()]
+    possible = sorted((c for c in items if c[0] > NEG_INF), key=lambda c: (-c[0], c[1], c[2]))
+    seen: dict[int, int] = {}  # bank -> its candidates ranked so far
+    keyed = []
+    for s, j, v in possible:
+        c, state = states[j]
+        bank = placed(c, c.advance(state, v))
+        keyed.append(((seen.get(bank, 0), -bank), (s, j, v)))
+        seen[bank] = seen.get(bank, 0) + 1
+    keyed.sort(key=lambda item: item[0])  # stable: within a turn and bank, by log P
+    chosen = [c for _, c in keyed[:width]]
+    filler = [c for c in items if c[0] == NEG_INF] or [(NEG_INF, *chosen[-1][1:])]
+    return chosen + [filler[i % len(filler)] for i in range(width - len(chosen))]
 
 
 TOP_K_BLOCK = 128  # columns per block of ``top_k``'s first pass (measured: 64-128 alike)
@@ -346,22 +426,35 @@ def finish(
 def prune(
     finished: _Finished, live: _Live, cand: _Candidates, *, b: int, t: int, config: DecodeConfig
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The k best non-eos candidates stay live; a sentence is done at its length limit or once
-    none of them can reach its n-best list (see the module docstring). ``b``: live beams per
-    sentence before this step.
+    """The k best non-eos candidates stay live (banked ones: the first k in the candidates'
+    order, ``expand_banked``'s); a sentence is done at its length limit or once none of them
+    can reach its n-best list (see the module docstring). ``b``: live beams per sentence
+    before this step.
 
     Returns rows (n, k), the prefix row (of n*b) each live beam extends; tokens (n, k) and
     scores (n, k) of the live beams; done (n,) bool.
     """
-    scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
+    if cand.banked:
+        scores, pos = _first_live(cand)
+    else:
+        scores, pos = cand.top.masked_fill(cand.is_eos, NEG_INF).topk(cand.k, dim=1)  # (n, k)
     if config.rules.stopping == "shrink":  # Marian's narrowed beam: k less the finished live
         assert finished.count is not None  # counted under every rule but "exact"
         narrowed = torch.arange(cand.k, device=scores.device) >= cand.k - finished.count[:, None]
         scores = scores.masked_fill(narrowed, NEG_INF)
-    done = (live.max_lens <= t) | _stop(finished, live, scores[:, 0], t=t, config=config)
+    best_live = scores.amax(1) if cand.banked else scores[:, 0]  # banked: not by log P
+    done = (live.max_lens <= t) | _stop(finished, live, best_live, t=t, config=config)
     n = cand.top.size(0)
     rows = (torch.arange(n, device=cand.top.device) * b)[:, None] + cand.beam_of.gather(1, pos)
     return rows, cand.tok.gather(1, pos), scores, done
+
+
+def _first_live(cand: _Candidates) -> tuple[Tensor, Tensor]:
+    """Log P and places (n, k) of the first k candidates that are not eos, in their order."""
+    width = cand.top.size(1)
+    order = cand.is_eos.long() * width + torch.arange(width, device=cand.top.device)
+    pos = order.topk(cand.k, dim=1, largest=False).indices  # ascending: the order kept
+    return cand.top.gather(1, pos), pos
 
 
 def _stop(
@@ -465,7 +558,7 @@ def beam_search(
             lprobs = constrain(lprobs, [c.allowed(state) for c, state in states])
         lprobs = rule_masks(lprobs, live.max_lens, t, eos_id, config.rules)
         lprobs = guard_repetition(lprobs, prefixes, config)  # as it is unless asked
-        cand = expand(scores, lprobs, k, eos_id)  # (n, 2k) each
+        cand = _expand(scores, lprobs, k, eos_id, states)  # (n, 2k) each
         finish(finished, live, cand, prefixes=prefixes, t=t, config=config)
         rows, tokens, scores, done = prune(finished, live, cand, b=b, t=t, config=config)
 

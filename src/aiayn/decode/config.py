@@ -20,6 +20,10 @@ from .rules import PAPER_RULES, SearchRules, own_defaults, search_rules
 # Past 10 a penalised token's log-probability is already out of every beam; larger values
 # (1e30) only overflow. One rule for the command line, aiayn.Translator and the server.
 MAX_REPETITION_PENALTY = 10.0
+# The beam at least, unless one is given, when lexical phrases (a glossary, --constraints)
+# constrain the outputs: dynamic beam allocation shares the beam among banks of hypotheses
+# by phrase tokens placed, and the paper's 4 leaves a bank one place (docs/glossary.md).
+CONSTRAINED_BEAM = 8
 
 
 @dataclass(frozen=True)
@@ -92,11 +96,17 @@ class DecodeConfig:
 
     @classmethod
     def choose(
-        cls, preset: str = "translation", own: Mapping[str, Any] | None = None, **options: Any
+        cls,
+        preset: str = "translation",
+        own: Mapping[str, Any] | None = None,
+        *,
+        phrases: bool = False,
+        **options: Any,
     ) -> DecodeConfig:
         """The preset with the options given (None: the preset's), by the names of
         ``aiayn.Translator.request``'s keywords (where they are listed, once): ``rules`` by
-        name (``rules.SEARCH_RULES``), and K best raise the beam to K unless it is given.
+        name (``rules.SEARCH_RULES``), and K best raise the beam to K unless it is given, as
+        ``phrases`` (the outputs must hold lexical phrases) raises it to ``CONSTRAINED_BEAM``.
         ``own``: the checkpoint's own settings per rules (``rules.own_defaults``), which stand
         for the preset's under those rules; the options given go over them."""
         given = {k: v for k, v in options.items() if v is not None}
@@ -108,6 +118,10 @@ class DecodeConfig:
         nbest = overrides.get("nbest")
         if isinstance(nbest, int) and "beam" not in given:  # K best need a beam of K at least
             overrides["beam"] = max(nbest, overrides.get("beam", cls.preset(preset).beam))
+        if phrases and "beam" not in given:
+            overrides["beam"] = max(
+                CONSTRAINED_BEAM, overrides.get("beam", cls.preset(preset).beam)
+            )
         return cls.preset(preset, **overrides)
 
     def max_len(self, src_len: Tensor, cap: int | None = None) -> Tensor:

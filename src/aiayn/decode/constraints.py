@@ -3,7 +3,9 @@ to a step's log-probabilities by ``constrain``), and target prefixes and lexical
 one, for beam search and sampling.
 
 ``OutputConstraint(prefix, phrases)`` makes an output start with the token ids ``prefix`` and
-contain every phrase of ``phrases`` (each a run of token ids) somewhere. How:
+contain every phrase of ``phrases`` (each a run of token ids) somewhere. Two parts:
+
+What is allowed (beam search and sampling), which guarantees the phrases:
 
 * while the prefix is not out, the next prefix token is the only one allowed;
 * eos is forbidden until every phrase has appeared;
@@ -15,11 +17,18 @@ contain every phrase of ``phrases`` (each a run of token ids) somewhere. How:
   one) lowers the need by one token a step, so some token is always allowed and every output,
   finished by eos or cut at the length limit, holds all the phrases.
 
-The limit of so simple a scheme: hypotheses that have met their constraints and those that
-have not compete in one beam (grid or dynamic beam allocation would give each count of met
-constraints its own share), and a phrase the model finds unlikely is only placed when the
-length budget runs out, often at the end of a long output. Phrases match as token ids: a
-phrase encoded alone must appear with that segmentation (for SentencePiece, whole words).
+Where the phrases go (beam search): dynamic beam allocation (Post & Vilar 2018, as fairseq's
+``LexicallyConstrainedBeamSearch`` and Sockeye do; ``beam.expand_banked``). Besides the 2k
+best candidates, each live prefix offers its best token and its tokens that place a
+constraint token next (``advancing``); a candidate's bank is the number of constraint tokens
+it has placed (``placed``: met phrases' lengths plus the phrase in progress), and the banks
+take turns for the beam's places, the fullest first. So a prefix that has just placed a phrase
+the model finds unlikely is kept beside the likelier ones that have not, and the phrase goes
+where the model can best follow it rather than only where the length budget forces it. A
+search without phrases (a prefix alone, or no constraint) keeps the plain k best.
+
+Phrases match as token ids: a phrase encoded alone must appear with that segmentation (for
+SentencePiece, whole words).
 """
 
 from __future__ import annotations
@@ -140,6 +149,24 @@ def advance_states(
     return [(states[r][0], states[r][0].advance(states[r][1], token)) for r, token in pairs]
 
 
+def has_phrases(states: list[tuple[Constraint, Any]] | None) -> bool:
+    """Whether some row must hold lexical phrases: beam search then allocates its beam to
+    banks (``beam.expand_banked``)."""
+    return states is not None and any(
+        isinstance(c, OutputConstraint) and c.phrases for c, _ in states
+    )
+
+
+def placed(constraint: Constraint, state: Any) -> int:
+    """Constraint tokens a row has placed (0 for a constraint without phrases)."""
+    return constraint.placed(state) if isinstance(constraint, OutputConstraint) else 0
+
+
+def advancing(constraint: Constraint, state: Any) -> list[int]:
+    """The tokens that would place a row's next constraint token (none without phrases)."""
+    return constraint.advancing(state) if isinstance(constraint, OutputConstraint) else []
+
+
 # --- Target prefixes and lexical constraints -----------------------------------------------
 
 
@@ -193,6 +220,21 @@ class OutputConstraint:
         met = state.met | {i for i, p in enumerate(self.phrases) if seen[-len(p) :] == p}
         tail = seen[-self.window :] if self.window else ()
         return OutputState(state.t + 1, frozenset(met), tail, state.max_len)
+
+    def placed(self, state: OutputState) -> int:
+        """Constraint tokens placed (the bank of dynamic beam allocation): the met phrases'
+        lengths plus the longest start of an unmet one that the output ends with."""
+        unmet = [p for i, p in enumerate(self.phrases) if i not in state.met]
+        met = sum(len(p) for i, p in enumerate(self.phrases) if i in state.met)
+        return met + max((_progress(p, state.tail) for p in unmet), default=0)
+
+    def advancing(self, state: OutputState) -> list[int]:
+        """The tokens that would place a constraint token next: each unmet phrase's token
+        after every start of it that the output ends with (its first token, always)."""
+        if state.t < len(self.prefix):
+            return []
+        unmet = [p for i, p in enumerate(self.phrases) if i not in state.met]
+        return sorted({p[k] for p in unmet for k in _starts(p, state.tail)})
 
     def _need(self, state: OutputState) -> int:
         """Tokens the unmet phrases still need at most (no credit for overlaps between them)."""
@@ -253,7 +295,11 @@ def _spelled(tokenizer: Any, text: str, what: str, where: str) -> list[int]:
 
 def _progress(phrase: tuple[int, ...], tail: tuple[int, ...]) -> int:
     """The longest k < len(phrase) such that ``tail`` ends with the phrase's first k tokens."""
-    for k in range(min(len(phrase) - 1, len(tail)), 0, -1):
-        if tail[-k:] == phrase[:k]:
-            return k
-    return 0
+    return _starts(phrase, tail)[0]
+
+
+def _starts(phrase: tuple[int, ...], tail: tuple[int, ...]) -> list[int]:
+    """Every k < len(phrase) such that ``tail`` ends with the phrase's first k tokens, longest
+    first (0, the empty start, last)."""
+    longest = min(len(phrase) - 1, len(tail))
+    return [k for k in range(longest, 0, -1) if tail[-k:] == phrase[:k]] + [0]
