@@ -570,7 +570,7 @@ class Translator:
                 terms = [search.glossary.matches(text) for text in part.texts]
                 origin = search.glossary.origin
                 where = [f"{origin}: sentence {part.first + i}" for i in range(len(terms))]
-                search = with_terms(search, terms, where, vocab.eos_id)
+                search = with_terms(search, terms, where, vocab)
             found = self.engine.nbest(
                 part.texts,
                 vocab,
@@ -880,14 +880,15 @@ class _PerLine:
 
 
 def with_terms(
-    request: SearchRequest, terms: Sequence[Sequence[Term]], where: Sequence[str], eos_id: int
+    request: SearchRequest, terms: Sequence[Sequence[Term]], where: Sequence[str], vocab: Any
 ) -> SearchRequest:
     """``request`` for ``len(terms)`` sources whose constraints also hold the targets of their
-    ``terms`` (a glossary's matches); ``where`` names each source in errors."""
+    ``terms`` (a glossary's matches, spelled by ``vocab``); ``where`` names each source in
+    errors."""
     given = request.constraints_of(range(len(terms)))
     per_source = given if isinstance(given, list) else [given] * len(terms)
     merged = tuple(
-        with_phrases(c, [t.ids for t in mine], where=name, eos_id=eos_id)
+        with_phrases(c, [t.ids for t in mine], where=name, vocab=vocab)
         for c, mine, name in zip(per_source, terms, where)
     )
     return replace(request, constraints=merged)

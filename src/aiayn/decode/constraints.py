@@ -175,6 +175,7 @@ class OutputState(NamedTuple):
     met: frozenset[int]  # indices of the phrases that have appeared
     tail: tuple[int, ...]  # the last (longest phrase - 1) tokens
     max_len: int  # this output's limit on |Y|
+    closed: bool = False  # the last token ended a phrase: the word must end there too
 
 
 class OutputConstraint:
@@ -188,10 +189,11 @@ class OutputConstraint:
         *,
         where: str = "constraint",
         eos_id: int = EOS_ID,
+        glue: frozenset[int] = frozenset(),
     ) -> None:
         self.prefix = tuple(prefix)
         self.phrases = [tuple(p) for p in phrases if p]
-        self.where, self.eos_id = where, eos_id
+        self.where, self.eos_id, self.glue = where, eos_id, glue
         self.window = max((len(p) for p in self.phrases), default=1) - 1
 
     def start(self, source: Sequence[int], max_len: int) -> OutputState:
@@ -207,19 +209,22 @@ class OutputConstraint:
         if state.t < len(self.prefix):
             return [self.prefix[state.t]]
         unmet = [i for i in range(len(self.phrases)) if i not in state.met]
+        glued = self.glue if state.closed else frozenset()  # a phrase is whole words
         if not unmet:
-            return None
+            return AllBut(glued) if glued else None
         left = state.max_len - state.t - 1  # tokens left after this one
         if sum(len(self.phrases[i]) for i in unmet) <= left:
-            return AllBut({self.eos_id})  # any token keeps the need within budget
+            return AllBut({self.eos_id} | glued)  # any token keeps the need within budget
         candidates = {tok for i in unmet for tok in self.phrases[i]}
-        return sorted(tok for tok in candidates if self._need(self.advance(state, tok)) <= left)
+        fits = sorted(tok for tok in candidates if self._need(self.advance(state, tok)) <= left)
+        return [tok for tok in fits if tok not in glued] or fits
 
     def advance(self, state: OutputState, token: int) -> OutputState:
         seen = state.tail + (token,)
         met = state.met | {i for i, p in enumerate(self.phrases) if seen[-len(p) :] == p}
         tail = seen[-self.window :] if self.window else ()
-        return OutputState(state.t + 1, frozenset(met), tail, state.max_len)
+        closed = any(seen[-len(p) :] == p for p in self.phrases)
+        return OutputState(state.t + 1, frozenset(met), tail, state.max_len, closed)
 
     def placed(self, state: OutputState) -> int:
         """Constraint tokens placed (the bank of dynamic beam allocation): the met phrases'
@@ -254,19 +259,35 @@ def text_constraint(
     encoded = [_spelled(tokenizer, p, "phrase", where) for p in given]
     prefix_ids = _spelled(tokenizer, prefix, "prefix", where)
     eos_id = getattr(tokenizer, "eos_id", EOS_ID)
-    return OutputConstraint(prefix_ids, encoded, where=where, eos_id=eos_id)
+    glue = word_glue(tokenizer) if encoded else frozenset()
+    return OutputConstraint(prefix_ids, encoded, where=where, eos_id=eos_id, glue=glue)
+
+
+_GLUE: dict[int, tuple[Any, frozenset[int]]] = {}  # by id(vocab), the vocab kept alive
+
+
+def word_glue(tokenizer: Any) -> frozenset[int]:
+    """The ids of the pieces that continue a word (no "▁" in front, a letter or digit first):
+    none may follow a phrase, which is whole words, or "tienda" + "a" would meet "tienda"."""
+    if id(tokenizer) not in _GLUE:
+        pieces = (tokenizer.id_to_piece(i) for i in range(len(tokenizer)))
+        glue = frozenset(i for i, p in enumerate(pieces) if p[:1].isalnum() or p[:1] == "_")
+        _GLUE[id(tokenizer)] = (tokenizer, glue)
+    return _GLUE[id(tokenizer)][1]
 
 
 def with_phrases(
-    constraint: Constraint | None, phrases: Sequence[Sequence[int]], *, where: str, eos_id: int
+    constraint: Constraint | None, phrases: Sequence[Sequence[int]], *, where: str, vocab: Any
 ) -> Constraint | None:
     """``constraint`` (None, or a prefix and phrases) that must also hold ``phrases`` (a
-    glossary's targets in a sentence); ``where`` names a new one in errors."""
+    glossary's targets in a sentence, spelled by ``vocab``); ``where`` names a new one in
+    errors."""
     phrases = [p for p in phrases if p]
     if not phrases:
         return constraint
+    glue, eos_id = word_glue(vocab), vocab.eos_id
     if constraint is None:
-        return OutputConstraint((), phrases, where=where, eos_id=eos_id)
+        return OutputConstraint((), phrases, where=where, eos_id=eos_id, glue=glue)
     if not isinstance(constraint, OutputConstraint):
         raise TypeError(f"phrases add to an OutputConstraint, not {type(constraint).__name__}")
     return OutputConstraint(
@@ -274,6 +295,7 @@ def with_phrases(
         [*constraint.phrases, *phrases],
         where=constraint.where,
         eos_id=constraint.eos_id,
+        glue=glue,
     )
 
 

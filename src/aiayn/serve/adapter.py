@@ -167,7 +167,7 @@ class Adapter:
             return job
         found = [glossary.matches(text) for text in texts]
         built = [
-            with_phrases(c, [t.ids for t in mine], where=f"text[{i}]", eos_id=self.vocab.eos_id)
+            with_phrases(c, [t.ids for t in mine], where=f"text[{i}]", vocab=self.vocab)
             for i, (c, mine) in enumerate(zip(job.constraints or [None] * len(texts), found))
         ]
         terms = [tuple(t.pair() for t in mine) for mine in found]
