@@ -103,12 +103,15 @@ def _beam_reads(steps: int, constraint: OutputConstraint | None) -> Counter:
     [
         # finish's "does any hypothesis finish?" and the loop's "is any sentence done?"
         (None, {"decode/beam.py:finish": 1, "decode/beam.py:_leave": 1}),
-        # ... and the constraint's states advance on the host: the rows and tokens kept
+        # ... and the constraint's states advance on the host: the rows and tokens kept; with
+        # phrases, the banks are filled on the host (each row's best and advancing tokens, their
+        # scores, and the top candidates with their beams and tokens)
         (
             OutputConstraint([12], [[20, 21]]),
             {
                 "decode/beam.py:finish": 1,
                 "decode/beam.py:_leave": 1,
+                "decode/beam.py:expand_banked": 5,
                 "decode/constraints.py:advance_states": 2,
             },
         ),
