@@ -221,10 +221,9 @@ class OutputConstraint:
 
     def advance(self, state: OutputState, token: int) -> OutputState:
         seen = state.tail + (token,)
-        met = state.met | {i for i, p in enumerate(self.phrases) if seen[-len(p) :] == p}
+        ended = {i for i, p in enumerate(self.phrases) if seen[-len(p) :] == p}
         tail = seen[-self.window :] if self.window else ()
-        closed = any(seen[-len(p) :] == p for p in self.phrases)
-        return OutputState(state.t + 1, frozenset(met), tail, state.max_len, closed)
+        return OutputState(state.t + 1, state.met | ended, tail, state.max_len, bool(ended))
 
     def placed(self, state: OutputState) -> int:
         """Constraint tokens placed (the bank of dynamic beam allocation): the met phrases'
