@@ -3,7 +3,7 @@
 --target-lang`` and ``aiayn.Translator(target_lang=...)``. The two corpora are synthetic and
 share their sources (English number words, into Spanish in one and German in the other), so
 only the tag tells the model which language to write; a tiny model learns them in a few
-hundred updates. The module trains once (about 20 s on one thread), hence slow."""
+hundred updates. The module trains once (about 25 s on one thread), hence slow."""
 
 from __future__ import annotations
 
