@@ -70,15 +70,22 @@ def plot_attention(
     cols = min(h, 4)
     rows = (h + cols - 1) // cols
     size = min(8.0, max(2.5, 0.22 * max(len(queries), len(keys))))
-    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    # the heads share both axes: tokens are labelled on the outer panels only, once a row or
+    # column rather than once a head (the labels are most of the drawing time)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(size * cols, size * rows), squeeze=False, sharex=True, sharey=True
+    )
+    axes[0, 0].set_xticks(range(len(keys)), keys)
+    axes[0, 0].set_yticks(range(len(queries)), queries)
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.axis("off")
             continue
         ax.imshow(weights[i].cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
         ax.set_title(f"head {i + 1}", fontsize=9)
-        ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(queries)), queries, fontsize=7)
+        ax.tick_params(axis="x", labelrotation=90, labelsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.label_outer()
     fig.suptitle(title)
     return save_figure(fig, out)
 
