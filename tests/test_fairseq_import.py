@@ -522,11 +522,13 @@ def test_what_bpe_pieces_cannot_do_is_refused_in_one_line(bpe_import, tmp_path):
     assert "moses" in said.lower() and "SentencePiece" in said and not (tmp_path / "d").exists()
 
 
-def test_bpe_codes_that_are_not_codes_are_named_with_their_line(bpe_import, tmp_path):
+def test_bpe_codes_elsewhere_are_given_and_bad_ones_named_with_their_line(bpe_import, tmp_path):
     root = Path(shutil.copytree(bpe_import[0], tmp_path / "m"))
-    (root / "bpecodes").write_text("#version: 0.2\na b\nthree words here\n", "utf-8")
+    codes = Path(shutil.move(root / "bpecodes", tmp_path / "my.codes"))
     said = one_line_error(lambda: import_fairseq(root, tmp_path / "c"))
-    assert f"{root / 'bpecodes'}:3" in said and not (tmp_path / "c").exists()
-    (root / "bpecodes").unlink()
-    said = one_line_error(lambda: import_fairseq(root, tmp_path / "c"))
-    assert "no SentencePiece *.model and no BPE codes" in said
+    assert "no SentencePiece *.model and no BPE codes" in said and "--bpe-codes" in said
+    assert main(["import", str(root), "--out", str(tmp_path / "c"), "--bpe-codes", str(codes)]) in (None, 0)  # fmt: skip
+    assert (tmp_path / "c" / "bpecodes").read_bytes() == codes.read_bytes()
+    codes.write_text("#version: 0.2\na b\nthree words here\n", "utf-8")
+    said = one_line_error(lambda: import_fairseq(root, tmp_path / "d", bpe_codes=codes))
+    assert f"{codes}:3" in said and not (tmp_path / "d").exists()
