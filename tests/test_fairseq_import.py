@@ -532,3 +532,14 @@ def test_bpe_codes_elsewhere_are_given_and_bad_ones_named_with_their_line(bpe_im
     codes.write_text("#version: 0.2\na b\nthree words here\n", "utf-8")
     said = one_line_error(lambda: import_fairseq(root, tmp_path / "d", bpe_codes=codes))
     assert f"{codes}:3" in said and not (tmp_path / "d").exists()
+
+
+def test_moses_settings_the_checkpoint_records_are_kept(bpe_import, tmp_path):
+    """A model trained with --moses-no-dash-splits --moses-no-escape is read as fairseq's hub
+    reads it: dashes whole, quotes unescaped."""
+    root = Path(shutil.copytree(bpe_import[0], tmp_path / "m"))
+    save_checkpoint(root / "model.pt", bpe_import[2], options(moses_no_dash_splits=True, moses_no_escape=True))  # fmt: skip
+    _, vocab = load_translator(import_fairseq(root, tmp_path / "c"))
+    joined = " ".join(vocab.split(ESCAPED, "target")).replace("@@ ", "")
+    assert joined == 'Dijo " sí " & < se fue > al pre-juicio .'
+    assert vocab.fingerprint != load_translator(bpe_import[1])[1].fingerprint

@@ -3,12 +3,12 @@ models (the "Scaling NMT" WMT16 EN-DE big model among them) split their text.
 
 fairseq's hub interface, given ``tokenizer='moses', bpe='subword_nmt'``, encodes a sentence
 with sacremoses' MosesTokenizer of the source language (its dash splits, ``@-@``, and its HTML
-escapes on), then subword-nmt's ``apply_bpe`` with the model's codes (a piece that its word
+escapes on, unless the checkpoint records ``moses_no_dash_splits`` / ``moses_no_escape``), then subword-nmt's ``apply_bpe`` with the model's codes (a piece that its word
 continues ends in ``@@``), and reads the pieces, split at spaces, in its dictionary; it decodes
 by joining the ``@@ `` continuations and MosesDetokenizer of the target language. A checkpoint
 that holds such a model (``aiayn import`` of a fairseq directory with ``bpecodes``) carries the
-codes as ``bpecodes`` and ``moses-bpe.json`` (the languages and the table: piece i at index i,
-the project's special ids first); ``MosesBpeVocab`` answers as ``Vocab`` does, and a piece that
+codes as ``bpecodes`` and ``moses-bpe.json`` (the languages, the two Moses settings and the
+table: piece i at index i, the project's special ids first); ``MosesBpeVocab`` answers as ``Vocab`` does, and a piece that
 is not in the table is unk, as fairseq's dictionary reads it.
 
 Its pieces carry no SentencePiece word marks, and its words are Moses' tokens, not the text's
@@ -59,8 +59,8 @@ def check_codes(path: Path) -> None:
             continue
         if len(line.strip("\r\n ").split(" ")) != 2:
             raise UserError(
-                f"{path}:{number}: expected two symbols a line (subword-nmt's BPE codes), "
-                f"got {line[:60]!r}"
+                f"{path}:{number}: expected two symbols a line (subword-nmt's BPE codes; "
+                f"fastBPE's, with counts, are not read), got {line[:60]!r}"
             )
 
 
@@ -77,17 +77,23 @@ def read_settings(path: Path) -> dict[str, Any]:
     for key in ("source_lang", "target_lang"):
         if not isinstance(settings.get(key), str) or not settings[key]:
             raise UserError(f"{path}: {key} must be a language code")
+    for key in ("dash_splits", "escape"):
+        if not isinstance(settings.get(key), bool):
+            raise UserError(f"{path}: {key} must be true or false")
     check_table(settings.get("pieces"), path)
     return settings
 
 
 @dataclass(frozen=True)
 class BpeCodes:
-    """What an import splits its text with, besides its table: subword-nmt's ``codes`` and
-    the Moses languages of its (source, target) sides."""
+    """What an import splits its text with, besides its table: subword-nmt's ``codes``, the
+    Moses languages of its (source, target) sides, and whether Moses splits dashes and escapes
+    (fairseq's ``moses_no_dash_splits`` and ``moses_no_escape`` negated)."""
 
     codes: Path
     langs: tuple[str, str]
+    dash_splits: bool = True
+    escape: bool = True
 
 
 class MosesBpeVocab:
@@ -106,6 +112,10 @@ class MosesBpeVocab:
         settings = read_settings(path)
         self.pieces: list[str] = settings["pieces"]
         self.langs = {"source": settings["source_lang"], "target": settings["target_lang"]}
+        self.moses = {
+            "aggressive_dash_splits": settings["dash_splits"],
+            "escape": settings["escape"],
+        }
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         check_codes(self.codes_path)
         with open(self.codes_path, encoding="utf-8") as codes:
@@ -118,7 +128,13 @@ class MosesBpeVocab:
         """Write the two files into ``directory`` (the codes copied) and load them."""
         shutil.copyfile(given.codes, directory / CODES)
         source, target = given.langs
-        settings = {"source_lang": source, "target_lang": target, "pieces": pieces}
+        settings = {
+            "source_lang": source,
+            "target_lang": target,
+            "dash_splits": given.dash_splits,
+            "escape": given.escape,
+            "pieces": pieces,
+        }
         text = json.dumps(settings, ensure_ascii=False, indent=0)
         (directory / SETTINGS).write_text(text + "\n", encoding="utf-8")
         return cls(directory / SETTINGS)
@@ -128,9 +144,7 @@ class MosesBpeVocab:
 
     def split(self, text: str, side: Side = "source") -> list[str]:
         """The pieces of ``text`` as fairseq's hub interface makes them (module doc)."""
-        tokens = self.tokenizers[side].tokenize(
-            text, aggressive_dash_splits=True, return_str=True, escape=True
-        )
+        tokens = self.tokenizers[side].tokenize(text, return_str=True, **self.moses)
         return self.bpe.process_line(tokens).split()
 
     def encode(self, text: str, side: Side = "source") -> list[int]:
@@ -176,8 +190,8 @@ class MosesBpeVocab:
 
     @cached_property
     def fingerprint(self) -> str:
-        """sha256 of the languages, the table and the codes (see ``Vocab.fingerprint``)."""
+        """sha256 of the settings, the table and the codes (see ``Vocab.fingerprint``)."""
         h = hashlib.sha256()
-        h.update(json.dumps([self.langs, self.pieces], ensure_ascii=False).encode())
+        h.update(json.dumps([self.langs, self.moses, self.pieces], ensure_ascii=False).encode())
         h.update(self.codes_path.read_bytes())
         return h.hexdigest()

@@ -244,14 +244,15 @@ def load_weights(model: Transformer, state: dict[str, Tensor], table: Table, whe
 
 def splitter(
     directory: Path,
-    langs: tuple[str, str],
+    options: dict[str, Any],
     spm: tuple[Path | None, Path | None],
     bpe_codes: Path | None,
 ) -> tuple[Path, Path] | BpeCodes:
     """What splits the text: the (source, target) SentencePiece models given, else the BPE
     codes given, else the directory's one ``*.model`` for both sides, else its subword-nmt
-    codes (``bpecodes`` or ``code``, the names fairseq's hub reads) after Moses tokenization in
-    the checkpoint's ``langs`` (``data.moses_bpe``)."""
+    codes (``bpecodes`` or ``code``, the names fairseq's hub reads) after Moses tokenization as
+    the checkpoint's ``options`` set it: its languages, dash splits and escapes
+    (``data.moses_bpe``)."""
     source, target = spm
     if bpe_codes is not None and (source or target):
         raise ExportError("give SentencePiece models (--spm) or BPE codes (--bpe-codes), not both")
@@ -270,7 +271,12 @@ def splitter(
             )
         bpe_codes = codes[0]
     check_codes(bpe_codes)  # a damaged file named here, not as its copy
-    return BpeCodes(bpe_codes, langs)
+    return BpeCodes(
+        bpe_codes,
+        fl.languages(options, directory),
+        dash_splits=not options.get("moses_no_dash_splits"),
+        escape=not options.get("moses_no_escape"),
+    )
 
 
 def read_fairseq(path: Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
@@ -320,7 +326,7 @@ def import_fairseq(
     pt, checkpoint, options = read_fairseq(Path(path))
     given = tuple(Path(p) if p is not None else None for p in spm)
     codes = Path(bpe_codes) if bpe_codes is not None else None
-    split = splitter(pt.parent, fl.languages(options, pt), (given[0], given[1]), codes)
+    split = splitter(pt.parent, options, (given[0], given[1]), codes)
     model, layout = build(pt, checkpoint, options)
     defaults = {"fairseq": dict(GENERATE_DEFAULTS)}
     return write_imported(
