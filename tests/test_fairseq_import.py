@@ -8,11 +8,13 @@ executed; what the model cannot represent is refused in one line naming the opti
 itself is the oracle of ``test_fairseq_oracle.py``."""
 
 import argparse
+import io
 import json
 import math
 import os
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ from _export_models import corpus_lines
 from aiayn.checkpoint import load_translator
 from aiayn.cli.main import main
 from aiayn.export.common import ExportError
-from aiayn.export.fairseq_import import fairseq_to_transformer
+from aiayn.export.fairseq_import import fairseq_to_transformer, import_fairseq
 
 D, H, FFN, LAYERS = 16, 2, 24, 2
 EOS = 2  # fairseq's </s>, which also starts its decoder
@@ -368,3 +370,176 @@ def test_numpy_scalars_and_omegaconf_containers_load_as_plain_data(tmp_path, joi
     loaded = fairseq_load.read_checkpoint(path)
     assert loaded["extra_state"] == {"val_loss": 4.5, "best": 1.0}
     assert fairseq_load.model_options(loaded, path)["encoder_embed_dim"] == D
+
+
+# --- Moses tokens + subword-nmt BPE codes (fairseq's WMT16 EN-DE download)
+
+
+def moses_pieces(lines: list[str], lang: str, codes: Path) -> list[list[str]]:
+    """What fairseq's hub feeds its dictionary: sacremoses (dash splits, escapes) then
+    subword-nmt's apply_bpe, split at spaces."""
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+
+    tokenizer = MosesTokenizer(lang)
+    with open(codes, encoding="utf-8") as f:
+        bpe = BPE(f)
+    tokens = (tokenizer.tokenize(x, aggressive_dash_splits=True, return_str=True) for x in lines)
+    return [bpe.process_line(t).split() for t in tokens]
+
+
+ESCAPED = 'Dijo "sí" & <se fue> al pre-juicio.'  # Moses escapes and splits: &quot; @-@ ...
+
+
+def write_bpe_directory(root: Path) -> tuple[dict, list[str]]:
+    """fairseq's WMT16 layout: model.pt, one joined dictionary as dict.en.txt and dict.es.txt,
+    and bpecodes learned by subword-nmt on Moses tokens of 400 lines a side. Its tensors and
+    the dictionary's symbols."""
+    from sacremoses import MosesTokenizer
+    from subword_nmt.learn_bpe import learn_bpe
+
+    root.mkdir(parents=True)
+    en, es = corpus_lines("train", 0, 400), [*corpus_lines("train", 1, 400), ESCAPED]
+    tokens = [MosesTokenizer("en").tokenize(x, aggressive_dash_splits=True, return_str=True) for x in en]  # fmt: skip
+    tokens += [MosesTokenizer("es").tokenize(x, aggressive_dash_splits=True, return_str=True) for x in es]  # fmt: skip
+    with open(root / "bpecodes", "w", encoding="utf-8") as codes:
+        learn_bpe(io.StringIO("\n".join(tokens)), codes, 300)
+    split = moses_pieces(en, "en", root / "bpecodes") + moses_pieces(es, "es", root / "bpecodes")
+    counts = Counter(p for pieces in split for p in pieces).most_common()
+    listing = "".join(f"{piece} {n}\n" for piece, n in counts)
+    (root / "dict.en.txt").write_text(listing, "utf-8")
+    (root / "dict.es.txt").write_text(listing, "utf-8")
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", *(piece for piece, _ in counts)]
+    state = random_state((len(symbols), len(symbols)), shared=True, pre=False)
+    save_checkpoint(root / "model.pt", state, options())
+    return state, symbols
+
+
+@pytest.fixture(scope="module")
+def bpe_import(tmp_path_factory) -> tuple[Path, Path, dict, list[str]]:
+    """A fairseq directory with bpecodes (no SentencePiece model), imported with nothing else
+    given: (its directory, the checkpoint, its tensors, its dictionary)."""
+    root = tmp_path_factory.mktemp("wmt16") / "model"
+    state, symbols = write_bpe_directory(root)
+    assert main(["import", str(root), "--out", str(root.parent / "ckpt")]) in (None, 0)
+    return root, root.parent / "ckpt", state, symbols
+
+
+def test_bpe_codes_split_the_text_as_fairseqs_hub_does(bpe_import):
+    """The pieces fed to the model are sacremoses' + subword-nmt's, in fairseq's ids: the
+    imported model's log-probabilities equal fairseq's forward pass on those ids."""
+    root, ckpt, state, symbols = bpe_import
+    model, vocab = load_translator(ckpt)
+    assert json.loads((ckpt / "moses-bpe.json").read_text("utf-8"))["target_lang"] == "es"
+    ids = {p: i for i, p in enumerate(symbols)}
+    en, es = corpus_lines("test", 0, 4), corpus_lines("test", 1, 4)
+    theirs_en = moses_pieces(en, "en", root / "bpecodes")
+    theirs_es = moses_pieces(es, "es", root / "bpecodes")
+    for line, want, target, want_target in zip(en, theirs_en, es, theirs_es):
+        src, tgt = vocab.encode_source(line), vocab.encode_target(target) + [vocab.eos_id]
+        assert [vocab.id_to_piece(i) for i in src] == [p if p in ids else "<unk>" for p in want] + ["</s>"]  # fmt: skip
+        expected = fairseq_log_probs(
+            state,
+            [ids.get(p, 3) for p in want] + [EOS],
+            [ids.get(p, 3) for p in want_target] + [EOS],
+            pre=False,
+        )
+        with torch.no_grad():
+            logits = model(torch.tensor([src]), torch.tensor([[vocab.bos_id, *tgt[:-1]]]))
+        ours = torch.log_softmax(logits[0].double(), -1)[torch.arange(len(tgt)), tgt]
+        torch.testing.assert_close(ours, expected, atol=1e-4, rtol=0)
+
+
+def test_bpe_text_round_trips_through_moses(bpe_import):
+    """Encoding then decoding gives the Moses-detokenized text: the continuations joined, the
+    escapes undone (lines the codes were learned on: every piece is in the dictionary)."""
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
+    _, ckpt, _, _ = bpe_import
+    _, vocab = load_translator(ckpt)
+    lines = [*corpus_lines("train", 1, 40), ESCAPED]
+    tokenizer, detokenizer = MosesTokenizer("es"), MosesDetokenizer("es")
+    for line in lines:
+        ids = vocab.encode_target(line)
+        assert vocab.unk_id not in ids
+        expected = detokenizer.detokenize(tokenizer.tokenize(line, aggressive_dash_splits=True))
+        assert vocab.decode(ids) == expected
+    assert vocab.decode(vocab.encode_target(lines[0])) == lines[0]
+    pieces = " ".join(vocab.id_to_piece(i) for i in vocab.encode_target(ESCAPED))
+    assert "&quot; sí &quot; &amp; &lt;" in pieces.replace("@@ ", "")  # as the codes saw it
+    assert "pre @-@ juicio" in pieces.replace("@@ ", "")
+    assert any("@@" in vocab.id_to_piece(i) for i in vocab.encode_target(" ".join(lines[:5])))
+
+
+def test_an_imported_bpe_model_translates_into_detokenized_text(bpe_import):
+    """Its outputs are text: pieces joined at ``@@`` and detokenized (a random model's drawn
+    outputs, which are full of continuations; its beam repeats one word)."""
+    from sacremoses import MosesDetokenizer
+
+    from aiayn import Translator
+
+    _, ckpt, _, _ = bpe_import
+    with Translator(ckpt) as translator:
+        out = translator.translate(corpus_lines("test", 0, 2), sample=True, seed=1, nbest=2)
+    pieces = [p for t in out for p in t.tokens]
+    assert any(p.endswith("@@") for p in pieces)  # there were continuations to join
+    for t in out:
+        words = (" ".join(t.tokens) + " ").replace("@@ ", "").split()
+        assert t.text == MosesDetokenizer("es").detokenize(words) and "@@" not in t.text
+
+
+def one_line_error(call) -> str:
+    from aiayn.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        call()
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_what_bpe_pieces_cannot_do_is_refused_in_one_line(bpe_import, tmp_path):
+    """Word alignments, constraints, glossaries, markup (Moses' tokens are not the text's
+    words, the pieces have no word marks) and training data (SentencePiece only)."""
+    from aiayn import Translator
+    from aiayn.data.prepare import prepare_corpus
+    from aiayn.text.marked import MarkupOutputs
+    from aiayn.text.placeholders import placeholder_pattern
+
+    root, ckpt, _, _ = bpe_import
+    with Translator(ckpt) as translator:
+        said = one_line_error(lambda: translator.translate(["Hola."], alignments=True))
+        assert "Moses tokens + subword-nmt" in said and "alignments" in said
+        said = one_line_error(lambda: translator.translate(["Hola."], constraints=[["Dios"]]))
+        assert "constraints" in said
+        assert "glossary" in one_line_error(lambda: translator.request(glossary={"God": "Dios"}))
+        assert "Moses" in one_line_error(
+            lambda: MarkupOutputs("xml", placeholder_pattern(markup=True, built_in=False))(
+                None, ["<b>a</b>"], translator.vocab, None, progress=None, on_truncate=None
+            )
+        )
+    pair = (root / "dict.en.txt", root / "dict.es.txt")
+    said = one_line_error(lambda: prepare_corpus({"train": pair}, tmp_path / "d", vocab=ckpt))
+    assert "moses" in said.lower() and "SentencePiece" in said and not (tmp_path / "d").exists()
+
+
+def test_bpe_codes_elsewhere_are_given_and_bad_ones_named_with_their_line(bpe_import, tmp_path):
+    root = Path(shutil.copytree(bpe_import[0], tmp_path / "m"))
+    codes = Path(shutil.move(root / "bpecodes", tmp_path / "my.codes"))
+    said = one_line_error(lambda: import_fairseq(root, tmp_path / "c"))
+    assert "no SentencePiece *.model and no BPE codes" in said and "--bpe-codes" in said
+    assert main(["import", str(root), "--out", str(tmp_path / "c"), "--bpe-codes", str(codes)]) in (None, 0)  # fmt: skip
+    assert (tmp_path / "c" / "bpecodes").read_bytes() == codes.read_bytes()
+    codes.write_text("#version: 0.2\na b\nthree words here\n", "utf-8")
+    said = one_line_error(lambda: import_fairseq(root, tmp_path / "d", bpe_codes=codes))
+    assert f"{codes}:3" in said and not (tmp_path / "d").exists()
+
+
+def test_moses_settings_the_checkpoint_records_are_kept(bpe_import, tmp_path):
+    """A model trained with --moses-no-dash-splits --moses-no-escape is read as fairseq's hub
+    reads it: dashes whole, quotes unescaped."""
+    root = Path(shutil.copytree(bpe_import[0], tmp_path / "m"))
+    save_checkpoint(root / "model.pt", bpe_import[2], options(moses_no_dash_splits=True, moses_no_escape=True))  # fmt: skip
+    _, vocab = load_translator(import_fairseq(root, tmp_path / "c"))
+    joined = " ".join(vocab.split(ESCAPED, "target")).replace("@@ ", "")
+    assert joined == 'Dijo " sí " & < se fue > al pre-juicio .'
+    assert vocab.fingerprint != load_translator(bpe_import[1])[1].fingerprint

@@ -37,6 +37,7 @@ TORCH_FREE = [
     "aiayn.data",
     "aiayn.data.readers",
     "aiayn.data.vocab",
+    "aiayn.data.moses_bpe",
     "aiayn.data.collate",
     "aiayn.data.lexical",
     "aiayn.text",

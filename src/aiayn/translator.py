@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from .checkpoint import META, follow_pointer, recorded_language, search_defaults
 from .data import Vocab
 from .data.corpora import LANG_CODE
+from .data.pieces import text_limits
 from .data.vocab import TaggedSources, target_languages
 from .decode import (
     DecodeConfig,
@@ -50,7 +51,7 @@ from .decode import (
     translate_corpus,
 )
 from .decode import options as checks
-from .decode.capabilities import PYTHON, Feature, Spelling, check_supported
+from .decode.capabilities import PYTHON, Feature, Spelling, check_supported, check_text
 from .decode.constraints import with_phrases
 from .decode.engine import Engine, TorchEngine
 from .decode.translate import (
@@ -376,18 +377,17 @@ class Translator:
         spelling: Spelling | None = None,
         values: dict[Feature, object] | None = None,
     ) -> None:
-        """The one refusal of what this Translator's engine cannot do: ``UserError`` in one
+        """The one refusal of what this Translator's engine, or its checkpoint's text
+        splitting (``data.pieces.text_limits``), cannot do: ``UserError`` in one
         line naming every feature ``asked`` that it lacks as ``spelling`` (default: this
         Translator's) names it (with its value from ``values``, where the spelling says so),
         prefixed by the ``where`` of the first that has one."""
         spelling, values = spelling or self.spelling, values or {}
+        named = {f: spelling.feature(f, values.get(f)) for f in asked}
         check_supported(
-            {f: spelling.feature(f, values.get(f)) for f in asked},
-            self.engine_name,
-            self.supports,
-            where=where,
-            instead=spelling.instead,
+            named, self.engine_name, self.supports, where=where, instead=spelling.instead
         )
+        check_text(named, *text_limits(self.checkpoints[0]), where=where)
 
     def _request(self, request: SearchRequest | None, options: dict[str, Any]) -> SearchRequest:
         if request is not None and options:

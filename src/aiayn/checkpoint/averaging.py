@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from ..data.moses_bpe import BPE_FILES
 from ..data.pieces import PAIR_FILES, copy_vocabulary, vocabulary_file
 from ..errors import UserError
 from ..files import check_not_input, publish_dir, temp_dir_beside
@@ -36,7 +37,10 @@ def is_averaged_checkpoint(path: Path) -> bool:
     """Whether ``path`` is a directory ``average_checkpoints`` wrote, holding nothing else."""
     if path.is_symlink() or not path.is_dir():
         return False
-    if any(p.name not in (WEIGHTS, META, VOCAB, DIGESTS, *PAIR_FILES) for p in path.iterdir()):
+    if any(
+        p.name not in (WEIGHTS, META, VOCAB, DIGESTS, *PAIR_FILES, *BPE_FILES)
+        for p in path.iterdir()
+    ):
         return False
     try:
         return "averaged_from" in read_meta(path)

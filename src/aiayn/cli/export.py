@@ -42,9 +42,11 @@ def _import(args: argparse.Namespace) -> None:
 
     spm = (args.source_spm or args.spm, args.target_spm or args.spm)
     if is_fairseq(args.model):
-        out = import_fairseq(args.model, args.out, spm=spm)
-    elif any(spm):
-        raise UserError("--spm, --source-spm and --target-spm are for a fairseq checkpoint")
+        out = import_fairseq(args.model, args.out, spm=spm, bpe_codes=args.bpe_codes)
+    elif any(spm) or args.bpe_codes:
+        raise UserError(
+            "--spm, --source-spm, --target-spm and --bpe-codes are for a fairseq checkpoint"
+        )
     else:
         read = import_marian_npz if is_marian_npz(args.model) else import_marian
         out = read(args.model, args.out)
@@ -70,4 +72,9 @@ def add_import(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--source-spm", help="fairseq: the source side's SentencePiece model")
     p.add_argument("--target-spm", help="fairseq: the target side's SentencePiece model")
+    p.add_argument(
+        "--bpe-codes",
+        help="fairseq: the subword-nmt BPE codes that split its Moses-tokenized text "
+        "(default without a *.model: the directory's bpecodes)",
+    )
     p.set_defaults(func=_import)

@@ -8,8 +8,10 @@ pieces' ids in a joint table (Marian's ``vocab.json``). A checkpoint that holds 
 side through its own model. The table keeps the project's special ids (pad 0, unk 1, bos 2,
 eos 3); a piece that is not in the table is unk, as MarianTokenizer maps it.
 
-A checkpoint with one ``spm.model`` keeps its one model for both sides (``Vocab``):
-``load_vocabulary`` and ``copy_vocabulary`` take either kind, by its file.
+A checkpoint with one ``spm.model`` keeps its one model for both sides (``Vocab``); an
+imported fairseq model may split its text with Moses and BPE codes instead (``moses-bpe.json``:
+``moses_bpe.MosesBpeVocab``). ``load_vocabulary`` and ``copy_vocabulary`` take every kind, by
+its file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Literal
 import sentencepiece as spm
 
 from ..errors import UserError
-from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, cut_source
+from .moses_bpe import BPE_FILES, KIND, LACKS, SETTINGS, MosesBpeVocab
+from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, check_table, cut_source
 
 WORD_MARK = "\u2581"  # SentencePiece's word boundary, "▁"
 SOURCE_MODEL, TARGET_MODEL, PIECES = "source.spm", "target.spm", "pieces.json"
@@ -53,13 +56,7 @@ def read_pieces(path: Path) -> list[str]:
         pieces = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{path}: not a JSON list of pieces ({e})") from None
-    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
-        raise UserError(f"{path}: expected a JSON list of piece strings")
-    if len(set(pieces)) != len(pieces):
-        raise UserError(f"{path}: a piece appears twice; each id needs its own piece")
-    if len(pieces) <= EOS_ID:
-        raise UserError(f"{path}: {len(pieces)} pieces, fewer than the 4 special ids")
-    return pieces
+    return check_table(pieces, path)
 
 
 class TwoModelVocab:
@@ -157,15 +154,25 @@ class TwoModelVocab:
         return h.hexdigest()
 
 
-AnyVocab = Vocab | TwoModelVocab
+AnyVocab = Vocab | TwoModelVocab | MosesBpeVocab
 
 
 def vocabulary_file(directory: Path) -> Path | None:
-    """The file that names a directory's vocabulary (``spm.model`` or ``pieces.json``), if any."""
-    for name in (SINGLE_MODEL, PIECES):
+    """The file that names a directory's vocabulary (``spm.model``, ``pieces.json`` or
+    ``moses-bpe.json``), if any."""
+    for name in (SINGLE_MODEL, PIECES, SETTINGS):
         if (Path(directory) / name).is_file():
             return Path(directory) / name
     return None
+
+
+def text_limits(directory: str | os.PathLike) -> tuple[str, dict[str, str]]:
+    """What the vocabulary of checkpoint ``directory`` cannot do, known without loading it:
+    its kind and, by ``decode.capabilities.Feature``, the reason (none for SentencePiece)."""
+    found = vocabulary_file(Path(directory))
+    if found is not None and found.name == SETTINGS:
+        return KIND, LACKS
+    return "SentencePiece", {}
 
 
 def resolve_vocabulary(path: str | os.PathLike) -> Path:
@@ -175,28 +182,32 @@ def resolve_vocabulary(path: str | os.PathLike) -> Path:
         return path
     found = vocabulary_file(path)
     if found is None:
-        raise UserError(f"{path} holds no vocabulary ({SINGLE_MODEL} or {PIECES})")
+        raise UserError(f"{path} holds no vocabulary ({SINGLE_MODEL}, {PIECES} or {SETTINGS})")
     return found
 
 
 def load_vocabulary(path: str | os.PathLike) -> AnyVocab:
-    """The vocabulary of ``path``: a SentencePiece model, a ``pieces.json`` (two models), or a
-    directory holding either (a checkpoint, a prepared dataset)."""
+    """The vocabulary of ``path``: a SentencePiece model, a ``pieces.json`` (two models), a
+    ``moses-bpe.json`` (Moses and BPE codes), or a directory holding one (a checkpoint, a
+    prepared dataset)."""
     path = resolve_vocabulary(path)
+    if path.name == SETTINGS:
+        return MosesBpeVocab(path)
     return TwoModelVocab(path) if path.name == PIECES else Vocab.load(path)
 
 
 def vocabulary_files(path: Path) -> list[Path]:
     """The files that make up the vocabulary whose file is ``path``."""
-    return [path.with_name(name) for name in PAIR_FILES] if path.name == PIECES else [path]
+    names = {PIECES: PAIR_FILES, SETTINGS: BPE_FILES}.get(path.name)
+    return [path] if names is None else [path.with_name(name) for name in names]
 
 
 def copy_vocabulary(path: Path, directory: Path) -> Path:
     """Copy the vocabulary whose file is ``path`` into ``directory``; its file there. One
     SentencePiece model is named ``spm.model`` whatever its name was."""
-    if Path(path).name == PIECES:
-        for name in PAIR_FILES:
-            shutil.copyfile(Path(path).with_name(name), directory / name)
-        return directory / PIECES
+    if Path(path).name in (PIECES, SETTINGS):
+        for kept in vocabulary_files(Path(path)):
+            shutil.copyfile(kept, directory / kept.name)
+        return directory / Path(path).name
     shutil.copyfile(path, directory / SINGLE_MODEL)
     return directory / SINGLE_MODEL

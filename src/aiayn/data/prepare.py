@@ -42,6 +42,7 @@ from .binarize import (
 )
 from .clean import Cleaning, HeldOut, language_identifier
 from .corpora import TAG_BT, Corpus, Languages, language_token, resolve_languages, text_lines
+from .moses_bpe import KIND, MosesBpeVocab
 from .pieces import (
     AnyVocab,
     copy_vocabulary,
@@ -231,7 +232,11 @@ def _checked_inputs(
         raise UserError(f"workers must be a positive number of processes, got {workers}")
     inputs = [path for corpus in _all(corpora) for path in corpus.files]
     if vocab is not None:
-        load_vocabulary(vocab)  # a UserError now if it is not one, before any work
+        if isinstance(load_vocabulary(vocab), MosesBpeVocab):  # not one, a UserError now
+            raise UserError(
+                f"{vocab}: its text is split by {KIND} (an imported fairseq model's), which "
+                "aiayn does not train with: prepare data with a SentencePiece vocabulary"
+            )
         inputs.extend(vocabulary_files(resolve_vocabulary(vocab)))
     for path in inputs:
         if not path.exists():

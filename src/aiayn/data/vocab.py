@@ -229,6 +229,18 @@ class Vocab:
         return h.hexdigest()
 
 
+def check_table(pieces: object, path: Path) -> list[str]:
+    """``pieces`` as a table of ids (piece i at index i, the special ids' first), or a one-line
+    UserError naming ``path``, the file that held it: imports keep their own tables."""
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise UserError(f"{path}: expected a JSON list of piece strings")
+    if len(set(pieces)) != len(pieces):
+        raise UserError(f"{path}: a piece appears twice; each id needs its own piece")
+    if len(pieces) <= EOS_ID:
+        raise UserError(f"{path}: {len(pieces)} pieces, fewer than the 4 special ids")
+    return pieces
+
+
 def cut_source(ids: list[int], cap: int | None, eos_id: int) -> list[int]:
     """``ids`` cut to ``cap`` ids, a final eos kept: the one truncation rule of sources, for
     text (``Vocab.encode_source``) and ids (``decode.translate.fit_sources``) alike."""

@@ -180,14 +180,37 @@ def check_supported(
     (a file's line, a request's item); ``instead`` is what does them all."""
     names = dict(asked) if isinstance(asked, Mapping) else {f: f for f in asked}
     missing = [f for f in CAPABILITIES if f in names and f not in supports]
-    if not missing:
-        return
-    place = next((where[f] for f in missing if where and f in where), None)
-    items = "; ".join(f"{names[f]} ({CAPABILITIES[f].why(engine)})" for f in missing)
-    raise UserError(
-        f"{f'{place}: ' if place else ''}the {engine} engine cannot do: {items}; "
-        f"{instead} does every one"
-    )
+    if missing:
+        place, items = _items(names, {f: CAPABILITIES[f].why(engine) for f in missing}, where)
+        raise UserError(f"{place}the {engine} engine cannot do: {items}; {instead} does every one")
+
+
+def check_text(
+    asked: Mapping[Feature, str] | Iterable[Feature],
+    kind: str,
+    lacks: Mapping[str, str],
+    *,
+    where: Mapping[Feature, str] | None = None,
+) -> None:
+    """``check_supported``'s refusal for what a checkpoint's text splitting ``kind`` cannot
+    do whatever the engine (``lacks``: a feature's reason; ``data.pieces.text_limits``)."""
+    names = dict(asked) if isinstance(asked, Mapping) else {f: f for f in asked}
+    missing = {f: lacks[f] for f in CAPABILITIES if f in names and f in lacks}
+    if missing:
+        place, items = _items(names, missing, where)
+        raise UserError(f"{place}the checkpoint's text splitting ({kind}) cannot do: {items}")
+
+
+def _items(
+    names: Mapping[Feature, str],
+    reasons: Mapping[Feature, str],
+    where: Mapping[Feature, str] | None,
+) -> tuple[str, str]:
+    """The ``where`` of the first refused feature that has one (a file's line, a request's
+    item) and the features refused, each named with its reason."""
+    place = next((where[f] for f in reasons if where and f in where), None)
+    items = "; ".join(f"{names[f]} ({reason})" for f, reason in reasons.items())
+    return f"{place}: " if place else "", items
 
 
 # Python's keywords, the command line's options, the server's fields.

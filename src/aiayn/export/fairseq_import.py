@@ -1,7 +1,9 @@
 """Import a fairseq translation checkpoint (``model.pt`` + ``dict.SRC.txt`` / ``dict.TGT.txt``)
-as a checkpoint, with the SentencePiece model(s) that split its text.
+as a checkpoint, with what splits its text: its SentencePiece model(s), or Moses tokenization
+and its subword-nmt BPE codes (``data.moses_bpe``, as the WMT16 EN-DE download has them).
 
     aiayn import wmt-model/ --out runs/fairseq/imported --spm wmt-model/sentencepiece.bpe.model
+    aiayn import wmt16.en-de.joined-dict.transformer/ --out runs/fairseq/wmt16  # its bpecodes
 
 fairseq's ``transformer`` architectures are the paper's model; what differs maps to options of
 ``ModelConfig``: the positions are the sinusoids of ``SinusoidalPositionalEmbedding`` (Marian's
@@ -31,6 +33,7 @@ import torch
 from torch import Tensor
 
 from ..config import ModelConfig
+from ..data.moses_bpe import BpeCodes, check_codes
 from ..errors import UserError
 from ..model import Transformer
 from . import fairseq_load as fl
@@ -87,6 +90,7 @@ SAME = (  # fairseq's pairs aiayn has one option for
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}  # fairseq's gelu is erf's, as F.gelu
 GENERATE_DEFAULTS = {"beam": 5, "alpha": 1.0}  # fairseq-generate's --beam and --lenpen
 IGNORED_TENSORS = ("version", "_float_tensor")  # fairseq's bookkeeping, no weights
+CODE_NAMES = ("bpecodes", "code")  # subword-nmt codes beside a model, as fairseq's hub finds them
 
 
 def option(options: dict[str, Any], key: str, where: Path) -> Any:
@@ -238,34 +242,57 @@ def load_weights(model: Transformer, state: dict[str, Tensor], table: Table, whe
         raise ExportError(f"{where}: tensors the options do not explain: {', '.join(unused[:5])}")
 
 
-def splitters(directory: Path, spm: tuple[Path | None, Path | None]) -> tuple[Path, Path]:
-    """(source, target) SentencePiece models: those given, else the directory's one ``*.model``
-    for both sides. BPE codes (subword-nmt) are not a splitter aiayn has: refused."""
+def splitter(
+    directory: Path,
+    options: dict[str, Any],
+    spm: tuple[Path | None, Path | None],
+    bpe_codes: Path | None,
+) -> tuple[Path, Path] | BpeCodes:
+    """What splits the text: the (source, target) SentencePiece models given, else the BPE
+    codes given, else the directory's one ``*.model`` for both sides, else its subword-nmt
+    codes (``bpecodes`` or ``code``, the names fairseq's hub reads) after Moses tokenization as
+    the checkpoint's ``options`` set it: its languages, dash splits and escapes
+    (``data.moses_bpe``)."""
     source, target = spm
-    if source is None and target is None:
+    if bpe_codes is not None and (source or target):
+        raise ExportError("give SentencePiece models (--spm) or BPE codes (--bpe-codes), not both")
+    if source or target:
+        return source or target, target or source  # type: ignore[return-value]
+    if bpe_codes is None:
         found = sorted(directory.glob("*.model"))
-        if len(found) != 1:
-            bpe = (
-                " (its BPE codes: subword-nmt splitting is not one aiayn has)"
-                if any(directory.glob("*bpecodes*"))
-                else ""
-            )
+        if len(found) == 1:
+            return found[0], found[0]
+        codes = [directory / name for name in CODE_NAMES if (directory / name).is_file()]
+        if found or not codes:
             raise ExportError(
-                f"{directory}: {'no' if not found else 'more than one'} SentencePiece *.model"
-                f"{bpe}; give the one that split the text with --spm"
+                f"{directory}: {'more than one' if found else 'no'} SentencePiece *.model"
+                f"{'' if found else ' and no BPE codes (bpecodes)'}; give what split the text "
+                "with --spm or --bpe-codes"
             )
-        return found[0], found[0]
-    either = source or target
-    return source or either, target or either  # type: ignore[return-value]
+        bpe_codes = codes[0]
+    check_codes(bpe_codes)  # a damaged file named here, not as its copy
+    return BpeCodes(
+        bpe_codes,
+        fl.languages(options, directory),
+        dash_splits=not options.get("moses_no_dash_splits"),
+        escape=not options.get("moses_no_escape"),
+    )
 
 
-def fairseq_to_transformer(path: Path) -> tuple[Transformer, Layout]:
-    """The Transformer (eval mode, CPU) of fairseq checkpoint ``path`` (a .pt, or the
-    directory holding it and its dictionaries) and its vocabulary layout."""
+def read_fairseq(path: Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """The .pt of ``path`` (itself, or the one in the directory), its contents and its
+    model's options, checked (``check_options``)."""
     pt = fl.find_checkpoint(path)
     checkpoint = fl.read_checkpoint(pt)
     options = fl.model_options(checkpoint, pt)
     check_options(options, pt)
+    return pt, checkpoint, options
+
+
+def build(
+    pt: Path, checkpoint: dict[str, Any], options: dict[str, Any]
+) -> tuple[Transformer, Layout]:
+    """The Transformer (eval mode, CPU) of ``read_fairseq``'s parts and its vocabulary layout."""
     source_dict, target_dict = fl.dictionaries(pt.parent, options, pt)
     source, target = fl.read_dictionary(source_dict), fl.read_dictionary(target_dict)
     shared = bool(option(options, "share_all_embeddings", pt))
@@ -281,19 +308,27 @@ def fairseq_to_transformer(path: Path) -> tuple[Transformer, Layout]:
     return model.eval(), layout
 
 
+def fairseq_to_transformer(path: Path) -> tuple[Transformer, Layout]:
+    """The Transformer (eval mode, CPU) of fairseq checkpoint ``path`` (a .pt, or the
+    directory holding it and its dictionaries) and its vocabulary layout."""
+    return build(*read_fairseq(path))
+
+
 def import_fairseq(
     path: str | os.PathLike,
     out: str | os.PathLike,
     spm: tuple[str | os.PathLike | None, str | os.PathLike | None] = (None, None),
+    bpe_codes: str | os.PathLike | None = None,
 ) -> Path:
     """Write fairseq checkpoint ``path`` as the checkpoint directory ``out`` (must not exist),
-    its text split by ``spm`` (source, target; one for both, or found beside it)."""
-    path = Path(path)
-    model, layout = fairseq_to_transformer(path)
-    directory = path if path.is_dir() else path.parent
+    its text split by ``spm`` (source, target; one for both) or ``bpe_codes``, else by what
+    lies beside it (``splitter``)."""
+    pt, checkpoint, options = read_fairseq(Path(path))
     given = tuple(Path(p) if p is not None else None for p in spm)
-    spms = splitters(directory, (given[0], given[1]))
+    codes = Path(bpe_codes) if bpe_codes is not None else None
+    split = splitter(pt.parent, options, (given[0], given[1]), codes)
+    model, layout = build(pt, checkpoint, options)
     defaults = {"fairseq": dict(GENERATE_DEFAULTS)}
     return write_imported(
-        model, layout.pieces, spms, directory, Path(out), search_defaults=defaults
+        model, layout.pieces, split, pt.parent, Path(out), search_defaults=defaults
     )

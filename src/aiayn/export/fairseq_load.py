@@ -186,15 +186,21 @@ def find_checkpoint(path: Path) -> Path:
     return found[0]
 
 
-def dictionaries(directory: Path, options: dict[str, Any], where: Path) -> tuple[Path, Path]:
-    """(source, target) dictionary files beside the checkpoint: ``dict.SRC.txt`` and
-    ``dict.TGT.txt`` of the checkpoint's languages."""
-    langs = options.get("source_lang"), options.get("target_lang")
-    if not all(isinstance(lang, str) and lang for lang in langs):
+def languages(options: dict[str, Any], where: Path) -> tuple[str, str]:
+    """The checkpoint's (source, target) languages, which name its dictionaries."""
+    source, target = options.get("source_lang"), options.get("target_lang")
+    if not (isinstance(source, str) and source and isinstance(target, str) and target):
         raise ExportError(
             f"{where}: source_lang / target_lang not recorded: cannot name dict.*.txt"
         )
-    return directory / f"dict.{langs[0]}.txt", directory / f"dict.{langs[1]}.txt"
+    return source, target
+
+
+def dictionaries(directory: Path, options: dict[str, Any], where: Path) -> tuple[Path, Path]:
+    """(source, target) dictionary files beside the checkpoint: ``dict.SRC.txt`` and
+    ``dict.TGT.txt`` of the checkpoint's languages."""
+    source, target = languages(options, where)
+    return directory / f"dict.{source}.txt", directory / f"dict.{target}.txt"
 
 
 def is_fairseq(path: str | Path) -> bool:

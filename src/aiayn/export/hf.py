@@ -37,10 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..data.moses_bpe import MosesBpeVocab
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID
 from ..decode import DecodeConfig
 from ..model import Transformer
 from .common import (
+    ExportError,
     check_vocab_size,
     export_dir,
     layers,
@@ -207,6 +209,11 @@ def export_hf(
 ) -> Path:
     """Write ``model`` + ``vocab`` as a MarianMT directory that ``from_pretrained`` loads."""
     check_vocab_size(model.cfg, vocab)
+    if isinstance(vocab, MosesBpeVocab):
+        raise ExportError(
+            f"{source or vocab.path}: its text is split by {vocab.kind}; a MarianTokenizer "
+            "splits with SentencePiece models only"
+        )
     hf = to_marian(model, decode)
     info = {"format": "hf", "model": "MarianMTModel", "source": source}
     with export_dir(out, info) as tmp:

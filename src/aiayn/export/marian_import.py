@@ -40,7 +40,8 @@ from torch import Tensor
 
 from ..checkpoint import META, WEIGHTS, save_weights
 from ..config import ModelConfig
-from ..data.pieces import TwoModelVocab, sentencepiece_model
+from ..data.moses_bpe import BpeCodes, MosesBpeVocab
+from ..data.pieces import AnyVocab, TwoModelVocab, sentencepiece_model
 from ..data.vocab import BOS_ID, PAD_ID, target_languages
 from ..files import check_not_input, check_parent, publish_dir, temp_dir_beside
 from ..model import Transformer
@@ -400,14 +401,15 @@ def import_marian(directory: str | os.PathLike, out: str | os.PathLike) -> Path:
 def write_imported(
     model: Transformer,
     pieces: list[str],
-    spms: tuple[Path, Path],
+    spms: tuple[Path, Path] | BpeCodes,
     directory: Path,
     out: Path,
     search_defaults: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     """Write an imported ``model`` with its table of ``pieces`` and its (source, target)
-    SentencePiece models as the new checkpoint directory ``out`` (Marian's .npz import too);
-    ``search_defaults``: the model's own search settings by search rules (meta.json's)."""
+    SentencePiece models (or a fairseq model's BPE codes) as the new checkpoint directory
+    ``out`` (Marian's .npz and fairseq's imports too); ``search_defaults``: the model's own
+    search settings by search rules (meta.json's)."""
     check_not_input(out, [directory], option="--out", whole_dir=True)
     if out.exists() or out.is_symlink():
         raise ExportError(f"--out {out} exists; choose a new directory")
@@ -415,7 +417,11 @@ def write_imported(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_dir_beside(out)
     try:
-        vocab = TwoModelVocab.write(tmp, spms[0], spms[1], pieces)
+        vocab: AnyVocab = (
+            MosesBpeVocab.write(tmp, spms, pieces)
+            if isinstance(spms, BpeCodes)
+            else TwoModelVocab.write(tmp, spms[0], spms[1], pieces)
+        )
         save_weights(model, tmp / WEIGHTS)
         meta = {
             "model_config": dataclasses.asdict(model.cfg),

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..decode.align import cross_attention, pharaoh
 from ..decode.engine import TorchEngine
+from ..errors import UserError
 from .markup import Marked, proportional, put_back, take_apart
 from .placeholders import Placeholders
 
@@ -35,6 +36,12 @@ class MarkupOutputs:
         progress: Any,
         on_truncate: Any,
     ) -> list[str]:
+        if "alignments" in getattr(tokenizer, "lacks", {}):  # Moses tokens, not the text's words
+            raise UserError(
+                "--markup and --placeholders put tags back by word alignments, which the "
+                f"checkpoint's text splitting ({tokenizer.kind}) cannot give: "
+                f"{tokenizer.lacks['alignments']}"
+            )
         marked = [take_apart(t, self.pattern, html=self.markup == "html") for t in texts]
         broken = [(t, m.unpaired) for t, m in zip(texts, marked) if m.unpaired]
         if broken and self.markup is not None:
