@@ -21,6 +21,7 @@ import pytest
 import sentencepiece as spm
 import torch
 import torch.nn.functional as F
+from _cli import run_cli
 from _export_models import corpus_lines
 
 from aiayn.checkpoint import load_translator
@@ -343,6 +344,36 @@ def test_a_dictionary_that_is_not_the_models_is_named(tmp_path, joined):
     path.write_text(path.read_text(encoding="utf-8") + "extra 1\n", encoding="utf-8")
     with pytest.raises(ExportError, match="not this model's|differ"):
         fairseq_to_transformer(tmp_path / "m")
+
+
+def test_languages_fairseq_train_took_from_its_data_are_given_on_the_command_line(
+    tmp_path, joined, capsys
+):
+    """fairseq-train without --source-lang/--target-lang records none (it read them off its data
+    directory's file names): the import says which options name the dictionaries."""
+    model = copy_of(joined, tmp_path)
+    pt = model / "checkpoint_best.pt"
+    found = torch.load(pt, weights_only=False)  # the test's own file
+    found["cfg"]["model"] = argparse.Namespace(**options(source_lang=None, target_lang=None))
+    found["cfg"]["task"] = {"_name": "translation", "source_lang": None, "target_lang": None}
+    torch.save(found, pt)
+    with pytest.raises(ExportError) as info:
+        import_fairseq(model, tmp_path / "refused")
+    assert str(info.value) == (
+        f"{pt}: source_lang / target_lang not recorded (fairseq-train took them from its data "
+        "directory): give --source-lang and --target-lang (beside it: dict.en.txt, dict.es.txt)"
+    )
+    assert not (tmp_path / "refused").exists()
+    given = ["--source-lang", "en", "--target-lang", "es"]
+    assert run_cli(capsys, "import", model, "--out", tmp_path / "out", *given)[0] == 0
+    ours, _ = load_translator(tmp_path / "out")
+    expected, _ = fairseq_to_transformer(joined[0])  # the same model, its languages recorded
+    for (name, a), (_, b) in zip(ours.state_dict().items(), expected.state_dict().items()):
+        assert torch.equal(a, b), name
+    code, _, err = run_cli(capsys, "import", joined[0], "--out", tmp_path / "o2", "--target-lang", "de")  # fmt: skip
+    assert code != 0 and not (tmp_path / "o2").exists()
+    assert err.strip().endswith("--target-lang de: the checkpoint records es")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_numpy_scalars_and_omegaconf_containers_load_as_plain_data(tmp_path, joined, monkeypatch):

@@ -41,11 +41,15 @@ def _import(args: argparse.Namespace) -> None:
     from ..export.marian_npz import import_marian_npz, is_marian_npz
 
     spm = (args.source_spm or args.spm, args.target_spm or args.spm)
+    langs = (args.source_lang, args.target_lang)
     if is_fairseq(args.model):
-        out = import_fairseq(args.model, args.out, spm=spm, bpe_codes=args.bpe_codes)
-    elif any(spm) or args.bpe_codes:
+        out = import_fairseq(
+            args.model, args.out, spm=spm, bpe_codes=args.bpe_codes, languages=langs
+        )
+    elif any(spm) or args.bpe_codes or any(langs):
         raise UserError(
-            "--spm, --source-spm, --target-spm and --bpe-codes are for a fairseq checkpoint"
+            "--spm, --source-spm, --target-spm, --bpe-codes, --source-lang and --target-lang "
+            "are for a fairseq checkpoint"
         )
     else:
         read = import_marian_npz if is_marian_npz(args.model) else import_marian
@@ -77,4 +81,10 @@ def add_import(sub: argparse._SubParsersAction) -> None:
         help="fairseq: the subword-nmt BPE codes that split its Moses-tokenized text "
         "(default without a *.model: the directory's bpecodes)",
     )
+    for side in ("source", "target"):
+        p.add_argument(
+            f"--{side}-lang",
+            help=f"fairseq: the {side} language (its dict.LANG.txt), where the checkpoint does "
+            "not record it (fairseq-train without --source-lang/--target-lang)",
+        )
     p.set_defaults(func=_import)

@@ -319,11 +319,14 @@ def import_fairseq(
     out: str | os.PathLike,
     spm: tuple[str | os.PathLike | None, str | os.PathLike | None] = (None, None),
     bpe_codes: str | os.PathLike | None = None,
+    languages: tuple[str | None, str | None] = (None, None),
 ) -> Path:
     """Write fairseq checkpoint ``path`` as the checkpoint directory ``out`` (must not exist),
     its text split by ``spm`` (source, target; one for both) or ``bpe_codes``, else by what
-    lies beside it (``splitter``)."""
+    lies beside it (``splitter``). ``languages`` (source, target) name its dictionaries where
+    the checkpoint does not (``fl.given_languages``)."""
     pt, checkpoint, options = read_fairseq(Path(path))
+    options = fl.given_languages(options, languages, pt)
     given = tuple(Path(p) if p is not None else None for p in spm)
     codes = Path(bpe_codes) if bpe_codes is not None else None
     split = splitter(pt.parent, options, (given[0], given[1]), codes)

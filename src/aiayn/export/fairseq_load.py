@@ -190,10 +190,29 @@ def languages(options: dict[str, Any], where: Path) -> tuple[str, str]:
     """The checkpoint's (source, target) languages, which name its dictionaries."""
     source, target = options.get("source_lang"), options.get("target_lang")
     if not (isinstance(source, str) and source and isinstance(target, str) and target):
+        found = sorted(p.name for p in where.parent.glob("dict.*.txt"))
+        beside = f" (beside it: {', '.join(found)})" if found else ""
         raise ExportError(
-            f"{where}: source_lang / target_lang not recorded: cannot name dict.*.txt"
+            f"{where}: source_lang / target_lang not recorded (fairseq-train took them from its "
+            f"data directory): give --source-lang and --target-lang{beside}"
         )
     return source, target
+
+
+def given_languages(
+    options: dict[str, Any], given: tuple[str | None, str | None], where: Path
+) -> dict[str, Any]:
+    """``options`` with the languages given where the checkpoint records none; a given language
+    that contradicts a recorded one is refused."""
+    for key, value in zip(("source_lang", "target_lang"), given, strict=True):
+        if value is None:
+            continue
+        recorded = options.get(key)
+        if recorded is not None and recorded != value:
+            side = key.removesuffix("_lang")
+            raise ExportError(f"{where}: --{side}-lang {value}: the checkpoint records {recorded}")
+        options = {**options, key: value}
+    return options
 
 
 def dictionaries(directory: Path, options: dict[str, Any], where: Path) -> tuple[Path, Path]:
