@@ -3,13 +3,14 @@ models (the "Scaling NMT" WMT16 EN-DE big model among them) split their text.
 
 fairseq's hub interface, given ``tokenizer='moses', bpe='subword_nmt'``, encodes a sentence
 with sacremoses' MosesTokenizer of the source language (its dash splits, ``@-@``, and its HTML
-escapes on, unless the checkpoint records ``moses_no_dash_splits`` / ``moses_no_escape``), then subword-nmt's ``apply_bpe`` with the model's codes (a piece that its word
-continues ends in ``@@``), and reads the pieces, split at spaces, in its dictionary; it decodes
+escapes on, unless the checkpoint records ``moses_no_dash_splits`` / ``moses_no_escape``),
+then subword-nmt's ``apply_bpe`` with the model's codes (a piece that its word continues ends
+in ``@@``), and reads the pieces, split at spaces, in its dictionary; it decodes
 by joining the ``@@ `` continuations and MosesDetokenizer of the target language. A checkpoint
 that holds such a model (``aiayn import`` of a fairseq directory with ``bpecodes``) carries the
 codes as ``bpecodes`` and ``moses-bpe.json`` (the languages, the two Moses settings and the
-table: piece i at index i, the project's special ids first); ``MosesBpeVocab`` answers as ``Vocab`` does, and a piece that
-is not in the table is unk, as fairseq's dictionary reads it.
+table: piece i at index i, the project's special ids first); ``MosesBpeVocab`` answers as
+``Vocab`` does, and a piece that is not in the table is unk, as fairseq's dictionary reads it.
 
 Its pieces carry no SentencePiece word marks, and its words are Moses' tokens, not the text's
 words: what needs either is refused by name (``LACKS``), and aiayn prepares training data with

@@ -176,8 +176,9 @@ def check_supported(
 ) -> None:
     """The one refusal: ``UserError`` in one line naming all that ``asked`` wants and
     ``engine`` does not ``supports``, each as the caller names it (its values; the feature's
-    own name for a set) with its reason for this engine (``Capability.why``), prefixed by the ``where`` of the first that has one
-    (a file's line, a request's item); ``instead`` is what does them all."""
+    own name for a set) with its reason for this engine (``Capability.why``), prefixed by the
+    ``where`` of the first that has one (a file's line, a request's item); ``instead`` is what
+    does them all."""
     names = dict(asked) if isinstance(asked, Mapping) else {f: f for f in asked}
     missing = [f for f in CAPABILITIES if f in names and f not in supports]
     if missing:
