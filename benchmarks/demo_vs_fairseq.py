@@ -54,9 +54,9 @@ building fairseq's C++ extensions from its sdist):
 
     python3 -m venv ../peersvenv
     ../peersvenv/bin/pip install torch==2.13.0
-    ../peersvenv/bin/pip install --no-deps fairseq-fixed
     ../peersvenv/bin/pip install hydra-core==1.3.2 omegaconf==2.3.0 bitarray sacrebleu \\
-        sentencepiece cython regex numpy packaging tqdm cffi scikit-learn
+        sentencepiece cython regex numpy packaging tqdm cffi scikit-learn setuptools
+    ../peersvenv/bin/pip install --no-deps --no-build-isolation fairseq-fixed==0.12.3.1
 
 fairseq 0.12 with torch >= 2.6 needs TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 to load its own
 checkpoints (they pickle their config); this script sets it for fairseq's processes only.
