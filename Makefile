@@ -26,10 +26,10 @@ demo: setup
 
 # The lint tests ran in `make lint` just before: not twice.
 test: setup lint docs
-	$(BIN)/python -m pytest -m "not oracle and not lint"
+	$(BIN)/python -m pytest -m "not oracle and not lint" --durations=25
 
 # Before each commit: the suite without its end-to-end modules and slowest tests (no demo,
-# no wheel build, no multi-process training), about 5 minutes on 2 cores; `make test` is the whole suite CI runs.
+# no wheel build, no multi-process training), under 5 minutes on 2 cores; `make test` is the whole suite CI runs.
 test-fast: setup
 	$(BIN)/python -m pytest -m "not oracle and not lint and not slow" -q
 

@@ -50,6 +50,7 @@ def _sacrebleu_cli(files: dict[str, Path], test: str) -> str:
     return found.stdout
 
 
+@pytest.mark.slow
 def test_compare_is_sacrebleus_paired_bootstrap_and_randomization(files, capsys):
     """The goal: the same scores, intervals and p-values as `sacrebleu --paired-bs` (and the
     p-values of `--paired-ar`) on the same files, with sacrebleu's default seed."""
@@ -84,6 +85,7 @@ def test_compare_is_sacrebleus_paired_bootstrap_and_randomization(files, capsys)
     assert "|bs:1000|seed:12345|" in report["signatures"]["BLEU"]
 
 
+@pytest.mark.slow
 def test_the_table_shows_the_difference_p_values_and_wins(files, capsys):
     code, out, _ = run_cli(
         capsys, "compare", files["base"], files["other"], "--ref", files["ref"],

@@ -390,6 +390,7 @@ def test_the_same_input_gives_the_same_spm_model_bytes(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow
 def test_a_stopped_prepare_says_so_in_one_line_and_leaves_the_old_dataset(tmp_path, capsys, signum):
     src, tgt = write_pairs(tmp_path, "small", distinct_pairs(40, seed=6))
     out = tmp_path / "data"

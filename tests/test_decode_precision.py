@@ -79,6 +79,7 @@ def test_bf16_token_log_probs_stay_within_bf16_rounding_of_fp32(models, sources)
         assert abs(a.score - b.score) <= score_tolerance(a.length)
 
 
+@pytest.mark.slow
 def test_bf16_keeps_the_order_of_clearly_separated_hypotheses(models, sources, tiny_corpus):
     # Per source: its 4 best, its reference and another sentence's reference, ranked by fp32;
     # any two whose fp32 scores differ by more than both tolerances must rank alike in bf16.

@@ -88,6 +88,7 @@ def test_engines_without_the_guards_refuse_them():
 LIMIT = 30  # outputs reach it; the rules' own hundreds of tokens would only take longer
 
 
+@pytest.mark.slow
 def test_hf_rules_with_guards_equal_transformers_generate(tiny_corpus):
     pytest.importorskip("transformers")
     from _export_models import corpus_lines, trained_like_model

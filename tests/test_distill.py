@@ -144,6 +144,7 @@ def test_the_filter_drops_empty_cut_unlikely_and_the_worst_share():
         distil(sources, sources[:2], nbest)
 
 
+@pytest.mark.slow
 def test_the_filter_reads_the_teachers_own_score(teacher, sources, one_thread):
     """The log-probability the filter reads is what forced decoding (``aiayn score``) gives
     the same output pieces: the search already computed it."""

@@ -531,6 +531,7 @@ def test_a_run_directory_given_as_a_checkpoint_names_its_latest(tiny_run, tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_a_prefix_file_longer_than_an_input_redirected_from_a_file_is_refused_first(ckpt, tmp_path):
     (tmp_path / "in.txt").write_text("one\ntwo\n")
     (tmp_path / "prefix.txt").write_text("a\nb\nc\n")

@@ -39,6 +39,7 @@ def test_marians_positions_are_ours_permuted(d_model):
     [("tiny", {}), ("tiny", {"share_embeddings": False}), ("demo", {})],
     ids=["tiny", "tiny-unshared", "demo-shape"],
 )
+@pytest.mark.slow
 def test_logits_equal_ours_on_padded_real_sentences(vocab, tmp_path, preset, overrides):
     model = seeded_model(len(vocab), preset, **overrides)
     out = export_hf(model, vocab, tmp_path / "hf")

@@ -280,6 +280,7 @@ def test_engine_refuses_what_the_graphs_cannot_do_in_one_line(vocab, exported):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_exports_and_translates_as_ours(vocab, tmp_path, capsys):
     """``aiayn export --to onnx`` of a checkpoint, then ``aiayn.Translator`` with engine
     onnxruntime on that directory, and on the checkpoint itself (exported beside it on first

@@ -199,6 +199,7 @@ def test_imported_model_gives_marians_log_probs(marian_dir, tmp_path):
         np.testing.assert_allclose(ours.numpy(), theirs, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_decoder_ymls_beam_and_normalisation_are_the_checkpoints_marian_defaults(tmp_path, capsys):
     """decoder.yml's beam-size and normalize become the checkpoint's defaults under marian rules
     (what marian-decoder -c decoder.yml searches with); options given still win."""

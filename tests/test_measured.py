@@ -347,6 +347,7 @@ def test_a_broken_table_of_this_machine_is_a_one_line_error_naming_it(
         measured.train_bf16("cpu-amx")
 
 
+@pytest.mark.slow
 def test_measure_writes_the_figures_the_rules_read(
     tiny_corpus, tiny_run, tmp_path, monkeypatch, capsys
 ):
@@ -391,6 +392,7 @@ def test_measure_writes_the_figures_the_rules_read(
         assert decision == measured.decide(setting, "cpu-avx512_bf16", table)
 
 
+@pytest.mark.slow
 def test_measure_times_both_training_attention_paths_whatever_the_table_chooses(
     tiny_corpus, tmp_path, monkeypatch, capsys
 ):

@@ -84,6 +84,7 @@ def test_fp32_is_the_module_itself() -> None:
 
 
 @pytest.mark.parametrize("micro_batches", [1, 2])
+@pytest.mark.slow
 def test_a_bf16_update_casts_each_weight_once_and_under_once_per_parameter_tensor_a_micro_batch(
     tiny_corpus, tmp_path, bf16_answer, micro_batches
 ) -> None:

@@ -314,6 +314,7 @@ def test_xx_is_the_recorded_default(prepared):
     assert summary["leaves"] == prepared_leaves(out) == "XX"
 
 
+@pytest.mark.slow
 def test_the_command_line_prepares_the_fixture(tmp_path):
     out = subprocess.run(
         [

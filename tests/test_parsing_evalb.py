@@ -208,6 +208,7 @@ def test_flat_output_on_the_fixture() -> None:
     assert result.complete_match == 0.0
 
 
+@pytest.mark.slow
 def test_identical_sample_trees_score_100() -> None:
     gold = sample_trees()["test"]
     result = evalb_score(gold, gold)

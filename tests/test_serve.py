@@ -1281,6 +1281,7 @@ make_server(create_app(Upper()), port=int(sys.argv[1]), log_level="warning").run
 
 
 @pytest.mark.parametrize("size", [10**6, 5 * 10**6])
+@pytest.mark.slow
 def test_every_client_still_sending_an_oversize_body_reads_its_413(size, tmp_path):
     limit = Limits().max_body_bytes
     body = b'{"text": ["' + b"x" * size + b'"]}'

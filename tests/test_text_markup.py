@@ -87,6 +87,7 @@ def tiny(tiny_run):
     return ckpt, *load_translator(ckpt)
 
 
+@pytest.mark.slow
 def test_every_placeholder_verbatim_and_every_output_well_formed(tiny, one_thread):
     _, model, vocab = tiny
     strings = software_strings()

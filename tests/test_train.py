@@ -1331,6 +1331,7 @@ PRESET_OR_NONE = st.none() | st.sampled_from(sorted(PRESETS))
     set_presets=st.lists(st.sampled_from(sorted(PRESETS)), max_size=2),
     data=st.data(),
 )
+@pytest.mark.slow
 def test_the_resolved_value_is_the_last_one_given(key, file_preset, set_presets, data):
     section, name = key
     values = st.sampled_from((MODEL_VALUES if section == "model" else TRAIN_VALUES)[name])

@@ -273,6 +273,7 @@ def test_prepare_returns_what_the_command_prints(capsys, tiny_corpus, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_train_model_returns_what_the_command_prints(capsys, tiny_corpus, tmp_path):
     keys = {
         "data": str(tiny_corpus),
