@@ -241,7 +241,7 @@ def record(
     rec = make_record(
         topic="decoding",
         what=f"one decode step by part, {args.shape}, beam {BEAM}, batch {size}, {precision}"
-        + against,
+        + f"{against}, {args.threads} thread(s)",
         figures=figures,
         command="scripts/dev/profile_decode.py " + " ".join(sys.argv[1:]),
         threads=args.threads,
