@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ..errors import UserError
-from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, check_table, cut_source
+from .vocab import UNK_ID, PieceTable, Side, check_table
 
 SETTINGS, CODES = "moses-bpe.json", "bpecodes"
 BPE_FILES = (SETTINGS, CODES)
@@ -43,7 +42,6 @@ LACKS: dict[str, str] = {
     "lexical_constraints": "a phrase's word ends are SentencePiece's marks, which its pieces lack",
     "glossary": "its terms become lexical constraints, whose word ends its pieces lack",
 }
-Side = Literal["source", "target"]
 
 
 def check_codes(path: Path) -> None:
@@ -97,10 +95,9 @@ class BpeCodes:
     escape: bool = True
 
 
-class MosesBpeVocab:
+class MosesBpeVocab(PieceTable):
     """``Vocab``'s interface over Moses tokenization, subword-nmt codes and a table of pieces."""
 
-    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
     kind, lacks = KIND, LACKS
 
     def __init__(self, path: Path) -> None:
@@ -140,9 +137,6 @@ class MosesBpeVocab:
         (directory / SETTINGS).write_text(text + "\n", encoding="utf-8")
         return cls(directory / SETTINGS)
 
-    def __len__(self) -> int:
-        return len(self.pieces)
-
     def split(self, text: str, side: Side = "source") -> list[str]:
         """The pieces of ``text`` as fairseq's hub interface makes them (module doc)."""
         tokens = self.tokenizers[side].tokenize(text, return_str=True, **self.moses)
@@ -152,35 +146,11 @@ class MosesBpeVocab:
         """Subword ids of ``text`` split as ``side`` is, without bos/eos."""
         return [self.ids.get(p, UNK_ID) for p in self.split(text, side)]
 
-    def encode_source(self, text: str, max_len: int | None = None) -> list[int]:
-        """As ``Vocab.encode_source``, tokenized in the source language."""
-        if not text.strip():
-            return []
-        return cut_source(self.encode(text) + [EOS_ID], max_len, EOS_ID)
-
-    def encode_target(self, text: str, max_len: int | None = None) -> list[int]:
-        """As ``Vocab.encode_target``, tokenized in the target language."""
-        ids = self.encode(text, "target")
-        return ids if max_len is None else ids[: max_len - 1]
-
     def encode_batch(
         self, texts: list[str], num_threads: int = 2, side: Side = "source"
     ) -> list[list[int]]:
         """Each text's ids, one after another: sacremoses has no threads of its own."""
         return [self.encode(text, side) for text in texts]
-
-    def write_listing(self, path: str | os.PathLike) -> None:
-        """``piece<TAB>0`` per id: the table has no scores of its own."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(f"{piece}\t0\n" for piece in self.pieces)
-
-    def id_to_piece(self, i: int) -> str:
-        return self.pieces[int(i)]
-
-    def piece_to_id(self, piece: str) -> int:
-        return self.ids.get(piece, UNK_ID)
-
-    content_ids = staticmethod(Vocab.content_ids)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first eos: the ``@@ `` continuations joined, then Moses'

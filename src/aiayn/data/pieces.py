@@ -23,19 +23,17 @@ import shutil
 from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
 
 import sentencepiece as spm
 
 from ..errors import UserError
 from .moses_bpe import BPE_FILES, KIND, LACKS, SETTINGS, MosesBpeVocab
-from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, check_table, cut_source
+from .vocab import UNK_ID, PieceTable, Side, Vocab, check_table
 
 WORD_MARK = "\u2581"  # SentencePiece's word boundary, "▁"
 SOURCE_MODEL, TARGET_MODEL, PIECES = "source.spm", "target.spm", "pieces.json"
 SINGLE_MODEL = "spm.model"  # one model for both sides (``Vocab``)
 PAIR_FILES = (PIECES, SOURCE_MODEL, TARGET_MODEL)
-Side = Literal["source", "target"]
 
 
 def sentencepiece_model(path: Path) -> spm.SentencePieceProcessor:
@@ -59,10 +57,8 @@ def read_pieces(path: Path) -> list[str]:
     return check_table(pieces, path)
 
 
-class TwoModelVocab:
+class TwoModelVocab(PieceTable):
     """``Vocab``'s interface over a source model, a target model and a table of pieces."""
-
-    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
     def __init__(self, path: Path) -> None:
         """``path``: a ``pieces.json`` with ``source.spm`` and ``target.spm`` beside it."""
@@ -89,9 +85,6 @@ class TwoModelVocab:
         (directory / PIECES).write_text(text + "\n", encoding="utf-8")
         return cls(directory / PIECES)
 
-    def __len__(self) -> int:
-        return len(self.pieces)
-
     def _ids(self, pieces: Iterable[str]) -> list[int]:
         return [self.ids.get(p, UNK_ID) for p in pieces]
 
@@ -104,35 +97,11 @@ class TwoModelVocab:
             code, text = [text[: end + 2]], text[end + 2 :]
         return self._ids(code + self.models[side].encode(text, out_type=str))
 
-    def encode_source(self, text: str, max_len: int | None = None) -> list[int]:
-        """As ``Vocab.encode_source``, with the source model."""
-        if not text.strip():
-            return []
-        return cut_source(self.encode(text) + [EOS_ID], max_len, EOS_ID)
-
-    def encode_target(self, text: str, max_len: int | None = None) -> list[int]:
-        """As ``Vocab.encode_target``, with the target model."""
-        ids = self.encode(text, "target")
-        return ids if max_len is None else ids[: max_len - 1]
-
     def encode_batch(
         self, texts: list[str], num_threads: int = 2, side: Side = "source"
     ) -> list[list[int]]:
         split = self.models[side].encode(texts, out_type=str, num_threads=num_threads)
         return [self._ids(pieces) for pieces in split]
-
-    def write_listing(self, path: str | os.PathLike) -> None:
-        """``piece<TAB>0`` per id: the table has no scores of its own."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(f"{piece}\t0\n" for piece in self.pieces)
-
-    def id_to_piece(self, i: int) -> str:
-        return self.pieces[int(i)]
-
-    def piece_to_id(self, piece: str) -> int:
-        return self.ids.get(piece, UNK_ID)
-
-    content_ids = staticmethod(Vocab.content_ids)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first eos, joined by the target model. A piece the target

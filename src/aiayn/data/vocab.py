@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sentencepiece as spm
 
@@ -254,6 +254,49 @@ def target_languages(vocab: Any) -> tuple[str, ...]:
     the languages a multilingual model translates into; () for a model of one language."""
     pieces = (vocab.id_to_piece(i) for i in range(len(vocab)))
     return tuple(m.group(1) for piece in pieces if (m := LANGUAGE_TOKEN.fullmatch(piece)))
+
+
+Side = Literal["source", "target"]
+
+
+class PieceTable:
+    """What a vocabulary whose pieces are a table of its own (``pieces``, piece i at id i, and
+    ``ids``, their inverse: an imported model's) answers alike whatever splits its text; a
+    subclass gives ``encode(text, side)``, ``encode_batch`` and ``decode``."""
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+    pieces: list[str]
+    ids: dict[str, int]
+
+    def encode(self, text: str, side: Side = "source") -> list[int]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def encode_source(self, text: str, max_len: int | None = None) -> list[int]:
+        """As ``Vocab.encode_source``: split as the source is, eos appended, cut to fit."""
+        if not text.strip():
+            return []
+        return cut_source(self.encode(text) + [EOS_ID], max_len, EOS_ID)
+
+    def encode_target(self, text: str, max_len: int | None = None) -> list[int]:
+        """As ``Vocab.encode_target``: split as the target is."""
+        ids = self.encode(text, "target")
+        return ids if max_len is None else ids[: max_len - 1]
+
+    def write_listing(self, path: str | os.PathLike) -> None:
+        """``piece<TAB>0`` per id: the table has no scores of its own."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(f"{piece}\t0\n" for piece in self.pieces)
+
+    def id_to_piece(self, i: int) -> str:
+        return self.pieces[int(i)]
+
+    def piece_to_id(self, piece: str) -> int:
+        return self.ids.get(piece, UNK_ID)
+
+    content_ids = staticmethod(Vocab.content_ids)
 
 
 class TaggedSources:
