@@ -346,17 +346,22 @@ def test_a_dictionary_that_is_not_the_models_is_named(tmp_path, joined):
         fairseq_to_transformer(tmp_path / "m")
 
 
+def forget_languages(pt: Path) -> Path:
+    """The checkpoint ``pt`` rewritten as fairseq-train without -s/-t saves it: no languages."""
+    found = torch.load(pt, weights_only=False)  # the test's own file
+    found["cfg"]["model"] = argparse.Namespace(**options(source_lang=None, target_lang=None))
+    found["cfg"]["task"] = {"_name": "translation", "source_lang": None, "target_lang": None}
+    torch.save(found, pt)
+    return pt
+
+
 def test_languages_fairseq_train_took_from_its_data_are_given_on_the_command_line(
     tmp_path, joined, capsys
 ):
     """fairseq-train without --source-lang/--target-lang records none (it read them off its data
     directory's file names): the import says which options name the dictionaries."""
     model = copy_of(joined, tmp_path)
-    pt = model / "checkpoint_best.pt"
-    found = torch.load(pt, weights_only=False)  # the test's own file
-    found["cfg"]["model"] = argparse.Namespace(**options(source_lang=None, target_lang=None))
-    found["cfg"]["task"] = {"_name": "translation", "source_lang": None, "target_lang": None}
-    torch.save(found, pt)
+    pt = forget_languages(model / "checkpoint_best.pt")
     with pytest.raises(ExportError) as info:
         import_fairseq(model, tmp_path / "refused")
     assert str(info.value) == (
@@ -574,3 +579,18 @@ def test_moses_settings_the_checkpoint_records_are_kept(bpe_import, tmp_path):
     joined = " ".join(vocab.split(ESCAPED, "target")).replace("@@ ", "")
     assert joined == 'Dijo " sí " & < se fue > al pre-juicio .'
     assert vocab.fingerprint != load_translator(bpe_import[1])[1].fingerprint
+
+
+def test_bpe_codes_of_a_checkpoint_without_languages_name_the_dictionaries(bpe_import, tmp_path):
+    """The BPE codes' Moses languages are the checkpoint's: without them the refusal names the
+    options and the dictionaries of the checkpoint's own directory, before anything is written."""
+    model = Path(shutil.copytree(bpe_import[0], tmp_path / "m"))
+    forget_languages(model / "model.pt")
+    with pytest.raises(ExportError) as info:
+        import_fairseq(model, tmp_path / "refused")
+    assert str(info.value).endswith(
+        "give --source-lang and --target-lang (beside it: dict.en.txt, dict.es.txt)"
+    )
+    assert not (tmp_path / "refused").exists()
+    out = import_fairseq(model, tmp_path / "out", languages=("en", "es"))
+    assert json.loads((out / "moses-bpe.json").read_text("utf-8"))["target_lang"] == "es"

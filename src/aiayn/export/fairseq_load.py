@@ -190,7 +190,8 @@ def languages(options: dict[str, Any], where: Path) -> tuple[str, str]:
     """The checkpoint's (source, target) languages, which name its dictionaries."""
     source, target = options.get("source_lang"), options.get("target_lang")
     if not (isinstance(source, str) and source and isinstance(target, str) and target):
-        found = sorted(p.name for p in where.parent.glob("dict.*.txt"))
+        directory = where if where.is_dir() else where.parent  # the checkpoint's, or its .pt
+        found = sorted(p.name for p in directory.glob("dict.*.txt"))
         beside = f" (beside it: {', '.join(found)})" if found else ""
         raise ExportError(
             f"{where}: source_lang / target_lang not recorded (fairseq-train took them from its "
