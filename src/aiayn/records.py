@@ -51,7 +51,7 @@ PAGES = {
     "experiments": "docs/experiments.md#measured",
     "data": "docs/benchmarks.md#data",
     "distill": "docs/distill.md#measured",
-    "import": "docs/import.md#the-proof-a-model-fairseq-trained-against-fairseq-generate",
+    "import": "docs/import.md#measured",
 }
 TOPICS = tuple(PAGES)
 # the chip classes of aiayn.runtime.hardware.Bf16.chip, which aiayn.runtime.figures keys its figures by
